@@ -1,0 +1,591 @@
+"""The OPIC engine: cash, history and the G-clock of every page, with no Scrapy in sight.
+
+The model (Abiteboul, Preda, Cobena, "Adaptive On-Line Page Importance Computation", WWW 2003):
+
+* every page ``i`` holds *cash* ``C[i]`` and a *history* ``H[i]``; the clock ``G`` is the total
+  history, so it grows by the cash every visit absorbs;
+* a *visit* of ``i`` moves ``C[i]`` into ``H[i]`` (through the window policy), resets ``C[i]`` to 0
+  and pays the cash out: a share ``epsilon`` to the *virtual page* (the paper's "small edges") and
+  ``1 - epsilon`` split over the out-links (equally, or by link weights). A dangling page pays
+  everything to the virtual page;
+* the virtual page pays its cash back to the real pages: a fraction ``refresh`` to *all* known
+  pages and the rest to the pages *not fetched yet* (discovery). ``refresh=1`` is the PageRank
+  fixpoint below, ``refresh=0`` is pure discovery.
+
+Fixpoint (why this is PageRank). Take ``refresh=1`` and let ``pi`` be the long-run share of the cash
+flow through each node (what the normalised history converges to, Theorem 2.1). It is the
+stationary law of the Markov chain on the ``n`` real pages plus the virtual page ``v`` with
+``P[i, j] = (1 - eps) / d_i`` for a link ``i -> j``, ``P[i, v] = eps`` (``P[i, v] = 1`` if ``i``
+is dangling) and ``P[v, j] = 1 / n``. Stationarity gives, for a real page ``j``::
+
+    pi_j = (1 - eps) * sum_{i -> j} pi_i / d_i + pi_v / n
+    pi_v = eps * (1 - pi_v - D) + D,        D = sum of pi over dangling pages
+
+Writing ``x_j = pi_j / (1 - pi_v)`` (the importance over real pages) and dividing the second line by
+``1 - pi_v``: ``pi_v / (1 - pi_v) = eps + (1 - eps) * sum_{dangling} x_i``. Substituting::
+
+    x_j = (1 - eps) * sum_{i -> j} x_i / d_i + (1 - eps) * sum_{dangling} x_i / n + eps / n
+
+which is exactly PageRank with damping ``alpha = 1 - eps`` and dangling mass spread uniformly, i.e.
+``networkx.pagerank(G, alpha=1 - eps)``. (Giving the virtual page an equal ``1 / (d + 1)`` share
+instead makes the teleport probability depend on the out-degree: that is not PageRank.)
+
+Invariants (tested):
+
+* **cash is conserved**: ``sum(C) + virtual_cash == 1`` after every public operation (up to float
+  rounding); nothing here creates or destroys cash;
+* ``G`` never decreases, and grows by exactly the cash absorbed by visits and virtual payouts;
+* with the unbounded history, Lemma 2.3 holds: ``H + C - C0 = sum_{i -> j} share(i, j) * H[i]``
+  plus the virtual page's payouts.
+
+Storage. Pages are dense integer ids ``0..n-1`` (an optional key map turns request fingerprints into
+ids). Per page the engine keeps five numpy arrays: stored cash (8 bytes), history (8), G-time of the
+last visit (8), visit count (4) and flags (1): 29 bytes, plus what the window policy adds (0 for
+unbounded and G-clock interpolation).
+
+The virtual page's payout is a broadcast, so it is never a loop: two running accumulators hold the
+cash paid so far *per page* to all pages (``acc_all``) and to unfetched pages (``acc_unfetched``).
+A page stores ``s = cash - accumulators at the time it last reset or joined``; its true cash is::
+
+    C[i] = s[i] + acc_all + (acc_unfetched if i is not fetched yet else 0)
+
+so a payout is O(1), and a page that joins later does not receive earlier payouts. A broadcast to a
+set does not change the order of cash inside that set, which is what lets the Greedy selector keep
+one heap per set and never touch it on a payout.
+
+Two paths share that state and these formulas: :meth:`OpicEngine.visit` applies one event in pure
+Python (the Scrapy scheduler), :meth:`OpicEngine.visit_batch` visits many pages at once with numpy
+(the simulator). In a batch every page's cash is taken at the same instant and then paid out; a
+test checks that both paths agree.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Hashable, Iterable, Sequence
+from typing import Protocol
+
+import numpy as np
+
+from .window import UnboundedHistory, WindowPolicy, parse_window
+
+FETCHED = 1  #: flag: the page was visited at least once
+INITIAL = 2  #: flag: the page received the initial cash C0 (Lemma 2.3's C0)
+
+
+class CashObserver(Protocol):
+    """Something (a selection strategy) that must hear when pages gain cash or the engine grows."""
+
+    def raised(self, ids: Iterable[int]) -> None: ...
+
+    def taken(self, ids: Iterable[int]) -> None: ...
+
+    def grow(self, capacity: int) -> None: ...
+
+
+class OpicEngine:
+    """On-line Page Importance Computation over pages with dense integer ids.
+
+    :param epsilon: share of every visit's cash paid to the virtual page (0 < epsilon <= 1). The
+        fixpoint is PageRank with damping ``1 - epsilon``.
+    :param refresh: share of the virtual page's payout that goes to all known pages; the rest goes
+        to pages not fetched yet (discovery). ``1.0`` = PageRank fixpoint, ``0.0`` = discovery.
+    :param window: a :class:`~scrapy_opic.core.window.WindowPolicy` or a spec such as
+        ``"interpolation:8"``; default unbounded history (static OPIC).
+    :param self_links: keep links from a page to itself. Off by default: a self-link is not an
+        endorsement (navigation bars link every page to itself), and keeping it lets a page feed
+        its own cash back. The simulator drops them from the graph too, so the reference PageRank
+        is computed on the same graph.
+    :param default_history: rate of cash per time unit assumed for a page just discovered (the
+        paper's "default history"); ``None`` learns it as a running mean over the pages' first
+        visits. Used by the windowed policies; the unbounded history needs no prior.
+    :param capacity: initial number of page slots (grows by doubling).
+    :param time_fn: wall clock for ``clock="wall"`` windows (injectable for tests).
+    """
+
+    def __init__(
+        self,
+        *,
+        epsilon: float = 0.15,
+        refresh: float = 1.0,
+        window: WindowPolicy | str | None = None,
+        self_links: bool = False,
+        default_history: float | None = None,
+        capacity: int = 1024,
+        time_fn=time.time,
+    ) -> None:
+        if not 0.0 < epsilon <= 1.0:
+            raise ValueError("epsilon must be in (0, 1]")
+        if not 0.0 <= refresh <= 1.0:
+            raise ValueError("refresh must be in [0, 1]")
+        self.epsilon = float(epsilon)
+        self.refresh = float(refresh)
+        self.self_links = bool(self_links)
+        self.time_fn = time_fn
+        self.window: WindowPolicy = parse_window(window)
+        self._learn_default = default_history is None
+        self.default_rate = 0.0 if default_history is None else float(default_history)
+
+        # Global scalars.
+        self.n = 0
+        self.G = 0.0  #: the clock: total history (real pages + virtual page payouts)
+        self.g_real = 0.0  #: cash absorbed by real pages' visits
+        self.virtual_cash = 1.0  #: all cash starts in the virtual page
+        self.virtual_history = 0.0  #: cash the virtual page has paid out
+        self.acc_all = 0.0
+        self.acc_unfetched = 0.0
+        self.n_unfetched = 0
+        self.n_initial = 0
+        self.c0 = 0.0  #: initial cash of pages flagged INITIAL
+        self.visit_count = 0
+        self.cash_at_visit_ema = 0.0  #: running mean of (cash at visit) * n
+
+        self.capacity = 0
+        self._s = np.zeros(0)
+        self.hist = np.zeros(0)
+        self.last_g = np.zeros(0)
+        self.visits = np.zeros(0, dtype=np.uint32)
+        self.flags = np.zeros(0, dtype=np.uint8)
+        self.last_t = np.zeros(0)
+        self._wall = self.window.clock == "wall"
+        self._observers: list[CashObserver] = []
+        self._ids: dict[Hashable, int] = {}
+        self._keys: list[Hashable | None] = []
+        self._norm_cache: tuple[float, int, float] | None = None
+        self._grow(max(1, int(capacity)))
+        self.window.bind(self)
+
+    # ------------------------------------------------------------------ storage
+    def _grow(self, need: int) -> None:
+        if need <= self.capacity:
+            return
+        cap = max(need, self.capacity * 2)
+
+        def grown(a: np.ndarray, fill: float = 0) -> np.ndarray:
+            b = np.full(cap, fill, dtype=a.dtype)
+            b[: self.n] = a[: self.n]
+            return b
+
+        self._s = grown(self._s)
+        self.hist = grown(self.hist)
+        self.last_g = grown(self.last_g)
+        self.visits = grown(self.visits)
+        self.flags = grown(self.flags)
+        if self._wall:
+            self.last_t = grown(self.last_t)
+        self.capacity = cap
+        # memoryviews give the per-event path Python floats/ints without numpy scalar overhead.
+        self._s_mv = memoryview(self._s)
+        self._hist_mv = memoryview(self.hist)
+        self._last_g_mv = memoryview(self.last_g)
+        self._visits_mv = memoryview(self.visits)
+        self._flags_mv = memoryview(self.flags)
+        if self.window.engine is self:
+            self.window.grow(cap)
+        for obs in self._observers:
+            obs.grow(cap)
+
+    def reserve(self, n: int) -> None:
+        """Make room for ``n`` pages in total (avoids doubling overshoot for a known size)."""
+        self._grow(n)
+
+    def add_observer(self, obs: CashObserver) -> None:
+        obs.grow(self.capacity)
+        self._observers.append(obs)
+
+    def nbytes(self) -> int:
+        """Bytes held by the per-page arrays (engine + window policy), at current capacity."""
+        own = sum(a.nbytes for a in (self._s, self.hist, self.last_g, self.visits, self.flags))
+        return own + (self.last_t.nbytes if self._wall else 0) + self.window.nbytes()
+
+    # ------------------------------------------------------------------ pages
+    def _now(self) -> float:
+        return self.time_fn() if self._wall else self.G
+
+    def add_pages(self, count: int) -> np.ndarray:
+        """Add ``count`` new pages (cash 0, not fetched); returns their ids."""
+        start = self.n
+        self._grow(start + count)
+        ids = np.arange(start, start + count)
+        self._s[ids] = -(self.acc_all + self.acc_unfetched)
+        self.hist[ids] = 0.0
+        self.last_g[ids] = self.G
+        self.visits[ids] = 0
+        self.flags[ids] = 0
+        now = self._now()
+        if self._wall:
+            self.last_t[ids] = now
+        self.n += count
+        self.n_unfetched += count
+        if self._keys:
+            self._keys.extend([None] * count)
+        self.window.on_new(ids, now)
+        return ids
+
+    def add_page(self) -> int:
+        """Add one page (scalar fast path of :meth:`add_pages`)."""
+        i = self.n
+        if i >= self.capacity:
+            self._grow(i + 1)
+        self._s_mv[i] = -(self.acc_all + self.acc_unfetched)
+        self._hist_mv[i] = 0.0
+        self._last_g_mv[i] = self.G
+        self._visits_mv[i] = 0
+        self._flags_mv[i] = 0
+        self.n = i + 1
+        self.n_unfetched += 1
+        if not isinstance(self.window, UnboundedHistory):
+            now = self._now()
+            if self._wall:
+                self.last_t[i] = now
+            self.window.on_new(np.array([i]), now)
+        return i
+
+    # Keyed access: the Scrapy layer keys pages by request fingerprint.
+    def page(self, key: Hashable) -> int:
+        """Id of the page with this key, creating it (cash 0) if unknown."""
+        i = self._ids.get(key)
+        if i is None:
+            if len(self._keys) < self.n:
+                self._keys.extend([None] * (self.n - len(self._keys)))
+            i = self.add_page()
+            self._ids[key] = i
+            self._keys.append(key)
+        return i
+
+    def id_of(self, key: Hashable) -> int | None:
+        return self._ids.get(key)
+
+    def key_of(self, i: int) -> Hashable | None:
+        return self._keys[i] if i < len(self._keys) else None
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self._ids
+
+    def init_uniform(self) -> None:
+        """The paper's initialisation ``C[i] = 1/n``: spread the virtual page's cash over all
+        current pages as their initial cash ``C0`` (flag ``INITIAL``). Call once, before visits."""
+        if self.n_initial or self.n == 0:
+            raise RuntimeError("init_uniform() needs pages and can only be called once")
+        n = self.n
+        self.c0 = self.virtual_cash / n
+        self._s[:n] += self.c0
+        self.flags[:n] |= INITIAL
+        self.n_initial = n
+        self.virtual_cash = 0.0
+
+    # ------------------------------------------------------------------ reading cash
+    def _offsets(self, ids: np.ndarray) -> np.ndarray:
+        unf = (self.flags[ids] & FETCHED) == 0
+        return self.acc_all + self.acc_unfetched * unf
+
+    def cash(self, ids: np.ndarray | Sequence[int] | None = None) -> np.ndarray:
+        """True cash of ``ids`` (all pages if ``None``)."""
+        ids = np.arange(self.n) if ids is None else np.asarray(ids, dtype=np.int64)
+        return self._s[ids] + self._offsets(ids)
+
+    def cash_of(self, i: int) -> float:
+        off = self.acc_all if self._flags_mv[i] & FETCHED else self.acc_all + self.acc_unfetched
+        return self._s_mv[i] + off
+
+    def initial_cash(self, ids: np.ndarray) -> np.ndarray:
+        """``C0`` of each page (the uniform initial cash, or 0)."""
+        return self.c0 * ((self.flags[ids] & INITIAL) != 0)
+
+    def total_cash(self) -> float:
+        """Sum of all cash including the virtual page: 1 up to rounding. O(n), for checks."""
+        return float(self.cash().sum()) + self.virtual_cash
+
+    def fetched(self, ids: np.ndarray | None = None) -> np.ndarray:
+        ids = np.arange(self.n) if ids is None else np.asarray(ids, dtype=np.int64)
+        return (self.flags[ids] & FETCHED) != 0
+
+    # ------------------------------------------------------------------ cash movements
+    def _take(self, i: int) -> float:
+        """Take all of page ``i``'s cash (resetting it to 0) and mark it fetched."""
+        fl = self._flags_mv[i]
+        if fl & FETCHED:
+            c = self._s_mv[i] + self.acc_all
+        else:
+            c = self._s_mv[i] + self.acc_all + self.acc_unfetched
+            self._flags_mv[i] = fl | FETCHED
+            self.n_unfetched -= 1
+        self._s_mv[i] = -self.acc_all
+        return c
+
+    def visit(
+        self,
+        i: int,
+        children: Sequence[int] = (),
+        weights: Sequence[float] | None = None,
+        boosts: Sequence[float] | None = None,
+    ) -> float:
+        """Visit page ``i`` whose out-links are ``children``; returns the cash it absorbed.
+
+        ``weights`` (aligned with ``children``) split the non-virtual share unequally, e.g. to
+        weigh external links above internal ones. ``boosts`` (aligned with ``children``) are
+        focused-crawl multipliers: child ``j`` receives ``boosts[j]`` times its share *extra*,
+        taken from the virtual page (never more than it holds), so total cash is unchanged.
+        A page with no children is dangling: all its cash goes to the virtual page.
+        """
+        first = not (self._flags_mv[i] & FETCHED)
+        c = self._take(i)
+        for obs in self._observers:
+            obs.taken((i,))
+        now = self._now()
+        self.window.absorb_one(i, c, now)
+        self._last_g_mv[i] = self.G
+        if self._wall:
+            self.last_t[i] = now
+        self._visits_mv[i] += 1
+        self.G += c
+        self.g_real += c
+        self._record_visit(c, 1)
+        if first and self._learn_default and not isinstance(self.window, UnboundedHistory):
+            self._learn_rate(self.window.estimate_one(i, 0.0, now), 1)
+        self._distribute(i, c, children, weights, boosts)
+        self.payout()
+        return c
+
+    def _distribute(self, i, c, children, weights, boosts) -> None:
+        if not self.self_links and i in children:
+            keep = [k for k, j in enumerate(children) if j != i]
+            children = [children[k] for k in keep]
+            weights = None if weights is None else [weights[k] for k in keep]
+            boosts = None if boosts is None else [boosts[k] for k in keep]
+        d = len(children)
+        if d == 0 or c == 0.0:
+            self.virtual_cash += c
+            return
+        s = self._s_mv
+        to_virtual = self.epsilon * c
+        rest = c - to_virtual
+        if weights is None:
+            share = rest / d
+            for j in children:
+                s[j] += share
+            shares = None
+        else:
+            total_w = float(sum(weights))
+            if not total_w > 0:  # no usable weight: behave as a dangling page
+                self.virtual_cash += c
+                return
+            shares = [rest * w / total_w for w in weights]
+            for j, x in zip(children, shares):
+                s[j] += x
+        self.virtual_cash += to_virtual
+        if boosts is not None:
+            extra = [b * (share if shares is None else shares[k]) for k, b in enumerate(boosts)]
+            want = sum(extra)
+            if want > 0 and self.virtual_cash > 0:
+                scale = min(1.0, self.virtual_cash / want)
+                for j, x in zip(children, extra):
+                    if x > 0:
+                        s[j] += x * scale
+                self.virtual_cash -= want * scale
+                if self.virtual_cash < 0:  # rounding when scale == V / want
+                    self.virtual_cash = 0.0
+        for obs in self._observers:
+            obs.raised(children)
+
+    def visit_batch(
+        self,
+        ids: np.ndarray,
+        offsets: np.ndarray,
+        children: np.ndarray,
+        weights: np.ndarray | None = None,
+    ) -> float:
+        """Visit the distinct pages ``ids`` at once; returns the total cash absorbed.
+
+        The out-links of ``ids[k]`` are ``children[offsets[k]:offsets[k + 1]]`` (CSR layout, with
+        optional per-link ``weights``). Every page's cash is taken at the same instant (the batch's
+        G-time), then all of it is paid out, so a page of the batch linked from another page of the
+        batch keeps what it receives for its next visit.
+        """
+        ids = np.asarray(ids, dtype=np.int64)
+        offsets = np.asarray(offsets, dtype=np.int64)
+        children = np.asarray(children, dtype=np.int64)
+        if ids.size == 0:
+            return 0.0
+        for obs in self._observers:
+            obs.taken(ids.tolist())
+        flags = self.flags[ids]
+        first = (flags & FETCHED) == 0
+        c = self._s[ids] + self.acc_all + self.acc_unfetched * first
+        self.flags[ids] = flags | FETCHED
+        self.n_unfetched -= int(first.sum())
+        self._s[ids] = -self.acc_all
+        now = self._now()
+        self.window.absorb(ids, c, now)
+        self.last_g[ids] = self.G
+        if self._wall:
+            self.last_t[ids] = now
+        self.visits[ids] += 1
+        total = float(c.sum())
+        self.G += total
+        self.g_real += total
+        self._record_visit(total / ids.size, ids.size)
+        if self._learn_default and first.any() and not isinstance(self.window, UnboundedHistory):
+            new = ids[first]
+            rates = self.window.estimate(new, np.zeros(new.size), now)
+            self._learn_rate(float(rates.mean()), new.size)
+
+        deg = np.diff(offsets)
+        row = np.repeat(np.arange(ids.size), deg)
+        w = None if weights is None else np.asarray(weights, dtype=float)
+        if not self.self_links and children.size:
+            keep = children != ids[row]
+            if not keep.all():
+                children, row = children[keep], row[keep]
+                w = None if w is None else w[keep]
+        if w is None:
+            wsum = np.bincount(row, minlength=ids.size).astype(float)
+        else:
+            wsum = np.bincount(row, weights=w, minlength=ids.size)
+        live = wsum > 0
+        to_virtual = float(c[~live].sum()) + self.epsilon * float(c[live].sum())
+        if children.size:
+            per_weight = np.zeros(ids.size)
+            per_weight[live] = (1.0 - self.epsilon) * c[live] / wsum[live]
+            share = per_weight[row] if w is None else per_weight[row] * w
+            if children.size * 8 < self.n:
+                np.add.at(self._s, children, share)
+            else:
+                self._s[: self.n] += np.bincount(children, weights=share, minlength=self.n)
+            if self._observers:
+                raised = np.unique(children).tolist()
+                for obs in self._observers:
+                    obs.raised(raised)
+        self.virtual_cash += to_virtual
+        self.payout()
+        return total
+
+    def forfeit(self, i: int) -> float:
+        """Send page ``i``'s cash to the virtual page without a visit (no history, no clock):
+        a page given up before it could be fetched. Returns the amount."""
+        fl = self._flags_mv[i]
+        off = self.acc_all if fl & FETCHED else self.acc_all + self.acc_unfetched
+        c = self._s_mv[i] + off
+        self._s_mv[i] = -off
+        self.virtual_cash += c
+        for obs in self._observers:
+            obs.taken((i,))
+        return c
+
+    def transfer(self, src: int, dst: int) -> float:
+        """Move all of ``src``'s cash to ``dst`` (a redirect: same money, new page)."""
+        if src == dst:
+            return 0.0
+        fl = self._flags_mv[src]
+        off = self.acc_all if fl & FETCHED else self.acc_all + self.acc_unfetched
+        c = self._s_mv[src] + off
+        self._s_mv[src] = -off
+        self._s_mv[dst] += c
+        for obs in self._observers:
+            obs.taken((src,))
+            obs.raised((dst,))
+        return c
+
+    def boost(self, ids: Sequence[int], amount: float) -> float:
+        """Give each of ``ids`` up to ``amount`` extra cash taken from the virtual page (scaled
+        down if the virtual page holds less). Returns the cash moved."""
+        ids = list(ids)
+        want = amount * len(ids)
+        if not ids or want <= 0 or self.virtual_cash <= 0:
+            return 0.0
+        each = min(amount, self.virtual_cash / len(ids))
+        s = self._s_mv
+        for j in ids:
+            s[j] += each
+        moved = each * len(ids)
+        self.virtual_cash = max(0.0, self.virtual_cash - moved)
+        for obs in self._observers:
+            obs.raised(ids)
+        return moved
+
+    def payout(self) -> float:
+        """Pay the virtual page's cash out: ``refresh`` of it to all pages, the rest to unfetched
+        pages (all to all pages when none is unfetched). O(1). Returns the amount paid."""
+        v = self.virtual_cash
+        if v <= 0.0 or self.n == 0:
+            return 0.0
+        to_unfetched = (1.0 - self.refresh) * v if self.n_unfetched else 0.0
+        self.acc_all += (v - to_unfetched) / self.n
+        if to_unfetched:
+            self.acc_unfetched += to_unfetched / self.n_unfetched
+        self.virtual_cash = 0.0
+        self.virtual_history += v
+        self.G += v
+        return v
+
+    # ------------------------------------------------------------------ statistics
+    def _record_visit(self, mean_cash: float, count: int) -> None:
+        self.visit_count += count
+        # Running mean over roughly the last 1000 visits of (cash at visit) * n; Greedy -> 2.
+        w = 1.0 - 0.999**count
+        self.cash_at_visit_ema += w * (mean_cash * self.n - self.cash_at_visit_ema)
+
+    def _learn_rate(self, rate: float, count: int) -> None:
+        w = 1.0 - 0.99**count
+        self.default_rate += w * (rate - self.default_rate)
+
+    @property
+    def error_factor(self) -> float:
+        """The paper's error factor ``1 / G`` (an upper bound on the estimate's error)."""
+        return 1.0 / self.G if self.G > 0 else float("inf")
+
+    def importance(self, ids: np.ndarray | Sequence[int] | None = None) -> np.ndarray:
+        """Importance of ``ids`` (all pages if ``None``), normalised to sum 1 over all pages."""
+        n = self.n
+        all_ids = np.arange(n)
+        est = self.window.estimate(all_ids, self.cash(all_ids), self._now())
+        total = float(est.sum())
+        if total <= 0:
+            out = np.full(n, 1.0 / n) if n else est
+        else:
+            out = est / total
+        return out if ids is None else out[np.asarray(ids, dtype=np.int64)]
+
+    def importance_of(self, i: int) -> float:
+        """Importance of one page. O(1) for the unbounded history; windowed policies reuse a
+        normaliser that is refreshed whenever the clock or the page count moved by 1%."""
+        now = self._now()
+        est = self.window.estimate_one(i, self.cash_of(i), now)
+        return est / self._normaliser(now) if est > 0 else 0.0
+
+    def _normaliser(self, now: float) -> float:
+        w = self.window
+        if isinstance(w, UnboundedHistory):
+            total = self.g_real + (1.0 - self.virtual_cash)
+            if w.estimator == "lemma":
+                total -= self.c0 * self.n_initial
+            return total
+        cached = self._norm_cache
+        if (
+            cached is None
+            or abs(self.G - cached[0]) > 0.01 * max(self.G, 1e-300)
+            or abs(self.n - cached[1]) > 0.01 * self.n
+        ):
+            all_ids = np.arange(self.n)
+            total = float(w.estimate(all_ids, self.cash(all_ids), now).sum())
+            self._norm_cache = cached = (self.G, self.n, total)
+        return cached[2]
+
+    def stats(self) -> dict[str, float]:
+        """Scalars worth watching (the Scrapy layer copies them into its stats collector)."""
+        return {
+            "pages": self.n,
+            "fetched": self.n - self.n_unfetched,
+            "unfetched": self.n_unfetched,
+            "visits": self.visit_count,
+            "G": self.G,
+            "error_factor": self.error_factor,
+            "virtual_cash": self.virtual_cash,
+            "cash_at_visit_x_n": self.cash_at_visit_ema,
+        }
+
+
+__all__ = ["FETCHED", "INITIAL", "CashObserver", "OpicEngine"]

@@ -1,0 +1,435 @@
+"""History window policies: how a page's history H absorbs the cash C taken at a visit.
+
+Section 3.3 of the paper (Abiteboul, Preda, Cobena, WWW 2003) defines Adaptive OPIC by the *window*
+over which a page's history is kept. Each policy here implements one of them:
+
+``UnboundedHistory``
+    Static OPIC: ``H += C`` forever. The only policy for which Lemma 2.3 holds exactly.
+``Interpolation(T)``
+    One measure per page: ``H`` estimates the cash the page received during the ``T`` time units
+    before its last visit, assuming cash accumulates linearly (the paper's update formula)::
+
+        H <- H * (T - (G - G[i])) / T + C     if G - G[i] < T
+        H <- C * T / (G - G[i])               otherwise
+
+``VariableWindow(k)``
+    The last ``k`` measures ``(C, G)`` of every page.
+``FixedWindow(T)``
+    The measures taken since ``now - T`` (their number varies from page to page).
+``ImprovedFixedWindow(T, m)``
+    Fixed Window that always keeps at least the last ``m`` measures.
+
+Time is the G-clock (total history, the paper's choice) or wall-clock seconds (``clock="wall"``),
+which is what a crawl that is paused and resumed usually wants.
+
+Every policy estimates a page's importance as its *share of the cash flow*: the cash it received in
+its window divided by the window's length (a rate), normalised over pages by the engine. For the
+unbounded history the estimate is ``H + C - C0`` (Lemma 2.3: one exact power-iteration step applied
+to ``H``) or the paper's ``H + C``.
+
+Policies hold per-page arrays that the engine grows with its own capacity; ``absorb`` and
+``estimate`` are vectorised over arrays of page ids, so the engine's per-event path and its batch
+path run the same formulas.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .engine import OpicEngine
+
+CLOCKS = ("g", "wall")
+
+
+class WindowPolicy:
+    """Base class. Subclasses own whatever per-page state their window needs.
+
+    Contract with the engine:
+
+    * ``bind(engine)`` is called once; ``grow(capacity)`` whenever the engine grows.
+    * ``on_new(ids, now)`` for pages that just joined (their prior: the default history).
+    * ``absorb(ids, cash, now)`` at a visit, *before* the engine stamps ``last_g``/``visits``; it
+      must write the page's new history into ``engine.hist``.
+    * ``estimate(ids, cash, now)`` returns a non-negative, un-normalised importance estimate.
+    """
+
+    name = "window"
+    clock = "g"
+
+    def __init__(self) -> None:
+        self.engine: OpicEngine | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def bind(self, engine: OpicEngine) -> None:
+        self.engine = engine
+        self.grow(engine.capacity)
+
+    def grow(self, capacity: int) -> None:
+        """Resize per-page arrays to ``capacity`` rows (new rows zeroed)."""
+
+    def on_new(self, ids: np.ndarray, now: float) -> None:
+        """Initialise the window state of newly added pages."""
+
+    # -- formulas --------------------------------------------------------------------------
+    def absorb(self, ids: np.ndarray, cash: np.ndarray, now: float) -> None:
+        raise NotImplementedError
+
+    def absorb_one(self, i: int, cash: float, now: float) -> None:
+        """Scalar path; policies with cheap scalar formulas override it."""
+        self.absorb(np.array([i], dtype=np.int64), np.array([cash]), now)
+
+    def estimate(self, ids: np.ndarray, cash: np.ndarray, now: float) -> np.ndarray:
+        raise NotImplementedError
+
+    def estimate_one(self, i: int, cash: float, now: float) -> float:
+        return float(self.estimate(np.array([i], dtype=np.int64), np.array([cash]), now)[0])
+
+    def measures_per_page(self, now: float) -> float:
+        """Average number of measures a page's estimate currently uses (the paper's Fig. 5)."""
+        raise NotImplementedError
+
+    def nbytes(self) -> int:
+        return 0
+
+    def spec(self) -> str:
+        return self.name
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.spec()}>"
+
+    # -- helpers ---------------------------------------------------------------------------
+    def _last(self) -> np.ndarray:
+        """Time of each page's last visit (or arrival) on this policy's clock."""
+        assert self.engine is not None
+        return self.engine.last_g if self.clock == "g" else self.engine.last_t
+
+
+class UnboundedHistory(WindowPolicy):
+    """Static OPIC: the history keeps every cash ever absorbed.
+
+    ``estimator="lemma"`` (default) uses ``H + C - C0``: by Lemma 2.3 this equals
+    ``sum_i L[i, j] H[i] / out[i]``, one exact power step applied to the history, and it removes
+    the ``C0`` bias of the paper's ``(H + C) / (G + 1)`` (``estimator="paper"``). The benchmark in
+    ``benchmarks/paper_figures.py`` measures both.
+    """
+
+    name = "unbounded"
+
+    def __init__(self, estimator: str = "lemma") -> None:
+        super().__init__()
+        if estimator not in ("lemma", "paper"):
+            raise ValueError(f"estimator must be 'lemma' or 'paper', not {estimator!r}")
+        self.estimator = estimator
+
+    def absorb(self, ids: np.ndarray, cash: np.ndarray, now: float) -> None:
+        self.engine.hist[ids] += cash
+
+    def absorb_one(self, i: int, cash: float, now: float) -> None:
+        self.engine._hist_mv[i] += cash
+
+    def estimate(self, ids: np.ndarray, cash: np.ndarray, now: float) -> np.ndarray:
+        e = self.engine
+        est = e.hist[ids] + cash
+        if self.estimator == "lemma":
+            est -= e.initial_cash(ids)
+            np.maximum(est, 0.0, out=est)  # rounding only: received cash is never negative
+        return est
+
+    def measures_per_page(self, now: float) -> float:
+        return 1.0
+
+    def spec(self) -> str:
+        return "unbounded" if self.estimator == "lemma" else "unbounded:paper"
+
+
+class Interpolation(WindowPolicy):
+    """The paper's Interpolation policy (the one Xyleme used): one measure per page.
+
+    ``engine.hist[i]`` holds the interpolated cash received during the ``T`` time units before the
+    last visit; the time of that visit is ``engine.last_g`` (or ``engine.last_t`` for wall-clock
+    windows). A new page starts with the default history ``r0 * T`` stamped at its arrival time,
+    ``r0`` being the engine's learned cash rate of recently introduced pages.
+    """
+
+    name = "interpolation"
+
+    def __init__(self, T: float, clock: str = "g") -> None:
+        super().__init__()
+        if not T > 0:
+            raise ValueError("Interpolation window T must be > 0")
+        if clock not in CLOCKS:
+            raise ValueError(f"clock must be one of {CLOCKS}")
+        self.T = float(T)
+        self.clock = clock
+
+    def on_new(self, ids: np.ndarray, now: float) -> None:
+        self.engine.hist[ids] = self.engine.default_rate * self.T
+
+    @staticmethod
+    def _window_cash(h: np.ndarray, dt: np.ndarray, cash: np.ndarray, T: float) -> np.ndarray:
+        """The paper's formula, both cases, vectorised."""
+        inside = dt < T
+        # For dt >= T the first branch is unused; guard the division for dt == 0 (never inside).
+        with np.errstate(divide="ignore", invalid="ignore"):
+            outside = cash * T / dt
+        return np.where(inside, h * (T - dt) / T + cash, outside)
+
+    def absorb(self, ids: np.ndarray, cash: np.ndarray, now: float) -> None:
+        e = self.engine
+        dt = now - self._last()[ids]
+        e.hist[ids] = self._window_cash(e.hist[ids], dt, cash, self.T)
+
+    def absorb_one(self, i: int, cash: float, now: float) -> None:
+        e = self.engine
+        dt = now - (e._last_g_mv[i] if self.clock == "g" else float(e.last_t[i]))
+        h = e._hist_mv
+        T = self.T
+        h[i] = h[i] * (T - dt) / T + cash if dt < T else cash * T / dt
+
+    def estimate(self, ids: np.ndarray, cash: np.ndarray, now: float) -> np.ndarray:
+        # The same interpolation, evaluated now without mutating: the cash received during the
+        # last T time units, as a rate.
+        dt = now - self._last()[ids]
+        return self._window_cash(self.engine.hist[ids], dt, cash, self.T) / self.T
+
+    def measures_per_page(self, now: float) -> float:
+        return 1.0
+
+    def spec(self) -> str:
+        return f"interpolation:{self.T:g}" + (":wall" if self.clock == "wall" else "")
+
+
+class _MeasureWindow(WindowPolicy):
+    """Shared storage for the policies that keep several measures ``(C, t)`` per page.
+
+    Measures live in two ``(capacity, K)`` arrays, right-aligned (newest in the last column) with
+    ``count`` real measures per page; ``t_before`` is the time of the visit that preceded the
+    oldest stored measure, so that the cash of the stored measures accumulated over
+    ``(t_before, t_newest]``. A page's rate is::
+
+        (sum of the measures in its window + current cash) / (now - start of the window)
+
+    A new page gets one pseudo-measure carrying the default history (``r0 * span``) over a prior
+    span, so its estimate starts at the rate of recently introduced pages and fades as real
+    measures arrive.
+    """
+
+    def __init__(self, slots: int, clock: str = "g") -> None:
+        super().__init__()
+        if slots < 1 or slots > 255:
+            raise ValueError("measure windows keep between 1 and 255 measures per page")
+        if clock not in CLOCKS:
+            raise ValueError(f"clock must be one of {CLOCKS}")
+        self.K = int(slots)
+        self.clock = clock
+        self.mc = np.zeros((0, self.K))
+        self.mt = np.full((0, self.K), -np.inf)
+        self.count = np.zeros(0, dtype=np.uint8)
+        self.t_before = np.zeros(0)
+        self.span_ema = 0.0  # mean time between two visits of a page: the prior span
+
+    def grow(self, capacity: int) -> None:
+        old = self.count.shape[0]
+        if capacity <= old:
+            return
+        mc = np.zeros((capacity, self.K))
+        mt = np.full((capacity, self.K), -np.inf)
+        mc[:old], mt[:old] = self.mc, self.mt
+        self.mc, self.mt = mc, mt
+        self.count = np.concatenate([self.count, np.zeros(capacity - old, dtype=np.uint8)])
+        self.t_before = np.concatenate([self.t_before, np.zeros(capacity - old)])
+
+    def prior_span(self) -> float:
+        return self.span_ema
+
+    def on_new(self, ids: np.ndarray, now: float) -> None:
+        self.mc[ids] = 0.0
+        self.mt[ids] = -np.inf
+        self.count[ids] = 0
+        span = self.prior_span()
+        self.t_before[ids] = now - span
+        rate = self.engine.default_rate
+        if span > 0 and rate > 0:
+            self.mc[ids, -1] = rate * span
+            self.mt[ids, -1] = now
+            self.count[ids] = 1
+
+    def _make_room(self, ids: np.ndarray, now: float) -> None:
+        """Free the oldest column of full rows. Variable Window drops it (the window moves)."""
+        full = ids[self.count[ids] == self.K]
+        if full.size:
+            self.t_before[full] = self.mt[full, 0]
+            self.count[full] -= 1
+
+    def absorb(self, ids: np.ndarray, cash: np.ndarray, now: float) -> None:
+        e = self.engine
+        last = self._last()[ids]
+        span = now - last
+        pos = span[np.isfinite(span) & (span > 0)]
+        if pos.size:  # running mean of the time between visits (prior span for new pages)
+            w = 1.0 - 0.999**pos.size
+            self.span_ema += w * (float(pos.mean()) - self.span_ema)
+        self._make_room(ids, now)
+        mc, mt = self.mc[ids], self.mt[ids]
+        mc[:, :-1] = mc[:, 1:]
+        mt[:, :-1] = mt[:, 1:]
+        mc[:, -1] = cash
+        mt[:, -1] = now
+        self.mc[ids], self.mt[ids] = mc, mt
+        self.count[ids] += 1
+        used, _ = self._used(ids, now)
+        e.hist[ids] = np.where(used, mc, 0.0).sum(axis=1)
+
+    def _used(self, ids: np.ndarray, now: float) -> tuple[np.ndarray, np.ndarray]:
+        """Mask of the measures in each page's window, and the start time of that window."""
+        used = np.arange(self.K)[None, :] >= (self.K - self.count[ids].astype(np.int64))[:, None]
+        return used, self.t_before[ids]
+
+    def estimate(self, ids: np.ndarray, cash: np.ndarray, now: float) -> np.ndarray:
+        used, start = self._used(ids, now)
+        total = np.where(used, self.mc[ids], 0.0).sum(axis=1) + cash
+        span = now - start
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rate = total / span
+        # A page that arrived this very instant has no span yet: give it the default rate.
+        return np.where(span > 0, rate, self.engine.default_rate)
+
+    def measures_per_page(self, now: float) -> float:
+        n = self.engine.n
+        if n == 0:
+            return 0.0
+        used, _ = self._used(np.arange(n), now)
+        return float(used.sum() / n)
+
+    def nbytes(self) -> int:
+        return self.mc.nbytes + self.mt.nbytes + self.count.nbytes + self.t_before.nbytes
+
+
+class VariableWindow(_MeasureWindow):
+    """The last ``k`` measures of every page (the paper's Variable Window)."""
+
+    name = "variable"
+
+    def __init__(self, k: int, clock: str = "g") -> None:
+        super().__init__(k, clock)
+
+    def spec(self) -> str:
+        return f"variable:{self.K}" + (":wall" if self.clock == "wall" else "")
+
+
+class FixedWindow(_MeasureWindow):
+    """The measures taken since ``now - T`` (the paper's Fixed Window).
+
+    Storage per page is bounded by ``slots``: when a page is visited more than ``slots`` times
+    within ``T``, its two oldest measures are merged into one (the paper's suggested compression:
+    the merged measure covers the same cash over the same span, so rates are unchanged).
+    """
+
+    name = "fixed"
+
+    def __init__(self, T: float, clock: str = "g", slots: int = 32, min_measures: int = 0) -> None:
+        super().__init__(slots, clock)
+        if not T > 0:
+            raise ValueError("Fixed Window T must be > 0")
+        if not 0 <= min_measures <= slots:
+            raise ValueError("min_measures must be between 0 and slots")
+        self.T = float(T)
+        self.m = int(min_measures)
+
+    def prior_span(self) -> float:
+        return self.T
+
+    def _make_room(self, ids: np.ndarray, now: float) -> None:
+        full = ids[self.count[ids] == self.K]
+        if not full.size:
+            return
+        expired = self.mt[full, 0] < now - self.T
+        drop = full[expired]
+        if drop.size:  # the oldest measure left the window: forget it
+            self.t_before[drop] = self.mt[drop, 0]
+            self.count[drop] -= 1
+        merge = full[~expired]
+        if merge.size:  # still inside the window: fold it into its successor
+            self.mc[merge, 1] += self.mc[merge, 0]
+            self.mc[merge, 0] = 0.0
+            self.mt[merge, 0] = -np.inf
+            self.count[merge] -= 1
+
+    def _used(self, ids: np.ndarray, now: float) -> tuple[np.ndarray, np.ndarray]:
+        K = self.K
+        cols = np.arange(K)[None, :]
+        real = cols >= (K - self.count[ids].astype(np.int64))[:, None]
+        mt = self.mt[ids]
+        used = real & (mt >= now - self.T)
+        if self.m:
+            used |= real & (cols >= K - self.m)
+        # The window starts where the newest *unused* real measure ended, or at t_before.
+        n_unused = K - used.sum(axis=1)  # unused columns form a prefix (times ascend)
+        idx = n_unused - 1
+        has_real_unused = (idx >= 0) & (idx >= K - self.count[ids].astype(np.int64))
+        rows = np.arange(len(ids))
+        start = np.where(has_real_unused, mt[rows, np.maximum(idx, 0)], self.t_before[ids])
+        return used, start
+
+    def spec(self) -> str:
+        base = f"fixed:{self.T:g}" if not self.m else f"improved:{self.T:g}:{self.m}"
+        return base + (":wall" if self.clock == "wall" else "")
+
+
+class ImprovedFixedWindow(FixedWindow):
+    """Fixed Window that keeps at least the last ``m`` measures of every page (paper: m = 3)."""
+
+    name = "improved"
+
+    def __init__(self, T: float, m: int = 3, clock: str = "g", slots: int = 32) -> None:
+        super().__init__(T, clock=clock, slots=slots, min_measures=m)
+
+
+def parse_window(spec: str | WindowPolicy | None) -> WindowPolicy:
+    """Build a policy from a short spec.
+
+    ``unbounded`` | ``unbounded:paper`` | ``interpolation:T`` | ``variable:K`` | ``fixed:T`` |
+    ``improved:T[:M]``; append ``:wall`` for wall-clock seconds instead of G-time, e.g.
+    ``interpolation:86400:wall``.
+    """
+    if spec is None:
+        return UnboundedHistory()
+    if isinstance(spec, WindowPolicy):
+        return spec
+    parts = [p.strip() for p in str(spec).strip().lower().split(":") if p.strip()]
+    if not parts:
+        raise ValueError("empty window spec")
+    clock = "g"
+    if parts[-1] in CLOCKS and len(parts) > 1:
+        clock = parts.pop()
+    kind, args = parts[0], parts[1:]
+    try:
+        if kind == "unbounded":
+            return UnboundedHistory(estimator=args[0] if args else "lemma")
+        if kind == "interpolation":
+            return Interpolation(float(args[0]), clock=clock)
+        if kind == "variable":
+            return VariableWindow(int(args[0]), clock=clock)
+        if kind == "fixed":
+            return FixedWindow(float(args[0]), clock=clock)
+        if kind == "improved":
+            return ImprovedFixedWindow(float(args[0]), int(args[1]) if len(args) > 1 else 3, clock)
+    except (IndexError, ValueError) as exc:
+        raise ValueError(f"bad window spec {spec!r}: {exc}") from None
+    raise ValueError(
+        f"unknown window policy {kind!r} (unbounded, interpolation, variable, fixed, improved)"
+    )
+
+
+__all__ = [
+    "FixedWindow",
+    "ImprovedFixedWindow",
+    "Interpolation",
+    "UnboundedHistory",
+    "VariableWindow",
+    "WindowPolicy",
+    "parse_window",
+]
