@@ -8,8 +8,9 @@ The model (Abiteboul, Preda, Cobena, "Adaptive On-Line Page Importance Computati
   and pays the cash out: a share ``epsilon`` to the *virtual page* (the paper's "small edges") and
   ``1 - epsilon`` split over the out-links (equally, or by link weights). A dangling page pays
   everything to the virtual page;
-* the virtual page pays its cash back to the real pages: a fraction ``refresh`` to *all* known
-  pages and the rest to the pages *not fetched yet* (discovery). ``refresh=1`` is the PageRank
+* the virtual page pays its cash back to the real pages (:meth:`OpicEngine.payout`, called before
+  every selection): a fraction ``refresh`` to *all* known pages and the rest to the pages *not
+  fetched yet* (discovery). ``refresh=1`` is the PageRank
   fixpoint below, ``refresh=0`` is pure discovery.
 
 Fixpoint (why this is PageRank). Take ``refresh=1`` and let ``pi`` be the long-run share of the cash
@@ -76,9 +77,14 @@ INITIAL = 2  #: flag: the page received the initial cash C0 (Lemma 2.3's C0)
 class CashObserver(Protocol):
     """Something (a selection strategy) that must hear when pages gain cash or the engine grows."""
 
-    def raised(self, ids: Iterable[int]) -> None: ...
+    def raised(self, i: int) -> None:
+        """Page ``i`` just gained cash (called once per credit, so a heap can sift at once)."""
 
-    def taken(self, ids: Iterable[int]) -> None: ...
+    def changed(self, ids: Iterable[int]) -> None:
+        """Many pages gained cash at once (the batch path): rebuild rather than sift."""
+
+    def taken(self, ids: Iterable[int]) -> None:
+        """Pages were visited or lost their cash."""
 
     def grow(self, capacity: int) -> None: ...
 
@@ -330,6 +336,9 @@ class OpicEngine:
         focused-crawl multipliers: child ``j`` receives ``boosts[j]`` times its share *extra*,
         taken from the virtual page (never more than it holds), so total cash is unchanged.
         A page with no children is dangling: all its cash goes to the virtual page.
+
+        The virtual page pays out later, in :meth:`payout`, which the selection strategies call
+        before every pop: so consecutive visits see the same virtual page a batch would.
         """
         first = not (self._flags_mv[i] & FETCHED)
         c = self._take(i)
@@ -347,7 +356,6 @@ class OpicEngine:
         if first and self._learn_default and not isinstance(self.window, UnboundedHistory):
             self._learn_rate(self.window.estimate_one(i, 0.0, now), 1)
         self._distribute(i, c, children, weights, boosts)
-        self.payout()
         return c
 
     def _distribute(self, i, c, children, weights, boosts) -> None:
@@ -360,36 +368,41 @@ class OpicEngine:
         if d == 0 or c == 0.0:
             self.virtual_cash += c
             return
-        s = self._s_mv
         to_virtual = self.epsilon * c
         rest = c - to_virtual
         if weights is None:
-            share = rest / d
-            for j in children:
-                s[j] += share
-            shares = None
+            shares = [rest / d] * d
         else:
             total_w = float(sum(weights))
             if not total_w > 0:  # no usable weight: behave as a dangling page
                 self.virtual_cash += c
                 return
             shares = [rest * w / total_w for w in weights]
-            for j, x in zip(children, shares):
-                s[j] += x
+        self._credit(children, shares)
         self.virtual_cash += to_virtual
         if boosts is not None:
-            extra = [b * (share if shares is None else shares[k]) for k, b in enumerate(boosts)]
+            extra = [b * x for b, x in zip(boosts, shares)]
             want = sum(extra)
             if want > 0 and self.virtual_cash > 0:
                 scale = min(1.0, self.virtual_cash / want)
-                for j, x in zip(children, extra):
-                    if x > 0:
-                        s[j] += x * scale
+                self._credit(children, [x * scale for x in extra])
                 self.virtual_cash -= want * scale
                 if self.virtual_cash < 0:  # rounding when scale == V / want
                     self.virtual_cash = 0.0
-        for obs in self._observers:
-            obs.raised(children)
+
+    def _credit(self, ids: Sequence[int], amounts: Sequence[float]) -> None:
+        """Add cash taken from elsewhere (the caller books the debit). Observers hear about each
+        credit right after it, so a heap sifts one changed key at a time."""
+        s = self._s_mv
+        if not self._observers:
+            for j, x in zip(ids, amounts):
+                s[j] += x
+            return
+        for j, x in zip(ids, amounts):
+            if x > 0:
+                s[j] += x
+                for obs in self._observers:
+                    obs.raised(j)
 
     def visit_batch(
         self,
@@ -458,9 +471,8 @@ class OpicEngine:
             if self._observers:
                 raised = np.unique(children).tolist()
                 for obs in self._observers:
-                    obs.raised(raised)
+                    obs.changed(raised)
         self.virtual_cash += to_virtual
-        self.payout()
         return total
 
     def forfeit(self, i: int) -> float:
@@ -483,10 +495,9 @@ class OpicEngine:
         off = self.acc_all if fl & FETCHED else self.acc_all + self.acc_unfetched
         c = self._s_mv[src] + off
         self._s_mv[src] = -off
-        self._s_mv[dst] += c
         for obs in self._observers:
             obs.taken((src,))
-            obs.raised((dst,))
+        self._credit((dst,), (c,))
         return c
 
     def boost(self, ids: Sequence[int], amount: float) -> float:
@@ -497,13 +508,9 @@ class OpicEngine:
         if not ids or want <= 0 or self.virtual_cash <= 0:
             return 0.0
         each = min(amount, self.virtual_cash / len(ids))
-        s = self._s_mv
-        for j in ids:
-            s[j] += each
+        self._credit(ids, [each] * len(ids))
         moved = each * len(ids)
         self.virtual_cash = max(0.0, self.virtual_cash - moved)
-        for obs in self._observers:
-            obs.raised(ids)
         return moved
 
     def payout(self) -> float:

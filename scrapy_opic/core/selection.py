@@ -18,7 +18,8 @@ They also observe the engine (``raised``/``taken``/``grow``), so cash moves keep
   for fetched pages, one for unfetched pages: the two sets the virtual page pays separately), keyed
   by the engine's stored cash ``s``. A payout to a set adds the same amount to all its members, so
   it never reorders a heap; a credit is an increase-key (sift up). Pop, push, discard and credit are
-  O(log n) and the heaps hold exactly one entry per candidate: no stale entries, no rebuilds.
+  O(log n) and the heaps hold exactly one entry per candidate: no stale entries. (Only the engine's
+  batch path, which credits many pages at once, makes the heaps rebuild, in O(candidates).)
   About 8.5 bytes per page (position int32, membership byte, heap slot int32).
 * :class:`RandomSelection`: uniform among candidates, O(1) per operation.
 * :class:`CycleSelection`: a fixed order (the page ids, i.e. discovery order) cycled around;
@@ -58,8 +59,11 @@ class Selection:
     def __contains__(self, i: int) -> bool:
         return i < len(self._where) and self._where[i] != _NONE
 
-    def raised(self, ids: Iterable[int]) -> None:
-        """Pages gained cash (only Greedy cares)."""
+    def raised(self, i: int) -> None:
+        """Page ``i`` gained cash (only Greedy cares)."""
+
+    def changed(self, ids: Iterable[int]) -> None:
+        """Many pages gained cash at once (only Greedy cares)."""
 
     def taken(self, ids: Iterable[int]) -> None:
         """Pages were visited or lost their cash: they are no longer candidates."""
@@ -172,12 +176,18 @@ class GreedySelection(Selection):
         if which != _NONE:
             self._remove_at(self._heaps[which], self._pos[i])
 
-    def raised(self, ids: Iterable[int]) -> None:
-        where, pos, heaps = self._where, self._pos, self._heaps
-        for i in ids:
-            which = where[i]
-            if which:
-                self._up(heaps[which], pos[i])
+    def raised(self, i: int) -> None:
+        # Increase-key: valid because the engine reports each credit before the next one.
+        which = self._where[i]
+        if which:
+            self._up(self._heaps[which], self._pos[i])
+
+    def changed(self, ids: Iterable[int]) -> None:
+        # Several keys rose together: sifting them one by one is not enough (a node can stop
+        # under a parent that later moves), so rebuild each heap bottom-up, O(candidates).
+        for items in self._heaps.values():
+            for k in range(len(items) // 2 - 1, -1, -1):
+                self._down(items, k)
 
     def peek(self) -> int | None:
         """The page :meth:`pop` would return, without removing it (payout included)."""

@@ -250,9 +250,10 @@ class _MeasureWindow(WindowPolicy):
         self.mt[ids] = -np.inf
         self.count[ids] = 0
         span = self.prior_span()
-        self.t_before[ids] = now - span
         rate = self.engine.default_rate
+        self.t_before[ids] = now
         if span > 0 and rate > 0:
+            self.t_before[ids] = now - span
             self.mc[ids, -1] = rate * span
             self.mt[ids, -1] = now
             self.count[ids] = 1

@@ -1,0 +1,350 @@
+"""Engine invariants: cash conservation, Lemma 2.3, the G-clock, the virtual page, both paths."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from scrapy_opic.core import OpicEngine, parse_window
+from scrapy_opic.core.engine import FETCHED
+
+TOL = 1e-9
+
+WINDOWS = [
+    "unbounded",
+    "unbounded:paper",
+    "interpolation:0.5",
+    "variable:3",
+    "fixed:0.7",
+    "improved:0.7:2",
+]
+
+
+@st.composite
+def graphs(draw, min_n=1, max_n=12):
+    n = draw(st.integers(min_n, max_n))
+    adj = [draw(st.lists(st.integers(0, n - 1), max_size=5, unique=True)) for _ in range(n)]
+    return n, adj
+
+
+def make_engine(n: int, window: str = "unbounded", **kw) -> OpicEngine:
+    e = OpicEngine(window=window, **kw)
+    e.add_pages(n)
+    e.init_uniform()
+    return e
+
+
+# ---------------------------------------------------------------- conservation
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    g=graphs(),
+    ops=st.lists(st.tuples(st.integers(0, 7), st.integers(0, 10**6), st.floats(0, 3)), max_size=60),
+    eps=st.floats(0.01, 1.0),
+    refresh=st.floats(0.0, 1.0),
+    window=st.sampled_from(WINDOWS),
+)
+def test_cash_is_conserved_after_every_operation(g, ops, eps, refresh, window):
+    n, adj = g
+    e = OpicEngine(epsilon=eps, refresh=refresh, window=window)
+    e.add_pages(n)
+    assert abs(e.total_cash() - 1.0) < TOL  # all of it sits in the virtual page
+    g_prev = e.G
+    for kind, r, x in ops:
+        i = r % e.n
+        children = adj[i] if i < n else []
+        if kind == 0:
+            e.visit(i, children)
+        elif kind == 1:
+            e.visit(i, children, weights=[1.0 + (r >> k) % 3 for k in range(len(children))])
+        elif kind == 2:
+            e.visit(i, children, boosts=[x] * len(children))
+        elif kind == 3:
+            e.forfeit(i)
+        elif kind == 4:
+            e.transfer(i, (r // 7) % e.n)
+        elif kind == 5:
+            e.add_pages(1 + r % 3)
+        elif kind == 6:
+            e.boost([i], x / 10)
+        else:
+            ids = np.unique(np.array([i, (r // 11) % e.n]))
+            kids = [adj[j] if j < n else [] for j in ids]
+            offsets = np.concatenate([[0], np.cumsum([len(k) for k in kids])])
+            e.visit_batch(ids, offsets, np.array(sum(kids, []), dtype=np.int64))
+        assert abs(e.total_cash() - 1.0) < TOL, (kind, e.total_cash())
+        assert e.G >= g_prev - 1e-15
+        g_prev = e.G
+        assert e.virtual_cash >= 0.0
+    assert e.n_unfetched == int((~e.fetched()).sum())
+
+
+# ---------------------------------------------------------------- Lemma 2.3 and the clock
+def _lemma_rhs(e: OpicEngine, n: int, adj: list[list[int]]) -> np.ndarray:
+    """sum_{i -> j} (1 - eps) / d_i * H_i  +  virtual payouts received (refresh = 1)."""
+    rhs = np.full(n, e.acc_all)
+    for i, kids in enumerate(adj):
+        kids = [j for j in kids if j != i]
+        for j in kids:
+            rhs[j] += (1 - e.epsilon) * e.hist[i] / len(kids)
+    return rhs
+
+
+@settings(max_examples=60, deadline=None)
+@given(g=graphs(), order=st.lists(st.integers(0, 10**6), max_size=80), batch=st.booleans())
+def test_lemma_2_3_holds_under_unbounded_history(g, order, batch):
+    n, adj = g
+    e = make_engine(n, epsilon=0.2)
+    for r in order:
+        i = r % n
+        e.payout()
+        if batch:
+            e.visit_batch(np.array([i]), np.array([0, len(adj[i])]), np.array(adj[i], dtype=int))
+        else:
+            e.visit(i, adj[i])
+        lhs = e.hist[:n] + e.cash() - e.initial_cash(np.arange(n))
+        np.testing.assert_allclose(lhs, _lemma_rhs(e, n, adj), rtol=1e-9, atol=1e-12)
+        # G is the total history: real pages plus the virtual page's payouts.
+        assert e.G == pytest.approx(e.hist[:n].sum() + e.virtual_history, rel=1e-12, abs=1e-12)
+
+
+def test_g_grows_by_the_cash_each_visit_absorbs():
+    e = make_engine(3)
+    g0 = e.G
+    c = e.cash_of(0)
+    e.visit(0, [1, 2])
+    e.payout()
+    # The page's cash plus the virtual page's payout of its epsilon share.
+    assert e.G == pytest.approx(g0 + c + e.epsilon * c)
+    assert e.error_factor == pytest.approx(1.0 / e.G)
+
+
+# ---------------------------------------------------------------- visits
+def test_visit_splits_cash_between_children_and_virtual_page():
+    e = OpicEngine(epsilon=0.2, refresh=1.0)
+    e.add_pages(4)
+    e.init_uniform()  # 0.25 each
+    e.visit(0, [1, 2])
+    e.payout()
+    # 0.25: 0.05 to the virtual page (paid back 0.0125 to each of 4 pages), 0.1 to each child.
+    np.testing.assert_allclose(e.cash(), [0.0125, 0.3625, 0.3625, 0.2625])
+    assert e.hist[0] == pytest.approx(0.25)
+    assert e.visits[0] == 1 and e.flags[0] & FETCHED
+
+
+def test_dangling_page_pays_everything_to_the_virtual_page():
+    e = make_engine(2, epsilon=0.1)
+    e.visit(0, [])
+    e.payout()
+    np.testing.assert_allclose(e.cash(), [0.25, 0.75])
+
+
+def test_weights_split_the_non_virtual_share():
+    e = make_engine(3, epsilon=0.5)
+    e.visit(0, [1, 2], weights=[3.0, 1.0])
+    e.payout()
+    c0 = 1 / 3
+    v = 0.5 * c0 / 3  # virtual share paid back to each page
+    np.testing.assert_allclose(e.cash(), [v, c0 + 0.375 * c0 + v, c0 + 0.125 * c0 + v])
+
+
+def test_self_links_are_dropped_unless_kept():
+    e = make_engine(2, epsilon=0.5)
+    e.visit(0, [0, 1])
+    e.payout()
+    assert e.cash_of(1) == pytest.approx(0.5 + 0.25 + 0.125)  # all of the link share to page 1
+    k = make_engine(2, epsilon=0.5, self_links=True)
+    k.visit(0, [0, 1])
+    k.payout()
+    assert k.cash_of(0) == pytest.approx(0.125 + 0.125)
+
+
+def test_boost_takes_extra_cash_from_the_virtual_page_only():
+    e = make_engine(3, epsilon=0.5, refresh=1.0)
+    c = e.cash_of(0)
+    e.visit(0, [1, 2], boosts=[1.0, 0.0])
+    e.payout()
+    # child 1 asked for 1x its share (0.25 c) extra; the virtual page held 0.5 c.
+    assert e.cash_of(1) == pytest.approx(c + 0.25 * c + 0.25 * c + 0.25 * c / 3)
+    assert abs(e.total_cash() - 1.0) < TOL
+    # A boost larger than the virtual page holds is scaled down to what it holds.
+    e2 = make_engine(3, epsilon=0.1)
+    e2.visit(0, [1, 2], boosts=[100.0, 100.0])
+    assert abs(e2.total_cash() - 1.0) < TOL
+    assert e2.cash_of(1) == pytest.approx(e2.cash_of(2))
+
+
+def test_forfeit_and_transfer_move_cash_without_history():
+    e = make_engine(3)
+    c = e.cash_of(0)
+    e.transfer(0, 1)
+    assert e.cash_of(0) == 0.0 and e.cash_of(1) == pytest.approx(2 * c)
+    assert e.hist.sum() == 0.0 and e.G == 0.0
+    e.forfeit(1)
+    assert e.cash_of(1) == 0.0 and e.virtual_cash == pytest.approx(2 * c)
+    assert e.G == 0.0  # payout happens lazily (next visit or pop)
+
+
+# ---------------------------------------------------------------- the virtual page
+def test_discovery_mode_pays_only_unfetched_pages():
+    e = OpicEngine(epsilon=0.5, refresh=0.0)
+    e.add_pages(4)
+    e.init_uniform()
+    e.visit(0, [1])
+    e.visit(1, [0])
+    e.payout()
+    before = e.cash()
+    e.visit(2, [])
+    e.payout()  # dangling: 0.25 + received to the virtual page, paid to unfetched pages only
+    after = e.cash()
+    assert after[0] == before[0] and after[1] == before[1]  # fetched pages: nothing
+    assert after[2] == 0.0
+    assert after[3] == pytest.approx(1.0 - after[:3].sum())  # the only unfetched page left
+    assert abs(e.total_cash() - 1.0) < TOL
+
+
+def test_payout_mix_and_late_joiners():
+    e = OpicEngine(epsilon=1.0, refresh=0.25)
+    e.add_pages(4)
+    e.init_uniform()
+    e.visit(0, [])  # 0.25 to the virtual page: 1/4 to all 4 pages, 3/4 to the 3 unfetched
+    e.payout()
+    c = e.cash()
+    assert c[0] == pytest.approx(0.25 * 0.25 / 4)
+    assert c[1] == pytest.approx(0.25 + 0.25 * 0.25 / 4 + 0.75 * 0.25 / 3)
+    # A page added now must not receive earlier payouts.
+    j = e.add_page()
+    assert e.cash_of(j) == 0.0
+    assert abs(e.total_cash() - 1.0) < TOL
+
+
+def test_no_unfetched_pages_means_discovery_pays_everyone():
+    e = OpicEngine(epsilon=1.0, refresh=0.0)
+    e.add_pages(2)
+    e.init_uniform()
+    e.visit(0, [])
+    e.visit(1, [])
+    e.payout()
+    assert e.n_unfetched == 0
+    assert e.virtual_cash == 0.0 and abs(e.total_cash() - 1.0) < TOL
+
+
+def test_seeds_share_the_virtual_cash_at_the_first_payout():
+    e = OpicEngine()
+    a, b = e.page("a"), e.page("b")
+    assert e.total_cash() == 1.0 and e.virtual_cash == 1.0
+    e.payout()
+    assert e.cash_of(a) == e.cash_of(b) == 0.5
+    assert e.page("a") == a and e.key_of(b) == "b" and "a" in e and e.id_of("zz") is None
+
+
+# ---------------------------------------------------------------- both paths agree
+@settings(max_examples=40, deadline=None)
+@given(
+    g=graphs(min_n=2),
+    order=st.lists(st.integers(0, 10**6), max_size=60),
+    window=st.sampled_from(WINDOWS),
+    refresh=st.floats(0, 1),
+)
+def test_batch_path_of_size_one_matches_event_path(g, order, window, refresh):
+    n, adj = g
+    a = make_engine(n, window, refresh=refresh, epsilon=0.3)
+    b = make_engine(n, window, refresh=refresh, epsilon=0.3)
+    for r in order:
+        i = r % n
+        a.visit(i, adj[i])
+        b.visit_batch(np.array([i]), np.array([0, len(adj[i])]), np.array(adj[i], dtype=int))
+    np.testing.assert_allclose(a.cash(), b.cash(), rtol=1e-9, atol=1e-13)
+    np.testing.assert_allclose(a.hist[:n], b.hist[:n], rtol=1e-9, atol=1e-13)
+    np.testing.assert_allclose(a.importance(), b.importance(), rtol=1e-7, atol=1e-12)
+    assert a.G == pytest.approx(b.G, rel=1e-12, abs=1e-15)
+
+
+def test_batch_of_unlinked_pages_equals_sequential_visits():
+    # Pages 0..4 link only to 5..9, so visiting them together or one by one is the same.
+    rng = np.random.default_rng(3)
+    adj = [sorted(rng.choice(np.arange(5, 10), size=2, replace=False).tolist()) for _ in range(5)]
+    a, b = make_engine(10, refresh=0.5), make_engine(10, refresh=0.5)
+    a.visit(5, [0, 1])  # make the cash uneven first
+    b.visit(5, [0, 1])
+    a.payout()
+    b.payout()
+    for i in range(5):
+        a.visit(i, adj[i])
+    offsets = np.concatenate([[0], np.cumsum([len(k) for k in adj])])
+    b.visit_batch(np.arange(5), offsets, np.array(sum(adj, [])))
+    np.testing.assert_allclose(a.cash(), b.cash(), rtol=1e-12)
+    np.testing.assert_allclose(a.hist[:10], b.hist[:10], rtol=1e-12)
+
+
+# ---------------------------------------------------------------- importance
+def test_importance_sums_to_one_and_scalar_matches_vector():
+    n = 6
+    adj = [[1, 2], [2], [0, 3], [4], [5], [0]]
+    for window in WINDOWS:
+        e = make_engine(n, window)
+        for t in range(50):
+            e.visit(t % n, adj[t % n])
+        x = e.importance()
+        assert x.sum() == pytest.approx(1.0)
+        assert (x >= 0).all()
+        if window.startswith("unbounded"):
+            for i in range(n):
+                assert e.importance_of(i) == pytest.approx(x[i], rel=1e-9)
+
+
+def test_lemma_estimate_beats_the_paper_estimate_on_average():
+    from scrapy_opic.core.graph import power_law_graph
+    from scrapy_opic.core.pagerank import pagerank, relative_error
+    from scrapy_opic.simulate import Simulation
+
+    g = power_law_graph(3000, seed=4)
+    pr = pagerank(g, 0.85)
+    errs = {}
+    for est in ("unbounded", "unbounded:paper"):
+        sim = Simulation(g, "greedy", 0.15, est, batch=10)
+        sim.run(3 * g.n)
+        errs[est] = relative_error(sim.importance(), pr)
+    assert errs["unbounded"] < errs["unbounded:paper"]
+
+
+def test_unfetched_pages_have_an_importance_estimate():
+    e = OpicEngine(epsilon=0.15)
+    root = e.page("root")
+    e.payout()
+    kids = [e.page(k) for k in "abc"]
+    e.visit(root, kids[:2])
+    e.payout()
+    x = e.importance()
+    assert x[kids[0]] > x[kids[2]] > 0  # linked pages rank above the merely known one
+
+
+def test_window_spec_parsing():
+    assert parse_window("interpolation:100:wall").clock == "wall"
+    assert parse_window("improved:10").m == 3
+    assert parse_window(None).spec() == "unbounded"
+    for bad in ("", "nope", "interpolation", "interpolation:-1", "variable:0", "unbounded:x"):
+        with pytest.raises(ValueError):
+            parse_window(bad)
+
+
+def test_invalid_parameters_are_refused():
+    with pytest.raises(ValueError):
+        OpicEngine(epsilon=0)
+    with pytest.raises(ValueError):
+        OpicEngine(refresh=1.5)
+    e = OpicEngine()
+    with pytest.raises(RuntimeError):
+        e.init_uniform()  # no pages
+
+
+def test_memory_per_page_is_bounded():
+    e = OpicEngine(capacity=1)
+    e.reserve(100_000)
+    e.add_pages(100_000)
+    assert e.nbytes() / e.n == 29
+    w = OpicEngine(window="interpolation:10:wall", capacity=1)
+    w.reserve(1000)
+    w.add_pages(1000)
+    assert w.nbytes() / w.n == 37

@@ -1,0 +1,158 @@
+"""Window policies against hand-computed cases (paper, section 3.3)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from scrapy_opic.core import (
+    FixedWindow,
+    ImprovedFixedWindow,
+    Interpolation,
+    OpicEngine,
+    VariableWindow,
+)
+
+ONE = np.array([0])
+
+
+def engine_with(window, n=1, **kw) -> OpicEngine:
+    e = OpicEngine(window=window, **kw)
+    e.add_pages(n)
+    return e
+
+
+@pytest.mark.parametrize("scalar", [False, True])
+def test_interpolation_formula_inside_the_window(scalar):
+    w = Interpolation(10)
+    e = engine_with(w)
+    e.hist[0], e.last_g[0] = 4.0, 2.0
+    if scalar:
+        w.absorb_one(0, 1.5, 8.0)
+    else:
+        w.absorb(ONE, np.array([1.5]), 8.0)
+    # G - G[i] = 6 < T:  H * (T - 6) / T + C = 4 * 0.4 + 1.5
+    assert e.hist[0] == pytest.approx(3.1)
+
+
+@pytest.mark.parametrize("scalar", [False, True])
+@pytest.mark.parametrize("now,expected", [(22.0, 0.75), (12.0, 1.5)])
+def test_interpolation_formula_outside_the_window(scalar, now, expected):
+    w = Interpolation(10)
+    e = engine_with(w)
+    e.hist[0], e.last_g[0] = 4.0, 2.0
+    if scalar:
+        w.absorb_one(0, 1.5, now)
+    else:
+        w.absorb(ONE, np.array([1.5]), now)
+    # G - G[i] >= T:  C * T / (G - G[i])   (at exactly T this is C: both cases meet)
+    assert e.hist[0] == pytest.approx(expected)
+
+
+def test_interpolation_estimate_is_the_rate_over_the_last_T():
+    w = Interpolation(10)
+    e = engine_with(w)
+    e.hist[0], e.last_g[0] = 5.0, 0.0
+    # now = 4: 5 * 6/10 + 2 = 5 over a window of 10 -> 0.5
+    assert w.estimate(ONE, np.array([2.0]), 4.0)[0] == pytest.approx(0.5)
+    assert w.estimate_one(0, 2.0, 4.0) == pytest.approx(0.5)
+
+
+def test_interpolation_visits_through_the_engine_use_the_g_clock():
+    e = OpicEngine(window="interpolation:1", epsilon=0.5)
+    e.add_pages(2)
+    e.init_uniform()
+    e.visit(0, [1])  # at G = 0: H = 0 * ... + 0.5
+    assert e.hist[0] == pytest.approx(0.5)
+    e.payout()
+    g1 = e.G  # 0.5 absorbed + 0.25 paid out by the virtual page
+    c = e.cash_of(0)
+    e.visit(0, [1])  # dt = 0.75 < 1: 0.5 * 0.25 + c
+    assert e.last_g[0] == pytest.approx(g1)
+    assert e.hist[0] == pytest.approx(0.5 * (1 - 0.75) + c)
+
+
+def test_wall_clock_interpolation():
+    now = [1000.0]
+    e = OpicEngine(window="interpolation:100:wall", epsilon=0.5, time_fn=lambda: now[0])
+    e.add_pages(2)
+    e.init_uniform()
+    now[0] = 1050.0
+    e.visit(0, [1])  # 50 s after arrival, prior history 0
+    assert e.hist[0] == pytest.approx(0.5)
+    assert e.last_t[0] == 1050.0
+    e.payout()
+    c = e.cash_of(0)
+    now[0] = 1250.0
+    e.visit(0, [1])  # 200 s >= T: C * 100 / 200
+    assert e.hist[0] == pytest.approx(c / 2)
+
+
+def feed(w, e, measures):
+    for cash, t in measures:
+        w.absorb(ONE, np.array([cash]), t)
+        e.last_g[0] = t
+
+
+def test_variable_window_keeps_the_last_k_measures():
+    w = VariableWindow(2)
+    e = engine_with(w)
+    feed(w, e, [(1.0, 1.0), (2.0, 3.0), (4.0, 6.0)])
+    assert e.hist[0] == pytest.approx(6.0)  # 2 + 4: the first measure left the window
+    # Rate: (measures + current cash) over the time since the visit before the oldest kept.
+    assert w.estimate(ONE, np.array([0.5]), 8.0)[0] == pytest.approx(6.5 / 7.0)
+    assert w.measures_per_page(8.0) == 2.0
+
+
+def test_fixed_window_uses_measures_since_now_minus_T():
+    w = FixedWindow(4)
+    e = engine_with(w)
+    feed(w, e, [(1.0, 1.0), (2.0, 3.0), (4.0, 6.0)])
+    # At now = 8 the window is [4, 8]: only the measure at 6 is in; its cash accrued since 3.
+    assert w.estimate(ONE, np.array([0.5]), 8.0)[0] == pytest.approx(4.5 / 5.0)
+    assert w.measures_per_page(8.0) == 1.0
+    # Later, nothing is in the window: the rate is the current cash since the last visit.
+    assert w.estimate(ONE, np.array([0.5]), 16.0)[0] == pytest.approx(0.5 / 10.0)
+
+
+def test_improved_fixed_window_keeps_a_minimum_of_measures():
+    w = ImprovedFixedWindow(4, m=2)
+    e = engine_with(w)
+    feed(w, e, [(1.0, 1.0), (2.0, 3.0), (4.0, 6.0)])
+    assert w.estimate(ONE, np.array([0.5]), 8.0)[0] == pytest.approx(6.5 / 7.0)
+    assert w.measures_per_page(100.0) == 2.0
+
+
+def test_fixed_window_merges_measures_when_its_slots_are_full():
+    w = FixedWindow(100, slots=2)
+    e = engine_with(w)
+    feed(w, e, [(1.0, 1.0), (2.0, 3.0), (4.0, 6.0)])
+    assert w.count[0] == 2
+    assert e.hist[0] == pytest.approx(7.0)  # nothing lost: 1 + 2 merged, then 4
+    assert w.estimate(ONE, np.array([0.0]), 7.0)[0] == pytest.approx(7.0 / 7.0)
+
+
+def test_new_pages_get_the_learned_default_history():
+    e = OpicEngine(window="interpolation:2", epsilon=0.5)
+    e.add_pages(3)
+    e.init_uniform()
+    for i in range(3):
+        e.visit(i, [(i + 1) % 3])
+    assert e.default_rate > 0
+    j = e.add_page()
+    assert e.hist[j] == pytest.approx(e.default_rate * 2)
+    assert e.importance()[j] > 0  # never fetched, no cash, yet an estimate
+    f = OpicEngine(window="variable:4", epsilon=0.5)
+    f.add_pages(3)
+    f.init_uniform()
+    for t in range(9):
+        f.payout()
+        f.visit(t % 3, [(t + 1) % 3])
+    k = f.add_page()
+    assert f.importance()[k] > 0
+
+
+def test_fixed_default_history_is_used_as_given():
+    e = OpicEngine(window="interpolation:10", default_history=0.25)
+    j = e.add_page()
+    assert e.hist[j] == pytest.approx(2.5)
