@@ -124,7 +124,13 @@ def per_event_speed(n: int, lines: list[str], events: int = 100_000) -> None:
 def memory(n: int, lines: list[str]) -> None:
     lines.append("| structure | bytes per page (arrays) | tracemalloc, bytes per page |")
     lines.append("|---|---|---|")
-    for spec in ("unbounded", "interpolation:10", "interpolation:86400:wall", "variable:8"):
+    for spec in (
+        "unbounded",
+        "unbounded:lemma",
+        "interpolation:10",
+        "interpolation:86400:wall",
+        "variable:8",
+    ):
         tracemalloc.start()
         e = OpicEngine(window=spec, capacity=n)
         e.add_pages(n)

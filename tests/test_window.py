@@ -59,24 +59,33 @@ def test_interpolation_estimate_is_the_rate_over_the_last_T():
 
 
 def test_interpolation_visits_through_the_engine_use_the_g_clock():
-    e = OpicEngine(window="interpolation:1", epsilon=0.5)
+    e = OpicEngine(window="interpolation:4", epsilon=0.5)
     e.add_pages(2)
-    e.init_uniform()
-    e.visit(0, [1])  # at G = 0: H = 0 * ... + 0.5
+    e.payout()  # the virtual page pays 0.5 to each page: G = 1
+    e.visit(0, [1])  # G - G[0] = 1 < 4:  0 * 3/4 + 0.5
     assert e.hist[0] == pytest.approx(0.5)
-    e.payout()
-    g1 = e.G  # 0.5 absorbed + 0.25 paid out by the virtual page
-    c = e.cash_of(0)
-    e.visit(0, [1])  # dt = 0.75 < 1: 0.5 * 0.25 + c
-    assert e.last_g[0] == pytest.approx(g1)
-    assert e.hist[0] == pytest.approx(0.5 * (1 - 0.75) + c)
+    assert e.last_g[0] == pytest.approx(1.0)
+    e.payout()  # 0.25 back, half of it to page 0: G = 1.75
+    assert e.cash_of(0) == pytest.approx(0.125)
+    e.visit(0, [1])  # G - G[0] = 0.75 < 4:  0.5 * 3.25/4 + 0.125
+    assert e.hist[0] == pytest.approx(0.5 * 3.25 / 4 + 0.125)
+
+
+def test_windows_do_not_count_the_initial_cash_as_received():
+    e = OpicEngine(window="interpolation:100", epsilon=0.5)
+    e.add_pages(2)
+    e.init_uniform()  # C0 = 0.5 each
+    e.visit(1, [0])  # page 0 receives 0.25
+    e.visit(0, [1])  # absorbs 0.75, of which 0.25 was received
+    assert e.hist[0] == pytest.approx(0.25)
+    assert e.G == pytest.approx(0.5 + 0.75)  # the clock still counts all absorbed cash
 
 
 def test_wall_clock_interpolation():
     now = [1000.0]
     e = OpicEngine(window="interpolation:100:wall", epsilon=0.5, time_fn=lambda: now[0])
     e.add_pages(2)
-    e.init_uniform()
+    e.payout()
     now[0] = 1050.0
     e.visit(0, [1])  # 50 s after arrival, prior history 0
     assert e.hist[0] == pytest.approx(0.5)

@@ -41,8 +41,10 @@ Invariants (tested):
 
 Storage. Pages are dense integer ids ``0..n-1`` (an optional key map turns request fingerprints into
 ids). Per page the engine keeps five numpy arrays: stored cash (8 bytes), history (8), G-time of the
-last visit (8), visit count (4) and flags (1): 29 bytes, plus what the window policy adds (0 for
-unbounded and G-clock interpolation).
+last visit (8), visit count (4) and flags (1): 29 bytes, plus what the window policy adds: 16 for
+the default unbounded estimator (two moments of the received cash, see
+:class:`~scrapy_opic.core.window.UnboundedHistory`), 0 for ``unbounded:lemma`` and G-clock
+interpolation, 8 for wall-clock interpolation.
 
 The virtual page's payout is a broadcast, so it is never a loop: two running accumulators hold the
 cash paid so far *per page* to all pages (``acc_all``) and to unfetched pages (``acc_unfetched``).
@@ -145,6 +147,11 @@ class OpicEngine:
         self.c0 = 0.0  #: initial cash of pages flagged INITIAL
         self.visit_count = 0
         self.cash_at_visit_ema = 0.0  #: running mean of (cash at visit) * n
+        # First and second G-moments of the cash every page received (for the regression
+        # estimator): per-page stored values plus broadcast accumulators, like the cash.
+        self._moments = getattr(self.window, "needs_moments", False)
+        self.accb_all = self.accb_unfetched = self.accd_all = self.accd_unfetched = 0.0
+        self.b_total = self.d_total = 0.0
 
         self.capacity = 0
         self._s = np.zeros(0)
@@ -153,7 +160,10 @@ class OpicEngine:
         self.visits = np.zeros(0, dtype=np.uint32)
         self.flags = np.zeros(0, dtype=np.uint8)
         self.last_t = np.zeros(0)
+        self._b = np.zeros(0)
+        self._d = np.zeros(0)
         self._wall = self.window.clock == "wall"
+        self._windowed = not isinstance(self.window, UnboundedHistory)
         self._observers: list[CashObserver] = []
         self._ids: dict[Hashable, int] = {}
         self._keys: list[Hashable | None] = []
@@ -179,6 +189,11 @@ class OpicEngine:
         self.flags = grown(self.flags)
         if self._wall:
             self.last_t = grown(self.last_t)
+        if self._moments:
+            self._b = grown(self._b)
+            self._d = grown(self._d)
+            self._b_mv = memoryview(self._b)
+            self._d_mv = memoryview(self._d)
         self.capacity = cap
         # memoryviews give the per-event path Python floats/ints without numpy scalar overhead.
         self._s_mv = memoryview(self._s)
@@ -202,6 +217,7 @@ class OpicEngine:
     def nbytes(self) -> int:
         """Bytes held by the per-page arrays (engine + window policy), at current capacity."""
         own = sum(a.nbytes for a in (self._s, self.hist, self.last_g, self.visits, self.flags))
+        own += self._b.nbytes + self._d.nbytes
         return own + (self.last_t.nbytes if self._wall else 0) + self.window.nbytes()
 
     # ------------------------------------------------------------------ pages
@@ -214,6 +230,9 @@ class OpicEngine:
         self._grow(start + count)
         ids = np.arange(start, start + count)
         self._s[ids] = -(self.acc_all + self.acc_unfetched)
+        if self._moments:
+            self._b[ids] = -(self.accb_all + self.accb_unfetched)
+            self._d[ids] = -(self.accd_all + self.accd_unfetched)
         self.hist[ids] = 0.0
         self.last_g[ids] = self.G
         self.visits[ids] = 0
@@ -234,13 +253,16 @@ class OpicEngine:
         if i >= self.capacity:
             self._grow(i + 1)
         self._s_mv[i] = -(self.acc_all + self.acc_unfetched)
+        if self._moments:
+            self._b_mv[i] = -(self.accb_all + self.accb_unfetched)
+            self._d_mv[i] = -(self.accd_all + self.accd_unfetched)
         self._hist_mv[i] = 0.0
         self._last_g_mv[i] = self.G
         self._visits_mv[i] = 0
         self._flags_mv[i] = 0
         self.n = i + 1
         self.n_unfetched += 1
-        if not isinstance(self.window, UnboundedHistory):
+        if self._windowed:
             now = self._now()
             if self._wall:
                 self.last_t[i] = now
@@ -301,6 +323,25 @@ class OpicEngine:
         """``C0`` of each page (the uniform initial cash, or 0)."""
         return self.c0 * ((self.flags[ids] & INITIAL) != 0)
 
+    def received_moments(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(sum a*t, sum a*t^2)`` over the cash ``a`` each page received at G-time ``t``
+        (needs an estimator that tracks them, e.g. ``unbounded:regression``)."""
+        if not self._moments:
+            raise RuntimeError("this engine does not track received-cash moments")
+        unf = (self.flags[ids] & FETCHED) == 0
+        b = self._b[ids] + self.accb_all + self.accb_unfetched * unf
+        d = self._d[ids] + self.accd_all + self.accd_unfetched * unf
+        return b, d
+
+    def received_total(self) -> float:
+        """Cash received by all real pages so far, ``sum(H + C - C0)``, in O(1)."""
+        return self.g_real + (1.0 - self.virtual_cash) - self.c0 * self.n_initial
+
+    def slope_total(self) -> float:
+        """Sum over pages of the regression slope of their received cash, in O(1)."""
+        G = self.G
+        return 6.0 * (G * self.b_total - self.d_total) / G**3 if G > 0 else 0.0
+
     def total_cash(self) -> float:
         """Sum of all cash including the virtual page: 1 up to rounding. O(n), for checks."""
         return float(self.cash().sum()) + self.virtual_cash
@@ -319,6 +360,9 @@ class OpicEngine:
             c = self._s_mv[i] + self.acc_all + self.acc_unfetched
             self._flags_mv[i] = fl | FETCHED
             self.n_unfetched -= 1
+            if self._moments:  # leaving the unfetched set: keep the moments it received
+                self._b_mv[i] += self.accb_unfetched
+                self._d_mv[i] += self.accd_unfetched
         self._s_mv[i] = -self.acc_all
         return c
 
@@ -345,7 +389,12 @@ class OpicEngine:
         for obs in self._observers:
             obs.taken((i,))
         now = self._now()
-        self.window.absorb_one(i, c, now)
+        if first and self._windowed and self._flags_mv[i] & INITIAL:
+            # A window measures the cash a page *received*; its initial cash C0 was not
+            # received from anyone (the same correction the Lemma 2.3 estimate makes).
+            self.window.absorb_one(i, max(c - self.c0, 0.0), now)
+        else:
+            self.window.absorb_one(i, c, now)
         self._last_g_mv[i] = self.G
         if self._wall:
             self.last_t[i] = now
@@ -353,7 +402,7 @@ class OpicEngine:
         self.G += c
         self.g_real += c
         self._record_visit(c, 1)
-        if first and self._learn_default and not isinstance(self.window, UnboundedHistory):
+        if first and self._learn_default and self._windowed:
             self._learn_rate(self.window.estimate_one(i, 0.0, now), 1)
         self._distribute(i, c, children, weights, boosts)
         return c
@@ -394,6 +443,16 @@ class OpicEngine:
         """Add cash taken from elsewhere (the caller books the debit). Observers hear about each
         credit right after it, so a heap sifts one changed key at a time."""
         s = self._s_mv
+        if self._moments:
+            t = self.G
+            b, d = self._b_mv, self._d_mv
+            total = 0.0
+            for j, x in zip(ids, amounts):
+                b[j] += x * t
+                d[j] += x * t * t
+                total += x
+            self.b_total += total * t
+            self.d_total += total * t * t
         if not self._observers:
             for j, x in zip(ids, amounts):
                 s[j] += x
@@ -430,9 +489,15 @@ class OpicEngine:
         c = self._s[ids] + self.acc_all + self.acc_unfetched * first
         self.flags[ids] = flags | FETCHED
         self.n_unfetched -= int(first.sum())
+        if self._moments:
+            self._b[ids] += self.accb_unfetched * first
+            self._d[ids] += self.accd_unfetched * first
         self._s[ids] = -self.acc_all
         now = self._now()
-        self.window.absorb(ids, c, now)
+        if self._windowed and self.n_initial:
+            self.window.absorb(ids, np.maximum(c - self.initial_cash(ids) * first, 0.0), now)
+        else:
+            self.window.absorb(ids, c, now)
         self.last_g[ids] = self.G
         if self._wall:
             self.last_t[ids] = now
@@ -441,7 +506,7 @@ class OpicEngine:
         self.G += total
         self.g_real += total
         self._record_visit(total / ids.size, ids.size)
-        if self._learn_default and first.any() and not isinstance(self.window, UnboundedHistory):
+        if self._learn_default and first.any() and self._windowed:
             new = ids[first]
             rates = self.window.estimate(new, np.zeros(new.size), now)
             self._learn_rate(float(rates.mean()), new.size)
@@ -468,6 +533,13 @@ class OpicEngine:
                 np.add.at(self._s, children, share)
             else:
                 self._s[: self.n] += np.bincount(children, weights=share, minlength=self.n)
+            if self._moments:
+                t = self.G
+                np.add.at(self._b, children, share * t)
+                np.add.at(self._d, children, share * (t * t))
+                paid = float(share.sum())
+                self.b_total += paid * t
+                self.d_total += paid * t * t
             if self._observers:
                 raised = np.unique(children).tolist()
                 for obs in self._observers:
@@ -526,6 +598,15 @@ class OpicEngine:
         self.virtual_cash = 0.0
         self.virtual_history += v
         self.G += v
+        if self._moments:
+            t = self.G
+            self.accb_all += (v - to_unfetched) / self.n * t
+            self.accd_all += (v - to_unfetched) / self.n * t * t
+            if to_unfetched:
+                self.accb_unfetched += to_unfetched / self.n_unfetched * t
+                self.accd_unfetched += to_unfetched / self.n_unfetched * t * t
+            self.b_total += v * t
+            self.d_total += v * t * t
         return v
 
     # ------------------------------------------------------------------ statistics
@@ -566,10 +647,7 @@ class OpicEngine:
     def _normaliser(self, now: float) -> float:
         w = self.window
         if isinstance(w, UnboundedHistory):
-            total = self.g_real + (1.0 - self.virtual_cash)
-            if w.estimator == "lemma":
-                total -= self.c0 * self.n_initial
-            return total
+            return w.normaliser()
         cached = self._norm_cache
         if (
             cached is None

@@ -74,7 +74,10 @@ def from_edges(
     if not self_links:
         keep = src != dst
         src, dst = src[keep], dst[keep]
-    code = np.unique(src * n + dst)  # sorted by source, then target; duplicates gone
+    # Sorted by source, then target; duplicates gone. (A sort beats np.unique's hash path here.)
+    code = np.sort(src * n + dst)
+    if code.size:
+        code = code[np.concatenate(([True], code[1:] != code[:-1]))]
     src, dst = code // n, code % n
     indptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(src, minlength=n), out=indptr[1:])

@@ -25,7 +25,8 @@ which is what a crawl that is paused and resumed usually wants.
 Every policy estimates a page's importance as its *share of the cash flow*: the cash it received in
 its window divided by the window's length (a rate), normalised over pages by the engine. For the
 unbounded history the estimate is ``H + C - C0`` (Lemma 2.3: one exact power-iteration step applied
-to ``H``) or the paper's ``H + C``.
+to ``H``), the paper's ``H + C``, or the slope of the received cash over time (see
+:class:`UnboundedHistory`).
 
 Policies hold per-page arrays that the engine grows with its own capacity; ``absorb`` and
 ``estimate`` are vectorised over arrays of page ids, so the engine's per-event path and its batch
@@ -110,19 +111,41 @@ class WindowPolicy:
 class UnboundedHistory(WindowPolicy):
     """Static OPIC: the history keeps every cash ever absorbed.
 
-    ``estimator="lemma"`` (default) uses ``H + C - C0``: by Lemma 2.3 this equals
-    ``sum_i L[i, j] H[i] / out[i]``, one exact power step applied to the history, and it removes
-    the ``C0`` bias of the paper's ``(H + C) / (G + 1)`` (``estimator="paper"``). The benchmark in
-    ``benchmarks/paper_figures.py`` measures both.
+    Estimators of a page's importance (all normalised over pages by the engine):
+
+    ``lemma``
+        ``H + C - C0``, the cash the page received. By Lemma 2.3 it equals
+        ``sum_i L[i, j] H[i] / out[i]``, one exact power step applied to the history, and it
+        removes the ``C0`` bias of the paper's estimate.
+    ``paper``
+        The paper's ``(H + C) / (G + 1)``.
+    ``regression``
+        The slope of the page's received cash over G-time, fitted by least squares over
+        ``[0, G]``: ``6 * sum_k a_k t_k (G - t_k) / G^3`` for the amounts ``a_k`` received at
+        times ``t_k``. Cash reaches a page in lumps, when its parents are visited; what the
+        parents still hold is a lag below the true inflow. That lag biases ``H + C - C0`` by
+        ``O(1/G)`` but shifts the fitted line without tilting it, and the fit also gives the
+        start-up transient little weight. Needs two more floats per page (the moments
+        ``sum a t`` and ``sum a t^2``, kept O(1) under payouts like the cash).
+    ``blend`` (default)
+        The mean of the normalised ``lemma`` and ``regression`` estimates, with equal weights:
+        ``lemma`` is the better one in the first passes, ``regression`` once pages have been
+        visited a few times; the mean stays close to the better of the two at every horizon
+        measured (``benchmarks/results/paper_figures.md``).
     """
 
     name = "unbounded"
+    ESTIMATORS = ("lemma", "paper", "regression", "blend")
 
-    def __init__(self, estimator: str = "lemma") -> None:
+    def __init__(self, estimator: str = "blend") -> None:
         super().__init__()
-        if estimator not in ("lemma", "paper"):
-            raise ValueError(f"estimator must be 'lemma' or 'paper', not {estimator!r}")
+        if estimator not in self.ESTIMATORS:
+            raise ValueError(f"estimator must be one of {self.ESTIMATORS}, not {estimator!r}")
         self.estimator = estimator
+
+    @property
+    def needs_moments(self) -> bool:
+        return self.estimator in ("regression", "blend")
 
     def absorb(self, ids: np.ndarray, cash: np.ndarray, now: float) -> None:
         self.engine.hist[ids] += cash
@@ -133,16 +156,41 @@ class UnboundedHistory(WindowPolicy):
     def estimate(self, ids: np.ndarray, cash: np.ndarray, now: float) -> np.ndarray:
         e = self.engine
         est = e.hist[ids] + cash
+        if self.estimator == "paper":
+            return est
+        est -= e.initial_cash(ids)
+        np.maximum(est, 0.0, out=est)  # rounding only: received cash is never negative
         if self.estimator == "lemma":
-            est -= e.initial_cash(ids)
-            np.maximum(est, 0.0, out=est)  # rounding only: received cash is never negative
-        return est
+            return est
+        slope = self._slope(*e.received_moments(ids))
+        if self.estimator == "regression":
+            return slope
+        received, slopes = e.received_total(), e.slope_total()
+        return 0.5 * (est / received if received > 0 else est) + 0.5 * (
+            slope / slopes if slopes > 0 else slope
+        )
+
+    def _slope(self, b: np.ndarray, d: np.ndarray) -> np.ndarray:
+        G = self.engine.G
+        if G <= 0:
+            return np.zeros_like(b)
+        return np.maximum(6.0 * (G * b - d) / G**3, 0.0)
+
+    def normaliser(self) -> float:
+        """Sum of :meth:`estimate` over all pages, in O(1)."""
+        e = self.engine
+        if self.estimator == "blend":
+            return 1.0
+        if self.estimator == "regression":
+            return e.slope_total()
+        total = e.received_total()
+        return total + e.c0 * e.n_initial if self.estimator == "paper" else total
 
     def measures_per_page(self, now: float) -> float:
         return 1.0
 
     def spec(self) -> str:
-        return "unbounded" if self.estimator == "lemma" else "unbounded:paper"
+        return "unbounded" if self.estimator == "blend" else f"unbounded:{self.estimator}"
 
 
 class Interpolation(WindowPolicy):
@@ -392,9 +440,9 @@ class ImprovedFixedWindow(FixedWindow):
 def parse_window(spec: str | WindowPolicy | None) -> WindowPolicy:
     """Build a policy from a short spec.
 
-    ``unbounded`` | ``unbounded:paper`` | ``interpolation:T`` | ``variable:K`` | ``fixed:T`` |
-    ``improved:T[:M]``; append ``:wall`` for wall-clock seconds instead of G-time, e.g.
-    ``interpolation:86400:wall``.
+    ``unbounded[:blend|lemma|paper|regression]`` | ``interpolation:T`` | ``variable:K`` |
+    ``fixed:T`` | ``improved:T[:M]``; append ``:wall`` for wall-clock seconds instead of
+    G-time, e.g. ``interpolation:86400:wall``.
     """
     if spec is None:
         return UnboundedHistory()
@@ -409,7 +457,7 @@ def parse_window(spec: str | WindowPolicy | None) -> WindowPolicy:
     kind, args = parts[0], parts[1:]
     try:
         if kind == "unbounded":
-            return UnboundedHistory(estimator=args[0] if args else "lemma")
+            return UnboundedHistory(estimator=args[0]) if args else UnboundedHistory()
         if kind == "interpolation":
             return Interpolation(float(args[0]), clock=clock)
         if kind == "variable":
