@@ -68,7 +68,7 @@ def top_k(key: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
 class Simulation:
     """A crawl of ``graph`` in which every page is always a candidate (continuous crawl).
 
-    :param strategy: ``greedy`` (most cash first), ``random`` or ``cycle`` (a fixed random order).
+    :param strategy: ``greedy`` (most cash first), ``random`` or ``cycle`` (node ids in order).
     :param batch: pages visited per step; 1 = the per-event path.
     """
 
@@ -100,13 +100,10 @@ class Simulation:
         self.batch = default_batch(n) if batch is None else max(1, int(batch))
         self.rng = np.random.default_rng(seed)
         self.visits = 0
-        self._order = self.rng.permutation(n) if strategy == "cycle" else None
-        self._cursor = 0
+        self._cursor = 0  # Cycle's position in the fixed order (node ids) on the batch path
         self.selection = None
         if self.batch == 1:
             self.selection = make_selection(strategy, self.engine, seed)
-            if strategy == "cycle":  # cycle the same fixed random order as the batch path
-                self.selection = _OrderedCycle(self.engine, self._order)
             for i in range(n):
                 self.selection.push(i)
 
@@ -148,7 +145,7 @@ class Simulation:
             return self.rng.choice(n, size=k, replace=False)
         idx = (self._cursor + np.arange(k)) % n
         self._cursor = int((self._cursor + k) % n)
-        return self._order[idx]
+        return idx
 
     def _step_batch(self, k: int) -> None:
         ids = self._select(k)
@@ -157,37 +154,6 @@ class Simulation:
 
     def importance(self) -> np.ndarray:
         return self.engine.importance()
-
-
-class _OrderedCycle:
-    """Cycle selection over a given fixed order (the simulator's per-event Cycle)."""
-
-    def __init__(self, engine: OpicEngine, order: np.ndarray) -> None:
-        self.engine = engine
-        self.order = order.tolist()
-        self.k = 0
-        engine.add_observer(self)
-
-    def push(self, i: int) -> None:  # every page stays a candidate in the simulator
-        pass
-
-    def pop(self) -> int:
-        self.engine.payout()
-        i = self.order[self.k]
-        self.k = (self.k + 1) % len(self.order)
-        return i
-
-    def raised(self, i) -> None:
-        pass
-
-    def changed(self, ids) -> None:
-        pass
-
-    def taken(self, ids) -> None:
-        pass
-
-    def grow(self, capacity: int) -> None:
-        pass
 
 
 def compare_to_pagerank(x: np.ndarray, pr: np.ndarray, graph: Graph) -> dict[str, float]:
