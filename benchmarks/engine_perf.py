@@ -34,6 +34,14 @@ from scrapy_opic.simulate import Simulation
 ROOT = Path(__file__).resolve().parent
 
 
+def uniform_engine(n: int, window: str | None = None) -> OpicEngine:
+    """An engine holding ``n`` pages with the paper's initial cash 1/n each."""
+    e = OpicEngine(window=window, capacity=n)
+    e.add_pages(n)
+    e.init_uniform()
+    return e
+
+
 def best_of(fn, repeat: int = 3) -> float:
     best = float("inf")
     for _ in range(repeat):
@@ -73,9 +81,7 @@ def per_event_speed(n: int, lines: list[str], events: int = 100_000) -> None:
     kids = rng.integers(0, n, size=(events, 5)).tolist()
 
     def opic() -> float:
-        e = OpicEngine(capacity=n)
-        e.add_pages(n)
-        e.init_uniform()
+        e = uniform_engine(n)
         sel = GreedySelection(e)
         for i in range(n):
             sel.push(i)
@@ -86,10 +92,8 @@ def per_event_speed(n: int, lines: list[str], events: int = 100_000) -> None:
             sel.push(i)
         return time.perf_counter() - t0
 
-    def lazy_heapq() -> float:
-        e = OpicEngine(capacity=n)
-        e.add_pages(n)
-        e.init_uniform()
+    def lazy_heapq() -> tuple[float, int]:
+        e = uniform_engine(n)
         key = e._s_mv  # stored cash: true cash minus the payout accumulator (refresh = 1)
         heap = [(-key[i], i) for i in range(n)]
         heapq.heapify(heap)
@@ -132,15 +136,12 @@ def memory(n: int, lines: list[str]) -> None:
         "variable:8",
     ):
         tracemalloc.start()
-        e = OpicEngine(window=spec, capacity=n)
-        e.add_pages(n)
-        e.init_uniform()
+        e = uniform_engine(n, spec)
         traced = tracemalloc.get_traced_memory()[0]
         tracemalloc.stop()
         lines.append(f"| engine, window {spec} | {e.nbytes() / n:.1f} | {traced / n:.1f} |")
         del e
-    e = OpicEngine(capacity=n)
-    e.add_pages(n)
+    e = uniform_engine(n)
     tracemalloc.start()
     sel = GreedySelection(e)
     for i in range(n):

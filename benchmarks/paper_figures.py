@@ -83,20 +83,81 @@ def convergence_table(results: dict, metric: str, checkpoints=(1, 2, 3, 5, 10)) 
     return head + body
 
 
-def plot_convergence(results: dict, metric: str, title: str, path: Path) -> None:
+def standard_runs(batch: int, per_event: bool) -> dict[str, dict]:
+    """Greedy (default estimator, and each other estimator), Cycle and Random at ``batch``."""
+    runs = {f"Greedy (batch {batch})": dict(strategy="greedy", batch=batch)}
+    if per_event:
+        runs["Greedy (per event)"] = dict(strategy="greedy", batch=1)
+    for est in ("lemma", "regression", "paper"):
+        runs[f"Greedy, {est} estimate (batch {batch})"] = dict(
+            strategy="greedy", batch=batch, window=f"unbounded:{est}"
+        )
+    runs[f"Cycle (batch {batch})"] = dict(strategy="cycle", batch=batch)
+    runs[f"Random (batch {batch})"] = dict(strategy="random", batch=batch)
+    return runs
+
+
+def convergence_tables(results: dict, prefix: str, fig_numbers: bool = False) -> str:
+    """The four metric tables of a convergence experiment."""
+    sections = [
+        ("error_all", ("Fig. 2: " if fig_numbers else "") + "error on all pages (%)"),
+        ("error_top10", ("Fig. 3: " if fig_numbers else "") + "error on the top 10% (%)"),
+        ("tau", "Kendall tau, pages with in-links"),
+        ("weighted_tau", "weighted tau"),
+    ]
+    return "\n".join(
+        f"### {prefix}{label}\n\n" + convergence_table(results, metric)
+        for metric, label in sections
+    )
+
+
+def target_checks(label: str, at3: dict, at_end: dict, passes: int) -> list[tuple]:
+    """The issue's accuracy targets for one estimator: (check, measured, target, met)."""
+    return [
+        (f"{label}: top-10% error after 3N", at3["error_top10"], "<= 2%", at3["error_top10"] <= 2),
+        (f"{label}: all-pages error after 3N", at3["error_all"], "<= 5%", at3["error_all"] <= 5),
+        (f"{label}: Kendall tau after 3N", at3["tau"], ">= 0.90", at3["tau"] >= 0.90),
+        (
+            f"{label}: top-10% error after {passes}N",
+            at_end["error_top10"],
+            "<= 0.7% (at 10N)",
+            at_end["error_top10"] <= 0.7,
+        ),
+        (
+            f"{label}: Kendall tau after {passes}N",
+            at_end["tau"],
+            ">= 0.97 (at 10N)",
+            at_end["tau"] >= 0.97,
+        ),
+        (
+            f"{label}: weighted tau after 3N / {passes}N",
+            at3["weighted_tau"],
+            f"no target ({at_end['weighted_tau']:.4f})",
+            True,
+        ),
+    ]
+
+
+def line_plot(
+    series: dict[str, tuple[list, list]],
+    xlabel: str,
+    ylabel: str,
+    title: str,
+    path: Path,
+    logy: bool = False,
+) -> None:
+    """One PNG with a line per named ``(xs, ys)`` series."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    for name, rows in results.items():
-        ax.plot(
-            [r["passes"] for r in rows], [r[metric] for r in rows], marker="o", ms=3, label=name
-        )
-    ax.set_xlabel("pages crawled (multiples of N)")
-    ax.set_ylabel("tau" if "tau" in metric else "mean relative error (%)")
-    if "tau" not in metric:
+    for name, (xs, ys) in series.items():
+        ax.plot(xs, ys, marker="o", ms=3, label=name)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if logy:
         ax.set_yscale("log")
     ax.set_title(title)
     ax.grid(alpha=0.3)
@@ -104,6 +165,16 @@ def plot_convergence(results: dict, metric: str, title: str, path: Path) -> None
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def plot_convergence(results: dict, metric: str, title: str, path: Path) -> None:
+    series = {
+        name: ([r["passes"] for r in rows], [r[metric] for r in rows])
+        for name, rows in results.items()
+    }
+    tau = "tau" in metric
+    ylabel = "tau" if tau else "mean relative error (%)"
+    line_plot(series, "pages crawled (multiples of N)", ylabel, title, path, logy=not tau)
 
 
 # ------------------------------------------------------------------ cash at visit
@@ -176,29 +247,12 @@ def g_per_pass(graph: Graph, batch: int) -> float:
 
 
 def plot_windows(results: dict, metric: str, title: str, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    for name, by_rate in results.items():
-        rates = sorted(by_rate)
-        ax.plot(
-            [100 * r for r in rates],
-            [by_rate[r][metric] for r in rates],
-            marker="o",
-            ms=3,
-            label=name,
-        )
-    ax.set_xlabel("change rate (% of pages per N visits)")
-    ax.set_ylabel("mean relative error (%)")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    series = {
+        name: ([100 * r for r in sorted(by_rate)], [by_rate[r][metric] for r in sorted(by_rate)])
+        for name, by_rate in results.items()
+    }
+    xlabel = "change rate (% of pages per N visits)"
+    line_plot(series, xlabel, "mean relative error (%)", title, path)
 
 
 def windows_table(results: dict, metric: str) -> str:
@@ -233,22 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     log(f"synthetic graph: {n} nodes, P(I=k) ~ k^-2.1, seed {args.seed}")
     graph = power_law_graph(n, seed=args.seed)
     pr = pagerank(graph, 1 - EPS)
-    runs = {
-        f"Greedy (batch {batch})": dict(strategy="greedy", batch=batch),
-        "Greedy (per event)": dict(strategy="greedy", batch=1),
-        f"Greedy, lemma estimate (batch {batch})": dict(
-            strategy="greedy", batch=batch, window="unbounded:lemma"
-        ),
-        f"Greedy, regression estimate (batch {batch})": dict(
-            strategy="greedy", batch=batch, window="unbounded:regression"
-        ),
-        f"Greedy, paper estimate (batch {batch})": dict(
-            strategy="greedy", batch=batch, window="unbounded:paper"
-        ),
-        f"Cycle (batch {batch})": dict(strategy="cycle", batch=batch),
-        f"Random (batch {batch})": dict(strategy="random", batch=batch),
-    }
-    conv = convergence(graph, pr, runs, args.passes)
+    conv = convergence(graph, pr, standard_runs(batch, per_event=True), args.passes)
     data["convergence"] = conv
     plot_convergence(
         conv,
@@ -278,11 +317,6 @@ def main(argv: list[str] | None = None) -> int:
     data["batch_sweep"] = sweep
 
     P = args.passes
-    g3, g10 = conv[f"Greedy (batch {batch})"][2], conv[f"Greedy (batch {batch})"][-1]
-    r3 = conv[f"Greedy, regression estimate (batch {batch})"][2]
-    r10 = conv[f"Greedy, regression estimate (batch {batch})"][-1]
-    l3 = conv[f"Greedy, lemma estimate (batch {batch})"][2]
-    l10 = conv[f"Greedy, lemma estimate (batch {batch})"][-1]
     report.append(
         f"# The paper's experiments, regenerated\n\nGenerated by `python benchmarks/"
         f"paper_figures.py` (scrapy-opic engine, epsilon = {EPS}, reference: exact PageRank with "
@@ -300,65 +334,20 @@ def main(argv: list[str] | None = None) -> int:
         "G-time); *paper* is (H + C) / (G + 1). Runs without a named estimator use the default.\n"
     )
     report.append("## Targets (Greedy, batch = 1% of N)\n")
-    checks = [
-        ("top-10% error after 3N", g3["error_top10"], "<= 2%", g3["error_top10"] <= 2),
-        ("all-pages error after 3N", g3["error_all"], "<= 5%", g3["error_all"] <= 5),
-        ("Kendall tau after 3N", g3["tau"], ">= 0.90", g3["tau"] >= 0.90),
-        (
-            f"top-10% error after {P}N",
-            g10["error_top10"],
-            "<= 0.7% (at 10N)",
-            g10["error_top10"] <= 0.7,
-        ),
-        (f"Kendall tau after {P}N", g10["tau"], ">= 0.97 (at 10N)", g10["tau"] >= 0.97),
-        (
-            f"weighted tau after 3N / {P}N",
-            g3["weighted_tau"],
-            f"(no target; {P}N: {g10['weighted_tau']:.4f})",
-            True,
-        ),
-    ]
-    for label, a, b in (("regression", r3, r10), ("lemma", l3, l10)):
-        checks += [
-            (
-                f"{label} estimate: top-10% error after 3N",
-                a["error_top10"],
-                "<= 2%",
-                a["error_top10"] <= 2,
-            ),
-            (
-                f"{label} estimate: all-pages error after 3N",
-                a["error_all"],
-                "<= 5%",
-                a["error_all"] <= 5,
-            ),
-            (f"{label} estimate: Kendall tau after 3N", a["tau"], ">= 0.90", a["tau"] >= 0.9),
-            (
-                f"{label} estimate: top-10% error after {P}N",
-                b["error_top10"],
-                "<= 0.7% (at 10N)",
-                b["error_top10"] <= 0.7,
-            ),
-            (
-                f"{label} estimate: Kendall tau after {P}N",
-                b["tau"],
-                ">= 0.97 (at 10N)",
-                b["tau"] >= 0.97,
-            ),
-        ]
+    checks = []
+    for label, name in (
+        ("default (blend)", f"Greedy (batch {batch})"),
+        ("regression", f"Greedy, regression estimate (batch {batch})"),
+        ("lemma", f"Greedy, lemma estimate (batch {batch})"),
+    ):
+        checks += target_checks(label, conv[name][2], conv[name][-1], P)
     report.append(
         "| check | measured | target | met |\n|---|---|---|---|\n"
         + "".join(
             f"| {c} | {v:.4f} | {t} | {'yes' if ok else '**no**'} |\n" for c, v, t, ok in checks
         )
     )
-    for metric, label in [
-        ("error_all", "Fig. 2: error on all pages (%)"),
-        ("error_top10", "Fig. 3: error on the top 10% (%)"),
-        ("tau", "Kendall tau, pages with in-links"),
-        ("weighted_tau", "Weighted tau"),
-    ]:
-        report.append(f"### {label}\n\n" + convergence_table(conv, metric))
+    report.append(convergence_tables(conv, "", fig_numbers=True))
     report.append("![Fig. 2](fig2_all_pages.png) ![Fig. 3](fig3_top10.png) ![tau](tau.png)\n")
     report.append(
         "### Greedy: pages visited together\n\nThe batch path visits the B pages with the most "
@@ -398,21 +387,7 @@ def main(argv: list[str] | None = None) -> int:
         log(f"  loaded in {time.perf_counter() - t0:.1f} s")
         rpr = pagerank(real, 1 - EPS)
         rb = max(1, real.n // 100)
-        real_runs = {
-            f"Greedy (batch {rb})": dict(strategy="greedy", batch=rb),
-            f"Greedy, lemma estimate (batch {rb})": dict(
-                strategy="greedy", batch=rb, window="unbounded:lemma"
-            ),
-            f"Greedy, regression estimate (batch {rb})": dict(
-                strategy="greedy", batch=rb, window="unbounded:regression"
-            ),
-            f"Greedy, paper estimate (batch {rb})": dict(
-                strategy="greedy", batch=rb, window="unbounded:paper"
-            ),
-            f"Cycle (batch {rb})": dict(strategy="cycle", batch=rb),
-            f"Random (batch {rb})": dict(strategy="random", batch=rb),
-        }
-        rconv = convergence(real, rpr, real_runs, args.passes)
+        rconv = convergence(real, rpr, standard_runs(rb, per_event=False), args.passes)
         data["real"] = rconv
         plot_convergence(
             rconv, "error_top10", "cnr-2000: error on the top 10%", out / "cnr2000_top10.png"
@@ -427,13 +402,7 @@ def main(argv: list[str] | None = None) -> int:
             f"is computed on the same graph). {int((real.out_degree == 0).sum()):,} dangling "
             f"pages, {int((real.in_degree == 0).sum()):,} pages without in-links.\n"
         )
-        for metric, label in [
-            ("error_all", "error on all pages (%)"),
-            ("error_top10", "error on the top 10% (%)"),
-            ("tau", "Kendall tau, pages with in-links"),
-            ("weighted_tau", "weighted tau"),
-        ]:
-            report.append(f"### cnr-2000: {label}\n\n" + convergence_table(rconv, metric))
+        report.append(convergence_tables(rconv, "cnr-2000: "))
         report.append("![cnr all](cnr2000_all_pages.png) ![cnr top](cnr2000_top10.png)\n")
 
     if not args.skip_windows:
