@@ -70,7 +70,7 @@ def simulator_speed(n: int, lines: list[str]) -> None:
         sim.run(graph.n)  # warm up: first pass
         dt = best_of(lambda sim=sim: sim.run(graph.n))
         lines.append(
-            f"| greedy, batch {b:,} ({100 / frac:g}% of N) | {graph.n / dt:,.0f} | "
+            f"| greedy, batch {b:,} ({100 / frac:.2g}% of N) | {graph.n / dt:,.0f} | "
             f"{dt / sweep:.2f} |"
         )
     lines.append("")

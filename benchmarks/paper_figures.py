@@ -325,8 +325,8 @@ def main(argv: list[str] | None = None) -> int:
         f"scipy's hyperbolic-weighted tau, which stresses the top of the ranking.\n\n"
         f"Synthetic graph: {graph.n:,} nodes, {graph.n_edges:,} links, in-degrees drawn from "
         f"P(I = k) ~ k^-2.1 with uniformly random sources (seed {args.seed}); "
-        f"{int((graph.out_degree == 0).sum()):,} dangling pages, "
-        f"{int((graph.in_degree == 0).sum()):,} pages without in-links.\n"
+        f"dangling pages: {int((graph.out_degree == 0).sum()):,}; "
+        f"pages without in-links: {int((graph.in_degree == 0).sum()):,}.\n"
     )
     report.append(
         "Estimators: the default *blend* is the mean of the normalised *lemma* estimate "
@@ -399,8 +399,9 @@ def main(argv: list[str] | None = None) -> int:
             f"## Real web graph: cnr-2000\n\n{real.n:,} pages, {real.n_edges:,} distinct links "
             "after dropping the 87,442 self-links (the engine ignores a link from a page to "
             "itself by default: a navigation bar is not an endorsement; the reference PageRank "
-            f"is computed on the same graph). {int((real.out_degree == 0).sum()):,} dangling "
-            f"pages, {int((real.in_degree == 0).sum()):,} pages without in-links.\n"
+            f"is computed on the same graph). Dangling pages: "
+            f"{int((real.out_degree == 0).sum()):,}; pages without in-links: "
+            f"{int((real.in_degree == 0).sum()):,}.\n"
         )
         report.append(convergence_tables(rconv, "cnr-2000: "))
         report.append("![cnr all](cnr2000_all_pages.png) ![cnr top](cnr2000_top10.png)\n")

@@ -259,7 +259,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     e = sim.engine
     report = sys.stderr if args.out == "-" else sys.stdout
     print(
-        f"graph: {graph.n:,} nodes, {graph.n_edges:,} links (loaded in {t_load:.2f} s)\n"
+        f"graph: {graph.n:,} nodes, {graph.n_edges:,} links (ready in {t_load:.2f} s)\n"
         f"run: {args.strategy}, {window.spec()}, epsilon={args.epsilon}, batch={sim.batch}, "
         f"{visits:,} visits in {t_run:.2f} s ({visits / max(t_run, 1e-9):,.0f} visits/s)\n"
         f"G={e.G:.4f}  error factor 1/G={e.error_factor:.6f}  "
