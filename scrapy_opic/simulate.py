@@ -263,7 +263,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"run: {args.strategy}, {window.spec()}, epsilon={args.epsilon}, batch={sim.batch}, "
         f"{visits:,} visits in {t_run:.2f} s ({visits / max(t_run, 1e-9):,.0f} visits/s)\n"
         f"G={e.G:.4f}  error factor 1/G={e.error_factor:.6f}  "
-        f"mean cash at visit x n={e.cash_at_visit_ema:.3f}  total cash={e.total_cash():.12f}",
+        f"mean cash at visit x n={e.cash_at_visit_x_n:.3f}  total cash={e.total_cash():.12f}",
         file=report,
     )
     if not args.no_pagerank:

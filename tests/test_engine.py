@@ -121,6 +121,7 @@ def test_g_grows_by_the_cash_each_visit_absorbs():
     # The page's cash plus the virtual page's payout of its epsilon share.
     assert e.G == pytest.approx(g0 + c + e.epsilon * c)
     assert e.error_factor == pytest.approx(1.0 / e.G)
+    assert e.cash_at_visit_x_n == pytest.approx(c * 3)  # one visit so far: exactly c * n
 
 
 # ---------------------------------------------------------------- visits

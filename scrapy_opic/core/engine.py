@@ -146,7 +146,7 @@ class OpicEngine:
         self.n_initial = 0
         self.c0 = 0.0  #: initial cash of pages flagged INITIAL
         self.visit_count = 0
-        self.cash_at_visit_ema = 0.0  #: running mean of (cash at visit) * n
+        self._cash_at_visit_ema = 0.0  # see cash_at_visit_x_n
         # First and second G-moments of the cash every page received (for the regression
         # estimator): per-page stored values plus broadcast accumulators, like the cash.
         self._moments = getattr(self.window, "needs_moments", False)
@@ -614,11 +614,19 @@ class OpicEngine:
         self.visit_count += count
         # Running mean over roughly the last 1000 visits of (cash at visit) * n; Greedy -> 2.
         w = 1.0 - 0.999**count
-        self.cash_at_visit_ema += w * (mean_cash * self.n - self.cash_at_visit_ema)
+        self._cash_at_visit_ema += w * (mean_cash * self.n - self._cash_at_visit_ema)
 
     def _learn_rate(self, rate: float, count: int) -> None:
         w = 1.0 - 0.99**count
         self.default_rate += w * (rate - self.default_rate)
+
+    @property
+    def cash_at_visit_x_n(self) -> float:
+        """Mean cash taken per visit times the number of pages, over roughly the last 1,000
+        visits (the paper: it converges to 2 under Greedy). The running mean starts at 0, so it
+        is divided by the weight it has gathered so far (bias correction)."""
+        gathered = 1.0 - 0.999**self.visit_count
+        return self._cash_at_visit_ema / gathered if gathered > 0 else 0.0
 
     @property
     def error_factor(self) -> float:
@@ -669,7 +677,7 @@ class OpicEngine:
             "G": self.G,
             "error_factor": self.error_factor,
             "virtual_cash": self.virtual_cash,
-            "cash_at_visit_x_n": self.cash_at_visit_ema,
+            "cash_at_visit_x_n": self.cash_at_visit_x_n,
         }
 
 
