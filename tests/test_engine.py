@@ -257,8 +257,11 @@ def test_batch_path_of_size_one_matches_event_path(g, order, window, refresh):
     b = make_engine(n, window, refresh=refresh, epsilon=0.3)
     for r in order:
         i = r % n
-        a.visit(i, adj[i])
-        b.visit_batch(np.array([i]), np.array([0, len(adj[i])]), np.array(adj[i], dtype=int))
+        w = [1.0 + (r >> k) % 4 for k in range(len(adj[i]))]  # uneven link weights
+        a.visit(i, adj[i], weights=w)
+        b.visit_batch(
+            np.array([i]), np.array([0, len(adj[i])]), np.array(adj[i], dtype=int), np.array(w)
+        )
     np.testing.assert_allclose(a.cash(), b.cash(), rtol=1e-9, atol=1e-13)
     np.testing.assert_allclose(a.hist[:n], b.hist[:n], rtol=1e-9, atol=1e-13)
     np.testing.assert_allclose(a.importance(), b.importance(), rtol=1e-7, atol=1e-12)

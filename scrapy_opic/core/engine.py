@@ -442,26 +442,26 @@ class OpicEngine:
     def _credit(self, ids: Sequence[int], amounts: Sequence[float]) -> None:
         """Add cash taken from elsewhere (the caller books the debit). Observers hear about each
         credit right after it, so a heap sifts one changed key at a time."""
-        s = self._s_mv
-        if self._moments:
-            t = self.G
-            b, d = self._b_mv, self._d_mv
-            total = 0.0
-            for j, x in zip(ids, amounts):
-                b[j] += x * t
-                d[j] += x * t * t
-                total += x
-            self.b_total += total * t
-            self.d_total += total * t * t
-        if not self._observers:
+        s, observers = self._s_mv, self._observers
+        if not self._moments:
             for j, x in zip(ids, amounts):
                 s[j] += x
-            return
-        for j, x in zip(ids, amounts):
-            if x > 0:
-                s[j] += x
-                for obs in self._observers:
+                for obs in observers:
                     obs.raised(j)
+            return
+        t = self.G
+        tt = t * t
+        b, d = self._b_mv, self._d_mv
+        total = 0.0
+        for j, x in zip(ids, amounts):
+            s[j] += x
+            b[j] += x * t
+            d[j] += x * tt
+            total += x
+            for obs in observers:
+                obs.raised(j)
+        self.b_total += total * t
+        self.d_total += total * tt
 
     def visit_batch(
         self,
