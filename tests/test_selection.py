@@ -11,6 +11,7 @@ from scrapy_opic.core import (
     GreedySelection,
     OpicEngine,
     RandomSelection,
+    SlottedGreedySelection,
     make_selection,
 )
 
@@ -128,3 +129,75 @@ def test_unknown_strategy_is_refused():
 
     with pytest.raises(ValueError):
         make_selection("best", OpicEngine())
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    n=st.integers(1, 20),
+    seed=st.integers(0, 10**6),
+    refresh=st.sampled_from([0.0, 0.5, 1.0]),
+    steps=st.integers(1, 80),
+    slots=st.integers(1, 4),
+)
+def test_slotted_greedy_pops_the_best_candidate_among_slots_with_room(
+    n, seed, refresh, steps, slots
+):
+    rng = np.random.default_rng(seed)
+    e = OpicEngine(epsilon=0.3, refresh=refresh)
+    e.add_pages(n)
+    sel = SlottedGreedySelection(e)
+    slot = {}
+    for i in range(n):
+        slot[i] = f"host{rng.integers(0, slots)}"
+        sel.push(i, slot[i])
+    in_flight = set()
+    for _ in range(steps):
+        action = rng.integers(0, 4)
+        if action == 0 and e.n < 40:
+            for i in e.add_pages(int(rng.integers(1, 3))):
+                slot[int(i)] = f"host{rng.integers(0, slots)}"
+                sel.push(int(i), slot[int(i)])
+        elif action == 1 and in_flight:
+            i = in_flight.pop()
+            kids = rng.choice(e.n, size=min(e.n, int(rng.integers(0, 4))), replace=False)
+            if rng.random() < 0.5:
+                e.visit(i, kids.tolist())
+            else:
+                e.visit_batch(np.array([i]), np.array([0, kids.size]), kids)
+            if rng.random() < 0.7:
+                sel.push(i, slot[i])
+        else:
+            full = {f"host{k}" for k in range(slots) if rng.random() < 0.4}
+            e.payout()
+            cands = [i for i in range(e.n) if i in sel and slot[i] not in full]
+            i = sel.pop(lambda host, full=full: host not in full)
+            if not cands:
+                assert i is None
+            else:
+                cash = e.cash()
+                assert slot[i] not in full
+                assert cash[i] >= max(cash[j] for j in cands) - 1e-15
+                in_flight.add(i)
+        assert len(sel) == sum(1 for i in range(e.n) if i in sel)
+        assert sum(sel.slot_sizes().values()) == len(sel)
+        assert not any(i in sel for i in in_flight)
+    # Nothing was lost while slots were set aside: every candidate is still reachable.
+    left = [sel.pop() for _ in range(len(sel))]
+    assert None not in left and sel.pop() is None
+
+
+def test_slotted_greedy_serves_other_hosts_while_one_is_busy():
+    e = OpicEngine()
+    e.add_pages(6)
+    e.init_uniform()
+    sel = SlottedGreedySelection(e)
+    for i in range(3):
+        sel.push(i, "big.example")
+    for i in range(3, 6):
+        sel.push(i, "small.example")
+    e.transfer(3, 0)  # big.example's page 0 now holds the most cash
+    assert sel.slot_of(0) == "big.example"
+    busy = {"big.example"}
+    assert sel.pop(lambda slot: slot not in busy) in (4, 5)
+    assert sel.pop() == 0  # no slot limit: the richest page
+    assert sel.slot_sizes() == {"big.example": 2, "small.example": 1}

@@ -10,6 +10,7 @@ from .selection import (
     GreedySelection,
     RandomSelection,
     Selection,
+    SlottedGreedySelection,
     make_selection,
 )
 from .window import (
@@ -33,6 +34,7 @@ __all__ = [
     "OpicEngine",
     "RandomSelection",
     "Selection",
+    "SlottedGreedySelection",
     "UnboundedHistory",
     "VariableWindow",
     "WindowPolicy",

@@ -21,6 +21,8 @@ They also observe the engine (``raised``/``taken``/``grow``), so cash moves keep
   O(log n) and the heaps hold exactly one entry per candidate: no stale entries. (Only the engine's
   batch path, which credits many pages at once, makes the heaps rebuild, in O(candidates).)
   About 8.5 bytes per page (position int32, membership byte, heap slot int32).
+* :class:`SlottedGreedySelection`: Greedy across download slots, for politeness: the page with
+  the most cash among the slots (hosts) that have room.
 * :class:`RandomSelection`: uniform among candidates, O(1) per operation.
 * :class:`CycleSelection`: a fixed order (the page ids, i.e. discovery order) cycled around;
   amortised O(1) with a C-level scan of a membership bytearray.
@@ -30,7 +32,7 @@ from __future__ import annotations
 
 import random
 from array import array
-from collections.abc import Iterable
+from collections.abc import Callable, Hashable, Iterable, Sequence
 
 from .engine import FETCHED, OpicEngine
 
@@ -86,31 +88,26 @@ class Selection:
         return len(self._where)
 
 
-class GreedySelection(Selection):
-    """Most cash first (the paper's Greedy), with the virtual page's payout done before each pop."""
+class _Heap:
+    """An indexed binary max-heap of ints keyed by ``keys()[item]``.
 
-    name = "greedy"
+    ``pos`` maps an item to its index in ``items`` (-1 when absent) and may be shared by several
+    heaps whose items never overlap (a page is in at most one heap at a time). ``keys`` is a
+    function so that the engine can reallocate its arrays without the heap holding a stale view.
+    """
 
-    def __init__(self, engine: OpicEngine) -> None:
-        self._pos = array("i")
-        self._heaps = {_FETCHED_HEAP: array("i"), _UNFETCHED_HEAP: array("i")}
-        super().__init__(engine)
+    __slots__ = ("items", "pos", "keys")
 
-    def grow(self, capacity: int) -> None:
-        super().grow(capacity)
-        _extend(self._pos, capacity, -1)
+    def __init__(self, pos: array, keys: Callable[[], Sequence[float]]) -> None:
+        self.items = array("i")
+        self.pos = pos
+        self.keys = keys
 
     def __len__(self) -> int:
-        return len(self._heaps[_FETCHED_HEAP]) + len(self._heaps[_UNFETCHED_HEAP])
+        return len(self.items)
 
-    def nbytes(self) -> int:
-        heaps = sum(h.itemsize * h.buffer_info()[1] for h in self._heaps.values())
-        return len(self._where) + self._pos.itemsize * len(self._pos) + heaps
-
-    # -- heap primitives (max-heap on the engine's stored cash) -----------------------------
-    def _up(self, items: array, k: int) -> None:
-        key = self.engine._s_mv
-        pos = self._pos
+    def up(self, k: int) -> None:
+        items, pos, key = self.items, self.pos, self.keys()
         i = items[k]
         ki = key[i]
         while k:
@@ -124,9 +121,8 @@ class GreedySelection(Selection):
         items[k] = i
         pos[i] = k
 
-    def _down(self, items: array, k: int) -> None:
-        key = self.engine._s_mv
-        pos = self._pos
+    def down(self, k: int) -> None:
+        items, pos, key = self.items, self.pos, self.keys()
         n = len(items)
         i = items[k]
         ki = key[i]
@@ -149,51 +145,87 @@ class GreedySelection(Selection):
         items[k] = i
         pos[i] = k
 
-    def _remove_at(self, items: array, k: int) -> int:
-        i = items[k]
+    def push(self, i: int) -> None:
+        self.items.append(i)
+        self.up(len(self.items) - 1)
+
+    def remove(self, i: int) -> None:
+        items, pos = self.items, self.pos
+        k = pos[i]
         last = items.pop()
         if last != i:
             items[k] = last
-            self._pos[last] = k
-            self._down(items, k)
-            self._up(items, self._pos[last])
-        self._pos[i] = -1
-        self._where[i] = _NONE
-        return i
+            pos[last] = k
+            self.down(k)
+            self.up(pos[last])
+        pos[i] = -1
 
-    # -- interface ---------------------------------------------------------------------------
+    def heapify(self) -> None:
+        for k in range(len(self.items) // 2 - 1, -1, -1):
+            self.down(k)
+
+    def nbytes(self) -> int:
+        return self.items.itemsize * self.items.buffer_info()[1]
+
+
+class GreedySelection(Selection):
+    """Most cash first (the paper's Greedy), with the virtual page's payout done before each pop."""
+
+    name = "greedy"
+
+    def __init__(self, engine: OpicEngine) -> None:
+        self._pos = array("i")
+
+        def keys() -> Sequence[float]:
+            return engine._s_mv
+
+        self._heaps = {
+            _FETCHED_HEAP: _Heap(self._pos, keys),
+            _UNFETCHED_HEAP: _Heap(self._pos, keys),
+        }
+        super().__init__(engine)
+
+    def grow(self, capacity: int) -> None:
+        super().grow(capacity)
+        _extend(self._pos, capacity, -1)
+
+    def __len__(self) -> int:
+        return len(self._heaps[_FETCHED_HEAP]) + len(self._heaps[_UNFETCHED_HEAP])
+
+    def nbytes(self) -> int:
+        heaps = sum(h.nbytes() for h in self._heaps.values())
+        return len(self._where) + self._pos.itemsize * len(self._pos) + heaps
+
     def push(self, i: int) -> None:
         if self._where[i] != _NONE:
             return
         which = _FETCHED_HEAP if self.engine._flags_mv[i] & FETCHED else _UNFETCHED_HEAP
-        items = self._heaps[which]
-        items.append(i)
         self._where[i] = which
-        self._up(items, len(items) - 1)
+        self._heaps[which].push(i)
 
     def discard(self, i: int) -> None:
         which = self._where[i] if i < len(self._where) else _NONE
         if which != _NONE:
-            self._remove_at(self._heaps[which], self._pos[i])
+            self._heaps[which].remove(i)
+            self._where[i] = _NONE
 
     def raised(self, i: int) -> None:
         # Increase-key: valid because the engine reports each credit before the next one.
         which = self._where[i]
         if which:
-            self._up(self._heaps[which], self._pos[i])
+            self._heaps[which].up(self._pos[i])
 
     def changed(self, ids: Iterable[int]) -> None:
         # Several keys rose together: sifting them one by one is not enough (a node can stop
         # under a parent that later moves), so rebuild each heap bottom-up, O(candidates).
-        for items in self._heaps.values():
-            for k in range(len(items) // 2 - 1, -1, -1):
-                self._down(items, k)
+        for heap in self._heaps.values():
+            heap.heapify()
 
     def peek(self) -> int | None:
         """The page :meth:`pop` would return, without removing it (payout included)."""
         e = self.engine
         e.payout()
-        f, u = self._heaps[_FETCHED_HEAP], self._heaps[_UNFETCHED_HEAP]
+        f, u = self._heaps[_FETCHED_HEAP].items, self._heaps[_UNFETCHED_HEAP].items
         if not f:
             return u[0] if u else None
         if not u:
@@ -205,8 +237,166 @@ class GreedySelection(Selection):
     def pop(self) -> int | None:
         i = self.peek()
         if i is not None:
-            self._remove_at(self._heaps[self._where[i]], self._pos[i])
+            self.discard(i)
         return i
+
+
+class SlottedGreedySelection(Selection):
+    """Greedy across download slots (politeness): :meth:`pop` returns the page with the most cash
+    among the slots that have room, so one busy site never blocks the others.
+
+    Each slot (a Scrapy download slot: usually a host) has its own pair of heaps (fetched /
+    unfetched pages, as in :class:`GreedySelection`), and two heaps of slots keyed by the cash of
+    each slot's best page find the best slot in O(log slots). A pop that meets full slots sets
+    them aside until it finds a slot with room, then puts them back: O((f + 1) log slots) for
+    ``f`` full slots met, and in Scrapy ``f`` is at most CONCURRENT_REQUESTS /
+    CONCURRENT_REQUESTS_PER_DOMAIN (2 with the defaults). Push, discard and credit are
+    O(log n + log slots). About 8 bytes per page (position, heap number) plus the heap slots and
+    a few hundred bytes per slot.
+    """
+
+    name = "greedy-slots"
+
+    def __init__(self, engine: OpicEngine) -> None:
+        self._pos = array("i")
+        self._heap_of = array("i")  # 1 + index in self._heaps of the page's heap; 0: absent
+        self._heaps: list[_Heap] = []  # heap 2k: fetched pages of slot k; 2k + 1: unfetched
+        self._slot_index: dict[Hashable, int] = {}
+        self._slots: list[Hashable] = []
+        self._head_key: tuple[list[float], list[float]] = ([], [])
+        self._head_pos = (array("i"), array("i"))
+        self._heads = (
+            _Heap(self._head_pos[0], lambda: self._head_key[0]),
+            _Heap(self._head_pos[1], lambda: self._head_key[1]),
+        )
+        self._count = 0
+        super().__init__(engine)
+
+    def grow(self, capacity: int) -> None:
+        _extend(self._pos, capacity, -1)
+        _extend(self._heap_of, capacity, 0)
+
+    def __contains__(self, i: int) -> bool:
+        return i < len(self._heap_of) and self._heap_of[i] != 0
+
+    def __len__(self) -> int:
+        return self._count
+
+    def nbytes(self) -> int:
+        pages = self._pos.itemsize * len(self._pos) + self._heap_of.itemsize * len(self._heap_of)
+        return pages + sum(h.nbytes() for h in self._heaps) + 200 * len(self._slots)
+
+    def slot_of(self, i: int) -> Hashable | None:
+        """The slot a candidate was pushed with (``None`` if ``i`` is not a candidate)."""
+        h = self._heap_of[i] - 1 if i < len(self._heap_of) else -1
+        return self._slots[h // 2] if h >= 0 else None
+
+    def slot_sizes(self) -> dict[Hashable, int]:
+        """Candidates per slot."""
+        return {
+            slot: len(self._heaps[2 * k]) + len(self._heaps[2 * k + 1])
+            for k, slot in enumerate(self._slots)
+        }
+
+    def _slot(self, slot: Hashable) -> int:
+        k = self._slot_index.get(slot)
+        if k is None:
+            k = self._slot_index[slot] = len(self._slots)
+            self._slots.append(slot)
+
+            def keys() -> Sequence[float]:
+                return self.engine._s_mv
+
+            self._heaps += [_Heap(self._pos, keys), _Heap(self._pos, keys)]
+            for st in (0, 1):
+                self._head_key[st].append(float("-inf"))
+                self._head_pos[st].append(-1)
+        return k
+
+    def _refresh_head(self, h: int) -> None:
+        """Bring slot ``h // 2``'s entry in head heap ``h % 2`` in line with its page heap."""
+        k, st = divmod(h, 2)
+        heap, heads, keys = self._heaps[h], self._heads[st], self._head_key[st]
+        inside = self._head_pos[st][k] >= 0
+        if not len(heap):
+            if inside:
+                heads.remove(k)
+            keys[k] = float("-inf")
+            return
+        key = self.engine._s_mv[heap.items[0]]
+        old, keys[k] = keys[k], key
+        if not inside:
+            heads.push(k)
+        elif key > old:
+            heads.up(self._head_pos[st][k])
+        elif key < old:
+            heads.down(self._head_pos[st][k])
+
+    def push(self, i: int, slot: Hashable = None) -> None:
+        """Make ``i`` a candidate in download slot ``slot``."""
+        if self._heap_of[i]:
+            return
+        st = 0 if self.engine._flags_mv[i] & FETCHED else 1
+        h = 2 * self._slot(slot) + st
+        self._heap_of[i] = h + 1
+        self._heaps[h].push(i)
+        self._count += 1
+        self._refresh_head(h)
+
+    def discard(self, i: int) -> None:
+        h = self._heap_of[i] - 1 if i < len(self._heap_of) else -1
+        if h >= 0:
+            was_top = self._pos[i] == 0
+            self._heaps[h].remove(i)
+            self._heap_of[i] = 0
+            self._count -= 1
+            if was_top:
+                self._refresh_head(h)
+
+    def raised(self, i: int) -> None:
+        h = self._heap_of[i] - 1
+        if h >= 0:
+            self._heaps[h].up(self._pos[i])
+            if self._pos[i] == 0:  # only a new or richer top changes the slot's head
+                self._refresh_head(h)
+
+    def changed(self, ids: Iterable[int]) -> None:
+        for h, heap in enumerate(self._heaps):
+            heap.heapify()
+            self._refresh_head(h)
+
+    def pop(self, has_room: Callable[[Hashable], bool] | None = None) -> int | None:
+        """Remove and return the candidate with the most cash among the slots for which
+        ``has_room(slot)`` is true (all slots if ``None``); ``None`` if there is none."""
+        e = self.engine
+        e.payout()
+        keys_f, keys_u = self._head_key
+        tops_f, tops_u = self._heads[0].items, self._heads[1].items
+        set_aside: list[int] = []
+        try:
+            while True:
+                kf = tops_f[0] if tops_f else -1
+                ku = tops_u[0] if tops_u else -1
+                if kf < 0 and ku < 0:
+                    return None
+                # True cash across the two sets; ties go to the unfetched page (discovery).
+                if ku >= 0 and (kf < 0 or keys_u[ku] + e.acc_unfetched >= keys_f[kf]):
+                    k, st = ku, 1
+                else:
+                    k, st = kf, 0
+                if has_room is None or has_room(self._slots[k]):
+                    h = 2 * k + st
+                    i = self._heaps[h].items[0]
+                    self.discard(i)
+                    return i
+                for s2 in (0, 1):  # a full slot: set it aside for this pop
+                    if self._head_pos[s2][k] >= 0:
+                        self._heads[s2].remove(k)
+                set_aside.append(k)
+        finally:
+            for k in set_aside:
+                self._refresh_head(2 * k)
+                self._refresh_head(2 * k + 1)
 
 
 class RandomSelection(Selection):
@@ -313,6 +503,7 @@ __all__ = [
     "CycleSelection",
     "GreedySelection",
     "RandomSelection",
+    "SlottedGreedySelection",
     "STRATEGIES",
     "Selection",
     "make_selection",
