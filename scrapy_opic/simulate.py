@@ -97,7 +97,8 @@ class Simulation:
         )
         self.engine.add_pages(n)
         self.engine.init_uniform()
-        self.batch = default_batch(n) if batch is None else max(1, int(batch))
+        # A batch holds distinct pages, so it can't exceed the graph.
+        self.batch = min(n, default_batch(n) if batch is None else max(1, int(batch)))
         self.rng = np.random.default_rng(seed)
         self.visits = 0
         self._cursor = 0  # Cycle's position in the fixed order (node ids) on the batch path

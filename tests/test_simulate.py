@@ -168,3 +168,13 @@ def test_cli_reports_a_missing_graph_in_one_line(tmp_path, capsys):
     assert rc == 2
     err = capsys.readouterr().err
     assert err.startswith("error:") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "random", "cycle"])
+def test_a_batch_larger_than_the_graph_visits_every_page_once_per_step(strategy):
+    g = random_graph(10, 0.2, seed=1)
+    sim = Simulation(g, strategy, batch=50)
+    assert sim.batch == 10
+    sim.run(30)
+    assert (sim.engine.visits[: g.n] == 3).all()
+    assert abs(sim.engine.total_cash() - 1.0) < 1e-12
