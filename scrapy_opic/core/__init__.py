@@ -5,6 +5,7 @@ calls on :class:`OpicEngine`.
 """
 
 from .engine import FETCHED, INITIAL, OpicEngine
+from .frontier import Frontier
 from .selection import (
     CycleSelection,
     GreedySelection,
@@ -28,6 +29,7 @@ __all__ = [
     "INITIAL",
     "CycleSelection",
     "FixedWindow",
+    "Frontier",
     "GreedySelection",
     "ImprovedFixedWindow",
     "Interpolation",
