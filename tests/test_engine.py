@@ -62,7 +62,7 @@ def test_cash_is_conserved_after_every_operation(g, ops, eps, refresh, window):
         elif kind == 1:
             e.visit(i, children, weights=[1.0 + (r >> k) % 3 for k in range(len(children))])
         elif kind == 2:
-            e.visit(i, children, boosts=[x] * len(children))
+            e.visit(i, children, boosts=[x] * len(children), virtual_weight=x)
         elif kind == 3:
             e.forfeit(i)
         elif kind == 4:
@@ -151,6 +151,15 @@ def test_weights_split_the_non_virtual_share():
     c0 = 1 / 3
     v = 0.5 * c0 / 3  # virtual share paid back to each page
     np.testing.assert_allclose(e.cash(), [v, c0 + 0.375 * c0 + v, c0 + 0.125 * c0 + v])
+
+
+def test_refused_links_send_their_share_to_the_virtual_page():
+    e = make_engine(3, epsilon=0.5)
+    c = e.cash_of(0)
+    e.visit(0, [1], virtual_weight=1.0)  # one followed link, one offsite link
+    assert e.cash_of(1) == pytest.approx(c + 0.25 * c)
+    assert e.virtual_cash == pytest.approx(0.75 * c)
+    assert abs(e.total_cash() - 1.0) < TOL
 
 
 def test_self_links_are_dropped_unless_kept():

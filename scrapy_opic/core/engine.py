@@ -372,14 +372,17 @@ class OpicEngine:
         children: Sequence[int] = (),
         weights: Sequence[float] | None = None,
         boosts: Sequence[float] | None = None,
+        virtual_weight: float = 0.0,
     ) -> float:
         """Visit page ``i`` whose out-links are ``children``; returns the cash it absorbed.
 
         ``weights`` (aligned with ``children``) split the non-virtual share unequally, e.g. to
-        weigh external links above internal ones. ``boosts`` (aligned with ``children``) are
-        focused-crawl multipliers: child ``j`` receives ``boosts[j]`` times its share *extra*,
-        taken from the virtual page (never more than it holds), so total cash is unchanged.
-        A page with no children is dangling: all its cash goes to the virtual page.
+        weigh external links above internal ones. ``virtual_weight`` is the total weight of
+        links that will not be followed (offsite): their share goes to the virtual page.
+        ``boosts`` (aligned with ``children``) are focused-crawl multipliers: child ``j``
+        receives ``boosts[j]`` times its share *extra*, taken from the virtual page (never more
+        than it holds), so total cash is unchanged. A page with no children is dangling: all its
+        cash goes to the virtual page.
 
         The virtual page pays out later, in :meth:`payout`, which the selection strategies call
         before every pop: so consecutive visits see the same virtual page a batch would.
@@ -404,10 +407,10 @@ class OpicEngine:
         self._record_visit(c, 1)
         if first and self._learn_default and self._windowed:
             self._learn_rate(self.window.estimate_one(i, 0.0, now), 1)
-        self._distribute(i, c, children, weights, boosts)
+        self._distribute(i, c, children, weights, boosts, virtual_weight)
         return c
 
-    def _distribute(self, i, c, children, weights, boosts) -> None:
+    def _distribute(self, i, c, children, weights, boosts, virtual_weight=0.0) -> None:
         if not self.self_links and i in children:
             keep = [k for k, j in enumerate(children) if j != i]
             children = [children[k] for k in keep]
@@ -419,14 +422,17 @@ class OpicEngine:
             return
         to_virtual = self.epsilon * c
         rest = c - to_virtual
-        if weights is None:
+        if weights is None and not virtual_weight:
             shares = [rest / d] * d
         else:
-            total_w = float(sum(weights))
+            if weights is None:
+                weights = [1.0] * d
+            total_w = float(sum(weights)) + virtual_weight
             if not total_w > 0:  # no usable weight: behave as a dangling page
                 self.virtual_cash += c
                 return
             shares = [rest * w / total_w for w in weights]
+            to_virtual += rest * virtual_weight / total_w
         self._credit(children, shares)
         self.virtual_cash += to_virtual
         if boosts is not None:

@@ -152,10 +152,12 @@ class Frontier:
         children: Sequence[int],
         weights: Sequence[float] | None = None,
         boosts: Sequence[float] | None = None,
+        virtual_weight: float = 0.0,
     ) -> float:
         """Page ``i`` was fetched and parsed; ``children`` are the pages it links to (ids from
-        :meth:`discover`). Returns the cash its visit absorbed."""
-        c = self.engine.visit(i, children, weights, boosts)
+        :meth:`discover`); see :meth:`OpicEngine.visit` for the other arguments. Returns the
+        cash its visit absorbed."""
+        c = self.engine.visit(i, children, weights, boosts, virtual_weight)
         self._done(i)
         return c
 

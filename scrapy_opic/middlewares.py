@@ -1,0 +1,150 @@
+"""The middlewares that report each fetch's outcome to the OPIC frontier.
+
+``OpicSpiderMiddleware`` (spider middleware; below Scrapy's Referer middleware, 700, so that
+Depth and UrlLength have filtered first) sees exactly the requests a callback yields for a
+response. It buffers the callback's output, turns every request into a page (its fingerprint),
+and pays the parent's cash out over them in one step: the visit. Requests to hosts the spider
+does not allow (Scrapy's OffsiteMiddleware drops them before the scheduler sees them) are left
+out of the out-degree (``OPIC_REFUSED_LINKS = "ignore"``) or give their share to the virtual page
+(``"virtual"``). A callback error or an HTTP error response (``HttpError`` from Scrapy's
+HttpErrorMiddleware) is a visit with no out-links: the cash goes to the virtual page.
+
+``OpicDownloaderMiddleware`` (downloader middleware, below RetryMiddleware, 550, so that it only
+sees errors that will not be retried) handles requests that never produce a response: a download
+error is a visit with no out-links; an ``IgnoreRequest`` (robots.txt...) gives the page up and
+sends its cash to the virtual page without a visit.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from scrapy import Request, signals
+from scrapy.downloadermiddlewares.offsite import OffsiteMiddleware
+from scrapy.exceptions import IgnoreRequest
+from scrapy.utils.httpobj import urlparse_cached
+
+from .core.frontier import IN_FLIGHT
+from .scheduler import OpicScheduler
+from .settings import OpicSettings
+
+if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import AsyncIterator, Iterable
+
+    from scrapy import Spider
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+
+
+def _in_flight_page(crawler: Crawler, request: Request) -> tuple[OpicScheduler, int] | None:
+    scheduler = OpicScheduler.of(crawler)
+    i = request.meta.get("opic_id")
+    if scheduler is None or i is None or scheduler.frontier.status[i] != IN_FLIGHT:
+        return None
+    return scheduler, i
+
+
+class OpicSpiderMiddleware:
+    """Pays a parsed page's cash to the links its callback follows (see the module docstring)."""
+
+    def __init__(self, crawler: Crawler, settings: OpicSettings) -> None:
+        self.crawler = crawler
+        self.settings = settings
+        self._offsite = OffsiteMiddleware(crawler.stats)
+        self._offsite.crawler = crawler
+        crawler.signals.connect(self._offsite.spider_opened, signal=signals.spider_opened)
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> OpicSpiderMiddleware:
+        return cls(crawler, OpicSettings.from_settings(crawler.settings))
+
+    def process_spider_output(
+        self, response: Response, result: Iterable[Any], spider: Spider | None = None
+    ) -> Iterable[Any]:
+        out = list(result)
+        self._settle(response, out)
+        yield from out
+
+    async def process_spider_output_async(
+        self, response: Response, result: AsyncIterator[Any], spider: Spider | None = None
+    ) -> AsyncIterator[Any]:
+        out = [o async for o in result]
+        self._settle(response, out)
+        for o in out:
+            yield o
+
+    def process_spider_exception(
+        self, response: Response, exception: Exception, spider: Spider | None = None
+    ) -> None:
+        page = _in_flight_page(self.crawler, response.request)
+        if page is not None:
+            scheduler, i = page
+            scheduler.frontier.fail(i)
+            self.crawler.stats.inc_value("opic/failed")
+
+    def _follows(self, request: Request) -> bool:
+        return bool(
+            request.dont_filter
+            or request.meta.get("allow_offsite")
+            or self._offsite.should_follow(request, self.crawler.spider)
+        )
+
+    def _settle(self, response: Response, out: list[Any]) -> None:
+        """The visit of the response's page: one payout over the links it follows."""
+        page = _in_flight_page(self.crawler, response.request)
+        if page is None:
+            return
+        scheduler, i = page
+        frontier, s = scheduler.frontier, self.settings
+        host = urlparse_cached(response).hostname
+        fingerprint = self.crawler.request_fingerprinter.fingerprint
+        children: list[int] = []
+        weights: list[float] = []
+        boosts: list[float] = []
+        refused = 0.0
+        for o in out:
+            if not isinstance(o, Request):
+                continue
+            o.meta.pop("opic_id", None)  # a copied meta must not pass for a retry or redirect
+            internal = urlparse_cached(o).hostname == host
+            weight = s.internal_weight if internal else s.external_weight
+            if not self._follows(o):
+                refused += weight
+                continue
+            children.append(frontier.discover(fingerprint(o)))
+            weights.append(weight)
+            boosts.append(s.boost if any(p.search(o.url) for p in s.boost_patterns) else 0.0)
+        plain = s.internal_weight == s.external_weight == 1.0 and s.refused_links == "ignore"
+        frontier.complete(
+            i,
+            children,
+            weights=None if plain else weights,
+            boosts=boosts if s.boost_patterns else None,
+            virtual_weight=refused if s.refused_links == "virtual" else 0.0,
+        )
+        scheduler.stats.inc_value("opic/visits")
+
+
+class OpicDownloaderMiddleware:
+    """Reports requests that end without a response (see the module docstring)."""
+
+    def __init__(self, crawler: Crawler) -> None:
+        self.crawler = crawler
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> OpicDownloaderMiddleware:
+        return cls(crawler)
+
+    def process_exception(
+        self, request: Request, exception: Exception, spider: Spider | None = None
+    ) -> None:
+        page = _in_flight_page(self.crawler, request)
+        if page is None:
+            return
+        scheduler, i = page
+        if isinstance(exception, IgnoreRequest):
+            scheduler.frontier.forfeit(i)
+            self.crawler.stats.inc_value("opic/ignored")
+        else:
+            scheduler.frontier.fail(i)
+            self.crawler.stats.inc_value("opic/failed")

@@ -1,0 +1,57 @@
+"""Run one crawl in this process and write its items and stats (used by the crawl tests).
+
+    python tests/crawl_runner.py CONFIG.json
+
+CONFIG: {"start_url": ..., "settings": {...}, "items": path, "stats": path}
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import scrapy
+from scrapy.crawler import CrawlerProcess
+from scrapy.linkextractors import LinkExtractor
+
+
+class SiteSpider(scrapy.Spider):
+    name = "site"
+
+    def __init__(self, start_url: str, **kw) -> None:
+        super().__init__(**kw)
+        self.start_urls = [start_url]
+        self.allowed_domains = ["127.0.0.1"]
+        self.links = LinkExtractor()
+
+    def parse(self, response):
+        yield {"url": response.url, "title": response.css("title::text").get()}
+        for link in self.links.extract_links(response):
+            yield response.follow(link.url, self.parse)
+
+
+def main() -> None:
+    with open(sys.argv[1]) as fh:
+        config = json.load(fh)
+    settings = {
+        "SCHEDULER": "scrapy_opic.OpicScheduler",
+        "SPIDER_MIDDLEWARES": {"scrapy_opic.OpicSpiderMiddleware": 800},
+        "DOWNLOADER_MIDDLEWARES": {"scrapy_opic.OpicDownloaderMiddleware": 540},
+        "FEEDS": {config["items"]: {"format": "jsonlines"}},
+        "LOG_LEVEL": "INFO",
+        "TELNETCONSOLE_ENABLED": False,
+        "ROBOTSTXT_OBEY": False,
+        "RETRY_TIMES": 1,
+    }
+    settings.update(config.get("settings", {}))
+    process = CrawlerProcess(settings)
+    crawler = process.create_crawler(SiteSpider)
+    process.crawl(crawler, start_url=config["start_url"])
+    process.start()
+    stats = {k: v for k, v in crawler.stats.get_stats().items() if isinstance(v, (int, float, str))}
+    with open(config["stats"], "w") as fh:
+        json.dump(stats, fh, default=str)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,78 @@
+"""A local multi-page web site for crawl tests, served on 127.0.0.1 from a link graph."""
+
+from __future__ import annotations
+
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from scrapy_opic.core.graph import Graph
+
+
+class Site:
+    """Serves ``/p/<i>.html`` for every node of ``graph``, linking to its out-neighbours.
+
+    ``redirects`` maps a node to another: its URL answers 301 to the other's. ``errors`` lists
+    nodes that answer 500. ``offsite`` lists nodes whose pages also link to an external host.
+    """
+
+    def __init__(
+        self,
+        graph: Graph,
+        redirects: dict[int, int] | None = None,
+        errors: set[int] | None = None,
+        offsite: set[int] | None = None,
+    ) -> None:
+        self.graph = graph
+        self.redirects = redirects or {}
+        self.errors = errors or set()
+        self.offsite = offsite or set()
+        self.hits: list[str] = []
+        site = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:  # keep test output quiet
+                pass
+
+            def do_GET(self) -> None:
+                site.hits.append(self.path)
+                status, headers, body = site.respond(self.path)
+                self.send_response(status)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def url(self, i: int) -> str:
+        return f"http://127.0.0.1:{self.port}/p/{i}.html"
+
+    def respond(self, path: str) -> tuple[int, dict[str, str], bytes]:
+        try:
+            i = int(path.removeprefix("/p/").removesuffix(".html"))
+        except ValueError:
+            return 404, {}, b"not found"
+        if not 0 <= i < self.graph.n:
+            return 404, {}, b"not found"
+        if i in self.redirects:
+            return 301, {"Location": self.url(self.redirects[i])}, b""
+        if i in self.errors:
+            return 500, {}, b"boom"
+        links = "".join(
+            f'<a href="{self.url(int(j))}">{int(j)}</a> ' for j in self.graph.children(i)
+        )
+        if i in self.offsite:
+            links += '<a href="http://elsewhere.invalid/x.html">out</a>'
+        body = f"<html><head><title>page {i}</title></head><body>{links}</body></html>"
+        return 200, {"Content-Type": "text/html"}, body.encode()
+
+    def __enter__(self) -> Site:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
