@@ -615,6 +615,79 @@ class OpicEngine:
             self.d_total += v * t * t
         return v
 
+    # ------------------------------------------------------------------ persistence
+    _SCALARS = (
+        "n",
+        "G",
+        "g_real",
+        "virtual_cash",
+        "virtual_history",
+        "acc_all",
+        "acc_unfetched",
+        "n_unfetched",
+        "n_initial",
+        "c0",
+        "visit_count",
+        "_cash_at_visit_ema",
+        "accb_all",
+        "accb_unfetched",
+        "accd_all",
+        "accd_unfetched",
+        "b_total",
+        "d_total",
+        "default_rate",
+    )
+
+    def _arrays(self) -> dict[str, np.ndarray]:
+        out = {
+            "s": self._s,
+            "hist": self.hist,
+            "last_g": self.last_g,
+            "visits": self.visits,
+            "flags": self.flags,
+        }
+        if self._wall:
+            out["last_t"] = self.last_t
+        if self._moments:
+            out["b"], out["d"] = self._b, self._d
+        return out
+
+    def state_dict(self) -> dict:
+        """Everything needed to rebuild this engine (parameters, scalars, per-page arrays cut to
+        ``n`` rows, window state and keys): plain Python and numpy values, for a store."""
+        n = self.n
+        return {
+            "params": {
+                "epsilon": self.epsilon,
+                "refresh": self.refresh,
+                "window": self.window.spec(),
+                "self_links": self.self_links,
+            },
+            "scalars": {k: getattr(self, k) for k in self._SCALARS},
+            "arrays": {k: a[:n].copy() for k, a in self._arrays().items()},
+            "window": self.window.state_dict(n),
+            "keys": list(self._keys[:n]) if self._keys else [],
+        }
+
+    @classmethod
+    def from_state(cls, state: dict, **kw) -> OpicEngine:
+        """Rebuild an engine saved by :meth:`state_dict` (``kw``: e.g. ``time_fn``)."""
+        params = dict(state["params"])
+        params.update(kw)
+        engine = cls(capacity=max(1, state["scalars"]["n"]), **params)
+        engine._grow(state["scalars"]["n"])
+        for k, v in state["scalars"].items():
+            setattr(engine, k, type(getattr(engine, k))(v))
+        n = engine.n
+        for k, a in engine._arrays().items():
+            a[:n] = state["arrays"][k]
+        engine.window.load_state(state["window"], n)
+        keys = state["keys"]
+        if keys:
+            engine._keys = list(keys)
+            engine._ids = {k: i for i, k in enumerate(keys) if k is not None}
+        return engine
+
     # ------------------------------------------------------------------ statistics
     def _record_visit(self, mean_cash: float, count: int) -> None:
         self.visit_count += count

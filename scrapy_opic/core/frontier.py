@@ -206,6 +206,39 @@ class Frontier:
             self.retry(i)
         return len(back)
 
+    @classmethod
+    def restore(
+        cls,
+        engine: OpicEngine,
+        status: bytes,
+        payloads: dict[int, Any],
+        slots: dict[int, Hashable] | None = None,
+        strategy: str = "greedy",
+        continuous: bool = False,
+        seed: int | None = None,
+    ) -> Frontier:
+        """A frontier over a reloaded engine: ``status`` per page as saved, ``payloads`` of the
+        pending (and in-flight) pages. In-flight pages become pending again: their fetch may not
+        have happened, and their cash is still theirs."""
+        f = cls(engine, strategy, continuous, seed)
+        f.grow(engine.capacity)
+        f.status[: len(status)] = status
+        f.counts = [0, 0, 0, 0]
+        for st in status:
+            f.counts[st] += 1
+        slots = slots or {}
+        for i in range(len(status)):
+            if status[i] in (PENDING, IN_FLIGHT):
+                if i not in payloads:  # nothing to fetch it with: give it up
+                    f._set(i, PENDING)
+                    f.forfeit(i)
+                    continue
+                f.payloads[i] = payloads[i]
+                f._slots[i] = slots.get(i)
+                f._set(i, PENDING)
+                f._push(i)
+        return f
+
     def total_cash(self) -> float:
         """All cash, virtual page included: 1 up to rounding."""
         return self.engine.total_cash()

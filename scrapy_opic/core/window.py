@@ -95,6 +95,13 @@ class WindowPolicy:
     def nbytes(self) -> int:
         return 0
 
+    def state_dict(self, n: int) -> dict:
+        """The policy's own per-page state for ``n`` pages (none for most policies)."""
+        return {}
+
+    def load_state(self, state: dict, n: int) -> None:
+        """Restore what :meth:`state_dict` saved."""
+
     def spec(self) -> str:
         return self.name
 
@@ -355,6 +362,21 @@ class _MeasureWindow(WindowPolicy):
 
     def nbytes(self) -> int:
         return self.mc.nbytes + self.mt.nbytes + self.count.nbytes + self.t_before.nbytes
+
+    def state_dict(self, n: int) -> dict:
+        return {
+            "mc": self.mc[:n].copy(),
+            "mt": self.mt[:n].copy(),
+            "count": self.count[:n].copy(),
+            "t_before": self.t_before[:n].copy(),
+            "span_ema": self.span_ema,
+        }
+
+    def load_state(self, state: dict, n: int) -> None:
+        self.grow(n)
+        self.mc[:n], self.mt[:n] = state["mc"], state["mt"]
+        self.count[:n], self.t_before[:n] = state["count"], state["t_before"]
+        self.span_ema = float(state["span_ema"])
 
 
 class VariableWindow(_MeasureWindow):
