@@ -97,7 +97,6 @@ class OpicSpiderMiddleware:
         scheduler, i = page
         frontier, s = scheduler.frontier, self.settings
         host = urlparse_cached(response).hostname
-        fingerprint = self.crawler.request_fingerprinter.fingerprint
         children: list[int] = []
         weights: list[float] = []
         boosts: list[float] = []
@@ -111,7 +110,7 @@ class OpicSpiderMiddleware:
             if not self._follows(o):
                 refused += weight
                 continue
-            children.append(frontier.discover(fingerprint(o)))
+            children.append(scheduler.page_of(o))
             weights.append(weight)
             boosts.append(s.boost if any(p.search(o.url) for p in s.boost_patterns) else 0.0)
         plain = s.internal_weight == s.external_weight == 1.0 and s.refused_links == "ignore"

@@ -17,20 +17,34 @@ Contract with Scrapy's engine (see ``scrapy.core.scheduler.BaseScheduler``):
   again at once, so the spider stays open until something else closes it
   (``CLOSESPIDER_PAGECOUNT``...).
 
-Not yet: ``request.priority`` is ignored (cash alone orders pages) and the frontier lives in
-memory only (no JOBDIR persistence).
+State. The frontier (cash, history, statuses, keys, URLs) and one row per pending request live in
+one sqlite file (:class:`~scrapy_opic.core.store.SqliteStore`): ``JOBDIR/opic.sqlite`` when a
+job directory is set, which a rerun with the same ``JOBDIR`` resumes; otherwise
+``OPIC_STATE_PATH`` or ``.scrapy/opic/<spider>.sqlite``, started afresh by each crawl and kept
+for ``scrapy opic-export``. A snapshot is committed every ``OPIC_COMMIT_VISITS`` visits or
+``OPIC_COMMIT_SECONDS`` seconds and at close; a crawl killed with SIGKILL resumes from the last
+one, its in-flight pages pending again. Requests that cannot be serialized (a lambda callback)
+are kept in memory, with a warning, as Scrapy's own scheduler does.
+
+Not yet: ``request.priority`` is ignored (cash alone orders pages).
 """
 
 from __future__ import annotations
 
 import logging
+import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from weakref import WeakKeyDictionary
 
 from scrapy.core.scheduler import BaseScheduler
+from scrapy.utils.job import job_dir
+from scrapy.utils.project import data_path
+from scrapy.utils.request import request_from_dict
 
 from .core.engine import OpicEngine
-from .core.frontier import IN_FLIGHT, Frontier
+from .core.frontier import IN_FLIGHT, PENDING, VISITED, Frontier
+from .core.store import SqliteStore
 from .core.window import parse_window
 from .settings import OpicSettings
 
@@ -43,20 +57,31 @@ logger = logging.getLogger(__name__)
 _RUNNING: WeakKeyDictionary = WeakKeyDictionary()
 
 
+def state_path(settings: Any, spider_name: str) -> Path:
+    """Where a spider's OPIC state lives (the export commands read it from there too)."""
+    jobdir = job_dir(settings)
+    if jobdir:
+        return Path(jobdir) / "opic.sqlite"
+    explicit = settings.get("OPIC_STATE_PATH")
+    if explicit:
+        return Path(str(explicit).replace("{spider}", spider_name))
+    return Path(data_path("opic", createdir=True)) / f"{spider_name}.sqlite"
+
+
 class OpicScheduler(BaseScheduler):
-    """Greedy OPIC scheduling with politeness; the frontier lives in memory."""
+    """Greedy OPIC scheduling with politeness, on the embedded sqlite store."""
 
     def __init__(self, crawler: Crawler, settings: OpicSettings) -> None:
         self.crawler = crawler
         self.settings = settings
         self.stats = crawler.stats
         self.fingerprinter = crawler.request_fingerprinter
-        engine = OpicEngine(
-            epsilon=settings.epsilon,
-            refresh=settings.refresh,
-            window=parse_window(settings.window),
-        )
-        self.frontier = Frontier(engine, settings.strategy, settings.continuous, settings.seed)
+        self.frontier: Frontier | None = None
+        self.store: SqliteStore | None = None
+        self.urls: list[str] = []
+        self._in_memory: dict[int, Request] = {}
+        self._warned_unserializable = False
+        self._last_commit = (0, time.monotonic())
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> OpicScheduler:
@@ -69,28 +94,99 @@ class OpicScheduler(BaseScheduler):
 
     # -- lifecycle -------------------------------------------------------------------------
     def open(self, spider: Spider) -> None:
+        self.spider = spider
+        s = self.settings
+        path = state_path(self.crawler.settings, spider.name)
+        self.store = SqliteStore(path)
+        resumed = job_dir(self.crawler.settings) and self.store.load() is not None
+        if resumed:
+            self._resume()
+        else:
+            self.store.clear()
+            engine = OpicEngine(epsilon=s.epsilon, refresh=s.refresh, window=parse_window(s.window))
+            self.frontier = Frontier(engine, s.strategy, s.continuous, s.seed)
+        self.frontier.on_dropped = self._dropped
         _RUNNING[self.crawler] = self
         logger.info(
-            "OPIC scheduler: %s, epsilon=%s, refresh=%s, window=%s, %s crawl",
-            self.settings.strategy,
-            self.settings.epsilon,
-            self.settings.refresh,
-            self.settings.window,
-            "continuous" if self.settings.continuous else "one-pass",
+            "OPIC scheduler (%s, epsilon=%s, refresh=%s, window=%s, %s crawl), state %s%s",
+            s.strategy,
+            s.epsilon,
+            s.refresh,
+            s.window,
+            "continuous" if s.continuous else "one-pass",
+            path,
+            " (resumed)" if resumed else "",
+        )
+
+    def _resume(self) -> None:
+        s = self.settings
+        engine, status, meta = self.store.load()
+        self.urls = list(meta.get("urls", []))
+        payloads: dict[int, Any] = {}
+        slots: dict[int, Any] = {}
+        for i, data in self.store.requests():
+            request = request_from_dict(data, spider=self.spider)
+            payloads[i] = None
+            slots[i] = self._slot(request)
+        self.frontier = Frontier.restore(
+            engine, status, payloads, slots, s.strategy, s.continuous, s.seed
+        )
+        back = sum(1 for st in status if st == IN_FLIGHT)
+        total = self.frontier.total_cash()
+        logger.info(
+            "OPIC state resumed: %d pages known, %d pending (%d were in flight), %d visited; "
+            "total cash %.12f",
+            engine.n,
+            self.frontier.counts[PENDING],
+            back,
+            self.frontier.counts[VISITED],
+            total,
         )
 
     def close(self, reason: str) -> None:
+        self.commit()
         self.update_stats()
         total = self.frontier.total_cash()
         logger.info(
             "OPIC scheduler closed (%s): %d pages known, %d visited, total cash %.12f",
             reason,
             self.frontier.engine.n,
-            self.frontier.counts[3],
+            self.frontier.counts[VISITED],
             total,
         )
         self.stats.set_value("opic/total_cash", total)
+        self.store.close()
         _RUNNING.pop(self.crawler, None)
+
+    def commit(self) -> None:
+        """Write a snapshot of the OPIC state to the store (one sqlite transaction)."""
+        self.store.commit(self.frontier, {"urls": self.urls, "spider": self.spider.name})
+        self._last_commit = (self.frontier.engine.visit_count, time.monotonic())
+
+    def _maybe_commit(self) -> None:
+        visits, when = self._last_commit
+        e = self.frontier.engine
+        if (
+            e.visit_count - visits >= self.settings.commit_visits
+            or time.monotonic() - when >= self.settings.commit_seconds
+        ):
+            self.commit()
+            self.update_stats()
+
+    def _dropped(self, i: int) -> None:
+        """Page ``i`` will not be fetched again: forget its request."""
+        self.store.del_request(i)
+        self._in_memory.pop(i, None)
+
+    # -- pages -------------------------------------------------------------------------------
+    def page_of(self, request: Request) -> int:
+        """The page id of ``request`` (created if new, its URL recorded)."""
+        frontier = self.frontier
+        before = frontier.engine.n
+        i = frontier.discover(self.fingerprinter.fingerprint(request))
+        if frontier.engine.n > before:
+            self.urls.append(request.url)
+        return i
 
     # -- the scheduler interface -----------------------------------------------------------
     def has_pending_requests(self) -> bool:
@@ -106,30 +202,57 @@ class OpicScheduler(BaseScheduler):
         downloader_slot = self.crawler.engine.downloader.slots.get(slot)
         return downloader_slot is None or len(downloader_slot.active) < downloader_slot.concurrency
 
+    def _keep(self, i: int, request: Request) -> None:
+        """Store the pending request of page ``i``: a sqlite row, or memory if unserializable."""
+        try:
+            self.store.put_request(i, request.to_dict(spider=self.spider))
+        except ValueError as exc:
+            self._in_memory[i] = request
+            if not self._warned_unserializable:
+                self._warned_unserializable = True
+                logger.warning(
+                    "Unable to serialize request %s (%s): kept in memory, it will not survive a "
+                    "restart. (This message is logged once.)",
+                    request,
+                    exc,
+                )
+            self.stats.inc_value("opic/unserializable")
+
     def enqueue_request(self, request: Request) -> bool:
         frontier = self.frontier
-        key = self.fingerprinter.fingerprint(request)
         source = request.meta.get("opic_id")
+        i = self.page_of(request)
         if source is not None and frontier.status[source] == IN_FLIGHT:
-            if frontier.engine.key_of(source) == key:  # a retry of the page in flight
-                frontier.retry(source, request)
+            if source == i:  # a retry of the page in flight
+                frontier.retry(i)
+                self._keep(i, request)
                 self.stats.inc_value("opic/retried")
                 return True
-            target = frontier.redirect(source, key, request, self._slot(request))
+            # A redirect: the in-flight page's cash moves to the target.
+            target, scheduled = frontier.redirect(
+                source, frontier.engine.key_of(i), None, self._slot(request)
+            )
             self.stats.inc_value("opic/redirected")
-            return frontier.payloads.get(target) is request
-        if frontier.schedule(key, request, self._slot(request)):
+            if scheduled:
+                self._keep(target, request)
+            return scheduled
+        if frontier.schedule(frontier.engine.key_of(i), None, self._slot(request)):
+            self._keep(i, request)
             self.stats.inc_value("opic/enqueued")
             return True
         self.stats.inc_value("opic/duplicates")
         return False
 
     def next_request(self) -> Request | None:
+        self._maybe_commit()
         got = self.frontier.pop(self._has_room)
         if got is None:
             return None
-        i, request = got
-        if self.settings.continuous:
+        i, _ = got
+        request = self._in_memory.get(i)
+        if request is None:
+            request = request_from_dict(self.store.get_request(i), spider=self.spider)
+        elif self.settings.continuous:
             request = request.replace()  # the stored request is fetched again later
         request.meta["opic_id"] = i
         self.stats.inc_value("opic/popped")
@@ -137,5 +260,11 @@ class OpicScheduler(BaseScheduler):
 
     # -- stats -----------------------------------------------------------------------------
     def update_stats(self) -> None:
+        """Copy the frontier's figures into Scrapy's stats (``opic/...``). O(pages): called at
+        each commit and at close, not per request."""
         for name, value in self.frontier.stats().items():
             self.stats.set_value(f"opic/{name}", value)
+        engine = self.frontier.engine
+        if engine.n:
+            top = int(engine.importance().argmax())
+            self.stats.set_value("opic/top_page", self.urls[top] if top < len(self.urls) else top)

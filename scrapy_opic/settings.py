@@ -37,6 +37,13 @@ DEFAULTS: dict[str, tuple[Any, str]] = {
     "OPIC_BOOST_PATTERNS": ([], "regexes of URLs that get extra cash from the virtual page"),
     "OPIC_BOOST": (1.0, "extra cash for a boosted link, as a multiple of its normal share"),
     "OPIC_SEED": (None, "random seed of the random strategy"),
+    "OPIC_STATE_PATH": (
+        None,
+        "state file when no JOBDIR is set ({spider} is replaced); default "
+        ".scrapy/opic/<spider>.sqlite; with JOBDIR: JOBDIR/opic.sqlite",
+    ),
+    "OPIC_COMMIT_VISITS": (500, "commit a snapshot of the state every N visits..."),
+    "OPIC_COMMIT_SECONDS": (10.0, "...or every T seconds, whichever comes first (and at close)"),
 }
 
 
@@ -55,6 +62,8 @@ class OpicSettings:
     boost_patterns: list[re.Pattern] = field(default_factory=list)
     boost: float = 1.0
     seed: int | None = None
+    commit_visits: int = 500
+    commit_seconds: float = 10.0
 
     @classmethod
     def from_settings(cls, settings: Any) -> OpicSettings:
@@ -97,6 +106,8 @@ class OpicSettings:
             boost_patterns=[re.compile(p) for p in patterns],
             boost=float(get("OPIC_BOOST")),
             seed=None if seed is None else int(seed),
+            commit_visits=max(1, int(get("OPIC_COMMIT_VISITS"))),
+            commit_seconds=float(get("OPIC_COMMIT_SECONDS")),
         )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from scrapy_opic.core.graph import Graph
@@ -21,8 +22,10 @@ class Site:
         redirects: dict[int, int] | None = None,
         errors: set[int] | None = None,
         offsite: set[int] | None = None,
+        delay: float = 0.0,
     ) -> None:
         self.graph = graph
+        self.delay = delay
         self.redirects = redirects or {}
         self.errors = errors or set()
         self.offsite = offsite or set()
@@ -35,6 +38,8 @@ class Site:
 
             def do_GET(self) -> None:
                 site.hits.append(self.path)
+                if site.delay:
+                    time.sleep(site.delay)
                 status, headers, body = site.respond(self.path)
                 self.send_response(status)
                 for k, v in headers.items():

@@ -109,7 +109,8 @@ def test_redirect_moves_the_cash_to_the_target():
     f.schedule("old", "req-old")
     i, _ = f.pop()  # the first pop pays the virtual page's cash out: "old" holds it all
     cash = f.engine.cash_of(i)
-    j = f.redirect(i, "new", "req-new")
+    j, scheduled = f.redirect(i, "new", "req-new")
+    assert scheduled
     assert f.engine.cash_of(j) == pytest.approx(cash)
     assert f.engine.cash_of(i) == 0.0
     assert f.status_of("old") == "visited" and f.status_of("new") == "pending"

@@ -67,6 +67,9 @@ class Frontier:
             else make_selection(strategy, engine, seed)
         )
         self.counts = [0, 0, 0, 0]  # pages per status
+        #: called with a page id when its payload is dropped (it left pending/in flight for
+        #: good): a store deletes the page's request row then.
+        self.on_dropped: Callable[[int], None] | None = None
         engine.add_observer(self)
 
     # -- engine observer: only growth matters here ----------------------------------------
@@ -141,9 +144,15 @@ class Frontier:
             self._set(i, PENDING)
             self._push(i)
         else:
-            self._set(i, VISITED)
-            self.payloads.pop(i, None)
+            self._retire(i)
+
+    def _retire(self, i: int) -> None:
+        self._set(i, VISITED)
+        if i in self.payloads:
+            del self.payloads[i]
             self._slots.pop(i, None)
+            if self.on_dropped is not None:
+                self.on_dropped(i)
 
     # -- outcomes -------------------------------------------------------------------------
     def complete(
@@ -166,20 +175,19 @@ class Frontier:
         callback error): a visit with no out-links, its cash goes to the virtual page."""
         return self.complete(i, ())
 
-    def redirect(self, i: int, key: Hashable, payload: Any, slot: Hashable = None) -> int:
+    def redirect(
+        self, i: int, key: Hashable, payload: Any, slot: Hashable = None
+    ) -> tuple[int, bool]:
         """Page ``i`` redirected to page ``key``: its cash moves there and the target is
         scheduled with ``payload`` (unless it is a duplicate: then it keeps the cash).
-        Returns the target's id."""
+        Returns the target's id and whether it was scheduled."""
         j = self.discover(key)
         if j == i:  # redirect to itself: a retry in disguise
             self.retry(i, payload)
-            return i
+            return i, True
         self.engine.transfer(i, j)
-        self._set(i, VISITED)
-        self.payloads.pop(i, None)
-        self._slots.pop(i, None)
-        self.schedule(key, payload, slot)
-        return j
+        self._retire(i)
+        return j, self.schedule(key, payload, slot)
 
     def retry(self, i: int, payload: Any = None) -> None:
         """Page ``i`` goes back to ``PENDING`` without a visit (no money moves)."""
@@ -194,9 +202,7 @@ class Frontier:
         """Give page ``i`` up without fetching it: its cash goes to the virtual page."""
         if self.status[i] == PENDING:
             self.selection.discard(i)
-        self._set(i, VISITED)
-        self.payloads.pop(i, None)
-        self._slots.pop(i, None)
+        self._retire(i)
         return self.engine.forfeit(i)
 
     def release_in_flight(self) -> int:
