@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import signal
 import subprocess
@@ -11,10 +12,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from localsite import Site
 
 from scrapy_opic.core.graph import from_edges, power_law_graph
 from scrapy_opic.core.pagerank import pagerank
+from scrapy_opic.localsite import Site
 
 RUNNER = Path(__file__).with_name("crawl_runner.py")
 
@@ -158,3 +159,36 @@ def test_kill_9_mid_crawl_then_resume_loses_at_most_what_was_in_flight(tmp_path,
     # OPIC_COMMIT_VISITS visits) plus the requests in flight at the kill.
     refetched = len(site.hits) - graph.n
     assert 0 <= refetched <= 10 + 4 + 4, (hits_first, refetched)
+
+
+def test_opic_export_command_reads_the_crawl_state(tmp_path, graph):
+    with Site(graph) as site:
+        crawl(tmp_path, site.url(0), CONCURRENT_REQUESTS=4)
+    out = tmp_path / "imp.csv"
+    proc = subprocess.run(
+        ["scrapy", "opic-export", "site", "-o", str(out)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+    with open(out) as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == graph.n and set(rows[0]) == {"url", "importance"}
+    assert sum(float(r["importance"]) for r in rows) == pytest.approx(1.0)
+    bad = subprocess.run(
+        ["scrapy", "opic-export", "nospider", "-o", str(out)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "error:" in bad.stderr
+
+
+def test_demo_prints_top_pages_beside_pagerank(tmp_path):
+    demo = Path(__file__).resolve().parent.parent / "example_project" / "demo.py"
+    proc = subprocess.run(
+        [sys.executable, str(demo), "--pages", "200"], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "crawled 200 pages" in proc.stdout and "PageRank" in proc.stdout

@@ -1,4 +1,4 @@
-"""A local multi-page web site for crawl tests, served on 127.0.0.1 from a link graph."""
+"""A local multi-page web site served on 127.0.0.1 from a link graph (demo, tests, benchmarks)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,1 @@
+"""Scrapy commands installed through the ``scrapy.commands`` entry point."""
