@@ -6,7 +6,8 @@ Add to a project's settings::
     SPIDER_MIDDLEWARES = {"scrapy_opic.OpicSpiderMiddleware": 800}
     DOWNLOADER_MIDDLEWARES = {"scrapy_opic.OpicDownloaderMiddleware": 540}
 
-The Scrapy-free engine is in :mod:`scrapy_opic.core`.
+or, with Scrapy's add-ons, ``ADDONS = {"scrapy_opic.Addon": 0}``. The Scrapy-free engine is
+in :mod:`scrapy_opic.core`.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ _LAZY = {
     "OpicScheduler": "scrapy_opic.scheduler",
     "OpicSpiderMiddleware": "scrapy_opic.middlewares",
     "OpicDownloaderMiddleware": "scrapy_opic.middlewares",
+    "Addon": "scrapy_opic.addon",
 }
 
 
@@ -32,4 +34,10 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(name)
 
 
-__all__ = ["OpicDownloaderMiddleware", "OpicScheduler", "OpicSpiderMiddleware", "__version__"]
+__all__ = [
+    "Addon",
+    "OpicDownloaderMiddleware",
+    "OpicScheduler",
+    "OpicSpiderMiddleware",
+    "__version__",
+]

@@ -43,6 +43,10 @@ def main() -> None:
         "ROBOTSTXT_OBEY": False,
         "RETRY_TIMES": 1,
     }
+    if config.get("addon"):  # the one-line setup instead of the three settings
+        for name in ("SCHEDULER", "SPIDER_MIDDLEWARES", "DOWNLOADER_MIDDLEWARES"):
+            settings.pop(name)
+        settings["ADDONS"] = {"scrapy_opic.Addon": 0}
     settings.update(config.get("settings", {}))
     process = CrawlerProcess(settings)
     crawler = process.create_crawler(SiteSpider)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -20,10 +21,13 @@ from scrapy_opic.localsite import Site
 RUNNER = Path(__file__).with_name("crawl_runner.py")
 
 
-def crawl(tmp_path: Path, start_url: str, **settings) -> tuple[list[dict], dict]:
+def crawl(
+    tmp_path: Path, start_url: str, addon: bool = False, **settings
+) -> tuple[list[dict], dict]:
     tmp_path.mkdir(parents=True, exist_ok=True)
     items, stats = tmp_path / "items.jsonl", tmp_path / "stats.json"
     config = {
+        "addon": addon,
         "start_url": start_url,
         "settings": settings,
         "items": str(items),
@@ -192,3 +196,44 @@ def test_demo_prints_top_pages_beside_pagerank(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "crawled 200 pages" in proc.stdout and "PageRank" in proc.stdout
+
+
+def test_the_addon_line_sets_everything_up(tmp_path, graph):
+    with Site(graph) as site:
+        items, stats = crawl(tmp_path, site.url(0), addon=True, CONCURRENT_REQUESTS=4)
+    assert len({r["url"] for r in items}) == graph.n
+    assert stats["opic/total_cash"] == pytest.approx(1.0, abs=1e-9)
+
+
+def test_continuous_crawl_learns_pagerank(tmp_path):
+    from scipy.stats import kendalltau
+
+    from scrapy_opic.export import read_state
+
+    g = power_law_graph(150, seed=2)
+    src = np.concatenate([g.sources(), np.zeros(150, dtype=np.int64), np.arange(1, 150)])
+    dst = np.concatenate([g.indices, np.arange(150), np.zeros(149, dtype=np.int64)])
+    site_graph = from_edges(src, dst, 150)
+    window = os.environ.get("OPIC_TEST_WINDOW")
+    extra = {"OPIC_WINDOW": window} if window else {}
+    with Site(site_graph) as site:
+        items, stats = crawl(
+            tmp_path,
+            site.url(0),
+            OPIC_CONTINUOUS=True,
+            CLOSESPIDER_PAGECOUNT=5 * site_graph.n,
+            CONCURRENT_REQUESTS=4,
+            **extra,
+        )
+        urls = [site.url(i) for i in range(site_graph.n)]
+    assert stats["finish_reason"] == "closespider_pagecount"
+    assert len(items) >= 5 * site_graph.n
+    assert stats["opic/total_cash"] == pytest.approx(1.0, abs=1e-9)
+    state = read_state(tmp_path / ".scrapy" / "opic" / "site.sqlite")
+    imp = dict(state.rows())
+    x = np.array([imp[u] for u in urls])
+    pr = pagerank(site_graph, 0.85)
+    linked = site_graph.in_degree > 0
+    tau = kendalltau(x[linked], pr[linked]).statistic
+    print("continuous tau", tau)
+    assert tau >= 0.9
