@@ -25,7 +25,7 @@ DEFAULTS: dict[str, tuple[Any, str]] = {
     ),
     "OPIC_WINDOW": (
         None,
-        "history window spec; None = 'unbounded' (one-pass) or 'interpolation:10' (continuous)",
+        "history window spec; None = 'unbounded' (one-pass) or 'interpolation:30' (continuous)",
     ),
     "OPIC_REFUSED_LINKS": (
         "ignore",
@@ -82,7 +82,7 @@ class OpicSettings:
         continuous = getbool("OPIC_CONTINUOUS")
         refresh = get("OPIC_REFRESH")
         refresh = (1.0 if continuous else 0.0) if refresh is None else float(refresh)
-        window = get("OPIC_WINDOW") or ("interpolation:10" if continuous else "unbounded")
+        window = get("OPIC_WINDOW") or ("interpolation:30" if continuous else "unbounded")
         parse_window(window)  # raises ValueError on a bad spec
         strategy = str(get("OPIC_STRATEGY")).lower()
         if strategy not in ("greedy", "random", "cycle"):

@@ -340,7 +340,8 @@ class OpicEngine:
     def slope_total(self) -> float:
         """Sum over pages of the regression slope of their received cash, in O(1)."""
         G = self.G
-        return 6.0 * (G * self.b_total - self.d_total) / G**3 if G > 0 else 0.0
+        spread = G * self.b_total - self.d_total
+        return 6.0 * spread / G**3 if G > 0 and spread > 1e-9 * G * self.b_total else 0.0
 
     def total_cash(self) -> float:
         """Sum of all cash including the virtual page: 1 up to rounding. O(n), for checks."""

@@ -181,7 +181,10 @@ class UnboundedHistory(WindowPolicy):
         G = self.engine.G
         if G <= 0:
             return np.zeros_like(b)
-        return np.maximum(6.0 * (G * b - d) / G**3, 0.0)
+        spread = G * b - d  # sum a t (G - t) >= 0; 0 when all cash came at one instant
+        # Below ~1e-9 of G * b the difference is rounding, not a slope: call it 0, the same
+        # way on every path.
+        return np.where(spread > 1e-9 * G * b, 6.0 * spread / G**3, 0.0)
 
     def normaliser(self) -> float:
         """Sum of :meth:`estimate` over all pages, in O(1)."""
