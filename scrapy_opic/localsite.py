@@ -23,9 +23,11 @@ class Site:
         errors: set[int] | None = None,
         offsite: set[int] | None = None,
         delay: float = 0.0,
+        trap: bool = False,
     ) -> None:
         self.graph = graph
         self.delay = delay
+        self.trap = trap
         self.redirects = redirects or {}
         self.errors = errors or set()
         self.offsite = offsite or set()
@@ -56,6 +58,8 @@ class Site:
         return f"http://127.0.0.1:{self.port}/p/{i}.html"
 
     def respond(self, path: str) -> tuple[int, dict[str, str], bytes]:
+        if path.startswith("/cal/"):
+            return self._calendar(path)
         try:
             i = int(path.removeprefix("/p/").removesuffix(".html"))
         except ValueError:
@@ -71,10 +75,50 @@ class Site:
         )
         if i in self.offsite:
             links += '<a href="http://elsewhere.invalid/x.html">out</a>'
+        if self.trap:
+            links += '<a href="/cal/0.html">calendar</a>'
         body = f"<html><head><title>page {i}</title></head><body>{links}</body></html>"
         return 200, {"Content-Type": "text/html"}, body.encode()
 
+    def _calendar(self, path: str) -> tuple[int, dict[str, str], bytes]:
+        """A spider trap: an endless calendar, day ``d`` links to the next days and months."""
+        try:
+            d = int(path.removeprefix("/cal/").removesuffix(".html"))
+        except ValueError:
+            return 404, {}, b"not found"
+        links = "".join(f'<a href="/cal/{d + k}.html">+{k}</a> ' for k in (1, 2, 3, 30, 31))
+        body = f"<html><head><title>day {d}</title></head><body>{links}</body></html>"
+        return 200, {"Content-Type": "text/html"}, body.encode()
+
     def __enter__(self) -> Site:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class StaticSite:
+    """Serves a directory of files (an HTML manual) on 127.0.0.1, quietly."""
+
+    def __init__(self, root: str) -> None:
+        import functools
+        from http.server import SimpleHTTPRequestHandler
+
+        class Handler(SimpleHTTPRequestHandler):
+            def log_message(self, *args) -> None:
+                pass
+
+        handler = functools.partial(Handler, directory=str(root))
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def url(self, path: str = "") -> str:
+        return f"http://127.0.0.1:{self.port}/{path}"
+
+    def __enter__(self) -> StaticSite:
         self.thread.start()
         return self
 

@@ -23,8 +23,9 @@ job directory is set, which a rerun with the same ``JOBDIR`` resumes; otherwise
 ``OPIC_STATE_PATH`` or ``.scrapy/opic/<spider>.sqlite``, started afresh by each crawl and kept
 for ``scrapy opic-export``. A snapshot is committed every ``OPIC_COMMIT_VISITS`` visits or
 ``OPIC_COMMIT_SECONDS`` seconds and at close; a crawl killed with SIGKILL resumes from the last
-one, its in-flight pages pending again. Requests that cannot be serialized (a lambda callback)
-are kept in memory, with a warning, as Scrapy's own scheduler does.
+one, its in-flight pages pending again. Pending requests are kept in memory (like Scrapy's memory
+queues) and, with a JOBDIR, also as sqlite rows for the resume; requests that cannot be
+serialized (a lambda callback) are kept in memory only, with a warning, as Scrapy does.
 
 Not yet: ``request.priority`` is ignored (cash alone orders pages).
 """
@@ -79,7 +80,8 @@ class OpicScheduler(BaseScheduler):
         self.frontier: Frontier | None = None
         self.store: SqliteStore | None = None
         self.urls: list[str] = []
-        self._in_memory: dict[int, Request] = {}
+        self._requests: dict[int, Request] = {}  # pending and in-flight pages' requests
+        self._persist = bool(job_dir(crawler.settings))  # request rows only when resumable
         self._warned_unserializable = False
         self._last_commit = (0, time.monotonic())
 
@@ -126,6 +128,7 @@ class OpicScheduler(BaseScheduler):
         slots: dict[int, Any] = {}
         for i, data in self.store.requests():
             request = request_from_dict(data, spider=self.spider)
+            self._requests[i] = request
             payloads[i] = None
             slots[i] = self._slot(request)
         self.frontier = Frontier.restore(
@@ -175,8 +178,9 @@ class OpicScheduler(BaseScheduler):
 
     def _dropped(self, i: int) -> None:
         """Page ``i`` will not be fetched again: forget its request."""
-        self.store.del_request(i)
-        self._in_memory.pop(i, None)
+        self._requests.pop(i, None)
+        if self._persist:
+            self.store.del_request(i)
 
     # -- pages -------------------------------------------------------------------------------
     def page_of(self, request: Request) -> int:
@@ -203,11 +207,13 @@ class OpicScheduler(BaseScheduler):
         return downloader_slot is None or len(downloader_slot.active) < downloader_slot.concurrency
 
     def _keep(self, i: int, request: Request) -> None:
-        """Store the pending request of page ``i``: a sqlite row, or memory if unserializable."""
+        """Keep the pending request of page ``i`` (and, with a JOBDIR, its sqlite row)."""
+        self._requests[i] = request
+        if not self._persist:
+            return
         try:
             self.store.put_request(i, request.to_dict(spider=self.spider))
         except ValueError as exc:
-            self._in_memory[i] = request
             if not self._warned_unserializable:
                 self._warned_unserializable = True
                 logger.warning(
@@ -249,10 +255,8 @@ class OpicScheduler(BaseScheduler):
         if got is None:
             return None
         i, _ = got
-        request = self._in_memory.get(i)
-        if request is None:
-            request = request_from_dict(self.store.get_request(i), spider=self.spider)
-        elif self.settings.continuous:
+        request = self._requests[i]
+        if self.settings.continuous:
             request = request.replace()  # the stored request is fetched again later
         request.meta["opic_id"] = i
         self.stats.inc_value("opic/popped")

@@ -1,0 +1,75 @@
+"""One benchmark crawl: ``python benchmarks/crawl_runner.py CONFIG.json``.
+
+CONFIG: {"start_url", "order": "opic" | "default" | "bfs", "settings": {...}, "items", "stats"}.
+Items carry the page's URL, the URLs that redirected to it, and its out-links, in fetch order.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from urllib.parse import urlparse
+
+import scrapy
+from scrapy.crawler import CrawlerProcess
+from scrapy.linkextractors import LinkExtractor
+
+ORDERS = {
+    "opic": {
+        "SCHEDULER": "scrapy_opic.OpicScheduler",
+        "SPIDER_MIDDLEWARES": {"scrapy_opic.OpicSpiderMiddleware": 800},
+        "DOWNLOADER_MIDDLEWARES": {"scrapy_opic.OpicDownloaderMiddleware": 540},
+    },
+    "default": {},  # Scrapy's scheduler: LIFO queues, depth-first
+    "bfs": {
+        "DEPTH_PRIORITY": 1,
+        "SCHEDULER_DISK_QUEUE": "scrapy.squeues.PickleFifoDiskQueue",
+        "SCHEDULER_MEMORY_QUEUE": "scrapy.squeues.FifoMemoryQueue",
+    },
+}
+
+
+class EvidenceSpider(scrapy.Spider):
+    name = "evidence"
+
+    def __init__(self, start_url: str, **kw) -> None:
+        super().__init__(**kw)
+        self.start_urls = [start_url]
+        self.allowed_domains = [urlparse(start_url).hostname]
+        self.links = LinkExtractor()
+
+    def parse(self, response):
+        if not isinstance(response, scrapy.http.HtmlResponse):
+            return
+        links = [link.url for link in self.links.extract_links(response)]
+        yield {
+            "url": response.url,
+            "aliases": response.meta.get("redirect_urls", []),
+            "links": links,
+        }
+        for url in links:
+            yield response.follow(url, self.parse)
+
+
+def main() -> None:
+    with open(sys.argv[1]) as fh:
+        config = json.load(fh)
+    settings = {
+        "FEEDS": {config["items"]: {"format": "jsonlines"}},
+        "LOG_LEVEL": "WARNING",
+        "TELNETCONSOLE_ENABLED": False,
+        "ROBOTSTXT_OBEY": False,
+    }
+    settings.update(ORDERS[config["order"]])
+    settings.update(config.get("settings", {}))
+    process = CrawlerProcess(settings)
+    crawler = process.create_crawler(EvidenceSpider)
+    process.crawl(crawler, start_url=config["start_url"])
+    process.start()
+    stats = {k: v for k, v in crawler.stats.get_stats().items() if isinstance(v, (int, float, str))}
+    with open(config["stats"], "w") as fh:
+        json.dump(stats, fh, default=str)
+
+
+if __name__ == "__main__":
+    main()
