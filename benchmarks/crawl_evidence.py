@@ -90,9 +90,13 @@ def crawl(start_url: str, order: str, workdir: Path, **settings) -> tuple[list[d
 def site_graph(crawls: list[list[dict]]) -> tuple[Graph, dict[str, int]]:
     """The graph the crawls saw: fetched pages, their in-site links, redirects folded in."""
     node: dict[str, int] = {}
+    pages = 0  # dense ids: aliases share their page's id
     for rows in crawls:
         for r in rows:
-            i = node.setdefault(r["url"], len(node))
+            if r["url"] not in node:
+                node[r["url"]] = pages
+                pages += 1
+            i = node[r["url"]]
             for alias in r["aliases"]:
                 node.setdefault(alias, i)
     src, dst = [], []
@@ -103,7 +107,7 @@ def site_graph(crawls: list[list[dict]]) -> tuple[Graph, dict[str, int]]:
             if j is not None:
                 src.append(i)
                 dst.append(j)
-    return from_edges(np.array(src), np.array(dst), len(set(node.values()))), node
+    return from_edges(np.array(src, dtype=np.int64), np.array(dst, dtype=np.int64), pages), node
 
 
 def shares(order: list[int], pr: np.ndarray) -> list[float]:

@@ -41,7 +41,14 @@ class EvidenceSpider(scrapy.Spider):
     def parse(self, response):
         if not isinstance(response, scrapy.http.HtmlResponse):
             return
-        links = [link.url for link in self.links.extract_links(response)]
+        # The site is one origin: links to the same host on another port (the Django docs
+        # point at a development server on :8000) are not part of it.
+        origin = urlparse(response.url).netloc
+        links = [
+            link.url
+            for link in self.links.extract_links(response)
+            if urlparse(link.url).netloc == origin
+        ]
         yield {
             "url": response.url,
             "aliases": response.meta.get("redirect_urls", []),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,3 +48,18 @@ def test_engine_perf_smoke(tmp_path):
     assert mod.main(["--nodes", "20000", "--events", "2000", "--out", str(out)]) == 0
     text = out.read_text()
     assert "visits/s" in text and "bytes per page" in text
+
+
+def test_crawl_evidence_builds_the_site_graph_and_pagerank_shares():
+    mod = load("crawl_evidence")
+    rows = [
+        {"url": "a", "aliases": [], "links": ["b", "c", "x-404"]},
+        {"url": "b", "aliases": ["b-old"], "links": ["a"]},
+        {"url": "c", "aliases": [], "links": ["b-old"]},
+    ]
+    graph, node = mod.site_graph([rows])
+    assert graph.n == 3 and node["b-old"] == node["b"]
+    assert graph.n_edges == 4  # the 404 link is dropped, the alias folded into b
+    pr = np.array([0.5, 0.3, 0.2])
+    shares = mod.shares([2, 1, 0], pr)
+    assert shares[0] == pytest.approx(0.2) and shares[-1] == pytest.approx(0.5)
