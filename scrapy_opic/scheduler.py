@@ -203,8 +203,14 @@ class OpicScheduler(BaseScheduler):
         return self.crawler.engine.downloader.get_slot_key(request)
 
     def _has_room(self, slot: Any) -> bool:
+        # A slot has room while it holds fewer than two rounds of its concurrency (downloading
+        # plus queued): one round keeps the next downloads ready the moment one finishes, as
+        # Scrapy's own queues do; more would clog the downloader with one host.
         downloader_slot = self.crawler.engine.downloader.slots.get(slot)
-        return downloader_slot is None or len(downloader_slot.active) < downloader_slot.concurrency
+        return (
+            downloader_slot is None
+            or len(downloader_slot.active) < 2 * downloader_slot.concurrency
+        )
 
     def _keep(self, i: int, request: Request) -> None:
         """Keep the pending request of page ``i`` (and, with a JOBDIR, its sqlite row)."""
