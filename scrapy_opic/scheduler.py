@@ -208,8 +208,7 @@ class OpicScheduler(BaseScheduler):
         # Scrapy's own queues do; more would clog the downloader with one host.
         downloader_slot = self.crawler.engine.downloader.slots.get(slot)
         return (
-            downloader_slot is None
-            or len(downloader_slot.active) < 2 * downloader_slot.concurrency
+            downloader_slot is None or len(downloader_slot.active) < 2 * downloader_slot.concurrency
         )
 
     def _keep(self, i: int, request: Request) -> None:
