@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from scrapy_opic.core.graph import Graph
@@ -24,10 +25,15 @@ class Site:
         offsite: set[int] | None = None,
         delay: float = 0.0,
         trap: bool = False,
+        host_of: Callable[[int], str] | None = None,
     ) -> None:
         self.graph = graph
         self.delay = delay
         self.trap = trap
+        self.host_of = host_of or (lambda i: "127.0.0.1")  # host name of page i (all loopback)
+        self.active: dict[str, int] = {}  # requests being served, per Host header
+        self.overlaps = 0  # requests that started while another host was being served
+        self._lock = threading.Lock()
         self.redirects = redirects or {}
         self.errors = errors or set()
         self.offsite = offsite or set()
@@ -39,10 +45,19 @@ class Site:
                 pass
 
             def do_GET(self) -> None:
-                site.hits.append(self.path)
-                if site.delay:
-                    time.sleep(site.delay)
-                status, headers, body = site.respond(self.path)
+                host = (self.headers.get("Host") or "").split(":")[0]
+                with site._lock:
+                    site.hits.append(self.path)
+                    if any(n for h, n in site.active.items() if h != host):
+                        site.overlaps += 1
+                    site.active[host] = site.active.get(host, 0) + 1
+                try:
+                    if site.delay:
+                        time.sleep(site.delay)
+                    status, headers, body = site.respond(self.path)
+                finally:
+                    with site._lock:
+                        site.active[host] -= 1
                 self.send_response(status)
                 for k, v in headers.items():
                     self.send_header(k, v)
@@ -55,7 +70,7 @@ class Site:
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     def url(self, i: int) -> str:
-        return f"http://127.0.0.1:{self.port}/p/{i}.html"
+        return f"http://{self.host_of(i)}:{self.port}/p/{i}.html"
 
     def respond(self, path: str) -> tuple[int, dict[str, str], bytes]:
         if path.startswith("/cal/"):

@@ -18,10 +18,10 @@ from scrapy.linkextractors import LinkExtractor
 class SiteSpider(scrapy.Spider):
     name = "site"
 
-    def __init__(self, start_url: str, **kw) -> None:
+    def __init__(self, start_url: str, allowed: list[str] | None = None, **kw) -> None:
         super().__init__(**kw)
         self.start_urls = [start_url]
-        self.allowed_domains = ["127.0.0.1"]
+        self.allowed_domains = allowed or ["127.0.0.1"]
         self.links = LinkExtractor()
 
     def parse(self, response):
@@ -50,7 +50,7 @@ def main() -> None:
     settings.update(config.get("settings", {}))
     process = CrawlerProcess(settings)
     crawler = process.create_crawler(SiteSpider)
-    process.crawl(crawler, start_url=config["start_url"])
+    process.crawl(crawler, start_url=config["start_url"], allowed=config.get("allowed"))
     process.start()
     stats = {k: v for k, v in crawler.stats.get_stats().items() if isinstance(v, (int, float, str))}
     with open(config["stats"], "w") as fh:

@@ -22,11 +22,12 @@ RUNNER = Path(__file__).with_name("crawl_runner.py")
 
 
 def crawl(
-    tmp_path: Path, start_url: str, addon: bool = False, **settings
+    tmp_path: Path, start_url: str, addon: bool = False, allowed=None, **settings
 ) -> tuple[list[dict], dict]:
     tmp_path.mkdir(parents=True, exist_ok=True)
     items, stats = tmp_path / "items.jsonl", tmp_path / "stats.json"
     config = {
+        "allowed": allowed,
         "addon": addon,
         "start_url": start_url,
         "settings": settings,
@@ -239,3 +240,19 @@ def test_continuous_crawl_learns_pagerank(tmp_path):
     # benchmarks/crawl_evidence.py; here a margin below it keeps the test stable under
     # concurrency jitter while still failing if the crawl learns nothing.
     assert tau >= 0.85
+
+
+def test_boosted_urls_are_fetched_earlier(tmp_path, graph):
+    boosted = [i for i in range(graph.n) if i % 10 == 7]
+    pattern = r"/p/\d*7\.html$"
+    positions = {}
+    for label, extra in (
+        ("plain", {}),
+        ("boost", {"OPIC_BOOST_PATTERNS": [pattern], "OPIC_BOOST": 3.0}),
+    ):
+        with Site(graph) as site:
+            items, stats = crawl(tmp_path / label, site.url(0), CONCURRENT_REQUESTS=1, **extra)
+        order = [node(r["url"]) for r in items]
+        positions[label] = np.mean([order.index(i) for i in boosted if i in order])
+        assert stats["opic/total_cash"] == pytest.approx(1.0, abs=1e-9)
+    assert positions["boost"] < 0.8 * positions["plain"], positions
