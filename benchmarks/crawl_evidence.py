@@ -30,9 +30,9 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from scrapy_opic.core.graph import Graph, from_edges, power_law_graph
+from scrapy_opic.core.graph import Graph, from_edges
 from scrapy_opic.core.pagerank import pagerank
-from scrapy_opic.localsite import Site, StaticSite
+from scrapy_opic.localsite import Site, StaticSite, site_graph
 
 ROOT = Path(__file__).resolve().parent
 RUNNER = ROOT / "crawl_runner.py"
@@ -87,7 +87,7 @@ def crawl(start_url: str, order: str, workdir: Path, **settings) -> tuple[list[d
     return rows, json.loads(stats.read_text())
 
 
-def site_graph(crawls: list[list[dict]]) -> tuple[Graph, dict[str, int]]:
+def crawled_graph(crawls: list[list[dict]]) -> tuple[Graph, dict[str, int]]:
     """The graph the crawls saw: fetched pages, their in-site links, redirects folded in."""
     node: dict[str, int] = {}
     pages = 0  # dense ids: aliases share their page's id
@@ -128,7 +128,7 @@ def ordering_experiment(name: str, start_url: str, work: Path, **settings) -> di
         rows, stats = crawl(start_url, order, work / order, **settings)
         crawls[order] = rows
         log(f"  {name}, {order}: {len(rows)} pages in {time.perf_counter() - t0:.1f} s")
-    graph, node = site_graph([crawls["opic"], crawls["default"], crawls["bfs"]])
+    graph, node = crawled_graph([crawls["opic"], crawls["default"], crawls["bfs"]])
     pr = pagerank(graph, 0.85)
     result = {"pages": graph.n, "links": graph.n_edges, "shares": {}}
     for order, rows in crawls.items():
@@ -195,18 +195,8 @@ def seed_node(graph: Graph, pr: np.ndarray) -> int:
     return int(np.argmax(pr))
 
 
-def generated_site(n: int, seed: int) -> Graph:
-    """A power-law site: the home page links to 20 pages, every page links home."""
-    g = power_law_graph(n, seed=seed)
-    rng = np.random.default_rng(seed)
-    home = rng.choice(np.arange(1, n), size=min(20, n - 1), replace=False)
-    src = np.concatenate([g.sources(), np.zeros(home.size, dtype=np.int64), np.arange(1, n)])
-    dst = np.concatenate([g.indices, home, np.zeros(n - 1, dtype=np.int64)])
-    return from_edges(src, dst, n)
-
-
 def trap_experiment(work: Path, n: int) -> dict:
-    graph = generated_site(n, seed=3)
+    graph = site_graph(n, seed=3)
     out = {}
     with Site(graph, trap=True) as site:
         for order in ORDERS:
@@ -222,7 +212,7 @@ def continuous_experiment(work: Path, n: int) -> float:
 
     from scrapy_opic.export import read_state
 
-    graph = generated_site(n, seed=4)
+    graph = site_graph(n, seed=4)
     with Site(graph) as site:
         crawl(
             site.url(0),
@@ -361,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         sites = []
-        graph = generated_site(args.pages, seed=1)
+        graph = site_graph(args.pages, seed=1)
         with Site(graph) as site:
             log(f"generated site: {graph.n} pages")
             sites.append(

@@ -14,23 +14,11 @@ from pathlib import Path
 
 import numpy as np
 
-from scrapy_opic.core.graph import from_edges, power_law_graph
 from scrapy_opic.core.pagerank import pagerank
 from scrapy_opic.export import read_state
-from scrapy_opic.localsite import Site
+from scrapy_opic.localsite import Site, site_graph
 
 HERE = Path(__file__).resolve().parent
-
-
-def site_graph(n: int, seed: int):
-    """A power-law link graph in which the home page (0) links to a few pages and every page
-    links back home, as sites do."""
-    g = power_law_graph(n, seed=seed)
-    rng = np.random.default_rng(seed)
-    home_links = rng.choice(np.arange(1, n), size=min(20, n - 1), replace=False)
-    src = np.concatenate([g.sources(), np.zeros(home_links.size, dtype=np.int64), np.arange(1, n)])
-    dst = np.concatenate([g.indices, home_links, np.zeros(n - 1, dtype=np.int64)])
-    return from_edges(src, dst, n)
 
 
 def main() -> int:

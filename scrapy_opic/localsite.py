@@ -7,7 +7,20 @@ import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from scrapy_opic.core.graph import Graph
+import numpy as np
+
+from scrapy_opic.core.graph import Graph, from_edges, power_law_graph
+
+
+def site_graph(n: int, seed: int = 0) -> Graph:
+    """A web-site-like link graph: power-law in-degrees (the paper's model), a home page (0)
+    that links to 20 pages, and every page linking back home."""
+    g = power_law_graph(n, seed=seed)
+    rng = np.random.default_rng(seed)
+    home = rng.choice(np.arange(1, n), size=min(20, n - 1), replace=False)
+    src = np.concatenate([g.sources(), np.zeros(home.size, dtype=np.int64), np.arange(1, n)])
+    dst = np.concatenate([g.indices, home, np.zeros(n - 1, dtype=np.int64)])
+    return from_edges(src, dst, n)
 
 
 class Site:

@@ -57,7 +57,7 @@ def test_crawl_evidence_builds_the_site_graph_and_pagerank_shares():
         {"url": "b", "aliases": ["b-old"], "links": ["a"]},
         {"url": "c", "aliases": [], "links": ["b-old"]},
     ]
-    graph, node = mod.site_graph([rows])
+    graph, node = mod.crawled_graph([rows])
     assert graph.n == 3 and node["b-old"] == node["b"]
     assert graph.n_edges == 4  # the 404 link is dropped, the alias folded into b
     pr = np.array([0.5, 0.3, 0.2])
