@@ -100,9 +100,10 @@ class OpicScheduler(BaseScheduler):
         s = self.settings
         path = state_path(self.crawler.settings, spider.name)
         self.store = SqliteStore(path)
-        resumed = job_dir(self.crawler.settings) and self.store.load() is not None
+        saved = self.store.load() if job_dir(self.crawler.settings) else None
+        resumed = saved is not None
         if resumed:
-            self._resume()
+            self._resume(*saved)
         else:
             self.store.clear()
             engine = OpicEngine(epsilon=s.epsilon, refresh=s.refresh, window=parse_window(s.window))
@@ -120,9 +121,8 @@ class OpicScheduler(BaseScheduler):
             " (resumed)" if resumed else "",
         )
 
-    def _resume(self) -> None:
+    def _resume(self, engine: OpicEngine, status: bytes, meta: dict) -> None:
         s = self.settings
-        engine, status, meta = self.store.load()
         self.urls = list(meta.get("urls", []))
         payloads: dict[int, Any] = {}
         slots: dict[int, Any] = {}
@@ -145,6 +145,8 @@ class OpicScheduler(BaseScheduler):
             self.frontier.counts[VISITED],
             total,
         )
+        if abs(total - 1.0) > 1e-6:
+            logger.warning("OPIC state %s: total cash is %.12f, not 1", self.store.path, total)
 
     def close(self, reason: str) -> None:
         self.commit()
