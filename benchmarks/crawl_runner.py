@@ -11,8 +11,9 @@ import sys
 from urllib.parse import urlparse
 
 import scrapy
-from scrapy.crawler import CrawlerProcess
 from scrapy.linkextractors import LinkExtractor
+
+from scrapy_opic.localsite import crawl_to_files
 
 ORDERS = {
     "opic": {
@@ -61,21 +62,10 @@ class EvidenceSpider(scrapy.Spider):
 def main() -> None:
     with open(sys.argv[1]) as fh:
         config = json.load(fh)
-    settings = {
-        "FEEDS": {config["items"]: {"format": "jsonlines"}},
-        "LOG_LEVEL": "WARNING",
-        "TELNETCONSOLE_ENABLED": False,
-        "ROBOTSTXT_OBEY": False,
-    }
-    settings.update(ORDERS[config["order"]])
-    settings.update(config.get("settings", {}))
-    process = CrawlerProcess(settings)
-    crawler = process.create_crawler(EvidenceSpider)
-    process.crawl(crawler, start_url=config["start_url"])
-    process.start()
-    stats = {k: v for k, v in crawler.stats.get_stats().items() if isinstance(v, (int, float, str))}
-    with open(config["stats"], "w") as fh:
-        json.dump(stats, fh, default=str)
+    settings = {"LOG_LEVEL": "WARNING", **ORDERS[config["order"]], **config.get("settings", {})}
+    crawl_to_files(
+        EvidenceSpider, settings, config["items"], config["stats"], start_url=config["start_url"]
+    )
 
 
 if __name__ == "__main__":

@@ -11,8 +11,9 @@ import json
 import sys
 
 import scrapy
-from scrapy.crawler import CrawlerProcess
 from scrapy.linkextractors import LinkExtractor
+
+from scrapy_opic.localsite import crawl_to_files
 
 
 class SiteSpider(scrapy.Spider):
@@ -37,10 +38,7 @@ def main() -> None:
         "SCHEDULER": "scrapy_opic.OpicScheduler",
         "SPIDER_MIDDLEWARES": {"scrapy_opic.OpicSpiderMiddleware": 800},
         "DOWNLOADER_MIDDLEWARES": {"scrapy_opic.OpicDownloaderMiddleware": 540},
-        "FEEDS": {config["items"]: {"format": "jsonlines"}},
         "LOG_LEVEL": "INFO",
-        "TELNETCONSOLE_ENABLED": False,
-        "ROBOTSTXT_OBEY": False,
         "RETRY_TIMES": 1,
     }
     if config.get("addon"):  # the one-line setup instead of the three settings
@@ -48,13 +46,14 @@ def main() -> None:
             settings.pop(name)
         settings["ADDONS"] = {"scrapy_opic.Addon": 0}
     settings.update(config.get("settings", {}))
-    process = CrawlerProcess(settings)
-    crawler = process.create_crawler(SiteSpider)
-    process.crawl(crawler, start_url=config["start_url"], allowed=config.get("allowed"))
-    process.start()
-    stats = {k: v for k, v in crawler.stats.get_stats().items() if isinstance(v, (int, float, str))}
-    with open(config["stats"], "w") as fh:
-        json.dump(stats, fh, default=str)
+    crawl_to_files(
+        SiteSpider,
+        settings,
+        config["items"],
+        config["stats"],
+        start_url=config["start_url"],
+        allowed=config.get("allowed"),
+    )
 
 
 if __name__ == "__main__":
