@@ -1,0 +1,119 @@
+"""OpicScheduler against the contract of Scrapy's own scheduler tests: length, dequeue, dupes,
+persistence across a reopen with JOBDIR (no engine running: a stub stands in for the
+downloader's slots)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from scrapy import Request, Spider
+from scrapy.utils.httpobj import urlparse_cached
+from scrapy.utils.test import get_crawler
+
+from scrapy_opic.scheduler import OpicScheduler
+
+URLS = [f"http://host{i % 3}.example/page/{i}" for i in range(12)]
+
+
+def make(tmp_path, jobdir: bool = False, **settings) -> OpicScheduler:
+    settings = {"LOG_ENABLED": False, "OPIC_STATE_PATH": str(tmp_path / "state.sqlite"), **settings}
+    if jobdir:
+        settings["JOBDIR"] = str(tmp_path / "job")
+    crawler = get_crawler(Spider, settings)
+    crawler.engine = SimpleNamespace(
+        downloader=SimpleNamespace(get_slot_key=lambda r: urlparse_cached(r).hostname, slots={})
+    )
+    spider = Spider.from_crawler(crawler, name="contract")
+    crawler.spider = spider
+    scheduler = OpicScheduler.from_crawler(crawler)
+    scheduler.open(spider)
+    return scheduler
+
+
+def test_length_and_dequeue(tmp_path):
+    s = make(tmp_path)
+    assert not s.has_pending_requests() and len(s) == 0
+    for url in URLS:
+        assert s.enqueue_request(Request(url))
+    assert s.has_pending_requests() and len(s) == len(URLS)
+    got = []
+    while (r := s.next_request()) is not None:
+        got.append(r.url)
+        assert "opic_id" in r.meta
+    assert sorted(got) == sorted(URLS) and len(s) == 0
+    s.close("finished")
+
+
+def test_duplicates_are_refused(tmp_path):
+    s = make(tmp_path)
+    assert s.enqueue_request(Request(URLS[0]))
+    assert not s.enqueue_request(Request(URLS[0]))  # pending
+    r = s.next_request()
+    assert not s.enqueue_request(Request(URLS[0]))  # in flight
+    s.frontier.complete(r.meta["opic_id"], [])
+    assert not s.enqueue_request(Request(URLS[0]))  # visited, one-pass crawl
+    assert s.stats.get_value("opic/duplicates") == 3
+    s.close("finished")
+
+
+def test_continuous_crawl_accepts_a_visited_page_again(tmp_path):
+    s = make(tmp_path, OPIC_CONTINUOUS=True)
+    s.enqueue_request(Request(URLS[0]))
+    r = s.next_request()
+    s.frontier.complete(r.meta["opic_id"], [])
+    again = s.next_request()  # back in line by itself
+    assert again is not None and again.url == URLS[0] and again is not r
+    s.close("finished")
+
+
+def test_a_retry_and_a_redirect_of_a_page_in_flight(tmp_path):
+    s = make(tmp_path)
+    s.enqueue_request(Request(URLS[0]))
+    r = s.next_request()
+    retry = r.replace(dont_filter=True)
+    assert s.enqueue_request(retry)  # same fingerprint: back to pending, no cash moved
+    r = s.next_request()
+    cash = s.frontier.engine.cash_of(r.meta["opic_id"])
+    redirected = r.replace(url=URLS[1])
+    assert s.enqueue_request(redirected)
+    target = s.next_request()
+    assert target.url == URLS[1]
+    assert s.frontier.engine.cash_of(target.meta["opic_id"]) == pytest.approx(cash)
+    assert s.frontier.status_of(s.fingerprinter.fingerprint(Request(URLS[0]))) == "visited"
+    s.close("finished")
+    assert s.stats.get_value("opic/total_cash") == pytest.approx(1.0)
+
+
+def test_jobdir_persists_pending_requests_across_reopen(tmp_path):
+    s = make(tmp_path, jobdir=True)
+    for url in URLS:
+        s.enqueue_request(Request(url, meta={"k": url}))
+    first = s.next_request()  # in flight when the crawl stops
+    s.close("shutdown")
+    again = make(tmp_path, jobdir=True)
+    assert len(again) == len(URLS)  # the in-flight page is pending again
+    got = []
+    while (r := again.next_request()) is not None:
+        got.append(r.url)
+        assert r.meta["k"] == r.url
+    assert sorted(got) == sorted(URLS) and first.url in got
+    again.close("finished")
+
+
+def test_without_jobdir_each_crawl_starts_afresh(tmp_path):
+    s = make(tmp_path)
+    s.enqueue_request(Request(URLS[0]))
+    s.close("shutdown")
+    again = make(tmp_path)
+    assert len(again) == 0
+    again.close("finished")
+
+
+def test_unserializable_requests_stay_in_memory_with_one_warning(tmp_path, caplog):
+    s = make(tmp_path, jobdir=True)
+    for url in URLS[:3]:
+        assert s.enqueue_request(Request(url, callback=lambda r: None))
+    assert caplog.text.count("Unable to serialize") == 1
+    assert len({s.next_request().url for _ in range(3)}) == 3
+    s.close("finished")
