@@ -27,7 +27,10 @@ one, its in-flight pages pending again. Pending requests are kept in memory (lik
 queues) and, with a JOBDIR, also as sqlite rows for the resume; requests that cannot be
 serialized (a lambda callback) are kept in memory only, with a warning, as Scrapy does.
 
-Not yet: ``request.priority`` is ignored (cash alone orders pages).
+``request.priority`` still matters: pages are served by priority first (higher first, as with
+Scrapy's own scheduler, so Scrapy's retry and redirect priority adjustments keep their meaning)
+and by cash within a priority. With the default priority 0 for every request, cash alone orders
+the crawl.
 """
 
 from __future__ import annotations
@@ -130,7 +133,7 @@ class OpicScheduler(BaseScheduler):
             request = request_from_dict(data, spider=self.spider)
             self._requests[i] = request
             payloads[i] = None
-            slots[i] = self._slot(request)
+            slots[i] = (request.priority, self._slot(request))
         self.frontier = Frontier.restore(
             engine, status, payloads, slots, s.strategy, s.continuous, s.seed
         )
@@ -243,13 +246,15 @@ class OpicScheduler(BaseScheduler):
                 return True
             # A redirect: the in-flight page's cash moves to the target.
             target, scheduled = frontier.redirect(
-                source, frontier.engine.key_of(i), None, self._slot(request)
+                source, frontier.engine.key_of(i), None, self._slot(request), request.priority
             )
             self.stats.inc_value("opic/redirected")
             if scheduled:
                 self._keep(target, request)
             return scheduled
-        if frontier.schedule(frontier.engine.key_of(i), None, self._slot(request)):
+        if frontier.schedule(
+            frontier.engine.key_of(i), None, self._slot(request), request.priority
+        ):
             self._keep(i, request)
             self.stats.inc_value("opic/enqueued")
             return True

@@ -117,3 +117,12 @@ def test_unserializable_requests_stay_in_memory_with_one_warning(tmp_path, caplo
     assert caplog.text.count("Unable to serialize") == 1
     assert len({s.next_request().url for _ in range(3)}) == 3
     s.close("finished")
+
+
+def test_request_priority_comes_before_cash(tmp_path):
+    s = make(tmp_path)
+    for i, url in enumerate(URLS[:6]):
+        s.enqueue_request(Request(url, priority=1 if i % 2 else 0))
+    order = [s.next_request() for _ in range(6)]
+    assert [r.priority for r in order] == [1, 1, 1, 0, 0, 0]
+    s.close("finished")

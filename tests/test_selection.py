@@ -12,6 +12,7 @@ from scrapy_opic.core import (
     OpicEngine,
     RandomSelection,
     SlottedGreedySelection,
+    TieredSelection,
     make_selection,
 )
 
@@ -201,3 +202,35 @@ def test_slotted_greedy_serves_other_hosts_while_one_is_busy():
     assert sel.pop(lambda slot: slot not in busy) in (4, 5)
     assert sel.pop() == 0  # no slot limit: the richest page
     assert sel.slot_sizes() == {"big.example": 2, "small.example": 1}
+
+
+@settings(max_examples=100, deadline=None)
+@given(n=st.integers(1, 20), seed=st.integers(0, 10**6), steps=st.integers(1, 60))
+def test_tiers_serve_the_highest_priority_then_the_most_cash(n, seed, steps):
+    rng = np.random.default_rng(seed)
+    e = OpicEngine(epsilon=0.3, refresh=0.5)
+    e.add_pages(n)
+    e.init_uniform()
+    sel = TieredSelection(e)
+    tier, host = {}, {}
+    for i in range(n):
+        tier[i], host[i] = int(rng.integers(-1, 2)), f"h{rng.integers(0, 2)}"
+        sel.push(i, (tier[i], host[i]))
+    for _ in range(steps):
+        if rng.random() < 0.5:
+            i = int(rng.integers(0, n))
+            e.visit(i, rng.choice(n, size=min(n, 3), replace=False).tolist())
+            sel.push(i, (tier[i], host[i]))
+            continue
+        full = {"h0"} if rng.random() < 0.3 else set()
+        e.payout()
+        cands = [i for i in range(n) if i in sel and host[i] not in full]
+        i = sel.pop(lambda h, full=full: h not in full)
+        if not cands:
+            assert i is None
+            continue
+        best = max(tier[j] for j in cands)
+        assert tier[i] == best
+        cash = e.cash()
+        assert cash[i] >= max(cash[j] for j in cands if tier[j] == best) - 1e-15
+        assert len(sel) == sum(1 for j in range(n) if j in sel)

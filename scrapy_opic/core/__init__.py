@@ -12,6 +12,7 @@ from .selection import (
     RandomSelection,
     Selection,
     SlottedGreedySelection,
+    TieredSelection,
     make_selection,
 )
 from .window import (
@@ -37,6 +38,7 @@ __all__ = [
     "RandomSelection",
     "Selection",
     "SlottedGreedySelection",
+    "TieredSelection",
     "UnboundedHistory",
     "VariableWindow",
     "WindowPolicy",

@@ -34,7 +34,7 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
 from .engine import OpicEngine
-from .selection import Selection, SlottedGreedySelection, make_selection
+from .selection import Selection, TieredSelection, make_selection
 
 DISCOVERED, PENDING, IN_FLIGHT, VISITED = 0, 1, 2, 3
 STATUS_NAMES = ("discovered", "pending", "in flight", "visited")
@@ -60,9 +60,9 @@ class Frontier:
         self.continuous = continuous
         self.status = bytearray()
         self.payloads: dict[int, Any] = {}
-        self._slots: dict[int, Hashable] = {}
+        self._slots: dict[int, tuple[int, Hashable]] = {}  # (priority, download slot)
         self.selection: Selection = (
-            SlottedGreedySelection(engine)
+            TieredSelection(engine)
             if strategy == "greedy"
             else make_selection(strategy, engine, seed)
         )
@@ -93,8 +93,8 @@ class Frontier:
         self.counts[status] += 1
 
     def _push(self, i: int) -> None:
-        if isinstance(self.selection, SlottedGreedySelection):
-            self.selection.push(i, self._slots.get(i))
+        if isinstance(self.selection, TieredSelection):
+            self.selection.push(i, self._slots.get(i, (0, None)))
         else:
             self.selection.push(i)
 
@@ -115,8 +115,11 @@ class Frontier:
         return None if i is None else STATUS_NAMES[self.status[i]]
 
     # -- scheduling -----------------------------------------------------------------------
-    def schedule(self, key: Hashable, payload: Any, slot: Hashable = None) -> bool:
-        """Ask for page ``key`` to be fetched with ``payload``. Returns ``False`` for a duplicate:
+    def schedule(
+        self, key: Hashable, payload: Any, slot: Hashable = None, priority: int = 0
+    ) -> bool:
+        """Ask for page ``key`` to be fetched with ``payload`` through download ``slot``; with the
+        greedy strategy a higher ``priority`` is served first. Returns ``False`` for a duplicate:
         the page is already pending or in flight, or was visited in a one-pass crawl. (Links that
         led here have already paid the page: a duplicate keeps its money.)"""
         i = self.discover(key)
@@ -124,7 +127,7 @@ class Frontier:
         if status in (PENDING, IN_FLIGHT) or (status == VISITED and not self.continuous):
             return False
         self.payloads[i] = payload
-        self._slots[i] = slot
+        self._slots[i] = (priority, slot)
         self._set(i, PENDING)
         self._push(i)
         return True
@@ -133,7 +136,7 @@ class Frontier:
         """Next page to fetch (``IN_FLIGHT`` from now on) and its payload, or ``None``.
         ``has_room(slot)`` says whether a download slot can take one more request."""
         sel = self.selection
-        i = sel.pop(has_room) if isinstance(sel, SlottedGreedySelection) else sel.pop()
+        i = sel.pop(has_room) if isinstance(sel, TieredSelection) else sel.pop()
         if i is None:
             return None
         self._set(i, IN_FLIGHT)
@@ -176,7 +179,7 @@ class Frontier:
         return self.complete(i, ())
 
     def redirect(
-        self, i: int, key: Hashable, payload: Any, slot: Hashable = None
+        self, i: int, key: Hashable, payload: Any, slot: Hashable = None, priority: int = 0
     ) -> tuple[int, bool]:
         """Page ``i`` redirected to page ``key``: its cash moves there and the target is
         scheduled with ``payload`` (unless it is a duplicate: then it keeps the cash).
@@ -187,7 +190,7 @@ class Frontier:
             return i, True
         self.engine.transfer(i, j)
         self._retire(i)
-        return j, self.schedule(key, payload, slot)
+        return j, self.schedule(key, payload, slot, priority)
 
     def retry(self, i: int, payload: Any = None) -> None:
         """Page ``i`` goes back to ``PENDING`` without a visit (no money moves)."""
@@ -218,14 +221,15 @@ class Frontier:
         engine: OpicEngine,
         status: bytes,
         payloads: dict[int, Any],
-        slots: dict[int, Hashable] | None = None,
+        slots: dict[int, tuple[int, Hashable]] | None = None,
         strategy: str = "greedy",
         continuous: bool = False,
         seed: int | None = None,
     ) -> Frontier:
         """A frontier over a reloaded engine: ``status`` per page as saved, ``payloads`` of the
-        pending (and in-flight) pages. In-flight pages become pending again: their fetch may not
-        have happened, and their cash is still theirs."""
+        pending (and in-flight) pages, ``slots`` their ``(priority, download slot)``. In-flight
+        pages become pending again: their fetch may not have happened, and their cash is still
+        theirs."""
         f = cls(engine, strategy, continuous, seed)
         f.grow(engine.capacity)
         f.status[: len(status)] = status
@@ -240,7 +244,7 @@ class Frontier:
                     f.forfeit(i)
                     continue
                 f.payloads[i] = payloads[i]
-                f._slots[i] = slots.get(i)
+                f._slots[i] = slots.get(i, (0, None))
                 f._set(i, PENDING)
                 f._push(i)
         return f

@@ -23,6 +23,7 @@ They also observe the engine (``raised``/``taken``/``grow``), so cash moves keep
   About 8.5 bytes per page (position int32, membership byte, heap slot int32).
 * :class:`SlottedGreedySelection`: Greedy across download slots, for politeness: the page with
   the most cash among the slots (hosts) that have room.
+* :class:`TieredSelection`: priority tiers (``request.priority``) over the slot-aware Greedy.
 * :class:`RandomSelection`: uniform among candidates, O(1) per operation.
 * :class:`CycleSelection`: a fixed order (the page ids, i.e. discovery order) cycled around;
   amortised O(1) with a C-level scan of a membership bytearray.
@@ -399,6 +400,55 @@ class SlottedGreedySelection(Selection):
                 self._refresh_head(2 * k + 1)
 
 
+class TieredSelection(Selection):
+    """Priority tiers over :class:`SlottedGreedySelection`: a candidate pushed with slot
+    ``(priority, key)`` waits in its priority's tier; :meth:`pop` serves the highest priority
+    first (as Scrapy does with ``request.priority``) and, within a tier, the page with the most
+    cash among the slots that have room. ``has_room`` receives the slot ``key``. One tier per
+    priority value in use: a crawl without priorities has exactly one."""
+
+    name = "greedy-tiers"
+
+    def __init__(self, engine: OpicEngine) -> None:
+        self._tiers: dict[int, SlottedGreedySelection] = {}
+        self._order: list[int] = []  # priorities, highest first
+        super().__init__(engine)
+
+    def grow(self, capacity: int) -> None:  # each tier grows with the engine by itself
+        pass
+
+    def __contains__(self, i: int) -> bool:
+        return any(i in tier for tier in self._tiers.values())
+
+    def __len__(self) -> int:
+        return sum(len(tier) for tier in self._tiers.values())
+
+    def nbytes(self) -> int:
+        return sum(tier.nbytes() for tier in self._tiers.values())
+
+    def push(self, i: int, slot: tuple[int, Hashable] = (0, None)) -> None:
+        priority, key = slot
+        tier = self._tiers.get(priority)
+        if tier is None:
+            tier = self._tiers[priority] = SlottedGreedySelection(self.engine)
+            self._order = sorted(self._tiers, reverse=True)
+        if i not in self:
+            tier.push(i, key)
+
+    def discard(self, i: int) -> None:
+        for tier in self._tiers.values():
+            tier.discard(i)
+
+    def pop(self, has_room: Callable[[Hashable], bool] | None = None) -> int | None:
+        for priority in self._order:
+            tier = self._tiers[priority]
+            if len(tier):
+                i = tier.pop(has_room)
+                if i is not None:
+                    return i
+        return None
+
+
 class RandomSelection(Selection):
     """Uniformly random candidate (the paper's Random)."""
 
@@ -500,6 +550,7 @@ def make_selection(name: str, engine: OpicEngine, seed: int | None = None) -> Se
 
 
 __all__ = [
+    "TieredSelection",
     "CycleSelection",
     "GreedySelection",
     "RandomSelection",
