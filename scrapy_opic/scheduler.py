@@ -83,7 +83,6 @@ class OpicScheduler(BaseScheduler):
         self.frontier: Frontier | None = None
         self.store: SqliteStore | None = None
         self.urls: list[str] = []
-        self._requests: dict[int, Request] = {}  # pending and in-flight pages' requests
         self._persist = bool(job_dir(crawler.settings))  # request rows only when resumable
         self._warned_unserializable = False
         self._last_commit = (0, time.monotonic())
@@ -131,8 +130,7 @@ class OpicScheduler(BaseScheduler):
         slots: dict[int, Any] = {}
         for i, data in self.store.requests():
             request = request_from_dict(data, spider=self.spider)
-            self._requests[i] = request
-            payloads[i] = None
+            payloads[i] = request
             slots[i] = (request.priority, self._slot(request))
         self.frontier = Frontier.restore(
             engine, status, payloads, slots, s.strategy, s.continuous, s.seed
@@ -183,7 +181,6 @@ class OpicScheduler(BaseScheduler):
 
     def _dropped(self, i: int) -> None:
         """Page ``i`` will not be fetched again: forget its request."""
-        self._requests.pop(i, None)
         if self._persist:
             self.store.del_request(i)
 
@@ -217,8 +214,8 @@ class OpicScheduler(BaseScheduler):
         )
 
     def _keep(self, i: int, request: Request) -> None:
-        """Keep the pending request of page ``i`` (and, with a JOBDIR, its sqlite row)."""
-        self._requests[i] = request
+        """With a JOBDIR, write the pending request of page ``i`` as a sqlite row (the frontier
+        holds the request itself as the page's payload)."""
         if not self._persist:
             return
         try:
@@ -240,20 +237,20 @@ class OpicScheduler(BaseScheduler):
         i = self.page_of(request)
         if source is not None and frontier.status[source] == IN_FLIGHT:
             if source == i:  # a retry of the page in flight
-                frontier.retry(i)
+                frontier.retry(i, request)
                 self._keep(i, request)
                 self.stats.inc_value("opic/retried")
                 return True
             # A redirect: the in-flight page's cash moves to the target.
             target, scheduled = frontier.redirect(
-                source, frontier.engine.key_of(i), None, self._slot(request), request.priority
+                source, frontier.engine.key_of(i), request, self._slot(request), request.priority
             )
             self.stats.inc_value("opic/redirected")
             if scheduled:
                 self._keep(target, request)
             return scheduled
         if frontier.schedule(
-            frontier.engine.key_of(i), None, self._slot(request), request.priority
+            frontier.engine.key_of(i), request, self._slot(request), request.priority
         ):
             self._keep(i, request)
             self.stats.inc_value("opic/enqueued")
@@ -266,8 +263,7 @@ class OpicScheduler(BaseScheduler):
         got = self.frontier.pop(self._has_room)
         if got is None:
             return None
-        i, _ = got
-        request = self._requests[i]
+        i, request = got
         if self.settings.continuous:
             request = request.replace()  # the stored request is fetched again later
         request.meta["opic_id"] = i
