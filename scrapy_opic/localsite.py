@@ -23,7 +23,24 @@ def site_graph(n: int, seed: int = 0) -> Graph:
     return from_edges(src, dst, n)
 
 
-class Site:
+class _LoopbackServer:
+    """A threaded HTTP server on 127.0.0.1 (a free port), running inside a ``with`` block."""
+
+    def _serve(self, handler) -> None:
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class Site(_LoopbackServer):
     """Serves ``/p/<i>.html`` for every node of ``graph``, linking to its out-neighbours.
 
     ``redirects`` maps a node to another: its URL answers 301 to the other's. ``errors`` lists
@@ -78,9 +95,7 @@ class Site:
                 self.end_headers()
                 self.wfile.write(body)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._serve(Handler)
 
     def url(self, i: int) -> str:
         return f"http://{self.host_of(i)}:{self.port}/p/{i}.html"
@@ -118,16 +133,8 @@ class Site:
         body = f"<html><head><title>day {d}</title></head><body>{links}</body></html>"
         return 200, {"Content-Type": "text/html"}, body.encode()
 
-    def __enter__(self) -> Site:
-        self.thread.start()
-        return self
 
-    def __exit__(self, *exc) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
-class StaticSite:
+class StaticSite(_LoopbackServer):
     """Serves a directory of files (an HTML manual) on 127.0.0.1, quietly."""
 
     def __init__(self, root: str) -> None:
@@ -138,21 +145,10 @@ class StaticSite:
             def log_message(self, *args) -> None:
                 pass
 
-        handler = functools.partial(Handler, directory=str(root))
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._serve(functools.partial(Handler, directory=str(root)))
 
     def url(self, path: str = "") -> str:
         return f"http://127.0.0.1:{self.port}/{path}"
-
-    def __enter__(self) -> StaticSite:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def crawl_to_files(spider_cls: type, settings: dict, items: str, stats: str, **spider_kw) -> None:
