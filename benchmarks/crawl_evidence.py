@@ -210,7 +210,7 @@ def trap_experiment(work: Path, n: int) -> dict:
 def continuous_experiment(work: Path, n: int) -> float:
     from scipy.stats import kendalltau
 
-    from scrapy_opic.export import read_state
+    from scrapy_opic.export import open_state
 
     graph = site_graph(n, seed=4)
     with Site(graph) as site:
@@ -222,8 +222,9 @@ def continuous_experiment(work: Path, n: int) -> float:
             CLOSESPIDER_PAGECOUNT=5 * n,
         )
         urls = [site.url(i) for i in range(n)]
-    state = read_state(work / "continuous" / ".scrapy" / "opic" / "evidence.sqlite")
-    imp = dict(state.rows())
+    state = open_state(work / "continuous" / ".scrapy" / "opic" / "evidence.sqlite")
+    with state:
+        imp = {p.url: p.importance for p in state.pages()}
     x = np.array([imp.get(u, 0.0) for u in urls])
     pr = pagerank(graph, 0.85)
     linked = graph.in_degree > 0

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from scrapy_opic.core.pagerank import pagerank
-from scrapy_opic.export import read_state
+from scrapy_opic.export import open_state
 from scrapy_opic.localsite import Site, site_graph
 
 HERE = Path(__file__).resolve().parent
@@ -53,12 +53,13 @@ def main() -> int:
         f"\ncrawled {len(fetched)} pages; the first 10% held {pr[fetched[:k]].sum() / best:.0%} "
         "of the PageRank an omniscient order would have fetched by then"
     )
-    state = read_state(HERE / ".scrapy" / "opic" / "site.sqlite")
+    with open_state(HERE / ".scrapy" / "opic" / "site.sqlite") as state:
+        top = state.top(10)
     rank = {int(i): r + 1 for r, i in enumerate(np.argsort(-pr))}
     print(f"\n{'OPIC importance':>16} {'PageRank':>9} {'PR rank':>7}  url")
-    for url, imp in state.top(10):
-        i = node[url]
-        print(f"{imp:16.5f} {pr[i]:9.5f} {rank[i]:7d}  {url}")
+    for page in top:
+        i = node[page.url]
+        print(f"{page.importance:16.5f} {pr[i]:9.5f} {rank[i]:7d}  {page.url}")
     return 0
 
 

@@ -1,11 +1,20 @@
-"""Read a crawl's OPIC state and write per-URL importance (no Scrapy needed).
+"""Read a crawl's OPIC state and export per-URL and per-site importance (no Scrapy needed).
 
-    from scrapy_opic.export import read_state
-    state = read_state(".scrapy/opic/site.sqlite")
-    for url, importance in state.top(10): ...
+    from scrapy_opic.export import open_state
 
-Reading opens the sqlite file read-only, so a crawl writing it meanwhile is not disturbed (it
-sees the last committed snapshot).
+    with open_state(".scrapy/opic/site.sqlite") as state:
+        for page in state.top(10):
+            print(page.importance, page.url)
+        for page in state.pages(fetched_only=True):   # streams, one chunk of pages at a time
+            ...
+
+A state is opened read-only and read inside one transaction: a crawl that keeps committing to the
+same file meanwhile is neither blocked nor disturbed, and the reader sees one consistent snapshot
+(the last commit before it opened).
+
+Memory: the per-page numeric arrays of the snapshot (~45 bytes per page, as in the crawl) plus one
+chunk of URLs at a time; rows are never all built at once, so exporting a million pages needs
+tens of megabytes, not gigabytes.
 """
 
 from __future__ import annotations
@@ -14,75 +23,356 @@ import csv
 import json
 import os
 import sys
-from collections.abc import Iterator
-from dataclasses import dataclass
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import IO, Any, NamedTuple
 
 import numpy as np
 
-from .core.engine import OpicEngine
-from .core.store import SqliteStore, StoreError
+from .core.engine import FETCHED, OpicEngine
+from .core.series import Series
+from .core.store import StateReader, StoreError
 
 FORMATS = {".csv": "csv", ".jsonl": "jsonl", ".jl": "jsonl"}
 
+PAGE_COLUMNS = (
+    "url",
+    "importance",
+    "cash",
+    "history",
+    "visits",
+    "last_visit",
+    "fetched",
+    "host",
+)
+SITE_COLUMNS = ("level", "site", "importance", "pages", "fetched")
 
-@dataclass
+
+class Page(NamedTuple):
+    """One page of a state.
+
+    ``importance`` sums to 1 over all known pages; ``cash`` is what the page holds now (sums to 1
+    with the virtual page's cash); ``history`` is the cash the page absorbed at its visits (within
+    the window, for windowed policies); ``last_visit`` is the clock G at its last visit (0 if
+    never fetched).
+    """
+
+    url: str
+    importance: float
+    cash: float
+    history: float
+    visits: int
+    last_visit: float
+    fetched: bool
+    host: str
+
+
+class Site(NamedTuple):
+    """Importance of a host or of a registered domain: the sum over its known pages."""
+
+    level: str  # "host" or "domain"
+    site: str
+    importance: float
+    pages: int
+    fetched: int
+
+
+def host_of(url: str) -> str:
+    """The lower-cased host of ``url`` (no user info, no port); cheap enough for every row."""
+    rest = url.partition("://")[2] if "://" in url else url
+    end = len(rest)
+    for sep in "/?#":
+        k = rest.find(sep)
+        if k != -1 and k < end:
+            end = k
+    netloc = rest[:end].rpartition("@")[2]
+    if netloc.startswith("["):  # IPv6 literal
+        return netloc[1 : netloc.find("]")].lower() if "]" in netloc else netloc.lower()
+    return netloc.partition(":")[0].lower()
+
+
+_EXTRACT: Any = None
+
+
+def registered_domain(host: str) -> str:
+    """The registered domain of ``host`` (``news.bbc.co.uk`` -> ``bbc.co.uk``), from the public
+    suffix list bundled with tldextract (never fetched); the host itself for an IP address or a
+    name with no public suffix (``localhost``)."""
+    global _EXTRACT
+    if _EXTRACT is None:
+        import tldextract
+
+        _EXTRACT = tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None)
+    parts = _EXTRACT(host)
+    domain = getattr(parts, "top_domain_under_public_suffix", None)
+    if domain is None:  # tldextract < 5.3
+        domain = parts.registered_domain
+    return domain or host
+
+
 class OpicState:
-    """A snapshot of a crawl: the engine and the URL of every page."""
+    """A read-only snapshot of a crawl's state (see the module docstring).
 
-    engine: OpicEngine
-    urls: list[str]
+    :ivar engine: the snapshot's :class:`~scrapy_opic.core.engine.OpicEngine` (without keys).
+    :ivar meta: what the crawl recorded (spider, settings, time series).
+    """
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path)
+        self._reader = StateReader(self.path)
+        try:
+            self.engine: OpicEngine = self._reader.engine()
+            self.meta: dict = self._reader.meta()
+        except BaseException:
+            self._reader.close()
+            raise
+        self.status = self._reader.status
+        self._importance: np.ndarray | None = None
+
+    # -- figures ----------------------------------------------------------------------------
+    @property
+    def n(self) -> int:
+        """Number of known pages."""
+        return self.engine.n
 
     def importance(self) -> np.ndarray:
-        return self.engine.importance()
+        """Importance of every page by id (sums to 1)."""
+        if self._importance is None:
+            self._importance = self.engine.importance()
+        return self._importance
 
-    def rows(self) -> Iterator[tuple[str, float]]:
-        """``(url, importance)`` for every known page, importance summing to 1."""
+    def fetched_mask(self) -> np.ndarray:
+        return (self.engine.flags[: self.n] & FETCHED) != 0
+
+    def stats(self) -> dict[str, float]:
+        return self.engine.stats()
+
+    @property
+    def series(self) -> Series:
+        """The crawl's time series (one point per commit, thinned to a bounded length)."""
+        return Series.from_list(self.meta.get("series", []))
+
+    # -- pages ------------------------------------------------------------------------------
+    def _pages(self, lo: int, hi: int, urls: list[str | None]) -> list[Page]:
+        e = self.engine
+        ids = np.arange(lo, hi)
+        imp = self.importance()[lo:hi].tolist()
+        cash = e.cash(ids).tolist()
+        hist = e.hist[lo:hi].tolist()
+        visits = e.visits[lo:hi].tolist()
+        last = e.last_g[lo:hi].tolist()
+        fetched = ((e.flags[lo:hi] & FETCHED) != 0).tolist()
+        out = []
+        for k in range(hi - lo):
+            url = urls[k] if urls[k] is not None else str(lo + k)
+            out.append(
+                Page(url, imp[k], cash[k], hist[k], visits[k], last[k], fetched[k], host_of(url))
+            )
+        return out
+
+    def page_chunks(self, fetched_only: bool = False) -> Iterator[list[Page]]:
+        """Pages in id (discovery) order, one stored chunk at a time."""
+        for lo, rows in self._reader.page_chunks():
+            chunk = self._pages(lo, lo + len(rows), [url for _key, url in rows])
+            yield [p for p in chunk if p.fetched] if fetched_only else chunk
+
+    def pages(self, fetched_only: bool = False) -> Iterator[Page]:
+        """Every known page (or every fetched one), streamed in discovery order."""
+        for chunk in self.page_chunks(fetched_only):
+            yield from chunk
+
+    def top(self, n: int = 10, fetched_only: bool = False) -> list[Page]:
+        """The ``n`` most important pages, most important first (reads only their URLs)."""
         x = self.importance()
-        for i in range(self.engine.n):
-            yield (self.urls[i] if i < len(self.urls) else str(i)), float(x[i])
+        if fetched_only:
+            x = np.where(self.fetched_mask(), x, -1.0)
+        n = max(0, min(n, int((x >= 0).sum())))
+        if n == 0:
+            return []
+        ids = np.argpartition(-x, n - 1)[:n] if n < len(x) else np.arange(len(x))
+        ids = ids[np.lexsort((ids, -x[ids]))]  # by importance, then by id: stable ties
+        urls = self._reader.urls_of(ids.tolist())
+        return [self._pages(int(i), int(i) + 1, [urls[int(i)]])[0] for i in ids]
 
-    def top(self, n: int = 10) -> list[tuple[str, float]]:
-        x = self.importance()
-        order = np.argsort(-x)[:n]
-        return [(self.urls[i] if i < len(self.urls) else str(i), float(x[i])) for i in order]
+    def by_site(self, fetched_only: bool = False) -> list[Site]:
+        """Site-level importance (the paper's proposal): importance summed per host and per
+        registered domain, with page counts; hosts first, each level most important first."""
+        hosts: dict[str, list] = {}
+        for chunk in self.page_chunks(fetched_only):
+            for p in chunk:
+                acc = hosts.get(p.host)
+                if acc is None:
+                    hosts[p.host] = acc = [0.0, 0, 0]
+                acc[0] += p.importance
+                acc[1] += 1
+                acc[2] += p.fetched
+        domains: dict[str, list] = {}
+        for host, (imp, pages, fetched) in hosts.items():
+            acc = domains.setdefault(registered_domain(host), [0.0, 0, 0])
+            acc[0] += imp
+            acc[1] += pages
+            acc[2] += fetched
+        out = []
+        for level, table in (("host", hosts), ("domain", domains)):
+            rows = sorted(table.items(), key=lambda kv: (-kv[1][0], kv[0]))
+            out.extend(Site(level, site, imp, pages, f) for site, (imp, pages, f) in rows)
+        return out
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def close(self) -> None:
+        self._reader.close()
+
+    def __enter__(self) -> OpicState:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
-def read_state(path: str | os.PathLike) -> OpicState:
-    """Open a state file read-only; :class:`StoreError` if it is missing or not a state."""
-    store = SqliteStore(path, readonly=True)
+def open_state(path: str | os.PathLike) -> OpicState:
+    """Open a state file read-only. :class:`StoreError` (one clear line) if it is missing,
+    corrupt, empty or of an unknown format."""
+    return OpicState(path)
+
+
+read_state = open_state  # the name of the first release
+
+
+# -- writing ---------------------------------------------------------------------------------
+def output_format(out: str, fmt: str | None = None) -> str:
+    """``csv`` or ``jsonl``: ``fmt`` if given, else from the extension (``-`` = CSV)."""
+    if fmt is None:
+        fmt = "csv" if out == "-" else FORMATS.get(Path(out).suffix.lower())
+        if fmt is None:
+            raise ValueError(
+                f"unknown output format for {out!r}: use a .csv, .jsonl or .jl file (or --format)"
+            )
+    fmt = fmt.lower()
+    if fmt in ("jl", "jsonlines"):
+        fmt = "jsonl"
+    if fmt not in ("csv", "jsonl"):
+        raise ValueError(f"unknown output format {fmt!r}: use csv or jsonl")
+    return fmt
+
+
+def _json_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return json.dumps(v, ensure_ascii=False)
+    return repr(v)
+
+
+def _write_rows(
+    fh: IO[str], fmt: str, columns: tuple[str, ...], chunks: Iterable[list[tuple]]
+) -> int:
+    n = 0
+    if fmt == "csv":
+        writer = csv.writer(fh, lineterminator="\n")
+        writer.writerow(columns)
+        for chunk in chunks:
+            writer.writerows(chunk)
+            n += len(chunk)
+    else:
+        heads = [json.dumps(c) + ": " for c in columns]
+        for chunk in chunks:
+            fh.writelines(
+                "{" + ", ".join(h + _json_value(v) for h, v in zip(heads, row)) + "}\n"
+                for row in chunk
+            )
+            n += len(chunk)
+    return n
+
+
+def _open_output(out: str) -> tuple[IO[str], Callable[[bool], None]]:
+    """A text handle for ``out`` and a function that finishes it (``ok``: keep the file). A file
+    is written under a temporary name and renamed at the end, so a failed export never leaves a
+    truncated file behind."""
+    if out == "-":
+        return sys.stdout, lambda ok: sys.stdout.flush()
+    target = Path(out)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or ".")
+    fh = os.fdopen(fd, "w", newline="", encoding="utf-8")
+
+    def finish(ok: bool) -> None:
+        fh.close()
+        if ok:
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, target)
+        else:
+            os.unlink(tmp)
+
+    return fh, finish
+
+
+def write_export(
+    state: OpicState,
+    out: str,
+    *,
+    fmt: str | None = None,
+    top: int | None = None,
+    fetched_only: bool = False,
+    by_site: bool = False,
+) -> int:
+    """Write pages (columns :data:`PAGE_COLUMNS`) or, with ``by_site``, sites (columns
+    :data:`SITE_COLUMNS`, ``top`` per level) to ``out``; returns the number of rows."""
+    fmt = output_format(out, fmt)
+    if by_site:
+        sites = state.by_site(fetched_only)
+        if top is not None:  # the top N of each level
+            seen: dict[str, int] = {}
+            trimmed = []
+            for s in sites:
+                seen[s.level] = seen.get(s.level, 0) + 1
+                if seen[s.level] <= top:
+                    trimmed.append(s)
+            sites = trimmed
+        columns, chunks = SITE_COLUMNS, [sites]
+    elif top is not None:
+        columns, chunks = PAGE_COLUMNS, [state.top(top, fetched_only)]
+    else:
+        columns, chunks = PAGE_COLUMNS, state.page_chunks(fetched_only)
+    fh, finish = _open_output(out)
+    ok = False
     try:
-        loaded = store.load()
+        n = _write_rows(fh, fmt, columns, chunks)
+        ok = True
+        return n
     finally:
-        store.close()
-    if loaded is None:
-        raise StoreError(f"{path} holds no OPIC state yet")
-    engine, _status, meta = loaded
-    return OpicState(engine, list(meta.get("urls", [])))
+        finish(ok)
 
 
 def write_importance(state: OpicState, out: str) -> int:
-    """Write ``url,importance`` rows to ``out`` (.csv, .jsonl; ``-`` = CSV on stdout)."""
-    fmt = "csv" if out == "-" else FORMATS.get(Path(out).suffix.lower())
-    if fmt is None:
-        raise ValueError(f"unknown output format for {out!r}: use .csv or .jsonl")
-    fh = sys.stdout if out == "-" else open(out, "w", newline="")  # noqa: SIM115
-    try:
-        n = 0
-        if fmt == "csv":
-            writer = csv.writer(fh)
-            writer.writerow(["url", "importance"])
-            for url, imp in state.rows():
-                writer.writerow([url, repr(imp)])
-                n += 1
-        else:
-            for url, imp in state.rows():
-                fh.write(json.dumps({"url": url, "importance": imp}) + "\n")
-                n += 1
-        return n
-    finally:
-        if fh is not sys.stdout:
-            fh.close()
+    """Every page to ``out`` (the first release's API; see :func:`write_export`)."""
+    return write_export(state, out)
 
 
-__all__ = ["OpicState", "StoreError", "read_state", "write_importance"]
+def format_table(pages: list[Page], width: int = 100) -> str:
+    """The pages as a plain-text table (rank, importance, visits, fetched, URL)."""
+    lines = [f"{'rank':>4}  {'importance':>10}  {'visits':>6}  {'fetched':>7}  url"]
+    room = max(20, width - 36)
+    for rank, p in enumerate(pages, 1):
+        url = p.url if len(p.url) <= room else p.url[: room - 1] + "…"
+        lines.append(
+            f"{rank:>4}  {p.importance:>10.6f}  {p.visits:>6}  {'yes' if p.fetched else 'no':>7}"
+            f"  {url}"
+        )
+    return "\n".join(lines)
+
+
+__all__ = [
+    "PAGE_COLUMNS",
+    "SITE_COLUMNS",
+    "OpicState",
+    "Page",
+    "Site",
+    "StoreError",
+    "format_table",
+    "host_of",
+    "open_state",
+    "read_state",
+    "registered_domain",
+    "write_export",
+    "write_importance",
+]

@@ -17,8 +17,10 @@ sends its cash to the virtual page without a visit.
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
+from itemadapter import ItemAdapter, is_item
 from scrapy import Request, signals
 from scrapy.downloadermiddlewares.offsite import OffsiteMiddleware
 from scrapy.exceptions import IgnoreRequest
@@ -35,6 +37,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from scrapy.crawler import Crawler
     from scrapy.http import Response
 
+logger = logging.getLogger(__name__)
+
 
 def _in_flight_page(crawler: Crawler, request: Request) -> tuple[OpicScheduler, int] | None:
     scheduler = OpicScheduler.of(crawler)
@@ -50,6 +54,7 @@ class OpicSpiderMiddleware:
     def __init__(self, crawler: Crawler, settings: OpicSettings) -> None:
         self.crawler = crawler
         self.settings = settings
+        self._warned_field = False
         self._offsite = OffsiteMiddleware(crawler.stats)
         self._offsite.crawler = crawler
         crawler.signals.connect(self._offsite.spider_opened, signal=signals.spider_opened)
@@ -122,6 +127,26 @@ class OpicSpiderMiddleware:
             virtual_weight=refused if s.refused_links == "virtual" else 0.0,
         )
         scheduler.stats.inc_value("opic/visits")
+        if s.item_field:
+            self._stamp(out, frontier.engine.importance_of(i))
+
+    def _stamp(self, out: list[Any], importance: float) -> None:
+        """``OPIC_ITEM_FIELD``: the page's importance (just after its visit) into its items."""
+        name = self.settings.item_field
+        for o in out:
+            if isinstance(o, Request) or not is_item(o):
+                continue
+            try:
+                ItemAdapter(o)[name] = importance
+            except KeyError:  # a scrapy.Item (or dataclass) without that field
+                if not self._warned_field:
+                    self._warned_field = True
+                    logger.warning(
+                        "OPIC_ITEM_FIELD: %s items have no field %r; declare it to get the "
+                        "importance in them. (This message is logged once.)",
+                        type(o).__name__,
+                        name,
+                    )
 
 
 class OpicDownloaderMiddleware:

@@ -48,8 +48,10 @@ from scrapy.utils.request import request_from_dict
 
 from .core.engine import OpicEngine
 from .core.frontier import IN_FLIGHT, PENDING, VISITED, Frontier
-from .core.store import SqliteStore
+from .core.series import Series
+from .core.store import Saved, SqliteStore
 from .core.window import parse_window
+from .logstats import OpicLogStats
 from .settings import OpicSettings
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -61,15 +63,16 @@ logger = logging.getLogger(__name__)
 _RUNNING: WeakKeyDictionary = WeakKeyDictionary()
 
 
-def state_path(settings: Any, spider_name: str) -> Path:
-    """Where a spider's OPIC state lives (the export commands read it from there too)."""
-    jobdir = job_dir(settings)
+def state_path(settings: Any, spider_name: str, create: bool = True) -> Path:
+    """Where a spider's OPIC state lives (the export commands read it from there too).
+    ``create=False`` (readers) creates no directory on the way."""
+    jobdir = job_dir(settings) if create else settings.get("JOBDIR")
     if jobdir:
         return Path(jobdir) / "opic.sqlite"
     explicit = settings.get("OPIC_STATE_PATH")
     if explicit:
         return Path(str(explicit).replace("{spider}", spider_name))
-    return Path(data_path("opic", createdir=True)) / f"{spider_name}.sqlite"
+    return Path(data_path("opic", createdir=create)) / f"{spider_name}.sqlite"
 
 
 class OpicScheduler(BaseScheduler):
@@ -86,6 +89,10 @@ class OpicScheduler(BaseScheduler):
         self._persist = bool(job_dir(crawler.settings))  # request rows only when resumable
         self._warned_unserializable = False
         self._last_commit = (0, time.monotonic())
+        self.series = Series()
+        self._started = time.monotonic()
+        self._elapsed_before = 0.0  # crawl time of the runs this one resumes
+        self._logstats: OpicLogStats | None = None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> OpicScheduler:
@@ -105,13 +112,16 @@ class OpicScheduler(BaseScheduler):
         saved = self.store.load() if job_dir(self.crawler.settings) else None
         resumed = saved is not None
         if resumed:
-            self._resume(*saved)
+            self._resume(saved)
         else:
             self.store.clear()
             engine = OpicEngine(epsilon=s.epsilon, refresh=s.refresh, window=parse_window(s.window))
             self.frontier = Frontier(engine, s.strategy, s.continuous, s.seed)
         self.frontier.on_dropped = self._dropped
         _RUNNING[self.crawler] = self
+        if s.logstats_interval > 0:
+            self._logstats = OpicLogStats(self, s.logstats_interval)
+            self._logstats.start()
         logger.info(
             "OPIC scheduler (%s, epsilon=%s, refresh=%s, window=%s, %s crawl), state %s%s",
             s.strategy,
@@ -123,9 +133,12 @@ class OpicScheduler(BaseScheduler):
             " (resumed)" if resumed else "",
         )
 
-    def _resume(self, engine: OpicEngine, status: bytes, meta: dict) -> None:
+    def _resume(self, saved: Saved) -> None:
         s = self.settings
-        self.urls = list(meta.get("urls", []))
+        engine, status = saved.engine, saved.status
+        self.urls = saved.urls
+        self.series = Series.from_list(saved.meta.get("series", []))
+        self._elapsed_before = self.series.last_elapsed()
         payloads: dict[int, Any] = {}
         slots: dict[int, Any] = {}
         for i, data in self.store.requests():
@@ -150,6 +163,8 @@ class OpicScheduler(BaseScheduler):
             logger.warning("OPIC state %s: total cash is %.12f, not 1", self.store.path, total)
 
     def close(self, reason: str) -> None:
+        if self._logstats is not None:
+            self._logstats.stop()
         self.commit()
         self.update_stats()
         total = self.frontier.total_cash()
@@ -163,11 +178,49 @@ class OpicScheduler(BaseScheduler):
         self.stats.set_value("opic/total_cash", total)
         self.store.close()
         _RUNNING.pop(self.crawler, None)
+        self._export()
+
+    def _export(self) -> None:
+        """``OPIC_EXPORT``: write each target from the state just committed. A failed export is
+        logged, never raised: the crawl's state is safe on disk and ``scrapy opic-export`` can
+        redo it."""
+        if not self.settings.export:
+            return
+        from .export import open_state, write_export
+
+        for out, options in self.settings.export.items():
+            target = out.replace("{spider}", self.spider.name)
+            try:
+                with open_state(self.store.path) as state:
+                    n = write_export(state, target, **options)
+            except Exception as exc:
+                logger.error("OPIC export to %s failed: %s", target, exc)
+                self.stats.inc_value("opic/export_failed")
+            else:
+                logger.info("OPIC importance of %d rows exported to %s", n, target)
 
     def commit(self) -> None:
-        """Write a snapshot of the OPIC state to the store (one sqlite transaction)."""
-        self.store.commit(self.frontier, {"urls": self.urls, "spider": self.spider.name})
-        self._last_commit = (self.frontier.engine.visit_count, time.monotonic())
+        """Write a snapshot of the OPIC state to the store (one sqlite transaction), with a point
+        of the crawl's time series (what ``scrapy opic-report`` plots)."""
+        frontier = self.frontier
+        e = frontier.engine
+        self.series.add(
+            elapsed=self._elapsed_before + time.monotonic() - self._started,
+            visits=e.visit_count,
+            G=e.G,
+            error_factor=e.error_factor,
+            pages=e.n,
+            fetched=e.n - e.n_unfetched,
+            pending=frontier.counts[PENDING],
+            virtual_cash=e.virtual_cash,
+        )
+        meta = {
+            "spider": self.spider.name,
+            "settings": self.settings.as_dict(),
+            "series": self.series.as_list(),
+        }
+        self.store.commit(frontier, self.urls, meta)
+        self._last_commit = (e.visit_count, time.monotonic())
 
     def _maybe_commit(self) -> None:
         visits, when = self._last_commit
@@ -276,7 +329,16 @@ class OpicScheduler(BaseScheduler):
         each commit and at close, not per request."""
         for name, value in self.frontier.stats().items():
             self.stats.set_value(f"opic/{name}", value)
+        top = self.top_page()
+        if top is not None:
+            self.stats.set_value("opic/top_page", top[0])
+            self.stats.set_value("opic/top_importance", top[1])
+
+    def top_page(self) -> tuple[str, float] | None:
+        """The URL and importance of the most important page now. O(pages)."""
         engine = self.frontier.engine
-        if engine.n:
-            top = int(engine.importance().argmax())
-            self.stats.set_value("opic/top_page", self.urls[top] if top < len(self.urls) else top)
+        if not engine.n:
+            return None
+        x = engine.importance()
+        top = int(x.argmax())
+        return (self.urls[top] if top < len(self.urls) else str(top)), float(x[top])

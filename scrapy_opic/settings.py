@@ -44,6 +44,16 @@ DEFAULTS: dict[str, tuple[Any, str]] = {
     ),
     "OPIC_COMMIT_VISITS": (500, "commit a snapshot of the state every N visits..."),
     "OPIC_COMMIT_SECONDS": (10.0, "...or every T seconds, whichever comes first (and at close)"),
+    "OPIC_EXPORT": (
+        None,
+        "export importance when the crawl closes: a path (.csv, .jsonl) or a dict "
+        "{path: {top, fetched_only, by_site}} like FEEDS",
+    ),
+    "OPIC_ITEM_FIELD": (
+        None,
+        "add the page's current importance to each item its callback yields, in this field",
+    ),
+    "OPIC_LOGSTATS": (True, "log an OPIC line every LOGSTATS_INTERVAL seconds"),
 }
 
 
@@ -64,6 +74,15 @@ class OpicSettings:
     seed: int | None = None
     commit_visits: int = 500
     commit_seconds: float = 10.0
+    export: dict[str, dict[str, Any]] = field(default_factory=dict)
+    item_field: str | None = None
+    logstats_interval: float = 60.0  # 0: no OPIC log line
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain values (kept in the state, shown in reports)."""
+        out = {k: v for k, v in self.__dict__.items() if k != "boost_patterns"}
+        out["boost_patterns"] = [p.pattern for p in self.boost_patterns]
+        return out
 
     @classmethod
     def from_settings(cls, settings: Any) -> OpicSettings:
@@ -94,6 +113,7 @@ class OpicSettings:
         if isinstance(patterns, str):
             patterns = [p for p in patterns.split(",") if p.strip()]
         seed = get("OPIC_SEED")
+        item_field = settings.get("OPIC_ITEM_FIELD") or None
         return cls(
             strategy=strategy,
             epsilon=float(get("OPIC_EPSILON")),
@@ -108,7 +128,35 @@ class OpicSettings:
             seed=None if seed is None else int(seed),
             commit_visits=max(1, int(get("OPIC_COMMIT_VISITS"))),
             commit_seconds=float(get("OPIC_COMMIT_SECONDS")),
+            export=_export_targets(settings.get("OPIC_EXPORT")),
+            item_field=None if item_field is None else str(item_field),
+            logstats_interval=(
+                float(settings.get("LOGSTATS_INTERVAL") or 0) if getbool("OPIC_LOGSTATS") else 0.0
+            ),
         )
+
+
+EXPORT_OPTIONS = {"top": None, "fetched_only": False, "by_site": False}
+
+
+def _export_targets(value: Any) -> dict[str, dict[str, Any]]:
+    """``OPIC_EXPORT`` as ``{path: options}``: a path, a list of paths, or a FEEDS-like dict."""
+    if not value:
+        return {}
+    if isinstance(value, str):
+        value = {value: {}}
+    elif isinstance(value, (list, tuple)):
+        value = {v: {} for v in value}
+    if not isinstance(value, dict):
+        raise ValueError(f"OPIC_EXPORT must be a path or a dict of paths, not {value!r}")
+    out = {}
+    for path, options in value.items():
+        options = dict(options or {})
+        unknown = set(options) - set(EXPORT_OPTIONS)
+        if unknown:
+            raise ValueError(f"OPIC_EXPORT[{path!r}]: unknown options {sorted(unknown)}")
+        out[str(path)] = {**EXPORT_OPTIONS, **options}
+    return out
 
 
 __all__ = ["DEFAULTS", "OpicSettings"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import signal
@@ -43,6 +42,7 @@ def crawl(
         timeout=300,
         cwd=tmp_path,  # the default state location (.scrapy/opic/) lands here
     )
+    (tmp_path / "crawl.log").write_text(proc.stderr)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [json.loads(line) for line in items.read_text().splitlines()] if items.exists() else []
     return rows, json.loads(stats.read_text())
@@ -166,30 +166,6 @@ def test_kill_9_mid_crawl_then_resume_loses_at_most_what_was_in_flight(tmp_path,
     assert 0 <= refetched <= 10 + 4 + 4, (hits_first, refetched)
 
 
-def test_opic_export_command_reads_the_crawl_state(tmp_path, graph):
-    with Site(graph) as site:
-        crawl(tmp_path, site.url(0), CONCURRENT_REQUESTS=4)
-    out = tmp_path / "imp.csv"
-    proc = subprocess.run(
-        ["scrapy", "opic-export", "site", "-o", str(out)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-    )
-    assert proc.returncode == 0, proc.stderr
-    with open(out) as fh:
-        rows = list(csv.DictReader(fh))
-    assert len(rows) == graph.n and set(rows[0]) == {"url", "importance"}
-    assert sum(float(r["importance"]) for r in rows) == pytest.approx(1.0)
-    bad = subprocess.run(
-        ["scrapy", "opic-export", "nospider", "-o", str(out)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-    )
-    assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "error:" in bad.stderr
-
-
 def test_demo_prints_top_pages_beside_pagerank(tmp_path):
     demo = Path(__file__).resolve().parent.parent / "example_project" / "demo.py"
     proc = subprocess.run(
@@ -209,7 +185,7 @@ def test_the_addon_line_sets_everything_up(tmp_path, graph):
 def test_continuous_crawl_learns_pagerank(tmp_path):
     from scipy.stats import kendalltau
 
-    from scrapy_opic.export import read_state
+    from scrapy_opic.export import open_state
 
     g = power_law_graph(150, seed=2)
     src = np.concatenate([g.sources(), np.zeros(150, dtype=np.int64), np.arange(1, 150)])
@@ -230,8 +206,9 @@ def test_continuous_crawl_learns_pagerank(tmp_path):
     assert stats["finish_reason"] == "closespider_pagecount"
     assert len(items) >= 5 * site_graph.n
     assert stats["opic/total_cash"] == pytest.approx(1.0, abs=1e-9)
-    state = read_state(tmp_path / ".scrapy" / "opic" / "site.sqlite")
-    imp = dict(state.rows())
+    state = open_state(tmp_path / ".scrapy" / "opic" / "site.sqlite")
+    with state:
+        imp = {p.url: p.importance for p in state.pages()}
     x = np.array([imp[u] for u in urls])
     pr = pagerank(site_graph, 0.85)
     linked = site_graph.in_degree > 0

@@ -13,7 +13,7 @@ import pytest
 
 from scrapy_opic.core import OpicEngine
 from scrapy_opic.core.frontier import IN_FLIGHT, PENDING, VISITED, Frontier
-from scrapy_opic.core.store import SqliteStore, StoreError
+from scrapy_opic.core.store import CHUNK, SqliteStore, StateReader, StoreError
 
 
 def crawl_some(f: Frontier, steps: int, seed: int = 0) -> None:
@@ -38,12 +38,15 @@ def test_snapshot_round_trip_and_resume(tmp_path):
     for i in range(f.engine.n):
         if f.status[i] in (PENDING, IN_FLIGHT):
             store.put_request(i, f.payloads[i])
-    store.commit(f, {"urls": ["x"]})
+    urls = [f"http://h/{f.engine.key_of(i)}" for i in range(f.engine.n)]
+    store.commit(f, urls, {"spider": "x"})
     store.close()
 
     again = SqliteStore(tmp_path / "s.sqlite")
-    engine, status, meta = again.load()
-    assert meta == {"urls": ["x"]}
+    saved = again.load()
+    engine, status = saved.engine, saved.status
+    assert saved.meta == {"spider": "x"}
+    assert saved.urls == urls
     g = Frontier.restore(engine, status, dict(again.requests()))
     assert abs(g.total_cash() - 1.0) < 1e-9
     np.testing.assert_allclose(g.engine.cash(), f.engine.cash())
@@ -61,7 +64,8 @@ def test_uncommitted_changes_are_not_in_the_file(tmp_path):
     store.commit(f)
     store.put_request(1, "B")  # not committed
     store.db.close(do_log=False, force=True)  # what a crash leaves
-    engine, status, _ = SqliteStore(tmp_path / "s.sqlite").load()
+    saved = SqliteStore(tmp_path / "s.sqlite").load()
+    engine, status = saved.engine, saved.status
     assert engine.n == 1 and status[0] == PENDING
     assert dict(SqliteStore(tmp_path / "s.sqlite").requests()) == {0: "A"}
 
@@ -105,7 +109,8 @@ def test_kill_9_mid_crawl_leaves_a_consistent_snapshot(tmp_path):
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     store = SqliteStore(path)
-    engine, status, _ = store.load()
+    saved = store.load()
+    engine, status = saved.engine, saved.status
     requests = dict(store.requests())
     f = Frontier.restore(engine, status, requests)
     assert abs(f.total_cash() - 1.0) < 1e-9
@@ -118,8 +123,68 @@ def test_kill_9_mid_crawl_leaves_a_consistent_snapshot(tmp_path):
 
 def test_missing_or_corrupt_state_is_one_clear_error(tmp_path):
     with pytest.raises(StoreError, match="no OPIC state"):
-        SqliteStore(tmp_path / "nope.sqlite", readonly=True)
+        StateReader(tmp_path / "nope.sqlite")
     bad = tmp_path / "bad.sqlite"
     bad.write_bytes(b"this is not sqlite" * 100)
     with pytest.raises(StoreError):
         SqliteStore(bad).load()
+
+
+def test_page_rows_are_chunked_and_append_only(tmp_path):
+    """Keys and URLs go in fixed chunks; a commit rewrites only the chunks that grew, and a
+    reload (after several commits) has every page's key and URL in id order."""
+    f = Frontier(OpicEngine())
+    store = SqliteStore(tmp_path / "c.sqlite")
+    urls: list[str] = []
+    writes: list[str] = []
+    real_set = store.db.__class__.__setitem__
+
+    def spy(db, key, value):
+        writes.append(key)
+        real_set(db, key, value)
+
+    store.db.__class__.__setitem__ = spy
+    try:
+        for batch in (10, CHUNK, 3):
+            for _ in range(batch):
+                key = f"k{len(urls)}"
+                f.discover(key)
+                urls.append(f"http://h/{key}")
+            writes.clear()
+            store.commit(f, urls)
+            pages = sorted(k for k in writes if k.startswith("pages/"))
+            last = (len(urls) - 1) // CHUNK
+            first = (len(urls) - batch) // CHUNK
+            assert pages == sorted(f"pages/{c}" for c in range(first, last + 1))
+    finally:
+        store.db.__class__.__setitem__ = real_set
+    store.close()
+    saved = SqliteStore(tmp_path / "c.sqlite").load()
+    assert saved.urls == urls
+    assert [saved.engine.key_of(i) for i in range(len(urls))] == [f"k{i}" for i in range(len(urls))]
+    with StateReader(tmp_path / "c.sqlite") as reader:
+        assert reader.n == len(urls)
+        got = [url for _lo, rows in reader.page_chunks() for _k, url in rows]
+        assert got == urls
+        assert reader.urls_of([0, CHUNK + 1]) == {0: urls[0], CHUNK + 1: urls[CHUNK + 1]}
+
+
+def test_reader_sees_one_commit_while_a_writer_goes_on(tmp_path):
+    """A reader opened between two commits keeps seeing the first one (one read transaction),
+    and the writer's commits are not blocked by it (WAL)."""
+    path = tmp_path / "w.sqlite"
+    f = Frontier(OpicEngine())
+    f.schedule("a", "A")
+    store = SqliteStore(path)
+    store.commit(f, ["http://h/a"])
+    with StateReader(path) as reader:
+        for k in range(CHUNK + 5):  # more pages and a new chunk, committed twice
+            f.discover(f"b{k}")
+        store.commit(f, ["http://h/a"] + [f"http://h/b{k}" for k in range(CHUNK + 5)])
+        store.commit(f, ["http://h/a"] + [f"http://h/b{k}" for k in range(CHUNK + 5)])
+        assert reader.n == 1
+        assert reader.engine().n == 1
+        assert [rows for _lo, rows in reader.page_chunks()] == [[("a", "http://h/a")]]
+    with StateReader(path) as reader:
+        assert reader.n == CHUNK + 6
+    store.close()

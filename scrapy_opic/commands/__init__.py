@@ -1,1 +1,59 @@
-"""Scrapy commands installed through the ``scrapy.commands`` entry point."""
+"""Scrapy commands installed through the ``scrapy.commands`` entry point: ``opic-export``,
+``opic-top`` and ``opic-report``. They read a spider's OPIC state where its crawl kept it
+(``JOBDIR/opic.sqlite`` with ``-s JOBDIR=DIR``, else ``OPIC_STATE_PATH`` or
+``.scrapy/opic/<spider>.sqlite``) or the file given with ``--state``, read-only."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from scrapy.commands import ScrapyCommand
+
+from ..core.store import StoreError
+
+
+class StateCommand(ScrapyCommand):
+    """A command over one spider's OPIC state: argument parsing and the one-line errors.
+
+    Every expected failure (no state, a corrupt file, a bad option) ends as ``error: ...`` on
+    stderr and exit code 1 (2 for usage), never a traceback.
+    """
+
+    requires_project = False
+    default_settings = {"LOG_ENABLED": False}
+
+    def syntax(self) -> str:
+        return "SPIDER [options]"
+
+    def add_options(self, parser: argparse.ArgumentParser) -> None:
+        super().add_options(parser)
+        parser.add_argument(
+            "--state", metavar="PATH", help="state file (default: where the crawl kept it)"
+        )
+
+    def state_file(self, args: list[str], opts: argparse.Namespace) -> str | None:
+        from ..scheduler import state_path
+
+        if opts.state:
+            return opts.state
+        if len(args) != 1:
+            self.fail("give one spider name (or --state PATH)", code=2)
+            return None
+        return str(state_path(self.settings, args[0], create=False))
+
+    def fail(self, message: str, code: int = 1) -> None:
+        print(f"error: {message}", file=sys.stderr)
+        self.exitcode = code
+
+    def guarded(self, action: Callable[[], Any]) -> Any:
+        """Run ``action``; turn the errors a user can cause into one line and an exit code."""
+        try:
+            return action()
+        except (StoreError, ValueError, OSError) as exc:
+            self.fail(str(exc))
+        except ImportError as exc:
+            self.fail(f"{exc} (pip install 'scrapy-opic[report]')")
+        return None

@@ -1,43 +1,58 @@
-"""``scrapy opic-export SPIDER -o FILE``: per-URL importance from a crawl's OPIC state."""
+"""``scrapy opic-export SPIDER -o FILE``: per-URL (or per-site) importance to CSV or JSON Lines."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from scrapy.commands import ScrapyCommand
-
-from ..core.store import StoreError
-from ..export import read_state, write_importance
-from ..scheduler import state_path
+from ..export import open_state, output_format, write_export
+from . import StateCommand
 
 
-class Command(ScrapyCommand):
-    requires_project = False
-    default_settings = {"LOG_ENABLED": False}
-
+class Command(StateCommand):
     def syntax(self) -> str:
-        return "SPIDER -o FILE"
+        return "SPIDER -o FILE [--top N] [--fetched-only] [--by-site]"
 
     def short_desc(self) -> str:
-        return "Export per-URL OPIC importance (url, importance) to CSV or JSON Lines"
+        return "Export per-URL (or per-site) OPIC importance to CSV or JSON Lines"
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
         super().add_options(parser)
-        parser.add_argument("-o", "--output", required=True, help="file (.csv, .jsonl) or -")
-        parser.add_argument("--state", help="state file (default: where the crawl kept it)")
+        parser.add_argument(
+            "-o", "--output", required=True, help="file (.csv, .jsonl, .jl) or - for stdout"
+        )
+        parser.add_argument("--format", choices=("csv", "jsonl"), help="override the extension")
+        parser.add_argument("--top", type=int, metavar="N", help="only the N most important")
+        parser.add_argument("--fetched-only", action="store_true", help="only fetched pages")
+        parser.add_argument(
+            "--by-site",
+            action="store_true",
+            help="importance per host and per registered domain, with page counts",
+        )
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
-        if len(args) != 1 and not opts.state:
-            print("error: give the spider name (or --state PATH)", file=sys.stderr)
-            self.exitcode = 2
+        path = self.state_file(args, opts)
+        if path is None:
             return
-        path = opts.state or state_path(self.settings, args[0])
-        try:
-            n = write_importance(read_state(path), opts.output)
-        except (StoreError, ValueError, OSError) as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            self.exitcode = 1
+        if opts.top is not None and opts.top < 0:
+            self.fail("--top must be positive", code=2)
             return
-        if opts.output != "-":
-            print(f"{n} pages written to {opts.output}", file=sys.stderr)
+        # Check the format before reading anything: a typo costs nothing.
+        if self.guarded(lambda: output_format(opts.output, opts.format)) is None:
+            return
+
+        def export() -> int:
+            with open_state(path) as state:
+                return write_export(
+                    state,
+                    opts.output,
+                    fmt=opts.format,
+                    top=opts.top,
+                    fetched_only=opts.fetched_only,
+                    by_site=opts.by_site,
+                )
+
+        n = self.guarded(export)
+        if n is not None and opts.output != "-":
+            what = "sites" if opts.by_site else "pages"
+            print(f"{n} {what} written to {opts.output}", file=sys.stderr)

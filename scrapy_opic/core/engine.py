@@ -653,9 +653,10 @@ class OpicEngine:
             out["b"], out["d"] = self._b, self._d
         return out
 
-    def state_dict(self) -> dict:
+    def state_dict(self, keys: bool = True) -> dict:
         """Everything needed to rebuild this engine (parameters, scalars, per-page arrays cut to
-        ``n`` rows, window state and keys): plain Python and numpy values, for a store."""
+        ``n`` rows, window state and, unless ``keys`` is false, the page keys): plain Python and
+        numpy values, for a store."""
         n = self.n
         return {
             "params": {
@@ -667,7 +668,7 @@ class OpicEngine:
             "scalars": {k: getattr(self, k) for k in self._SCALARS},
             "arrays": {k: a[:n].copy() for k, a in self._arrays().items()},
             "window": self.window.state_dict(n),
-            "keys": list(self._keys[:n]) if self._keys else [],
+            "keys": list(self._keys[:n]) if keys and self._keys else [],
         }
 
     @classmethod

@@ -4,11 +4,14 @@ Layout: one table, ``opic``, so that everything that must change together is wri
 connection and committed in one sqlite transaction:
 
 ``"engine"``
-    :meth:`OpicEngine.state_dict` (scalars, per-page arrays, window state, page keys);
+    :meth:`OpicEngine.state_dict` without the page keys (scalars, per-page arrays, window state);
 ``"frontier"``
-    each page's life-cycle status and the crawl mode;
+    each page's life-cycle status, the crawl mode and the number of pages;
 ``"meta"``
-    whatever the caller adds (URLs of pages, settings, a time series...);
+    whatever the caller adds (spider name, settings, the time series of the crawl...);
+``"pages/<c>"``
+    the ``(key, url)`` of pages ``c*CHUNK .. (c+1)*CHUNK-1``: append-only, so a commit rewrites
+    only the last chunk and the new ones;
 ``"req/<id>"``
     one row per pending page: its serialized payload (the request).
 
@@ -17,15 +20,23 @@ changed since the previous commit. A process killed at any moment (``kill -9``) 
 committed snapshot: never half a visit. Pages that were in flight in that snapshot go back to
 pending on load.
 
-Cost: a snapshot writes the per-page arrays (~45 bytes per page), so commit every K visits or T
-seconds, not at every event; request rows are written as they change.
+While a crawl has it open the file is in WAL mode: a reader (:class:`StateReader`, the export
+commands) reads one consistent snapshot inside one read transaction while the crawl goes on
+committing; neither blocks the other and the reader never writes. At close the file goes back to
+a rollback journal: one file, with no ``-wal``/``-shm`` beside it.
+
+Cost: a snapshot writes the per-page arrays (~45 bytes per page) plus the new page rows, so commit
+every K visits or T seconds, not at every event; request rows are written as they change.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+import pickle
+import sqlite3
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,36 +45,52 @@ from sqlitedict import SqliteDict
 from .engine import OpicEngine
 from .frontier import Frontier
 
-FORMAT = 1
+FORMAT = 2
+CHUNK = 4096  #: pages per ``pages/<c>`` row
+_SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
 class StoreError(Exception):
     """The state file is missing, unreadable or not an OPIC state."""
 
 
-class SqliteStore:
-    """Read and write a crawl's OPIC state in ``path`` (created if missing, unless read-only)."""
+def _check_sqlite(path: Path) -> None:
+    if path.exists() and path.stat().st_size:
+        with open(path, "rb") as fh:
+            if fh.read(16) != _SQLITE_MAGIC:
+                raise StoreError(f"{path} is not an OPIC state (not a sqlite file)")
 
-    def __init__(self, path: str | os.PathLike, readonly: bool = False) -> None:
+
+@dataclass
+class Saved:
+    """A loaded snapshot: the engine (with its page keys), page statuses, URLs and meta."""
+
+    engine: OpicEngine
+    status: bytes
+    urls: list[str]
+    meta: dict = field(default_factory=dict)
+
+
+class SqliteStore:
+    """Write (and reload) a crawl's OPIC state in ``path``, created if missing."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
         self.path = Path(path)
-        if readonly and not self.path.exists():
-            raise StoreError(f"no OPIC state at {self.path}")
-        if not readonly:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        if self.path.exists() and self.path.stat().st_size:
-            with open(self.path, "rb") as fh:
-                if fh.read(16) != b"SQLite format 3\x00":
-                    raise StoreError(f"{self.path} is not an OPIC state (not a sqlite file)")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        _check_sqlite(self.path)
         try:
             self.db = SqliteDict(
                 str(self.path),
                 tablename="opic",
-                flag="r" if readonly else "c",
+                flag="c",
                 autocommit=False,
+                journal_mode="WAL",
+                timeout=30,  # going into WAL mode waits for a reader of a closed state
                 outer_stack=False,
             )
         except Exception as exc:  # sqlite3.DatabaseError, RuntimeError from sqlitedict...
             raise StoreError(f"cannot open OPIC state {self.path}: {exc}") from None
+        self._pages_written = 0  # pages whose (key, url) rows are committed
 
     # -- requests ---------------------------------------------------------------------------
     def put_request(self, i: int, data: Any) -> None:
@@ -79,41 +106,159 @@ class SqliteStore:
                 yield int(key[4:]), value
 
     # -- snapshots --------------------------------------------------------------------------
-    def commit(self, frontier: Frontier, meta: dict | None = None) -> None:
-        """Write a snapshot of ``frontier`` (and its engine) and commit everything pending."""
-        self.db["engine"] = frontier.engine.state_dict()
+    def commit(
+        self, frontier: Frontier, urls: Sequence[str] = (), meta: dict | None = None
+    ) -> None:
+        """Write a snapshot of ``frontier`` (its engine, statuses, the page keys and ``urls`` by
+        page id) and commit it with everything pending, in one transaction."""
+        engine = frontier.engine
+        n = engine.n
+        state = engine.state_dict(keys=False)
+        self.db["engine"] = state
         self.db["frontier"] = {
             "format": FORMAT,
-            "status": bytes(frontier.status[: frontier.engine.n]),
+            "n": n,
+            "status": bytes(frontier.status[:n]),
             "continuous": frontier.continuous,
         }
+        # Page rows are append-only: rewrite from the chunk holding the first unwritten page.
+        for c in range(self._pages_written // CHUNK, (n + CHUNK - 1) // CHUNK):
+            lo, hi = c * CHUNK, min(n, (c + 1) * CHUNK)
+            self.db[f"pages/{c}"] = [
+                (engine.key_of(i), urls[i] if i < len(urls) else None) for i in range(lo, hi)
+            ]
         if meta is not None:
             self.db["meta"] = meta
         self.db.commit(blocking=True)
+        self._pages_written = n
 
-    def load(self, **engine_kw) -> tuple[OpicEngine, bytes, dict] | None:
-        """``(engine, status bytes, meta)`` of the last snapshot, or ``None`` for an empty
-        store."""
+    def load(self, **engine_kw) -> Saved | None:
+        """The last committed snapshot, or ``None`` for an empty store."""
         try:
             if "engine" not in self.db:
                 return None
             fr = self.db["frontier"]
-            if fr.get("format") != FORMAT:
-                raise StoreError(f"{self.path}: unknown OPIC state format {fr.get('format')!r}")
-            engine = OpicEngine.from_state(self.db["engine"], **engine_kw)
+            _check_format(self.path, fr)
+            n = fr["n"]
+            keys: list = []
+            urls: list = []
+            for c in range((n + CHUNK - 1) // CHUNK):
+                for key, url in self.db[f"pages/{c}"]:
+                    keys.append(key)
+                    urls.append(url)
+            state = dict(self.db["engine"])
+            state["keys"] = keys[:n]
+            engine = OpicEngine.from_state(state, **engine_kw)
             meta = self.db.get("meta", {})
         except StoreError:
             raise
         except Exception as exc:
             raise StoreError(f"cannot read OPIC state {self.path}: {exc}") from None
-        return engine, fr["status"], meta
+        self._pages_written = n
+        return Saved(engine, fr["status"], urls[:n], meta)
 
     def clear(self) -> None:
         self.db.clear()
         self.db.commit(blocking=True)
+        self._pages_written = 0
 
     def close(self) -> None:
+        """Commit nothing more and close. The file goes back to a plain rollback journal, so a
+        finished state is one self-contained file that readers open without creating the WAL's
+        side files; if a reader is busy with it right now, it simply stays in WAL mode."""
+        with contextlib.suppress(Exception):
+            self.db.conn.select_one("PRAGMA journal_mode=DELETE")
         self.db.close()
 
 
-__all__ = ["SqliteStore", "StoreError"]
+def _check_format(path: Path, fr: Any) -> None:
+    if not isinstance(fr, dict) or fr.get("format") != FORMAT:
+        found = fr.get("format") if isinstance(fr, dict) else None
+        raise StoreError(f"{path}: unknown OPIC state format {found!r} (expected {FORMAT})")
+
+
+class StateReader:
+    """Read-only view of one committed snapshot of a state file, for exports and reports.
+
+    Opens the file read-only (``mode=ro``: this connection cannot write it) and reads every row
+    inside one read transaction, so the engine, the statuses and the page rows all come from the
+    same commit even while a crawl keeps committing (WAL mode: the crawl is not blocked either).
+    Use as a context manager, or call :meth:`close`.
+    """
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise StoreError(f"no OPIC state at {self.path}")
+        _check_sqlite(self.path)
+        try:
+            self._con = sqlite3.connect(
+                f"{self.path.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None
+            )
+            self._con.execute("BEGIN")  # one snapshot for every read below
+            fr = self._get("frontier")
+        except StoreError:
+            raise
+        except Exception as exc:
+            raise StoreError(f"cannot read OPIC state {self.path}: {exc}") from None
+        if fr is None:
+            self.close()
+            raise StoreError(f"{self.path} holds no OPIC state yet")
+        _check_format(self.path, fr)
+        self.n: int = fr["n"]
+        self.status: bytes = fr["status"]
+        self.continuous: bool = fr["continuous"]
+
+    def _get(self, key: str) -> Any:
+        try:
+            row = self._con.execute("SELECT value FROM opic WHERE key = ?", (key,)).fetchone()
+            return None if row is None else pickle.loads(bytes(row[0]))
+        except Exception as exc:  # sqlite3.DatabaseError ("no such table"...), unpickling
+            raise StoreError(f"cannot read OPIC state {self.path}: {exc}") from None
+
+    def engine(self, **engine_kw) -> OpicEngine:
+        """The engine of the snapshot, without page keys (ids only)."""
+        state = self._get("engine")
+        try:
+            return OpicEngine.from_state(state, **engine_kw)
+        except Exception as exc:
+            raise StoreError(f"cannot read OPIC state {self.path}: {exc}") from None
+
+    def meta(self) -> dict:
+        return self._get("meta") or {}
+
+    def page_chunks(self, first: int = 0) -> Iterator[tuple[int, list[tuple[Any, str | None]]]]:
+        """``(first id, [(key, url), ...])`` per stored chunk, from chunk ``first``: one chunk in
+        memory at a time."""
+        for c in range(first, (self.n + CHUNK - 1) // CHUNK):
+            rows = self._get(f"pages/{c}")
+            if rows is None:
+                raise StoreError(f"{self.path}: page rows {c} missing")
+            lo = c * CHUNK
+            yield lo, rows[: max(0, self.n - lo)]
+
+    def urls_of(self, ids: Sequence[int]) -> dict[int, str | None]:
+        """The URL of each page in ``ids`` (reads only the chunks they are in)."""
+        out: dict[int, str | None] = {}
+        by_chunk: dict[int, list[int]] = {}
+        for i in ids:
+            by_chunk.setdefault(int(i) // CHUNK, []).append(int(i))
+        for c, members in sorted(by_chunk.items()):
+            rows = self._get(f"pages/{c}") or []
+            for i in members:
+                j = i - c * CHUNK
+                out[i] = rows[j][1] if j < len(rows) else None
+        return out
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._con.close()
+
+    def __enter__(self) -> StateReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+__all__ = ["CHUNK", "Saved", "SqliteStore", "StateReader", "StoreError"]

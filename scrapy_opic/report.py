@@ -1,0 +1,196 @@
+"""One self-contained HTML page about a crawl's OPIC state (``scrapy opic-report``).
+
+The page holds: the crawl's figures and settings; the importance distribution (rank against
+importance, log-log); the convergence of the error factor 1/G over the crawl, from the time
+series the scheduler records at each commit; the top pages and the top hosts and domains. Plots
+are drawn with matplotlib (Agg backend) and embedded as base64 PNG: the file opens anywhere with
+no network and nothing beside it.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .export import OpicState
+
+_STYLE = """
+body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222}
+h1{font-size:1.6em}h2{font-size:1.2em;margin-top:1.6em;border-bottom:1px solid #ddd}
+table{border-collapse:collapse;font-size:.9em}td,th{padding:.2em .6em;text-align:left}
+tr:nth-child(even){background:#f6f6f6}td.num{text-align:right;font-variant-numeric:tabular-nums}
+.plots{display:flex;flex-wrap:wrap;gap:1em}.plots figure{margin:0}
+figcaption{font-size:.85em;color:#555;max-width:520px}
+.url{max-width:640px;overflow-wrap:anywhere}
+"""
+
+
+def _figure_png(fig) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=96, bbox_inches="tight")
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _plots(state: OpicState) -> list[tuple[str, str, str]]:
+    """``(alt, caption, base64 png)`` for each plot."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = []
+    x = state.importance()
+    fetched = state.fetched_mask()
+    order = np.argsort(-x, kind="stable")
+    ranks = np.arange(1, len(x) + 1)
+    # A million points draw slowly and look the same as a few thousand log-spaced ones.
+    keep = np.unique(np.geomspace(1, max(1, len(x)), num=min(len(x), 4000)).astype(int)) - 1
+    fig, ax = plt.subplots(figsize=(5.6, 3.8))
+    xs, fs = x[order][keep], fetched[order][keep]
+    pos = xs > 0
+    ax.loglog(ranks[keep][pos & fs], xs[pos & fs], ".", ms=3, label="fetched")
+    ax.loglog(ranks[keep][pos & ~fs], xs[pos & ~fs], ".", ms=3, alpha=0.6, label="not fetched")
+    ax.set_xlabel("rank")
+    ax.set_ylabel("importance")
+    ax.set_title("Importance distribution")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    out.append(
+        (
+            "importance distribution",
+            "Importance of every known page against its rank (log-log). A power law is a "
+            "straight line; pages not fetched yet hold only the cash their parents paid them.",
+            _figure_png(fig),
+        )
+    )
+
+    series = state.series
+    if len(series) >= 1:
+        visits = np.array(series.column("visits"))
+        err = np.array(series.column("error_factor"))
+        fig, ax = plt.subplots(figsize=(5.6, 3.8))
+        ok = (visits > 0) & (err > 0)
+        ax.loglog(visits[ok], err[ok], "-o", ms=3, label="error factor 1/G")
+        ax.set_xlabel("visits")
+        ax.set_ylabel("1 / G")
+        ax.set_title("Convergence over the crawl")
+        ax.grid(True, which="both", alpha=0.3)
+        ax2 = ax.twinx()
+        ax2.plot(visits, series.column("pages"), color="tab:gray", lw=1, label="pages known")
+        ax2.plot(visits, series.column("fetched"), color="tab:green", lw=1, label="fetched")
+        ax2.set_ylabel("pages")
+        lines = ax.get_lines() + ax2.get_lines()
+        ax.legend(lines, [ln.get_label() for ln in lines], loc="center right", fontsize=8)
+        out.append(
+            (
+                "error factor over the crawl",
+                "The error factor 1/G bounds how far the estimated importance can be from its "
+                "limit (the paper's Theorem 2.1 gives convergence as G grows); one point per "
+                "commit of the state.",
+                _figure_png(fig),
+            )
+        )
+    return out
+
+
+def _table(headers: list[str], rows: list[list[str]], numeric: set[int]) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    body = []
+    for row in rows:
+        cells = []
+        for k, v in enumerate(row):
+            cls = (
+                ' class="num"' if k in numeric else (' class="url"' if headers[k] == "url" else "")
+            )
+            cells.append(f"<td{cls}>{v}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+
+
+def build_report(state: OpicState, top: int = 25, title: str | None = None) -> str:
+    """The HTML text of the report."""
+    s = state.stats()
+    spider = state.meta.get("spider") or "crawl"
+    title = title or f"OPIC report: {spider}"
+    figures = [
+        ("pages known", f"{state.n:,}"),
+        ("pages fetched", f"{int(s['fetched']):,}"),
+        ("visits", f"{int(s['visits']):,}"),
+        ("clock G", f"{s['G']:.4f}"),
+        ("error factor 1/G", f"{s['error_factor']:.5f}"),
+        ("virtual page cash", f"{s['virtual_cash']:.6f}"),
+        ("cash at visit × n", f"{s['cash_at_visit_x_n']:.3f}"),
+        ("total cash", f"{state.engine.total_cash():.12f}"),
+    ]
+    settings = state.meta.get("settings") or {}
+    settings_rows = [[html.escape(k), html.escape(repr(v))] for k, v in sorted(settings.items())]
+    plots = "".join(
+        f'<figure><img alt="{html.escape(alt)}" src="data:image/png;base64,{png}">'
+        f"<figcaption>{html.escape(caption)}</figcaption></figure>"
+        for alt, caption, png in _plots(state)
+    )
+    pages = state.top(top)
+    page_rows = [
+        [
+            str(k),
+            f"{p.importance:.6f}",
+            f"{p.cash:.3g}",
+            str(p.visits),
+            "yes" if p.fetched else "no",
+            f'<a href="{html.escape(p.url, quote=True)}">{html.escape(p.url)}</a>',
+        ]
+        for k, p in enumerate(pages, 1)
+    ]
+    sites = state.by_site()
+    site_tables = []
+    for level in ("host", "domain"):
+        rows = [
+            [html.escape(x.site), f"{x.importance:.6f}", f"{x.pages:,}", f"{x.fetched:,}"]
+            for x in sites
+            if x.level == level
+        ][:top]
+        site_tables.append(
+            f"<h2>Top {level}s</h2>"
+            + _table([level, "importance", "pages", "fetched"], rows, {1, 2, 3})
+        )
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<style>{_STYLE}</style></head><body>
+<h1>{html.escape(title)}</h1>
+<p>State <code>{html.escape(str(state.path))}</code>, read {time.strftime("%Y-%m-%d %H:%M:%S")}.
+Importance is each page's share of all history (OPIC), normalised to sum 1 over known pages.</p>
+<h2>The crawl</h2>
+{_table(["figure", "value"], [[html.escape(a), b] for a, b in figures], {1})}
+<div class="plots">{plots}</div>
+<h2>Top pages</h2>
+{_table(["#", "importance", "cash", "visits", "fetched", "url"], page_rows, {0, 1, 2, 3})}
+{"".join(site_tables)}
+<h2>Settings</h2>
+{_table(["setting", "value"], settings_rows, set())}
+</body></html>
+"""
+
+
+def write_report(state: OpicState, out: str | os.PathLike, top: int = 25) -> Path:
+    """Write the report to ``out`` (through a temporary file: never half a page)."""
+    text = build_report(state, top)
+    target = Path(out)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or ".")
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, target)
+    return target
+
+
+__all__ = ["build_report", "write_report"]

@@ -1,0 +1,365 @@
+"""Exporting importance: the Python API, the commands, OPIC_EXPORT, importance in items, the log
+line, reading a state while a crawl writes it, and one-line errors that never touch the state."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_crawl import RUNNER, crawl, graph  # noqa: F401  (graph is a fixture)
+
+from scrapy_opic.core import OpicEngine
+from scrapy_opic.core.engine import FETCHED
+from scrapy_opic.core.frontier import Frontier
+from scrapy_opic.core.store import CHUNK, SqliteStore
+from scrapy_opic.export import (
+    PAGE_COLUMNS,
+    SITE_COLUMNS,
+    host_of,
+    open_state,
+    registered_domain,
+    write_export,
+)
+from scrapy_opic.localsite import Site
+
+
+def scrapy_cmd(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(["scrapy", *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+def read_csv(path: Path) -> list[dict]:
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+# -- a state built without Scrapy: several hosts, some pages fetched, more than one chunk -------
+HOSTS = [
+    "http://a.example.com",
+    "https://b.example.com:8443",
+    "http://news.bbc.co.uk",
+    "http://127.0.0.1:8000",
+    "http://user@[::1]:8080",
+]
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory) -> tuple[Path, list[str]]:
+    """A frontier crawled for a while on a random graph over 5 hosts, committed to a store."""
+    rng = np.random.default_rng(3)
+    n = CHUNK + 900  # two chunks of page rows
+    urls = [f"{HOSTS[k % len(HOSTS)]}/page/{k}" for k in range(n)]
+    f = Frontier(OpicEngine(), "greedy")
+    for k in range(n):
+        f.discover(f"k{k}")
+    f.schedule("k0", None)
+    for _ in range(1500):
+        got = f.pop()
+        if got is None:
+            break
+        i, _ = got
+        kids = [int(k) for k in rng.integers(0, n, 6)]
+        for k in kids:
+            f.schedule(f"k{k}", None)
+        f.complete(i, kids)
+    path = tmp_path_factory.mktemp("synthetic") / "s.sqlite"
+    store = SqliteStore(path)
+    store.commit(f, urls, {"spider": "synthetic"})
+    store.close()
+    return path, urls
+
+
+def test_pages_stream_every_column_consistently(synthetic):
+    path, urls = synthetic
+    with open_state(path) as state:
+        pages = list(state.pages())
+        e = state.engine
+        assert [p.url for p in pages] == urls
+        assert sum(p.importance for p in pages) == pytest.approx(1.0)
+        np.testing.assert_allclose([p.importance for p in pages], e.importance())
+        assert sum(p.cash for p in pages) + e.virtual_cash == pytest.approx(1.0, abs=1e-12)
+        fetched = (e.flags[: e.n] & FETCHED) != 0
+        assert [p.fetched for p in pages] == fetched.tolist()
+        assert 0 < fetched.sum() < e.n  # the fixture leaves both kinds
+        assert all((p.visits > 0) == p.fetched and (p.last_visit > 0) == p.fetched for p in pages)
+        assert all(p.history == 0 for p in pages if not p.fetched)
+        assert [p.host for p in pages[:5]] == [
+            "a.example.com",
+            "b.example.com",
+            "news.bbc.co.uk",
+            "127.0.0.1",
+            "::1",
+        ]
+        only = list(state.pages(fetched_only=True))
+        assert len(only) == fetched.sum() and all(p.fetched for p in only)
+
+
+def test_top_is_the_largest_importance_in_order(synthetic):
+    path, urls = synthetic
+    with open_state(path) as state:
+        x = state.importance()
+        top = state.top(25)
+        assert [p.url for p in top] == [urls[i] for i in np.argsort(-x, kind="stable")[:25]]
+        fetched_top = state.top(25, fetched_only=True)
+        assert all(p.fetched for p in fetched_top)
+        mask = state.fetched_mask()
+        best = np.sort(x[mask])[::-1][:25]
+        np.testing.assert_allclose([p.importance for p in fetched_top], best)
+        assert len(state.top(10**9)) == state.n
+
+
+def test_by_site_sums_per_host_and_registered_domain(synthetic):
+    path, urls = synthetic
+    with open_state(path) as state:
+        pages = list(state.pages())
+        sites = state.by_site()
+    per_host: dict[str, float] = {}
+    for p in pages:
+        per_host[p.host] = per_host.get(p.host, 0.0) + p.importance
+    hosts = {s.site: s for s in sites if s.level == "host"}
+    domains = {s.site: s for s in sites if s.level == "domain"}
+    assert set(hosts) == {"a.example.com", "b.example.com", "news.bbc.co.uk", "127.0.0.1", "::1"}
+    for h, imp in per_host.items():
+        assert hosts[h].importance == pytest.approx(imp)
+        assert hosts[h].pages == sum(p.host == h for p in pages)
+        assert hosts[h].fetched == sum(p.host == h and p.fetched for p in pages)
+    assert set(domains) == {"example.com", "bbc.co.uk", "127.0.0.1", "::1"}
+    assert domains["example.com"].importance == pytest.approx(
+        per_host["a.example.com"] + per_host["b.example.com"]
+    )
+    assert (
+        domains["example.com"].pages == hosts["a.example.com"].pages + hosts["b.example.com"].pages
+    )
+    for level in (hosts, domains):
+        assert sum(s.importance for s in level.values()) == pytest.approx(1.0)
+        assert sum(s.pages for s in level.values()) == len(urls)
+    imps = [s.importance for s in sites if s.level == "host"]
+    assert imps == sorted(imps, reverse=True)
+
+
+def test_host_and_domain_helpers():
+    assert host_of("http://User@WWW.Example.COM:8080/a?b#c") == "www.example.com"
+    assert host_of("https://[2001:db8::1]:443/") == "2001:db8::1"
+    assert host_of("http://h?x=1/2") == "h"
+    assert registered_domain("news.bbc.co.uk") == "bbc.co.uk"
+    assert registered_domain("a.b.example.com") == "example.com"
+    assert registered_domain("127.0.0.1") == "127.0.0.1"
+    assert registered_domain("localhost") == "localhost"
+
+
+def test_csv_and_jsonl_hold_the_same_rows(synthetic, tmp_path):
+    path, _ = synthetic
+    with open_state(path) as state:
+        assert write_export(state, str(tmp_path / "p.csv")) == state.n
+        assert write_export(state, str(tmp_path / "p.jsonl")) == state.n
+        n_sites = write_export(state, str(tmp_path / "s.jl"), by_site=True, top=2)
+    rows = read_csv(tmp_path / "p.csv")
+    lines = [json.loads(x) for x in (tmp_path / "p.jsonl").read_text().splitlines()]
+    assert list(rows[0]) == list(PAGE_COLUMNS) and list(lines[0]) == list(PAGE_COLUMNS)
+    for r, j in zip(rows, lines):
+        assert r["url"] == j["url"] and float(r["importance"]) == j["importance"]
+        assert float(r["cash"]) == j["cash"] and int(r["visits"]) == j["visits"]
+        assert (r["fetched"] == "True") == j["fetched"]
+    sites = [json.loads(x) for x in (tmp_path / "s.jl").read_text().splitlines()]
+    assert n_sites == 4 and list(sites[0]) == list(SITE_COLUMNS)
+    assert [s["level"] for s in sites] == ["host", "host", "domain", "domain"]
+    assert not list(tmp_path.glob(".*"))  # no temporary file left behind
+
+
+def test_export_streams_in_chunks(synthetic, monkeypatch):
+    """Pages are built one stored chunk at a time, never all at once."""
+    path, _ = synthetic
+    with open_state(path) as state:
+        sizes = [len(c) for c in state.page_chunks()]
+    assert sizes == [CHUNK, 900]
+
+
+# -- a real crawl: commands, OPIC_EXPORT, item field, log line --------------------------------
+@pytest.fixture(scope="module")
+def crawled(tmp_path_factory, graph):  # noqa: F811
+    tmp = tmp_path_factory.mktemp("crawled")
+    with Site(graph, delay=0.003) as site:
+        items, stats = crawl(
+            tmp,
+            site.url(0),
+            CONCURRENT_REQUESTS=4,
+            OPIC_EXPORT={"end.csv": {}, "top-{spider}.jsonl": {"top": 10}},
+            OPIC_ITEM_FIELD="importance",
+            LOGSTATS_INTERVAL=0.2,
+        )
+    return tmp, items, stats
+
+
+def test_export_command_writes_every_column(crawled, graph):  # noqa: F811
+    tmp, _items, stats = crawled
+    proc = scrapy_cmd("opic-export", "site", "-o", "imp.csv", cwd=tmp)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.strip() == f"{graph.n} pages written to imp.csv"
+    rows = read_csv(tmp / "imp.csv")
+    assert list(rows[0]) == list(PAGE_COLUMNS) and len(rows) == graph.n
+    assert sum(float(r["importance"]) for r in rows) == pytest.approx(1.0)
+    cash = sum(float(r["cash"]) for r in rows)
+    assert cash + stats["opic/virtual_cash"] == pytest.approx(1.0, abs=1e-9)
+    assert all(r["fetched"] == "True" and r["visits"] == "1" for r in rows)
+    assert {r["host"] for r in rows} == {"127.0.0.1"}
+    assert all(float(r["last_visit"]) > 0 and float(r["history"]) > 0 for r in rows)
+    # OPIC_EXPORT wrote the same file at the end of the crawl.
+    assert (tmp / "end.csv").read_text() == (tmp / "imp.csv").read_text()
+    top = [json.loads(x) for x in (tmp / "top-site.jsonl").read_text().splitlines()]
+    by_importance = sorted(rows, key=lambda r: -float(r["importance"]))
+    assert [t["url"] for t in top] == [r["url"] for r in by_importance[:10]]
+
+
+def test_export_command_options(crawled):
+    tmp, _items, _stats = crawled
+    full = read_csv(tmp / "end.csv")
+    proc = scrapy_cmd("opic-export", "site", "-o", "-", "--top", "5", cwd=tmp)
+    assert proc.returncode == 0, proc.stderr
+    top = list(csv.DictReader(io.StringIO(proc.stdout)))
+    assert [r["url"] for r in top] == [
+        r["url"] for r in sorted(full, key=lambda r: -float(r["importance"]))[:5]
+    ]
+    proc = scrapy_cmd(
+        "opic-export", "site", "-o", "-", "--format", "jsonl", "--fetched-only", cwd=tmp
+    )
+    assert proc.returncode == 0 and len(proc.stdout.splitlines()) == len(full)
+    proc = scrapy_cmd("opic-export", "site", "-o", "sites.csv", "--by-site", cwd=tmp)
+    assert proc.returncode == 0, proc.stderr
+    sites = read_csv(tmp / "sites.csv")
+    assert [(s["level"], s["site"], s["pages"]) for s in sites] == [
+        ("host", "127.0.0.1", str(len(full))),
+        ("domain", "127.0.0.1", str(len(full))),
+    ]
+    assert float(sites[0]["importance"]) == pytest.approx(1.0)
+
+
+def test_top_command_prints_a_table(crawled):
+    tmp, _items, _stats = crawled
+    full = sorted(read_csv(tmp / "end.csv"), key=lambda r: -float(r["importance"]))
+    proc = scrapy_cmd("opic-top", "site", "-n", "3", cwd=tmp)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert "pages known" in lines[0] and lines[1].split()[:2] == ["rank", "importance"]
+    assert len(lines) == 5
+    assert [ln.split()[-1] for ln in lines[2:]] == [r["url"] for r in full[:3]]
+
+
+def test_items_carry_their_pages_importance(crawled):
+    _tmp, items, _stats = crawled
+    values = [r["importance"] for r in items]
+    assert len(values) == len(items) and all(0 < v < 1 for v in values)
+    # The start page collects the most cash early: its items report a larger importance than
+    # the median page's did at its own visit.
+    assert values[0] > np.median(values)
+
+
+def test_periodic_log_line(crawled):
+    tmp, _items, _stats = crawled
+    lines = [ln for ln in (tmp / "crawl.log").read_text().splitlines() if "OPIC: " in ln]
+    assert lines, "no OPIC log line"
+    assert all("pages fetched" in ln and "G=" in ln and "top page: http" in ln for ln in lines)
+
+
+# -- bad input: one line, non-zero exit, nothing modified -------------------------------------
+def snapshot_dir(d: Path) -> dict[str, str]:
+    return {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(d.iterdir())
+        if p.is_file()
+    }
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess, code: int = 1) -> None:
+    assert proc.returncode == code, (proc.returncode, proc.stderr)
+    assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1, proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+
+
+def test_bad_input_is_one_clear_error_and_touches_nothing(synthetic, tmp_path):
+    good, _ = synthetic
+    d = tmp_path / "states"
+    d.mkdir()
+    (d / "garbage.sqlite").write_bytes(b"not a database at all\n" * 50)
+    data = good.read_bytes()
+    (d / "truncated.sqlite").write_bytes(data[: len(data) // 3])
+    con = sqlite3.connect(d / "other.sqlite")  # a sqlite file of somebody else's
+    con.execute("CREATE TABLE t (x)")
+    con.commit()
+    con.close()
+    (d / "good.sqlite").write_bytes(data)
+    before = snapshot_dir(d)
+
+    cases = [
+        ("opic-export", "nospider", "-o", str(tmp_path / "o.csv")),  # spider with no state
+        ("opic-export", "--state", str(d / "missing.sqlite"), "-o", str(tmp_path / "o.csv")),
+        ("opic-export", "--state", str(d / "garbage.sqlite"), "-o", str(tmp_path / "o.csv")),
+        ("opic-export", "--state", str(d / "truncated.sqlite"), "-o", str(tmp_path / "o.csv")),
+        ("opic-export", "--state", str(d / "other.sqlite"), "-o", str(tmp_path / "o.csv")),
+        ("opic-export", "--state", str(d / "good.sqlite"), "-o", str(tmp_path / "o.xml")),
+        ("opic-export", "--state", str(d / "good.sqlite"), "-o", str(tmp_path / "no/such/o.csv")),
+        ("opic-top", "nospider"),
+        ("opic-top", "--state", str(d / "garbage.sqlite")),
+        ("opic-report", "--state", str(d / "other.sqlite"), "-o", str(tmp_path / "r.html")),
+    ]
+    for args in cases:
+        assert_one_line_error(scrapy_cmd(*args, cwd=tmp_path))
+    assert_one_line_error(scrapy_cmd("opic-export", "-o", "x.csv", cwd=tmp_path), code=2)
+    assert snapshot_dir(d) == before  # no state modified, no -wal/-shm file left
+    assert not (tmp_path / "o.csv").exists() and not (tmp_path / "o.xml").exists()
+    assert not (tmp_path / ".scrapy").exists()  # looking for a state creates no directory
+
+
+# -- reading while a crawl writes ---------------------------------------------------------------
+def test_reading_a_state_while_the_crawl_commits(tmp_path, graph):  # noqa: F811
+    """Open the state again and again during a crawl that commits every few visits: every read
+    is one consistent snapshot (cash 1, importance 1, a URL per page), and the crawl is neither
+    blocked nor corrupted by the readers."""
+    state_file = tmp_path / ".scrapy" / "opic" / "site.sqlite"
+    with Site(graph, delay=0.01) as site:
+        config = {
+            "start_url": site.url(0),
+            "settings": {"CONCURRENT_REQUESTS": 2, "OPIC_COMMIT_VISITS": 3},
+            "items": str(tmp_path / "items.jsonl"),
+            "stats": str(tmp_path / "stats.json"),
+        }
+        (tmp_path / "config.json").write_text(json.dumps(config))
+        proc = subprocess.Popen(
+            [sys.executable, str(RUNNER), str(tmp_path / "config.json")],
+            cwd=tmp_path,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        seen = set()
+        reads = 0
+        while proc.poll() is None:
+            if not state_file.exists():
+                time.sleep(0.01)
+                continue
+            try:
+                state = open_state(state_file)
+            except Exception as exc:  # the crawl may not have committed its first snapshot
+                assert "holds no OPIC state" in str(exc) or "no such table" in str(exc), exc
+                continue
+            with state:
+                pages = list(state.pages())
+                assert len(pages) == state.n and all(p.url.startswith("http") for p in pages)
+                assert state.engine.total_cash() == pytest.approx(1.0, abs=1e-9)
+                if state.n:
+                    assert sum(p.importance for p in pages) == pytest.approx(1.0)
+                seen.add(int(state.stats()["visits"]))
+                reads += 1
+        _out, err = proc.communicate()
+    assert proc.returncode == 0, err[-2000:]
+    stats = json.loads((tmp_path / "stats.json").read_text())
+    assert stats["opic/total_cash"] == pytest.approx(1.0, abs=1e-9)
+    assert stats["opic/visited"] == graph.n
+    assert len(seen) >= 5, (reads, sorted(seen))  # the reads saw the crawl progress
