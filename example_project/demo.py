@@ -1,7 +1,10 @@
 """The demo: serve a generated 1,000-page site on 127.0.0.1, crawl it with OPIC through the
 example project, and print the pages OPIC ranks first beside their true PageRank.
 
-    python example_project/demo.py [--pages N] [--seed S]
+    python example_project/demo.py [--pages N] [--seed S] [--stop N] [--report report.html]
+
+``--stop N`` ends the crawl after N pages (Scrapy's CLOSESPIDER_PAGECOUNT); ``--report`` also
+writes the HTML report of the crawl (``scrapy opic-report site -o FILE``).
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--pages", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--stop", type=int, default=0, help="stop after N pages (0: crawl all)")
+    ap.add_argument("--report", help="also write the crawl's HTML report here")
     args = ap.parse_args()
     graph = site_graph(args.pages, args.seed)
     pr = pagerank(graph, 0.85)
@@ -42,6 +47,8 @@ def main() -> int:
             str(items),
             "-s",
             "LOG_LEVEL=WARNING",
+            "-s",
+            f"CLOSESPIDER_PAGECOUNT={args.stop}",
         ]
         subprocess.run(cmd, cwd=HERE, check=True)
     order = [json.loads(line)["url"] for line in items.read_text().splitlines()]
@@ -60,6 +67,9 @@ def main() -> int:
     for page in top:
         i = node[page.url]
         print(f"{page.importance:16.5f} {pr[i]:9.5f} {rank[i]:7d}  {page.url}")
+    if args.report:
+        report = str(Path(args.report).resolve())
+        subprocess.run(["scrapy", "opic-report", "site", "-o", report], cwd=HERE, check=True)
     return 0
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import sys
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
@@ -31,6 +32,7 @@ from typing import IO, Any, NamedTuple
 import numpy as np
 
 from .core.engine import FETCHED, OpicEngine
+from .core.frontier import IN_FLIGHT, PENDING
 from .core.series import Series
 from .core.store import StateReader, StoreError
 
@@ -78,18 +80,25 @@ class Site(NamedTuple):
     fetched: int
 
 
+_NETLOC = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://([^/?#]*)")
+_HOSTS: dict[str, str] = {}  # netloc -> host: a crawl has far fewer hosts than pages
+
+
 def host_of(url: str) -> str:
     """The lower-cased host of ``url`` (no user info, no port); cheap enough for every row."""
-    rest = url.partition("://")[2] if "://" in url else url
-    end = len(rest)
-    for sep in "/?#":
-        k = rest.find(sep)
-        if k != -1 and k < end:
-            end = k
-    netloc = rest[:end].rpartition("@")[2]
-    if netloc.startswith("["):  # IPv6 literal
-        return netloc[1 : netloc.find("]")].lower() if "]" in netloc else netloc.lower()
-    return netloc.partition(":")[0].lower()
+    m = _NETLOC.match(url)
+    netloc = m.group(1) if m else ""
+    host = _HOSTS.get(netloc)
+    if host is None:
+        bare = netloc.rpartition("@")[2]
+        if bare.startswith("["):  # IPv6 literal
+            host = bare[1 : bare.find("]")] if "]" in bare else bare[1:]
+        else:
+            host = bare.partition(":")[0]
+        host = host.lower()
+        if len(_HOSTS) < 100_000:
+            _HOSTS[netloc] = host
+    return host
 
 
 _EXTRACT: Any = None
@@ -142,6 +151,12 @@ class OpicState:
             self._importance = self.engine.importance()
         return self._importance
 
+    @property
+    def pending(self) -> int:
+        """Pages waiting to be fetched in the snapshot (in-flight ones count: they would be
+        fetched again on resume)."""
+        return sum(self.status.count(st) for st in (PENDING, IN_FLIGHT))
+
     def fetched_mask(self) -> np.ndarray:
         return (self.engine.flags[: self.n] & FETCHED) != 0
 
@@ -163,13 +178,10 @@ class OpicState:
         visits = e.visits[lo:hi].tolist()
         last = e.last_g[lo:hi].tolist()
         fetched = ((e.flags[lo:hi] & FETCHED) != 0).tolist()
-        out = []
-        for k in range(hi - lo):
-            url = urls[k] if urls[k] is not None else str(lo + k)
-            out.append(
-                Page(url, imp[k], cash[k], hist[k], visits[k], last[k], fetched[k], host_of(url))
-            )
-        return out
+        if None in urls:  # a page whose URL was never recorded: name it by its id
+            urls = [u if u is not None else str(lo + k) for k, u in enumerate(urls)]
+        hosts = [host_of(u) for u in urls]
+        return list(map(Page._make, zip(urls, imp, cash, hist, visits, last, fetched, hosts)))
 
     def page_chunks(self, fetched_only: bool = False) -> Iterator[list[Page]]:
         """Pages in id (discovery) order, one stored chunk at a time."""
@@ -264,24 +276,55 @@ def _json_value(v: Any) -> str:
     return repr(v)
 
 
+# Characters that a URL must not hold for the fast page-row paths (else the general writer,
+# with quoting or escaping, takes the chunk).
+_CSV_SPECIAL = re.compile(r'[",\r\n]')
+_JSON_SPECIAL = re.compile(r'["\\\x00-\x1f\x7f]')
+
+
+def _fast_page_lines(chunk: list[Page], fmt: str) -> list[str] | None:
+    """Page rows formatted with f-strings (about twice the speed of ``csv``/``json``), or
+    ``None`` when a URL needs quoting or escaping. Floats are written with ``repr``: exact."""
+    if not chunk:
+        return []
+    urls = " ".join(p.url for p in chunk)
+    if fmt == "csv":
+        if _CSV_SPECIAL.search(urls):
+            return None
+        return [
+            f"{u},{i!r},{c!r},{h!r},{v},{t!r},{f},{host}\n" for u, i, c, h, v, t, f, host in chunk
+        ]
+    if _JSON_SPECIAL.search(urls):
+        return None
+    return [
+        f'{{"url": "{u}", "importance": {i!r}, "cash": {c!r}, "history": {h!r}, '
+        f'"visits": {v}, "last_visit": {t!r}, "fetched": {"true" if f else "false"}, '
+        f'"host": "{host}"}}\n'
+        for u, i, c, h, v, t, f, host in chunk
+    ]
+
+
 def _write_rows(
     fh: IO[str], fmt: str, columns: tuple[str, ...], chunks: Iterable[list[tuple]]
 ) -> int:
     n = 0
+    pages = columns == PAGE_COLUMNS
+    writer = csv.writer(fh, lineterminator="\n")
+    heads = [json.dumps(c) + ": " for c in columns]
     if fmt == "csv":
-        writer = csv.writer(fh, lineterminator="\n")
         writer.writerow(columns)
-        for chunk in chunks:
+    for chunk in chunks:
+        lines = _fast_page_lines(chunk, fmt) if pages else None
+        if lines is not None:
+            fh.writelines(lines)
+        elif fmt == "csv":
             writer.writerows(chunk)
-            n += len(chunk)
-    else:
-        heads = [json.dumps(c) + ": " for c in columns]
-        for chunk in chunks:
+        else:
             fh.writelines(
                 "{" + ", ".join(h + _json_value(v) for h, v in zip(heads, row)) + "}\n"
                 for row in chunk
             )
-            n += len(chunk)
+        n += len(chunk)
     return n
 
 

@@ -26,8 +26,8 @@ body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#22
 h1{font-size:1.6em}h2{font-size:1.2em;margin-top:1.6em;border-bottom:1px solid #ddd}
 table{border-collapse:collapse;font-size:.9em}td,th{padding:.2em .6em;text-align:left}
 tr:nth-child(even){background:#f6f6f6}td.num{text-align:right;font-variant-numeric:tabular-nums}
-.plots{display:flex;flex-wrap:wrap;gap:1em}.plots figure{margin:0}
-figcaption{font-size:.85em;color:#555;max-width:520px}
+.plots{display:flex;flex-wrap:wrap;gap:1.5em;margin-top:1em}.plots figure{margin:0}
+figcaption{font-size:.85em;color:#555;max-width:500px}
 .url{max-width:640px;overflow-wrap:anywhere}
 """
 
@@ -47,6 +47,7 @@ def _plots(state: OpicState) -> list[tuple[str, str, str]]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
 
     out = []
     x = state.importance()
@@ -55,7 +56,7 @@ def _plots(state: OpicState) -> list[tuple[str, str, str]]:
     ranks = np.arange(1, len(x) + 1)
     # A million points draw slowly and look the same as a few thousand log-spaced ones.
     keep = np.unique(np.geomspace(1, max(1, len(x)), num=min(len(x), 4000)).astype(int)) - 1
-    fig, ax = plt.subplots(figsize=(5.6, 3.8))
+    fig, ax = plt.subplots(figsize=(5.0, 3.6))
     xs, fs = x[order][keep], fetched[order][keep]
     pos = xs > 0
     ax.loglog(ranks[keep][pos & fs], xs[pos & fs], ".", ms=3, label="fetched")
@@ -78,10 +79,11 @@ def _plots(state: OpicState) -> list[tuple[str, str, str]]:
     if len(series) >= 1:
         visits = np.array(series.column("visits"))
         err = np.array(series.column("error_factor"))
-        fig, ax = plt.subplots(figsize=(5.6, 3.8))
+        fig, ax = plt.subplots(figsize=(5.0, 3.6))
         ok = (visits > 0) & (err > 0)
         ax.loglog(visits[ok], err[ok], "-o", ms=3, label="error factor 1/G")
         ax.set_xlabel("visits")
+        ax.xaxis.set_minor_formatter(NullFormatter())  # decade labels only: no overlaps
         ax.set_ylabel("1 / G")
         ax.set_title("Convergence over the crawl")
         ax.grid(True, which="both", alpha=0.3)
@@ -90,7 +92,14 @@ def _plots(state: OpicState) -> list[tuple[str, str, str]]:
         ax2.plot(visits, series.column("fetched"), color="tab:green", lw=1, label="fetched")
         ax2.set_ylabel("pages")
         lines = ax.get_lines() + ax2.get_lines()
-        ax.legend(lines, [ln.get_label() for ln in lines], loc="center right", fontsize=8)
+        fig.legend(
+            lines,
+            [ln.get_label() for ln in lines],
+            loc="upper center",
+            bbox_to_anchor=(0.5, 0.0),
+            ncol=3,
+            fontsize=8,
+        )
         out.append(
             (
                 "error factor over the crawl",
@@ -125,6 +134,7 @@ def build_report(state: OpicState, top: int = 25, title: str | None = None) -> s
     figures = [
         ("pages known", f"{state.n:,}"),
         ("pages fetched", f"{int(s['fetched']):,}"),
+        ("pages pending", f"{state.pending:,}"),
         ("visits", f"{int(s['visits']):,}"),
         ("clock G", f"{s['G']:.4f}"),
         ("error factor 1/G", f"{s['error_factor']:.5f}"),
@@ -133,6 +143,7 @@ def build_report(state: OpicState, top: int = 25, title: str | None = None) -> s
         ("total cash", f"{state.engine.total_cash():.12f}"),
     ]
     settings = state.meta.get("settings") or {}
+    now = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     settings_rows = [[html.escape(k), html.escape(repr(v))] for k, v in sorted(settings.items())]
     plots = "".join(
         f'<figure><img alt="{html.escape(alt)}" src="data:image/png;base64,{png}">'
@@ -167,7 +178,7 @@ def build_report(state: OpicState, top: int = 25, title: str | None = None) -> s
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>{_STYLE}</style></head><body>
 <h1>{html.escape(title)}</h1>
-<p>State <code>{html.escape(str(state.path))}</code>, read {time.strftime("%Y-%m-%d %H:%M:%S")}.
+<p>State <code>{html.escape(str(state.path))}</code>, read {now}.
 Importance is each page's share of all history (OPIC), normalised to sum 1 over known pages.</p>
 <h2>The crawl</h2>
 {_table(["figure", "value"], [[html.escape(a), b] for a, b in figures], {1})}

@@ -93,6 +93,7 @@ class OpicScheduler(BaseScheduler):
         self._started = time.monotonic()
         self._elapsed_before = 0.0  # crawl time of the runs this one resumes
         self._logstats: OpicLogStats | None = None
+        self._next_point = 0  # visit count at which the next series point is due
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> OpicScheduler:
@@ -202,8 +203,21 @@ class OpicScheduler(BaseScheduler):
     def commit(self) -> None:
         """Write a snapshot of the OPIC state to the store (one sqlite transaction), with a point
         of the crawl's time series (what ``scrapy opic-report`` plots)."""
-        frontier = self.frontier
-        e = frontier.engine
+        self._record_point()
+        frontier, e = self.frontier, self.frontier.engine
+        meta = {
+            "spider": self.spider.name,
+            "settings": self.settings.as_dict(),
+            "series": self.series.as_list(),
+        }
+        self.store.commit(frontier, self.urls, meta)
+        self._last_commit = (e.visit_count, time.monotonic())
+
+    def _record_point(self) -> None:
+        """One point of the time series (O(1)); the series thins itself to a bounded length."""
+        frontier, e = self.frontier, self.frontier.engine
+        if self.series.points and self.series.points[-1][1] == e.visit_count:
+            return
         self.series.add(
             elapsed=self._elapsed_before + time.monotonic() - self._started,
             visits=e.visit_count,
@@ -214,17 +228,14 @@ class OpicScheduler(BaseScheduler):
             pending=frontier.counts[PENDING],
             virtual_cash=e.virtual_cash,
         )
-        meta = {
-            "spider": self.spider.name,
-            "settings": self.settings.as_dict(),
-            "series": self.series.as_list(),
-        }
-        self.store.commit(frontier, self.urls, meta)
-        self._last_commit = (e.visit_count, time.monotonic())
+        # About 50 points per tenfold growth of the crawl, whatever its length.
+        self._next_point = e.visit_count + max(10, e.visit_count // 50)
 
     def _maybe_commit(self) -> None:
         visits, when = self._last_commit
         e = self.frontier.engine
+        if e.visit_count >= self._next_point:
+            self._record_point()
         if (
             e.visit_count - visits >= self.settings.commit_visits
             or time.monotonic() - when >= self.settings.commit_seconds

@@ -363,3 +363,75 @@ def test_reading_a_state_while_the_crawl_commits(tmp_path, graph):  # noqa: F811
     assert stats["opic/total_cash"] == pytest.approx(1.0, abs=1e-9)
     assert stats["opic/visited"] == graph.n
     assert len(seen) >= 5, (reads, sorted(seen))  # the reads saw the crawl progress
+
+
+def test_urls_that_need_quoting_round_trip(tmp_path):
+    """URLs with commas, quotes, backslashes or non-ASCII text leave the fast row paths for the
+    quoting writers, and read back exactly in both formats."""
+    urls = [
+        "http://a.example/plain",
+        'http://a.example/q?x="1",y=2',
+        "http://a.example/back\\slash",
+        "http://b.example/caf\u00e9/\u65e5\u672c",
+    ]
+    f = Frontier(OpicEngine())
+    for k in range(len(urls)):
+        f.schedule(f"k{k}", None)
+    i, _ = f.pop()
+    f.complete(i, [1, 2, 3])
+    store = SqliteStore(tmp_path / "q.sqlite")
+    store.commit(f, urls)
+    store.close()
+    with open_state(tmp_path / "q.sqlite") as state:
+        write_export(state, str(tmp_path / "q.csv"))
+        write_export(state, str(tmp_path / "q.jsonl"))
+        expected = list(state.pages())
+    with open(tmp_path / "q.csv", newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    lines = [json.loads(x) for x in (tmp_path / "q.jsonl").read_text("utf-8").splitlines()]
+    assert [r["url"] for r in rows] == [j["url"] for j in lines] == urls
+    for r, j, p in zip(rows, lines, expected):
+        assert float(r["importance"]) == j["importance"] == p.importance
+        assert r["host"] == j["host"] == p.host
+
+
+def test_export_finds_a_jobdir_state(tmp_path, graph):  # noqa: F811
+    with Site(graph) as site:
+        crawl(tmp_path, site.url(0), CONCURRENT_REQUESTS=4, JOBDIR="job")
+    assert (tmp_path / "job" / "opic.sqlite").exists()
+    assert not (tmp_path / ".scrapy" / "opic" / "site.sqlite").exists()
+    proc = scrapy_cmd("opic-export", "site", "-o", "x.csv", "-s", "JOBDIR=job", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert len(read_csv(tmp_path / "x.csv")) == graph.n
+    # Without the JOBDIR the default location is read, and there is no state there.
+    assert_one_line_error(scrapy_cmd("opic-export", "site", "-o", "y.csv", cwd=tmp_path))
+
+
+def test_item_field_fills_dicts_and_warns_once_for_items_without_it(caplog):
+    import scrapy
+    from scrapy.utils.test import get_crawler
+
+    from scrapy_opic.middlewares import OpicSpiderMiddleware
+
+    class Declared(scrapy.Item):
+        url = scrapy.Field()
+        importance = scrapy.Field()
+
+    class Undeclared(scrapy.Item):
+        url = scrapy.Field()
+
+    crawler = get_crawler(settings_dict={"OPIC_ITEM_FIELD": "importance"})
+    mw = OpicSpiderMiddleware.from_crawler(crawler)
+    out = [
+        {"url": "a"},
+        Declared(url="b"),
+        Undeclared(url="c"),
+        Undeclared(url="d"),
+        scrapy.Request("http://x/"),
+    ]
+    with caplog.at_level("WARNING"):
+        mw._stamp(out, 0.25)
+    assert out[0]["importance"] == 0.25 and out[1]["importance"] == 0.25
+    assert "importance" not in out[2]
+    warnings = [r for r in caplog.records if "OPIC_ITEM_FIELD" in r.getMessage()]
+    assert len(warnings) == 1

@@ -39,3 +39,24 @@ def test_defaults_depend_on_the_crawl_mode():
 def test_bad_settings_are_refused(bad):
     with pytest.raises(ValueError):
         OpicSettings.from_settings(bad)
+
+
+def test_export_setting_forms():
+    assert OpicSettings.from_settings({}).export == {}
+    one = OpicSettings.from_settings({"OPIC_EXPORT": "imp.csv"}).export
+    assert one == {"imp.csv": {"top": None, "fetched_only": False, "by_site": False}}
+    many = OpicSettings.from_settings(
+        {"OPIC_EXPORT": {"all.jsonl": None, "sites.csv": {"by_site": True, "top": 5}}}
+    ).export
+    assert many["all.jsonl"]["by_site"] is False
+    assert many["sites.csv"] == {"top": 5, "fetched_only": False, "by_site": True}
+    with pytest.raises(ValueError, match="unknown options"):
+        OpicSettings.from_settings({"OPIC_EXPORT": {"x.csv": {"format": "xml"}}})
+    with pytest.raises(ValueError):
+        OpicSettings.from_settings({"OPIC_EXPORT": 3})
+
+
+def test_log_interval_follows_logstats_interval():
+    assert OpicSettings.from_settings({"LOGSTATS_INTERVAL": 30.0}).logstats_interval == 30.0
+    off = OpicSettings.from_settings({"LOGSTATS_INTERVAL": 30.0, "OPIC_LOGSTATS": False})
+    assert off.logstats_interval == 0.0

@@ -37,7 +37,9 @@ class Series:
         self._skipped = 0
         self.points.append(tuple(float(values.get(f, 0.0)) for f in FIELDS))
         if len(self.points) >= self.limit:
-            self.points = self.points[::2]
+            # Keep the newest point, and every other one back from it: the next point, one new
+            # stride later, continues the even spacing.
+            self.points = self.points[(len(self.points) - 1) % 2 :: 2]
             self.stride *= 2
 
     def last_elapsed(self) -> float:
