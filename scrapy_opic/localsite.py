@@ -24,20 +24,32 @@ def site_graph(n: int, seed: int = 0) -> Graph:
 
 
 class _LoopbackServer:
-    """A threaded HTTP server on 127.0.0.1 (a free port), running inside a ``with`` block."""
+    """A threaded HTTP server on 127.0.0.1 (a free port), running inside a ``with`` block; with
+    several loopback ``addresses`` (127.0.0.2, ...: Linux routes all of 127/8 to the loopback
+    interface), one server per address on the same port, so that a crawl sees several hosts."""
 
-    def _serve(self, handler) -> None:
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+    def _serve(self, handler, addresses: tuple[str, ...] = ("127.0.0.1",)) -> None:
+        self.servers: list[ThreadingHTTPServer] = []
+        port = 0
+        for address in addresses:
+            server = ThreadingHTTPServer((address, port), handler)
+            port = server.server_address[1]
+            self.servers.append(server)
+        self.server = self.servers[0]
+        self.port = port
+        self.threads = [
+            threading.Thread(target=server.serve_forever, daemon=True) for server in self.servers
+        ]
 
     def __enter__(self):
-        self.thread.start()
+        for thread in self.threads:
+            thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        for server in self.servers:
+            server.shutdown()
+            server.server_close()
 
 
 class Site(_LoopbackServer):
@@ -56,6 +68,7 @@ class Site(_LoopbackServer):
         delay: float = 0.0,
         trap: bool = False,
         host_of: Callable[[int], str] | None = None,
+        addresses: tuple[str, ...] = ("127.0.0.1",),
     ) -> None:
         self.graph = graph
         self.delay = delay
@@ -95,7 +108,7 @@ class Site(_LoopbackServer):
                 self.end_headers()
                 self.wfile.write(body)
 
-        self._serve(Handler)
+        self._serve(Handler, addresses)
 
     def url(self, i: int) -> str:
         return f"http://{self.host_of(i)}:{self.port}/p/{i}.html"

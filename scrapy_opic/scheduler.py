@@ -94,10 +94,22 @@ class OpicScheduler(BaseScheduler):
         self._elapsed_before = 0.0  # crawl time of the runs this one resumes
         self._logstats: OpicLogStats | None = None
         self._next_point = 0  # visit count at which the next series point is due
+        self._default_concurrency = 8  # CONCURRENT_REQUESTS_PER_DOMAIN (see from_crawler)
+        self._slot_concurrency: dict[str, int] = {}
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> OpicScheduler:
-        return cls(crawler, OpicSettings.from_settings(crawler.settings))
+        scheduler = cls(crawler, OpicSettings.from_settings(crawler.settings))
+        # The downloader's per-slot concurrency, for slots it has not created yet.
+        cs = crawler.settings
+        per_ip = cs.getint("CONCURRENT_REQUESTS_PER_IP")
+        scheduler._default_concurrency = per_ip or cs.getint("CONCURRENT_REQUESTS_PER_DOMAIN")
+        scheduler._slot_concurrency = {
+            key: int(conf["concurrency"])
+            for key, conf in cs.getdict("DOWNLOAD_SLOTS").items()
+            if isinstance(conf, dict) and "concurrency" in conf
+        }
+        return scheduler
 
     @staticmethod
     def of(crawler: Crawler) -> OpicScheduler | None:
@@ -269,13 +281,17 @@ class OpicScheduler(BaseScheduler):
         return self.crawler.engine.downloader.get_slot_key(request)
 
     def _has_room(self, slot: Any) -> bool:
-        # A slot has room while it holds fewer than two rounds of its concurrency (downloading
-        # plus queued): one round keeps the next downloads ready the moment one finishes, as
-        # Scrapy's own queues do; more would clog the downloader with one host.
+        # A slot has room while it holds fewer than two rounds of its concurrency: one round
+        # downloading, one ready for the moment a download finishes, as Scrapy's own queues
+        # keep; more would clog the downloader with one host while others wait. Counted by the
+        # frontier from pop to outcome: the downloader's own count lags behind a run of pops,
+        # since a request reaches it only after the downloader middlewares.
         downloader_slot = self.crawler.engine.downloader.slots.get(slot)
-        return (
-            downloader_slot is None or len(downloader_slot.active) < 2 * downloader_slot.concurrency
-        )
+        if downloader_slot is not None:
+            concurrency = downloader_slot.concurrency
+        else:
+            concurrency = self._slot_concurrency.get(slot, self._default_concurrency)
+        return self.frontier.in_flight(slot) < 2 * concurrency
 
     def _keep(self, i: int, request: Request) -> None:
         """With a JOBDIR, write the pending request of page ``i`` as a sqlite row (the frontier

@@ -14,6 +14,15 @@ import scrapy
 from scrapy.linkextractors import LinkExtractor
 
 from scrapy_opic.localsite import crawl_to_files
+from scrapy_opic.scheduler import OpicScheduler
+
+
+class SlotBlindScheduler(OpicScheduler):
+    """The OPIC scheduler without its politeness: every slot always has room (the politeness
+    test's contrast: plain greedy)."""
+
+    def _has_room(self, slot) -> bool:
+        return True
 
 
 class SiteSpider(scrapy.Spider):

@@ -74,6 +74,10 @@ def test_every_path_conserves_cash_and_the_life_cycle_holds(ops, continuous, str
         assert len(f.selection) == f.counts[PENDING]
         assert all(k in f.payloads for k in range(n) if f.status[k] in (PENDING, IN_FLIGHT))
         assert all(f.status[k] == IN_FLIGHT for k in in_flight)
+        # The per-slot in-flight counts (politeness) follow every transition.
+        for h in ("h0", "h1", "h2", None):
+            expected = sum(1 for k in in_flight if f._slots.get(k, (0, None))[1] == h)
+            assert f.in_flight(h) == expected, h
 
 
 def test_a_link_to_a_known_page_pays_it_even_when_the_fetch_is_a_duplicate():
@@ -151,3 +155,16 @@ def test_greedy_frontier_honours_slot_limits():
     assert f.engine.key_of(i) == "small1"
     assert f.pop(lambda slot: slot != "big") is None
     assert f.pop() is not None
+
+
+def test_in_flight_counts_survive_a_restore():
+    f = make()
+    for k in range(6):
+        f.schedule(f"p{k}", {"url": k}, f"h{k % 2}")
+    popped = [f.pop()[0] for _ in range(3)]
+    slots = {i: f._slots[i] for i in range(f.engine.n) if i in f.payloads}
+    g = Frontier.restore(f.engine, bytes(f.status[: f.engine.n]), dict(f.payloads), slots)
+    assert all(g.status[i] == PENDING for i in popped)
+    assert g.in_flight("h0") == g.in_flight("h1") == 0
+    i, _ = g.pop()
+    assert g.in_flight(g._slots[i][1]) == 1

@@ -67,6 +67,7 @@ class Frontier:
             else make_selection(strategy, engine, seed)
         )
         self.counts = [0, 0, 0, 0]  # pages per status
+        self._in_flight: dict[Hashable, int] = {}  # download slot -> pages in flight
         #: called with a page id when its payload is dropped (it left pending/in flight for
         #: good): a store deletes the page's request row then.
         self.on_dropped: Callable[[int], None] | None = None
@@ -88,9 +89,23 @@ class Frontier:
 
     # -- helpers ------------------------------------------------------------------------------
     def _set(self, i: int, status: int) -> None:
-        self.counts[self.status[i]] -= 1
+        old = self.status[i]
+        self.counts[old] -= 1
         self.status[i] = status
         self.counts[status] += 1
+        if old == IN_FLIGHT or status == IN_FLIGHT:
+            slot = self._slots.get(i, (0, None))[1]
+            n = self._in_flight.get(slot, 0) + (status == IN_FLIGHT) - (old == IN_FLIGHT)
+            if n:
+                self._in_flight[slot] = n
+            else:
+                self._in_flight.pop(slot, None)
+
+    def in_flight(self, slot: Hashable) -> int:
+        """Pages of download ``slot`` handed out and not finished yet (O(1)). Unlike the
+        downloader's own count, it includes requests still on their way through the
+        middlewares, which is what keeps a run of pops from piling onto one host."""
+        return self._in_flight.get(slot, 0)
 
     def _push(self, i: int) -> None:
         if isinstance(self.selection, TieredSelection):
@@ -239,13 +254,16 @@ class Frontier:
         slots = slots or {}
         for i in range(len(status)):
             if status[i] in (PENDING, IN_FLIGHT):
+                if i in payloads:
+                    f.payloads[i] = payloads[i]
+                    f._slots[i] = slots.get(i, (0, None))
+                if status[i] == IN_FLIGHT:  # counted so that _set can uncount it
+                    slot = f._slots.get(i, (0, None))[1]
+                    f._in_flight[slot] = f._in_flight.get(slot, 0) + 1
+                f._set(i, PENDING)
                 if i not in payloads:  # nothing to fetch it with: give it up
-                    f._set(i, PENDING)
                     f.forfeit(i)
                     continue
-                f.payloads[i] = payloads[i]
-                f._slots[i] = slots.get(i, (0, None))
-                f._set(i, PENDING)
                 f._push(i)
         return f
 
