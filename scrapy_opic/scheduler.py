@@ -23,9 +23,11 @@ job directory is set, which a rerun with the same ``JOBDIR`` resumes; otherwise
 ``OPIC_STATE_PATH`` or ``.scrapy/opic/<spider>.sqlite``, started afresh by each crawl and kept
 for ``scrapy opic-export``. A snapshot is committed every ``OPIC_COMMIT_VISITS`` visits or
 ``OPIC_COMMIT_SECONDS`` seconds and at close; a crawl killed with SIGKILL resumes from the last
-one, its in-flight pages pending again. Pending requests are kept in memory (like Scrapy's memory
-queues) and, with a JOBDIR, also as sqlite rows for the resume; requests that cannot be
-serialized (a lambda callback) are kept in memory only, with a warning, as Scrapy does.
+one, its in-flight pages pending again. With a JOBDIR, pending requests live on disk only, as
+sqlite rows read back when their page is popped (like Scrapy's disk queues: a frontier of
+millions of pending requests holds none of them in memory); without one they are kept in memory
+(like Scrapy's memory queues). Requests that cannot be serialized (a lambda callback) are kept in
+memory, with a warning, as Scrapy does.
 
 ``request.priority`` still matters: pages are served by priority first (higher first, as with
 Scrapy's own scheduler, so Scrapy's retry and redirect priority adjustments keep their meaning)
@@ -61,6 +63,9 @@ if TYPE_CHECKING:  # pragma: no cover
 logger = logging.getLogger(__name__)
 
 _RUNNING: WeakKeyDictionary = WeakKeyDictionary()
+
+#: The frontier's payload of a page whose pending request is a row of the store (JOBDIR).
+ON_DISK = "opic:on-disk"
 
 
 def state_path(settings: Any, spider_name: str, create: bool = True) -> Path:
@@ -154,10 +159,10 @@ class OpicScheduler(BaseScheduler):
         self._elapsed_before = self.series.last_elapsed()
         payloads: dict[int, Any] = {}
         slots: dict[int, Any] = {}
-        for i, data in self.store.requests():
-            request = request_from_dict(data, spider=self.spider)
-            payloads[i] = request
-            slots[i] = (request.priority, self._slot(request))
+        # The requests stay on disk: only their page ids and slots come back into memory.
+        for i, (priority, slot, _data) in self.store.requests():
+            payloads[i] = ON_DISK
+            slots[i] = (priority, slot)
         self.frontier = Frontier.restore(
             engine, status, payloads, slots, s.strategy, s.continuous, s.seed
         )
@@ -294,12 +299,17 @@ class OpicScheduler(BaseScheduler):
         return self.frontier.in_flight(slot) < 2 * concurrency
 
     def _keep(self, i: int, request: Request) -> None:
-        """With a JOBDIR, write the pending request of page ``i`` as a sqlite row (the frontier
-        holds the request itself as the page's payload)."""
+        """With a JOBDIR, move the pending request of page ``i`` to disk: a sqlite row
+        ``(priority, slot, request dict)``, and :data:`ON_DISK` as the page's payload in the
+        frontier, so that pending requests cost no memory. Without a JOBDIR (or for a request
+        that cannot be serialized) the frontier keeps the request object, as Scrapy's memory
+        queues do."""
         if not self._persist:
             return
         try:
-            self.store.put_request(i, request.to_dict(spider=self.spider))
+            row = (request.priority, self._slot(request), request.to_dict(spider=self.spider))
+            self.store.put_request(i, row)
+            self.frontier.payloads[i] = ON_DISK
         except ValueError as exc:
             if not self._warned_unserializable:
                 self._warned_unserializable = True
@@ -344,7 +354,10 @@ class OpicScheduler(BaseScheduler):
         if got is None:
             return None
         i, request = got
-        if self.settings.continuous:
+        if request is ON_DISK:
+            _priority, _slot, data = self.store.get_request(i)
+            request = request_from_dict(data, spider=self.spider)
+        elif self.settings.continuous:
             request = request.replace()  # the stored request is fetched again later
         request.meta["opic_id"] = i
         self.stats.inc_value("opic/popped")

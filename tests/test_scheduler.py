@@ -11,7 +11,7 @@ from scrapy import Request, Spider
 from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.test import get_crawler
 
-from scrapy_opic.scheduler import OpicScheduler
+from scrapy_opic.scheduler import ON_DISK, OpicScheduler
 
 URLS = [f"http://host{i % 3}.example/page/{i}" for i in range(12)]
 
@@ -88,16 +88,20 @@ def test_a_retry_and_a_redirect_of_a_page_in_flight(tmp_path):
 def test_jobdir_persists_pending_requests_across_reopen(tmp_path):
     s = make(tmp_path, jobdir=True)
     for url in URLS:
-        s.enqueue_request(Request(url, meta={"k": url}))
+        s.enqueue_request(Request(url, meta={"k": url}, priority=1 if "page/3" in url else 0))
+    # With a JOBDIR the pending requests live on disk: none is held in memory.
+    assert all(p == ON_DISK for p in s.frontier.payloads.values())
     first = s.next_request()  # in flight when the crawl stops
+    assert first.url == URLS[3]  # priority first, read back from disk
     s.close("shutdown")
     again = make(tmp_path, jobdir=True)
     assert len(again) == len(URLS)  # the in-flight page is pending again
+    assert all(p == ON_DISK for p in again.frontier.payloads.values())
     got = []
     while (r := again.next_request()) is not None:
         got.append(r.url)
         assert r.meta["k"] == r.url
-    assert sorted(got) == sorted(URLS) and first.url in got
+    assert sorted(got) == sorted(URLS) and got[0] == first.url  # its priority came back too
     again.close("finished")
 
 
@@ -115,6 +119,7 @@ def test_unserializable_requests_stay_in_memory_with_one_warning(tmp_path, caplo
     for url in URLS[:3]:
         assert s.enqueue_request(Request(url, callback=lambda r: None))
     assert caplog.text.count("Unable to serialize") == 1
+    assert sum(isinstance(p, Request) for p in s.frontier.payloads.values()) == 3
     assert len({s.next_request().url for _ in range(3)}) == 3
     s.close("finished")
 

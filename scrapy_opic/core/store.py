@@ -96,6 +96,10 @@ class SqliteStore:
     def put_request(self, i: int, data: Any) -> None:
         self.db[f"req/{i}"] = data
 
+    def get_request(self, i: int) -> Any:
+        """The payload row of page ``i`` (:class:`KeyError` if none)."""
+        return self.db[f"req/{i}"]
+
     def del_request(self, i: int) -> None:
         with contextlib.suppress(KeyError):
             del self.db[f"req/{i}"]
