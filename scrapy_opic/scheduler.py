@@ -23,10 +23,11 @@ job directory is set, which a rerun with the same ``JOBDIR`` resumes; otherwise
 ``OPIC_STATE_PATH`` or ``.scrapy/opic/<spider>.sqlite``, started afresh by each crawl and kept
 for ``scrapy opic-export``. A snapshot is committed every ``OPIC_COMMIT_VISITS`` visits or
 ``OPIC_COMMIT_SECONDS`` seconds and at close; a crawl killed with SIGKILL resumes from the last
-one, its in-flight pages pending again. With a JOBDIR, pending requests live on disk only, as
-sqlite rows read back when their page is popped (like Scrapy's disk queues: a frontier of
-millions of pending requests holds none of them in memory); without one they are kept in memory
-(like Scrapy's memory queues). Requests that cannot be serialized (a lambda callback) are kept in
+one, its in-flight pages pending again. With a JOBDIR, pending requests are sqlite rows (like
+Scrapy's disk queues); up to ``OPIC_MEMORY_REQUESTS`` of them also stay in memory for fast pops,
+the rest are read back from disk when their page is popped, so a frontier of millions of pending
+requests holds only that many in memory. Without a JOBDIR they are kept in memory (like Scrapy's
+memory queues). Requests that cannot be serialized (a lambda callback) are kept in
 memory, with a warning, as Scrapy does.
 
 ``request.priority`` still matters: pages are served by priority first (higher first, as with
@@ -93,6 +94,7 @@ class OpicScheduler(BaseScheduler):
         self.urls: list[str] = []
         self._persist = bool(job_dir(crawler.settings))  # request rows only when resumable
         self._warned_unserializable = False
+        self._cached: set[int] = set()  # pending pages whose request is also in memory (JOBDIR)
         self._last_commit = (0, time.monotonic())
         self.series = Series()
         self._started = time.monotonic()
@@ -262,6 +264,7 @@ class OpicScheduler(BaseScheduler):
 
     def _dropped(self, i: int) -> None:
         """Page ``i`` will not be fetched again: forget its request."""
+        self._cached.discard(i)
         if self._persist:
             self.store.del_request(i)
 
@@ -299,17 +302,22 @@ class OpicScheduler(BaseScheduler):
         return self.frontier.in_flight(slot) < 2 * concurrency
 
     def _keep(self, i: int, request: Request) -> None:
-        """With a JOBDIR, move the pending request of page ``i`` to disk: a sqlite row
-        ``(priority, slot, request dict)``, and :data:`ON_DISK` as the page's payload in the
-        frontier, so that pending requests cost no memory. Without a JOBDIR (or for a request
-        that cannot be serialized) the frontier keeps the request object, as Scrapy's memory
-        queues do."""
+        """With a JOBDIR, write the pending request of page ``i`` to disk: a sqlite row
+        ``(priority, slot, request dict)``. Up to ``OPIC_MEMORY_REQUESTS`` pending requests
+        also stay in memory (a pop from memory is ~20x faster than a read of the row); beyond
+        that the page's payload in the frontier is :data:`ON_DISK`, so that a frontier of
+        millions of pending requests holds only that many in memory. Without a JOBDIR (or for
+        a request that cannot be serialized) the frontier keeps the request object, as
+        Scrapy's memory queues do."""
         if not self._persist:
             return
         try:
             row = (request.priority, self._slot(request), request.to_dict(spider=self.spider))
             self.store.put_request(i, row)
-            self.frontier.payloads[i] = ON_DISK
+            if i in self._cached or len(self._cached) < self.settings.memory_requests:
+                self._cached.add(i)
+            else:
+                self.frontier.payloads[i] = ON_DISK
         except ValueError as exc:
             if not self._warned_unserializable:
                 self._warned_unserializable = True
@@ -354,6 +362,8 @@ class OpicScheduler(BaseScheduler):
         if got is None:
             return None
         i, request = got
+        if not self.settings.continuous:  # (a continuous crawl keeps the request for later)
+            self._cached.discard(i)
         if request is ON_DISK:
             _priority, _slot, data = self.store.get_request(i)
             request = request_from_dict(data, spider=self.spider)

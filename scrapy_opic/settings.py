@@ -44,6 +44,11 @@ DEFAULTS: dict[str, tuple[Any, str]] = {
     ),
     "OPIC_COMMIT_VISITS": (500, "commit a snapshot of the state every N visits..."),
     "OPIC_COMMIT_SECONDS": (10.0, "...or every T seconds, whichever comes first (and at close)"),
+    "OPIC_MEMORY_REQUESTS": (
+        50000,
+        "with a JOBDIR, pending requests kept in memory besides their sqlite row (faster pops); "
+        "the rest live on disk only",
+    ),
     "OPIC_EXPORT": (
         None,
         "export importance when the crawl closes: a path (.csv, .jsonl) or a dict "
@@ -74,6 +79,7 @@ class OpicSettings:
     seed: int | None = None
     commit_visits: int = 500
     commit_seconds: float = 10.0
+    memory_requests: int = 50000
     export: dict[str, dict[str, Any]] = field(default_factory=dict)
     item_field: str | None = None
     logstats_interval: float = 60.0  # 0: no OPIC log line
@@ -128,6 +134,7 @@ class OpicSettings:
             seed=None if seed is None else int(seed),
             commit_visits=max(1, int(get("OPIC_COMMIT_VISITS"))),
             commit_seconds=float(get("OPIC_COMMIT_SECONDS")),
+            memory_requests=max(0, int(get("OPIC_MEMORY_REQUESTS"))),
             export=_export_targets(settings.get("OPIC_EXPORT")),
             item_field=None if item_field is None else str(item_field),
             logstats_interval=(

@@ -86,15 +86,18 @@ def test_a_retry_and_a_redirect_of_a_page_in_flight(tmp_path):
 
 
 def test_jobdir_persists_pending_requests_across_reopen(tmp_path):
-    s = make(tmp_path, jobdir=True)
+    s = make(tmp_path, jobdir=True, OPIC_MEMORY_REQUESTS=4)
     for url in URLS:
         s.enqueue_request(Request(url, meta={"k": url}, priority=1 if "page/3" in url else 0))
-    # With a JOBDIR the pending requests live on disk: none is held in memory.
-    assert all(p == ON_DISK for p in s.frontier.payloads.values())
+    # With a JOBDIR every pending request is a row on disk, and at most OPIC_MEMORY_REQUESTS of
+    # them are also held in memory.
+    payloads = list(s.frontier.payloads.values())
+    assert sum(isinstance(p, Request) for p in payloads) == 4
+    assert payloads.count(ON_DISK) == len(URLS) - 4
     first = s.next_request()  # in flight when the crawl stops
     assert first.url == URLS[3]  # priority first, read back from disk
     s.close("shutdown")
-    again = make(tmp_path, jobdir=True)
+    again = make(tmp_path, jobdir=True, OPIC_MEMORY_REQUESTS=4)
     assert len(again) == len(URLS)  # the in-flight page is pending again
     assert all(p == ON_DISK for p in again.frontier.payloads.values())
     got = []
