@@ -23,6 +23,10 @@ def site_graph(n: int, seed: int = 0) -> Graph:
     return from_edges(src, dst, n)
 
 
+#: The spider trap's links: day d links to d + k for each k (the next days and months).
+CALENDAR_STEPS = (1, 2, 3, 30, 31)
+
+
 class _LoopbackServer:
     """A threaded HTTP server on 127.0.0.1 (a free port), running inside a ``with`` block; with
     several loopback ``addresses`` (127.0.0.2, ...: Linux routes all of 127/8 to the loopback
@@ -142,7 +146,7 @@ class Site(_LoopbackServer):
             d = int(path.removeprefix("/cal/").removesuffix(".html"))
         except ValueError:
             return 404, {}, b"not found"
-        links = "".join(f'<a href="/cal/{d + k}.html">+{k}</a> ' for k in (1, 2, 3, 30, 31))
+        links = "".join(f'<a href="/cal/{d + k}.html">+{k}</a> ' for k in CALENDAR_STEPS)
         body = f"<html><head><title>day {d}</title></head><body>{links}</body></html>"
         return 200, {"Content-Type": "text/html"}, body.encode()
 
