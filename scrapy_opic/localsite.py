@@ -61,6 +61,7 @@ class Site(_LoopbackServer):
 
     ``redirects`` maps a node to another: its URL answers 301 to the other's. ``errors`` lists
     nodes that answer 500. ``offsite`` lists nodes whose pages also link to an external host.
+    ``loops`` lists nodes whose pages also link into an endless chain of redirects.
     """
 
     def __init__(
@@ -73,8 +74,10 @@ class Site(_LoopbackServer):
         trap: bool = False,
         host_of: Callable[[int], str] | None = None,
         addresses: tuple[str, ...] = ("127.0.0.1",),
+        loops: set[int] | None = None,
     ) -> None:
         self.graph = graph
+        self.loops = loops or set()
         self.delay = delay
         self.trap = trap
         self.host_of = host_of or (lambda i: "127.0.0.1")  # host name of page i (all loopback)
@@ -120,6 +123,9 @@ class Site(_LoopbackServer):
     def respond(self, path: str) -> tuple[int, dict[str, str], bytes]:
         if path.startswith("/cal/"):
             return self._calendar(path)
+        if path.startswith("/loop/"):  # an endless chain of redirects: /loop/i-k -> /loop/i-k+1
+            head, _, k = path.removesuffix(".html").rpartition("-")
+            return 302, {"Location": f"{head}-{int(k) + 1}.html"}, b""
         try:
             i = int(path.removeprefix("/p/").removesuffix(".html"))
         except ValueError:
@@ -135,6 +141,8 @@ class Site(_LoopbackServer):
         )
         if i in self.offsite:
             links += '<a href="http://elsewhere.invalid/x.html">out</a>'
+        if i in self.loops:
+            links += f'<a href="/loop/{i}-0.html">loop</a>'
         if self.trap:
             links += '<a href="/cal/0.html">calendar</a>'
         body = f"<html><head><title>page {i}</title></head><body>{links}</body></html>"

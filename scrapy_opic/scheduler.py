@@ -45,6 +45,8 @@ from typing import TYPE_CHECKING, Any
 from weakref import WeakKeyDictionary
 
 from scrapy.core.scheduler import BaseScheduler
+from scrapy.exceptions import IgnoreRequest
+from scrapy.spidermiddlewares.httperror import HttpError
 from scrapy.utils.job import job_dir
 from scrapy.utils.project import data_path
 from scrapy.utils.request import request_from_dict
@@ -67,6 +69,34 @@ _RUNNING: WeakKeyDictionary = WeakKeyDictionary()
 
 #: The frontier's payload of a page whose pending request is a row of the store (JOBDIR).
 ON_DISK = "opic:on-disk"
+
+
+class OutcomeErrback:
+    """The errback of a request handed out by the scheduler: reports a failure that no
+    middleware reported (an ``IgnoreRequest`` raised from a downloader middleware's
+    ``process_response``, such as "max redirections reached", reaches only the request's
+    errback), then behaves exactly as the request's own errback would (or as no errback: the
+    failure goes on). Without it the page would stay in flight: its cash stuck and its
+    download slot counted busy for good."""
+
+    def __init__(self, scheduler: OpicScheduler, original: Any) -> None:
+        self.scheduler = scheduler
+        self.original = original
+
+    def __call__(self, failure: Any) -> Any:
+        request = getattr(failure, "request", None)
+        i = None if request is None else request.meta.get("opic_id")
+        frontier = self.scheduler.frontier
+        if i is not None and frontier is not None and frontier.status[i] == IN_FLIGHT:
+            # An HTTP error status was fetched: a visit with no out-links, like a download error.
+            # Any other IgnoreRequest (robots.txt, too many redirects...) fetched nothing.
+            if failure.check(IgnoreRequest) and not failure.check(HttpError):
+                frontier.forfeit(i)
+                self.scheduler.stats.inc_value("opic/ignored")
+            else:
+                frontier.fail(i)
+                self.scheduler.stats.inc_value("opic/failed")
+        return failure if self.original is None else self.original(failure)
 
 
 def state_path(settings: Any, spider_name: str, create: bool = True) -> Path:
@@ -331,11 +361,13 @@ class OpicScheduler(BaseScheduler):
 
     def enqueue_request(self, request: Request) -> bool:
         frontier = self.frontier
+        if isinstance(request.errback, OutcomeErrback):  # a retry or redirect copies it
+            request.errback = request.errback.original
         source = request.meta.get("opic_id")
         i = self.page_of(request)
         if source is not None and frontier.status[source] == IN_FLIGHT:
             if source == i:  # a retry of the page in flight
-                frontier.retry(i, request)
+                frontier.retry(i, request, self._slot(request), request.priority)
                 self._keep(i, request)
                 self.stats.inc_value("opic/retried")
                 return True
@@ -370,6 +402,7 @@ class OpicScheduler(BaseScheduler):
         elif self.settings.continuous:
             request = request.replace()  # the stored request is fetched again later
         request.meta["opic_id"] = i
+        request.errback = OutcomeErrback(self, request.errback)
         self.stats.inc_value("opic/popped")
         return request
 

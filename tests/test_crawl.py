@@ -268,3 +268,17 @@ def test_politeness_keeps_every_host_busy(tmp_path, graph):
     # 1: a host's pages are not all known at the start, and the last ones are served alone.)
     assert shares["opic"] >= 0.6, shares
     assert shares["opic"] >= 2 * shares["blind"], shares
+
+
+def test_a_failure_only_the_errback_sees_still_settles_its_page(tmp_path, graph):
+    """RedirectMiddleware gives up on an endless redirect chain from ``process_response``: no
+    middleware's ``process_exception`` runs, only the request's errback. The page must still
+    leave "in flight" (its cash to the virtual page), or its host's slot would stay counted
+    busy and, with one request per host, the crawl would never end."""
+    with Site(graph, loops={0, 1, 2, 3}) as site:
+        items, stats = crawl(
+            tmp_path, site.url(0), CONCURRENT_REQUESTS_PER_DOMAIN=1, REDIRECT_MAX_TIMES=2
+        )
+    assert len({r["url"] for r in items}) == graph.n
+    assert stats["opic/total_cash"] == pytest.approx(1.0, abs=1e-9)
+    assert stats["opic/ignored"] >= 4 and stats["opic/in_flight"] == 0

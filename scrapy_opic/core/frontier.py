@@ -201,19 +201,24 @@ class Frontier:
         Returns the target's id and whether it was scheduled."""
         j = self.discover(key)
         if j == i:  # redirect to itself: a retry in disguise
-            self.retry(i, payload)
+            self.retry(i, payload, slot, priority)
             return i, True
         self.engine.transfer(i, j)
         self._retire(i)
         return j, self.schedule(key, payload, slot, priority)
 
-    def retry(self, i: int, payload: Any = None) -> None:
-        """Page ``i`` goes back to ``PENDING`` without a visit (no money moves)."""
+    def retry(
+        self, i: int, payload: Any = None, slot: Hashable = None, priority: int | None = None
+    ) -> None:
+        """Page ``i`` goes back to ``PENDING`` without a visit (no money moves), with a new
+        ``payload`` and, if given, a new ``priority`` (Scrapy lowers a retry's) and ``slot``."""
         if self.status[i] != IN_FLIGHT:
             return
         if payload is not None:
             self.payloads[i] = payload
-        self._set(i, PENDING)
+        self._set(i, PENDING)  # (uncounts the in-flight page under its old slot)
+        if priority is not None:
+            self._slots[i] = (priority, slot)
         self._push(i)
 
     def forfeit(self, i: int) -> float:
