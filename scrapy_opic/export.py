@@ -202,8 +202,7 @@ class OpicState:
         n = max(0, min(n, int((x >= 0).sum())))
         if n == 0:
             return []
-        ids = np.argpartition(-x, n - 1)[:n] if n < len(x) else np.arange(len(x))
-        ids = ids[np.lexsort((ids, -x[ids]))]  # by importance, then by id: stable ties
+        ids = np.argsort(-x, kind="stable")[:n]  # by importance, ties by id (discovery order)
         urls = self._reader.urls_of(ids.tolist())
         return [self._pages(int(i), int(i) + 1, [urls[int(i)]])[0] for i in ids]
 
@@ -340,11 +339,13 @@ def _open_output(out: str) -> tuple[IO[str], Callable[[bool], None]]:
 
     def finish(ok: bool) -> None:
         fh.close()
-        if ok:
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, target)
-        else:
-            os.unlink(tmp)
+        try:
+            if ok:
+                os.chmod(tmp, 0o644)
+                os.replace(tmp, target)
+        finally:
+            if os.path.exists(tmp):  # not renamed: failed, or the rename itself failed
+                os.unlink(tmp)
 
     return fh, finish
 

@@ -63,17 +63,35 @@ class OpicSpiderMiddleware:
     def from_crawler(cls, crawler: Crawler) -> OpicSpiderMiddleware:
         return cls(crawler, OpicSettings.from_settings(crawler.settings))
 
+    # The whole output is buffered: the visit pays all the followed links at once. If the
+    # callback raises part-way, what it yielded before still goes on (as without OPIC) and is
+    # paid for, then the exception goes on to the middlewares below.
     def process_spider_output(
         self, response: Response, result: Iterable[Any], spider: Spider | None = None
     ) -> Iterable[Any]:
-        out = list(result)
+        out: list[Any] = []
+        try:
+            for o in result:
+                out.append(o)
+        except Exception:
+            self._settle(response, out)
+            yield from out
+            raise
         self._settle(response, out)
         yield from out
 
     async def process_spider_output_async(
         self, response: Response, result: AsyncIterator[Any], spider: Spider | None = None
     ) -> AsyncIterator[Any]:
-        out = [o async for o in result]
+        out: list[Any] = []
+        try:
+            async for o in result:
+                out.append(o)
+        except Exception:
+            self._settle(response, out)
+            for o in out:
+                yield o
+            raise
         self._settle(response, out)
         for o in out:
             yield o
@@ -138,14 +156,17 @@ class OpicSpiderMiddleware:
                 continue
             try:
                 ItemAdapter(o)[name] = importance
-            except KeyError:  # a scrapy.Item (or dataclass) without that field
+            except Exception as exc:  # no such field (KeyError), a frozen dataclass...
+                # Never lose the page's output over an annotation.
                 if not self._warned_field:
                     self._warned_field = True
                     logger.warning(
-                        "OPIC_ITEM_FIELD: %s items have no field %r; declare it to get the "
-                        "importance in them. (This message is logged once.)",
-                        type(o).__name__,
+                        "OPIC_ITEM_FIELD: cannot set %r on %s items (%s: %s); declare the "
+                        "field to get the importance in them. (This message is logged once.)",
                         name,
+                        type(o).__name__,
+                        type(exc).__name__,
+                        exc,
                     )
 
 

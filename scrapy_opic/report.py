@@ -10,6 +10,7 @@ no network and nothing beside it.
 from __future__ import annotations
 
 import base64
+import contextlib
 import html
 import io
 import os
@@ -35,18 +36,13 @@ figcaption{font-size:.85em;color:#555;max-width:500px}
 def _figure_png(fig) -> str:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=96, bbox_inches="tight")
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
 def _plots(state: OpicState) -> list[tuple[str, str, str]]:
     """``(alt, caption, base64 png)`` for each plot."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    # Figures without pyplot: no global backend switch, nothing left open in a notebook.
+    from matplotlib.figure import Figure
     from matplotlib.ticker import NullFormatter
 
     out = []
@@ -56,7 +52,8 @@ def _plots(state: OpicState) -> list[tuple[str, str, str]]:
     ranks = np.arange(1, len(x) + 1)
     # A million points draw slowly and look the same as a few thousand log-spaced ones.
     keep = np.unique(np.geomspace(1, max(1, len(x)), num=min(len(x), 4000)).astype(int)) - 1
-    fig, ax = plt.subplots(figsize=(5.0, 3.6))
+    fig = Figure(figsize=(5.0, 3.6))
+    ax = fig.subplots()
     xs, fs = x[order][keep], fetched[order][keep]
     pos = xs > 0
     ax.loglog(ranks[keep][pos & fs], xs[pos & fs], ".", ms=3, label="fetched")
@@ -79,7 +76,8 @@ def _plots(state: OpicState) -> list[tuple[str, str, str]]:
     if len(series) >= 1:
         visits = np.array(series.column("visits"))
         err = np.array(series.column("error_factor"))
-        fig, ax = plt.subplots(figsize=(5.0, 3.6))
+        fig = Figure(figsize=(5.0, 3.6))
+        ax = fig.subplots()
         ok = (visits > 0) & (err > 0)
         ax.loglog(visits[ok], err[ok], "-o", ms=3, label="error factor 1/G")
         ax.set_xlabel("visits")
@@ -110,6 +108,14 @@ def _plots(state: OpicState) -> list[tuple[str, str, str]]:
             )
         )
     return out
+
+
+def _link(url: str) -> str:
+    """The URL, escaped; a link only for http(s): a crawled ``javascript:`` URL stays text."""
+    text = html.escape(url)
+    if url.lower().startswith(("http://", "https://")):
+        return f'<a href="{html.escape(url, quote=True)}">{text}</a>'
+    return text
 
 
 def _table(headers: list[str], rows: list[list[str]], numeric: set[int]) -> str:
@@ -158,7 +164,7 @@ def build_report(state: OpicState, top: int = 25, title: str | None = None) -> s
             f"{p.cash:.3g}",
             str(p.visits),
             "yes" if p.fetched else "no",
-            f'<a href="{html.escape(p.url, quote=True)}">{html.escape(p.url)}</a>',
+            _link(p.url),
         ]
         for k, p in enumerate(pages, 1)
     ]
@@ -194,13 +200,20 @@ Importance is each page's share of all history (OPIC), normalised to sum 1 over 
 
 def write_report(state: OpicState, out: str | os.PathLike, top: int = 25) -> Path:
     """Write the report to ``out`` (through a temporary file: never half a page)."""
+    if top < 0:
+        raise ValueError("--top must be positive")
     text = build_report(state, top)
     target = Path(out)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or ".")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, target)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     return target
 
 

@@ -39,6 +39,7 @@ the crawl.
 from __future__ import annotations
 
 import logging
+import pickle
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -108,7 +109,24 @@ def state_path(settings: Any, spider_name: str, create: bool = True) -> Path:
     explicit = settings.get("OPIC_STATE_PATH")
     if explicit:
         return Path(str(explicit).replace("{spider}", spider_name))
-    return Path(data_path("opic", createdir=create)) / f"{spider_name}.sqlite"
+    if create:
+        return Path(data_path("opic", createdir=True)) / f"{spider_name}.sqlite"
+    return _project_data_dir() / "opic" / f"{spider_name}.sqlite"
+
+
+def _project_data_dir() -> Path:
+    """Where ``data_path`` puts a project's data (``.scrapy`` beside scrapy.cfg, or the cfg's
+    ``[datadir]``), without creating it as ``data_path`` would: readers create nothing."""
+    from scrapy.utils.conf import closest_scrapy_cfg, get_config
+    from scrapy.utils.project import inside_project
+
+    if not inside_project():
+        return Path(".scrapy")
+    cfg = get_config()
+    if cfg.has_option("datadir", "default"):
+        return Path(cfg.get("datadir", "default"))
+    scrapy_cfg = closest_scrapy_cfg()
+    return Path(scrapy_cfg).parent.resolve() / ".scrapy" if scrapy_cfg else Path(".scrapy")
 
 
 class OpicScheduler(BaseScheduler):
@@ -215,7 +233,7 @@ class OpicScheduler(BaseScheduler):
     def close(self, reason: str) -> None:
         if self._logstats is not None:
             self._logstats.stop()
-        self.commit()
+        self.commit(closing=True)
         self.update_stats()
         total = self.frontier.total_cash()
         logger.info(
@@ -249,10 +267,10 @@ class OpicScheduler(BaseScheduler):
             else:
                 logger.info("OPIC importance of %d rows exported to %s", n, target)
 
-    def commit(self) -> None:
+    def commit(self, closing: bool = False) -> None:
         """Write a snapshot of the OPIC state to the store (one sqlite transaction), with a point
         of the crawl's time series (what ``scrapy opic-report`` plots)."""
-        self._record_point()
+        self._record_point(last=closing)
         frontier, e = self.frontier, self.frontier.engine
         meta = {
             "spider": self.spider.name,
@@ -262,12 +280,14 @@ class OpicScheduler(BaseScheduler):
         self.store.commit(frontier, self.urls, meta)
         self._last_commit = (e.visit_count, time.monotonic())
 
-    def _record_point(self) -> None:
-        """One point of the time series (O(1)); the series thins itself to a bounded length."""
+    def _record_point(self, last: bool = False) -> None:
+        """One point of the time series (O(1)); the series thins itself to a bounded length.
+        ``last``: the crawl's final point, kept whatever the thinning stride."""
         frontier, e = self.frontier, self.frontier.engine
         if self.series.points and self.series.points[-1][1] == e.visit_count:
             return
         self.series.add(
+            force=last,
             elapsed=self._elapsed_before + time.monotonic() - self._started,
             visits=e.visit_count,
             G=e.G,
@@ -348,7 +368,9 @@ class OpicScheduler(BaseScheduler):
                 self._cached.add(i)
             else:
                 self.frontier.payloads[i] = ON_DISK
-        except ValueError as exc:
+        except (ValueError, TypeError, AttributeError, pickle.PicklingError) as exc:
+            # to_dict refuses a callback that is not a spider method (ValueError); pickle
+            # refuses a lock or a lambda in meta or cb_kwargs (TypeError, PicklingError...).
             if not self._warned_unserializable:
                 self._warned_unserializable = True
                 logger.warning(

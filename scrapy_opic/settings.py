@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .core.window import parse_window
+from .export import output_format
 
 #: setting name -> (default, one-line meaning). The README table is generated from the same text.
 DEFAULTS: dict[str, tuple[Any, str]] = {
@@ -162,6 +163,7 @@ def _export_targets(value: Any) -> dict[str, dict[str, Any]]:
         unknown = set(options) - set(EXPORT_OPTIONS)
         if unknown:
             raise ValueError(f"OPIC_EXPORT[{path!r}]: unknown options {sorted(unknown)}")
+        output_format(str(path))  # a typo in the extension fails now, not after the crawl
         out[str(path)] = {**EXPORT_OPTIONS, **options}
     return out
 

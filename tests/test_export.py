@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import scrapy
 from test_crawl import RUNNER, crawl, graph  # noqa: F401  (graph is a fixture)
 
 from scrapy_opic.core import OpicEngine
@@ -174,12 +175,23 @@ def test_csv_and_jsonl_hold_the_same_rows(synthetic, tmp_path):
     assert not list(tmp_path.glob(".*"))  # no temporary file left behind
 
 
-def test_export_streams_in_chunks(synthetic, monkeypatch):
-    """Pages are built one stored chunk at a time, never all at once."""
+def test_export_streams_in_chunks(synthetic):
+    """Pages are built one stored chunk at a time: taking the first chunk has read one row of
+    page URLs, not all of them."""
     path, _ = synthetic
     with open_state(path) as state:
-        sizes = [len(c) for c in state.page_chunks()]
-    assert sizes == [CHUNK, 900]
+        reads: list[str] = []
+        real_get = state._reader._get
+
+        def spy(key):
+            reads.append(key)
+            return real_get(key)
+
+        state._reader._get = spy
+        chunks = state.page_chunks()
+        first = next(chunks)
+        assert len(first) == CHUNK and reads == ["pages/0"]
+        assert [len(c) for c in chunks] == [900] and reads == ["pages/0", "pages/1"]
 
 
 # -- a real crawl: commands, OPIC_EXPORT, item field, log line --------------------------------
@@ -314,7 +326,17 @@ def test_bad_input_is_one_clear_error_and_touches_nothing(synthetic, tmp_path):
     assert_one_line_error(scrapy_cmd("opic-export", "-o", "x.csv", cwd=tmp_path), code=2)
     assert snapshot_dir(d) == before  # no state modified, no -wal/-shm file left
     assert not (tmp_path / "o.csv").exists() and not (tmp_path / "o.xml").exists()
+    assert not list(tmp_path.glob(".*"))  # no temporary output left behind
     assert not (tmp_path / ".scrapy").exists()  # looking for a state creates no directory
+    # Inside a Scrapy project too (where Scrapy's data_path would create .scrapy/).
+    project = tmp_path / "proj"
+    (project / "proj").mkdir(parents=True)
+    (project / "proj" / "__init__.py").write_text("")
+    (project / "proj" / "settings.py").write_text("BOT_NAME = 'proj'\n")
+    (project / "scrapy.cfg").write_text("[settings]\ndefault = proj.settings\n")
+    assert_one_line_error(scrapy_cmd("opic-export", "nospider", "-o", "o.csv", cwd=project))
+    assert_one_line_error(scrapy_cmd("opic-top", "nospider", cwd=project))
+    assert not (project / ".scrapy").exists()
 
 
 # -- reading while a crawl writes ---------------------------------------------------------------
@@ -435,3 +457,55 @@ def test_item_field_fills_dicts_and_warns_once_for_items_without_it(caplog):
     assert "importance" not in out[2]
     warnings = [r for r in caplog.records if "OPIC_ITEM_FIELD" in r.getMessage()]
     assert len(warnings) == 1
+
+
+def test_report_links_only_web_urls():
+    from scrapy_opic.report import _link
+
+    assert _link("https://a.example/?q=<x>") == (
+        '<a href="https://a.example/?q=&lt;x&gt;">https://a.example/?q=&lt;x&gt;</a>'
+    )
+    assert _link("javascript:alert(document.cookie)") == "javascript:alert(document.cookie)"
+    assert "<a" not in _link("JavaScript:void(0)") and "<a" not in _link("data:text/html,x")
+
+
+def test_callback_output_before_an_exception_still_goes_on():
+    from scrapy.utils.test import get_crawler
+
+    from scrapy_opic.middlewares import OpicSpiderMiddleware
+
+    mw = OpicSpiderMiddleware.from_crawler(get_crawler())
+
+    def callback():
+        yield {"n": 1}
+        yield {"n": 2}
+        raise RuntimeError("boom")
+
+    response = type("R", (), {"request": scrapy.Request("http://x/")})()
+    got = []
+    with pytest.raises(RuntimeError):
+        for o in mw.process_spider_output(response, callback()):
+            got.append(o)
+    assert got == [{"n": 1}, {"n": 2}]
+
+
+def test_frozen_items_keep_flowing_with_one_warning(caplog):
+    import dataclasses
+
+    from scrapy.utils.test import get_crawler
+
+    from scrapy_opic.middlewares import OpicSpiderMiddleware
+
+    @dataclasses.dataclass(frozen=True)
+    class Frozen:
+        url: str
+        importance: float = 0.0
+
+    mw = OpicSpiderMiddleware.from_crawler(
+        get_crawler(settings_dict={"OPIC_ITEM_FIELD": "importance"})
+    )
+    out = [Frozen("a"), Frozen("b"), {"url": "c"}]
+    with caplog.at_level("WARNING"):
+        mw._stamp(out, 0.5)
+    assert out[2]["importance"] == 0.5 and out[0].importance == 0.0
+    assert sum("OPIC_ITEM_FIELD" in r.getMessage() for r in caplog.records) == 1

@@ -118,10 +118,15 @@ def test_without_jobdir_each_crawl_starts_afresh(tmp_path):
 
 
 def test_unserializable_requests_stay_in_memory_with_one_warning(tmp_path, caplog):
+    import threading
+
     s = make(tmp_path, jobdir=True)
-    for url in URLS[:3]:
+    for url in URLS[:2]:
         assert s.enqueue_request(Request(url, callback=lambda r: None))
+    # A callback Scrapy can name, but a meta value pickle refuses.
+    assert s.enqueue_request(Request(URLS[2], meta={"lock": threading.Lock()}))
     assert caplog.text.count("Unable to serialize") == 1
+    assert s.stats.get_value("opic/unserializable") == 3
     assert sum(isinstance(p, Request) for p in s.frontier.payloads.values()) == 3
     assert len({s.next_request().url for _ in range(3)}) == 3
     s.close("finished")

@@ -31,3 +31,13 @@ def test_series_round_trip_keeps_stride_and_tolerates_new_fields():
     assert len(FIELDS) == len(loaded.points[0])
     with pytest.raises(ValueError):
         Series(limit=1)
+
+
+def test_a_forced_point_is_kept_whatever_the_stride():
+    s = Series(limit=4)
+    for k in range(10):
+        s.add(visits=k)
+    assert s.stride > 1
+    s.add(visits=99)  # may be skipped by the thinning...
+    s.add(force=True, visits=100)  # ...the crawl's last point never is
+    assert s.column("visits")[-1] == 100

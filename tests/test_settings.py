@@ -54,6 +54,8 @@ def test_export_setting_forms():
         OpicSettings.from_settings({"OPIC_EXPORT": {"x.csv": {"format": "xml"}}})
     with pytest.raises(ValueError):
         OpicSettings.from_settings({"OPIC_EXPORT": 3})
+    with pytest.raises(ValueError, match="unknown output format"):
+        OpicSettings.from_settings({"OPIC_EXPORT": "out.json"})
 
 
 def test_log_interval_follows_logstats_interval():

@@ -188,3 +188,34 @@ def test_reader_sees_one_commit_while_a_writer_goes_on(tmp_path):
     with StateReader(path) as reader:
         assert reader.n == CHUNK + 6
     store.close()
+
+
+def test_a_crawl_starting_on_a_state_waits_for_its_reader(tmp_path):
+    """A reader inside a closed state (an export) holds a read lock; a crawl that starts on the
+    same state waits for it to finish instead of failing."""
+    import threading
+    import time
+
+    path = tmp_path / "r.sqlite"
+    f = Frontier(OpicEngine())
+    f.schedule("a", "A")
+    store = SqliteStore(path)
+    store.commit(f, ["http://h/a"])
+    store.close()
+    reader = StateReader(path)  # a read transaction, open
+    opened: list = []
+
+    def start_crawl() -> None:
+        t0 = time.monotonic()
+        store = SqliteStore(path)  # must wait for the reader, then succeed
+        opened.append((store.load().urls, time.monotonic() - t0))
+        store.close()
+
+    crawl = threading.Thread(target=start_crawl)
+    crawl.start()
+    time.sleep(1.0)
+    assert not opened  # still waiting
+    reader.close()
+    crawl.join(timeout=20)
+    urls, waited = opened[0]
+    assert urls == ["http://h/a"] and waited >= 0.9

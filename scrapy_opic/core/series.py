@@ -30,9 +30,11 @@ class Series:
         self.stride = 1  # record one commit in `stride`
         self._skipped = 0
 
-    def add(self, **values: float) -> None:
+    def add(self, force: bool = False, **values: float) -> None:
+        """Record a point, or skip it to keep the spacing of a thinned series; ``force`` keeps
+        it anyway (the crawl's last point)."""
         self._skipped += 1
-        if self._skipped < self.stride:
+        if self._skipped < self.stride and not force:
             return
         self._skipped = 0
         self.points.append(tuple(float(values.get(f, 0.0)) for f in FIELDS))

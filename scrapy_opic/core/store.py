@@ -23,7 +23,9 @@ pending on load.
 While a crawl has it open the file is in WAL mode: a reader (:class:`StateReader`, the export
 commands) reads one consistent snapshot inside one read transaction while the crawl goes on
 committing; neither blocks the other and the reader never writes. At close the file goes back to
-a rollback journal: one file, with no ``-wal``/``-shm`` beside it.
+a rollback journal: one file, with no ``-wal``/``-shm`` beside it. (The one wait: a crawl that
+starts on a closed state while a reader is inside it waits for that reader, up to
+:data:`BUSY_TIMEOUT`, to switch the file into WAL mode.)
 
 Cost: a snapshot writes the per-page arrays (~45 bytes per page) plus the new page rows, so commit
 every K visits or T seconds, not at every event; request rows are written as they change.
@@ -35,6 +37,7 @@ import contextlib
 import os
 import pickle
 import sqlite3
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +50,7 @@ from .frontier import Frontier
 
 FORMAT = 2
 CHUNK = 4096  #: pages per ``pages/<c>`` row
+BUSY_TIMEOUT = 30.0  #: seconds a crawl starting on a state waits for a reader to finish
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
@@ -79,13 +83,16 @@ class SqliteStore:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         _check_sqlite(self.path)
         try:
+            # Into WAL mode first, on a connection of our own: a reader still inside a read
+            # transaction of the closed state (an export) makes the switch wait for it, up to
+            # BUSY_TIMEOUT seconds, instead of failing at once.
+            _into_wal(self.path)
             self.db = SqliteDict(
                 str(self.path),
                 tablename="opic",
                 flag="c",
                 autocommit=False,
-                journal_mode="WAL",
-                timeout=30,  # going into WAL mode waits for a reader of a closed state
+                journal_mode="WAL",  # already so: a no-op that takes no lock
                 outer_stack=False,
             )
         except Exception as exc:  # sqlite3.DatabaseError, RuntimeError from sqlitedict...
@@ -170,9 +177,31 @@ class SqliteStore:
         """Commit nothing more and close. The file goes back to a plain rollback journal, so a
         finished state is one self-contained file that readers open without creating the WAL's
         side files; if a reader is busy with it right now, it simply stays in WAL mode."""
-        with contextlib.suppress(Exception):
-            self.db.conn.select_one("PRAGMA journal_mode=DELETE")
         self.db.close()
+        with contextlib.suppress(sqlite3.Error):
+            con = sqlite3.connect(str(self.path), timeout=0.5)
+            try:
+                con.execute("PRAGMA journal_mode=DELETE")
+            finally:
+                con.close()
+
+
+def _into_wal(path: Path) -> None:
+    """Switch ``path`` into WAL mode, retrying while a reader holds it: the switch needs an
+    exclusive lock, and SQLite answers "database is locked" at once rather than calling its
+    busy handler for it."""
+    deadline = time.monotonic() + BUSY_TIMEOUT
+    while True:
+        con = sqlite3.connect(str(path), timeout=1.0)
+        try:
+            con.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+        finally:
+            con.close()
+        time.sleep(0.05)
 
 
 def _check_format(path: Path, fr: Any) -> None:
@@ -201,14 +230,19 @@ class StateReader:
             )
             self._con.execute("BEGIN")  # one snapshot for every read below
             fr = self._get("frontier")
-        except StoreError:
-            raise
         except Exception as exc:
+            self.close()
+            if isinstance(exc, StoreError):
+                raise
             raise StoreError(f"cannot read OPIC state {self.path}: {exc}") from None
         if fr is None:
             self.close()
             raise StoreError(f"{self.path} holds no OPIC state yet")
-        _check_format(self.path, fr)
+        try:
+            _check_format(self.path, fr)
+        except StoreError:
+            self.close()
+            raise
         self.n: int = fr["n"]
         self.status: bytes = fr["status"]
         self.continuous: bool = fr["continuous"]
@@ -255,8 +289,10 @@ class StateReader:
         return out
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self._con.close()
+        con = getattr(self, "_con", None)
+        if con is not None:
+            with contextlib.suppress(Exception):
+                con.close()
 
     def __enter__(self) -> StateReader:
         return self
