@@ -101,9 +101,9 @@ def _plots(state: OpicState) -> list[tuple[str, str, str]]:
         out.append(
             (
                 "error factor over the crawl",
-                "The error factor 1/G bounds how far the estimated importance can be from its "
-                "limit (the paper's Theorem 2.1 gives convergence as G grows); one point per "
-                "commit of the state.",
+                "The error factor 1/G is the paper's upper bound on the error of the importance "
+                "estimate; it falls as history accumulates (twice as fast under Greedy as under "
+                "Random). About 50 points per tenfold growth of the crawl.",
                 _figure_png(fig),
             )
         )
