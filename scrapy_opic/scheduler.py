@@ -277,7 +277,8 @@ class OpicScheduler(BaseScheduler):
             "settings": self.settings.as_dict(),
             "series": self.series.as_list(),
         }
-        self.store.commit(frontier, self.urls, meta)
+        # Periodic commits do not wait for the disk; the last one, at close, does.
+        self.store.commit(frontier, self.urls, meta, blocking=closing)
         self._last_commit = (e.visit_count, time.monotonic())
 
     def _record_point(self, last: bool = False) -> None:

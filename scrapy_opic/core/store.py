@@ -28,7 +28,9 @@ starts on a closed state while a reader is inside it waits for that reader, up t
 :data:`BUSY_TIMEOUT`, to switch the file into WAL mode.)
 
 Cost: a snapshot writes the per-page arrays (~45 bytes per page) plus the new page rows, so commit
-every K visits or T seconds, not at every event; request rows are written as they change.
+every K visits or T seconds, not at every event; request rows are written as they change. At a
+million pages a periodic (non-blocking) commit costs its caller ~0.04 s of serialization; the
+write itself (~0.25 s) runs in sqlitedict's thread.
 """
 
 from __future__ import annotations
@@ -118,10 +120,20 @@ class SqliteStore:
 
     # -- snapshots --------------------------------------------------------------------------
     def commit(
-        self, frontier: Frontier, urls: Sequence[str] = (), meta: dict | None = None
+        self,
+        frontier: Frontier,
+        urls: Sequence[str] = (),
+        meta: dict | None = None,
+        blocking: bool = True,
     ) -> None:
         """Write a snapshot of ``frontier`` (its engine, statuses, the page keys and ``urls`` by
-        page id) and commit it with everything pending, in one transaction."""
+        page id) and commit it with everything pending, in one transaction.
+
+        The snapshot is taken (serialized) here, in the caller's thread; sqlitedict's writer
+        thread writes it. ``blocking=False`` returns without waiting for the disk (a crawl's
+        periodic commits: at a million pages the write takes ~0.25 s that the Scrapy reactor
+        need not wait for); until the write lands, a reader or a crash sees the previous
+        commit, never part of this one."""
         engine = frontier.engine
         n = engine.n
         state = engine.state_dict(keys=False)
@@ -140,7 +152,7 @@ class SqliteStore:
             ]
         if meta is not None:
             self.db["meta"] = meta
-        self.db.commit(blocking=True)
+        self.db.commit(blocking=blocking)
         self._pages_written = n
 
     def load(self, **engine_kw) -> Saved | None:
