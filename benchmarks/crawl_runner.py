@@ -18,7 +18,7 @@ from scrapy_opic.localsite import crawl_to_files
 ORDERS = {
     "opic": {
         "SCHEDULER": "scrapy_opic.OpicScheduler",
-        "SPIDER_MIDDLEWARES": {"scrapy_opic.OpicSpiderMiddleware": 800},
+        "SPIDER_MIDDLEWARES": {"scrapy_opic.OpicSpiderMiddleware": 75},
         "DOWNLOADER_MIDDLEWARES": {"scrapy_opic.OpicDownloaderMiddleware": 540},
     },
     "default": {},  # Scrapy's scheduler: LIFO queues, depth-first

@@ -3,7 +3,7 @@
 Add to a project's settings::
 
     SCHEDULER = "scrapy_opic.OpicScheduler"
-    SPIDER_MIDDLEWARES = {"scrapy_opic.OpicSpiderMiddleware": 800}
+    SPIDER_MIDDLEWARES = {"scrapy_opic.OpicSpiderMiddleware": 75}
     DOWNLOADER_MIDDLEWARES = {"scrapy_opic.OpicDownloaderMiddleware": 540}
 
 or, with Scrapy's add-ons, ``ADDONS = {"scrapy_opic.Addon": 0}``. The Scrapy-free engine is

@@ -10,5 +10,5 @@ class Addon:
 
     def update_settings(self, settings: Any) -> None:
         settings.set("SCHEDULER", "scrapy_opic.OpicScheduler", "addon")
-        settings["SPIDER_MIDDLEWARES"]["scrapy_opic.OpicSpiderMiddleware"] = 800
+        settings["SPIDER_MIDDLEWARES"]["scrapy_opic.OpicSpiderMiddleware"] = 75
         settings["DOWNLOADER_MIDDLEWARES"]["scrapy_opic.OpicDownloaderMiddleware"] = 540

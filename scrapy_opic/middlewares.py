@@ -1,13 +1,15 @@
 """The middlewares that report each fetch's outcome to the OPIC frontier.
 
-``OpicSpiderMiddleware`` (spider middleware; below Scrapy's Referer middleware, 700, so that
-Depth and UrlLength have filtered first) sees exactly the requests a callback yields for a
-response. It buffers the callback's output, turns every request into a page (its fingerprint),
-and pays the parent's cash out over them in one step: the visit. Requests to hosts the spider
-does not allow (Scrapy's OffsiteMiddleware drops them before the scheduler sees them) are left
-out of the out-degree (``OPIC_REFUSED_LINKS = "ignore"``) or give their share to the virtual page
-(``"virtual"``). A callback error or an HTTP error response (``HttpError`` from Scrapy's
-HttpErrorMiddleware) is a visit with no out-links: the cash goes to the virtual page.
+``OpicSpiderMiddleware`` (spider middleware at 75: a callback's output reaches it after every
+middleware numbered above, Scrapy's Depth (900) and UrlLength (800) filters, a project's own
+middlewares (543 in Scrapy's template) and DeltaFetch-like filters (100), so it sees exactly the
+requests that go on to the scheduler). It buffers the callback's output, turns every request
+into a page (its fingerprint), and pays the parent's cash out over them in one step: the visit.
+Requests to hosts the spider does not allow (Scrapy's OffsiteMiddleware drops them before the
+scheduler sees them) are left out of the out-degree (``OPIC_REFUSED_LINKS = "ignore"``) or give
+their share to the virtual page (``"virtual"``). A callback error or an HTTP error response
+(``HttpError`` from Scrapy's HttpErrorMiddleware) is a visit with no out-links: the cash goes to
+the virtual page.
 
 ``OpicDownloaderMiddleware`` (downloader middleware, below RetryMiddleware, 550, so that it only
 sees errors that will not be retried) handles requests that never produce a response: a download
@@ -54,7 +56,7 @@ class OpicSpiderMiddleware:
     def __init__(self, crawler: Crawler, settings: OpicSettings) -> None:
         self.crawler = crawler
         self.settings = settings
-        self._warned_field = False
+        self._warned_field: set[type] = set()
         self._offsite = OffsiteMiddleware(crawler.stats)
         self._offsite.crawler = crawler
         crawler.signals.connect(self._offsite.spider_opened, signal=signals.spider_opened)
@@ -158,11 +160,11 @@ class OpicSpiderMiddleware:
                 ItemAdapter(o)[name] = importance
             except Exception as exc:  # no such field (KeyError), a frozen dataclass...
                 # Never lose the page's output over an annotation.
-                if not self._warned_field:
-                    self._warned_field = True
+                if type(o) not in self._warned_field:
+                    self._warned_field.add(type(o))
                     logger.warning(
                         "OPIC_ITEM_FIELD: cannot set %r on %s items (%s: %s); declare the "
-                        "field to get the importance in them. (This message is logged once.)",
+                        "field to get the importance in them. (Logged once per item class.)",
                         name,
                         type(o).__name__,
                         type(exc).__name__,

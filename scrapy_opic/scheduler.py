@@ -41,19 +41,22 @@ from __future__ import annotations
 import logging
 import pickle
 import time
+from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from weakref import WeakKeyDictionary
 
 from scrapy.core.scheduler import BaseScheduler
+from scrapy.dupefilters import RFPDupeFilter
 from scrapy.exceptions import IgnoreRequest
 from scrapy.spidermiddlewares.httperror import HttpError
 from scrapy.utils.job import job_dir
+from scrapy.utils.misc import build_from_crawler, load_object
 from scrapy.utils.project import data_path
 from scrapy.utils.request import request_from_dict
 
 from .core.engine import OpicEngine
-from .core.frontier import IN_FLIGHT, PENDING, VISITED, Frontier
+from .core.frontier import DISCOVERED, IN_FLIGHT, PENDING, VISITED, Frontier
 from .core.series import Series
 from .core.store import Saved, SqliteStore
 from .core.window import parse_window
@@ -142,6 +145,10 @@ class OpicScheduler(BaseScheduler):
         self.urls: list[str] = []
         self._persist = bool(job_dir(crawler.settings))  # request rows only when resumable
         self._warned_unserializable = False
+        self.df: Any = None  # a project's DUPEFILTER_CLASS, when it is not Scrapy's default
+        self._dupefilter_debug = False
+        self._logged_duplicate = False
+        self._extra: deque[Request] = deque()  # dont_filter fetches of pending/in-flight pages
         self._cached: set[int] = set()  # pending pages whose request is also in memory (JOBDIR)
         self._last_commit = (0, time.monotonic())
         self.series = Series()
@@ -155,8 +162,15 @@ class OpicScheduler(BaseScheduler):
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> OpicScheduler:
         scheduler = cls(crawler, OpicSettings.from_settings(crawler.settings))
-        # The downloader's per-slot concurrency, for slots it has not created yet.
         cs = crawler.settings
+        # Scrapy's own RFPDupeFilter filters by fingerprint, which the frontier already does
+        # (without a second set of fingerprints, or a requests.seen file). Any other
+        # DUPEFILTER_CLASS is built and asked, as Scrapy's scheduler would.
+        dupefilter_cls = load_object(cs["DUPEFILTER_CLASS"])
+        if dupefilter_cls is not RFPDupeFilter:
+            scheduler.df = build_from_crawler(dupefilter_cls, crawler)
+        scheduler._dupefilter_debug = cs.getbool("DUPEFILTER_DEBUG")
+        # The downloader's per-slot concurrency, for slots it has not created yet.
         per_ip = cs.getint("CONCURRENT_REQUESTS_PER_IP")
         scheduler._default_concurrency = per_ip or cs.getint("CONCURRENT_REQUESTS_PER_DOMAIN")
         scheduler._slot_concurrency = {
@@ -172,7 +186,7 @@ class OpicScheduler(BaseScheduler):
         return _RUNNING.get(crawler)
 
     # -- lifecycle -------------------------------------------------------------------------
-    def open(self, spider: Spider) -> None:
+    def open(self, spider: Spider) -> Any:
         self.spider = spider
         s = self.settings
         path = state_path(self.crawler.settings, spider.name)
@@ -190,6 +204,7 @@ class OpicScheduler(BaseScheduler):
         if s.logstats_interval > 0:
             self._logstats = OpicLogStats(self, s.logstats_interval)
             self._logstats.start()
+        opened = self.df.open() if self.df is not None else None
         logger.info(
             "OPIC scheduler (%s, epsilon=%s, refresh=%s, window=%s, %s crawl), state %s%s",
             s.strategy,
@@ -200,6 +215,7 @@ class OpicScheduler(BaseScheduler):
             path,
             " (resumed)" if resumed else "",
         )
+        return opened
 
     def _resume(self, saved: Saved) -> None:
         s = self.settings
@@ -230,7 +246,7 @@ class OpicScheduler(BaseScheduler):
         if abs(total - 1.0) > 1e-6:
             logger.warning("OPIC state %s: total cash is %.12f, not 1", self.store.path, total)
 
-    def close(self, reason: str) -> None:
+    def close(self, reason: str) -> Any:
         if self._logstats is not None:
             self._logstats.stop()
         self.commit(closing=True)
@@ -247,6 +263,7 @@ class OpicScheduler(BaseScheduler):
         self.store.close()
         _RUNNING.pop(self.crawler, None)
         self._export()
+        return self.df.close(reason) if self.df is not None else None
 
     def _export(self) -> None:
         """``OPIC_EXPORT``: write each target from the state just committed. A failed export is
@@ -331,10 +348,10 @@ class OpicScheduler(BaseScheduler):
 
     # -- the scheduler interface -----------------------------------------------------------
     def has_pending_requests(self) -> bool:
-        return len(self.frontier) > 0
+        return len(self.frontier) > 0 or bool(self._extra)
 
     def __len__(self) -> int:
-        return len(self.frontier)
+        return len(self.frontier) + len(self._extra)
 
     def _slot(self, request: Request) -> Any:
         return self.crawler.engine.downloader.get_slot_key(request)
@@ -402,17 +419,69 @@ class OpicScheduler(BaseScheduler):
             if scheduled:
                 self._keep(target, request)
             return scheduled
-        if frontier.schedule(
-            frontier.engine.key_of(i), request, self._slot(request), request.priority
+        status = frontier.status[i]
+        # dont_filter: fetch even a known page, as Scrapy does. Not for start requests (Scrapy
+        # marks start_urls dont_filter): a resumed crawl must not fetch its seeds again.
+        again = request.dont_filter and not request.meta.get("is_start_request")
+        fresh = status == DISCOVERED or (status == VISITED and (frontier.continuous or again))
+        # The project's own dupefilter, if any, may refuse it (never a dont_filter request).
+        if (
+            fresh
+            and self.df is not None
+            and not request.dont_filter
+            and self.df.request_seen(request)
+        ):
+            self.df.log(request, self.spider)
+            self.stats.inc_value("opic/filtered")
+            if status == DISCOVERED:  # never to be fetched: its cash goes to the virtual page
+                frontier.forfeit(i)
+            return False
+        if fresh and frontier.schedule(
+            frontier.engine.key_of(i),
+            request,
+            self._slot(request),
+            request.priority,
+            again=again,
         ):
             self._keep(i, request)
             self.stats.inc_value("opic/enqueued")
+            self.stats.inc_value("scheduler/enqueued")
+            self.stats.inc_value(f"scheduler/enqueued/{'disk' if self._persist else 'memory'}")
+            return True
+        if again:
+            # Its page is pending or in flight: Scrapy would fetch it once more all the same.
+            # Such a fetch pays nothing (the page's cash goes with its own fetch).
+            self._extra.append(request)
+            self.stats.inc_value("opic/extra_fetches")
+            self.stats.inc_value("scheduler/enqueued")
+            self.stats.inc_value("scheduler/enqueued/memory")
             return True
         self.stats.inc_value("opic/duplicates")
+        self._log_duplicate(request)
         return False
+
+    def _log_duplicate(self, request: Request) -> None:
+        """What Scrapy's RFPDupeFilter says of a duplicate: the ``dupefilter/filtered`` stat and
+        a debug line (the first only, or all with DUPEFILTER_DEBUG)."""
+        if self.df is not None:
+            self.df.log(request, self.spider)
+            return
+        self.stats.inc_value("dupefilter/filtered")
+        if self._dupefilter_debug or not self._logged_duplicate:
+            self._logged_duplicate = True
+            logger.debug(
+                "Filtered duplicate request: %(request)s"
+                + ("" if self._dupefilter_debug else " - no more duplicates will be shown"),
+                {"request": request},
+                extra={"spider": self.spider},
+            )
 
     def next_request(self) -> Request | None:
         self._maybe_commit()
+        if self._extra:  # dont_filter requests for pages already pending or in flight
+            self.stats.inc_value("scheduler/dequeued")
+            self.stats.inc_value("scheduler/dequeued/memory")
+            return self._extra.popleft()
         got = self.frontier.pop(self._has_room)
         if got is None:
             return None
@@ -427,6 +496,8 @@ class OpicScheduler(BaseScheduler):
         request.meta["opic_id"] = i
         request.errback = OutcomeErrback(self, request.errback)
         self.stats.inc_value("opic/popped")
+        self.stats.inc_value("scheduler/dequeued")
+        self.stats.inc_value(f"scheduler/dequeued/{'disk' if self._persist else 'memory'}")
         return request
 
     # -- stats -----------------------------------------------------------------------------

@@ -45,7 +45,7 @@ def main() -> None:
         config = json.load(fh)
     settings = {
         "SCHEDULER": "scrapy_opic.OpicScheduler",
-        "SPIDER_MIDDLEWARES": {"scrapy_opic.OpicSpiderMiddleware": 800},
+        "SPIDER_MIDDLEWARES": {"scrapy_opic.OpicSpiderMiddleware": 75},
         "DOWNLOADER_MIDDLEWARES": {"scrapy_opic.OpicDownloaderMiddleware": 540},
         "LOG_LEVEL": "INFO",
         "RETRY_TIMES": 1,

@@ -282,3 +282,16 @@ def test_a_failure_only_the_errback_sees_still_settles_its_page(tmp_path, graph)
     assert len({r["url"] for r in items}) == graph.n
     assert stats["opic/total_cash"] == pytest.approx(1.0, abs=1e-9)
     assert stats["opic/ignored"] >= 4 and stats["opic/in_flight"] == 0
+
+
+def test_links_scrapy_drops_later_in_the_chain_are_never_pages(tmp_path, graph):
+    """The spider middleware sits below Scrapy's UrlLength filter: links too long to be crawled
+    never become pages holding cash (they would hold most of it, never to be fetched)."""
+    with Site(graph) as site:
+        limit = len(site.url(99))  # pages 0-99 fit, 100-299 are too long
+        items, stats = crawl(tmp_path, site.url(0), URLLENGTH_LIMIT=limit, CONCURRENT_REQUESTS=4)
+    assert stats["urllength/request_ignored_count"] > 0
+    fetched = {node(r["url"]) for r in items}
+    assert max(fetched) < 100
+    assert stats["opic/pages"] == stats["opic/visited"] == len(fetched)
+    assert stats["opic/total_cash"] == pytest.approx(1.0, abs=1e-9)

@@ -139,3 +139,69 @@ def test_request_priority_comes_before_cash(tmp_path):
     order = [s.next_request() for _ in range(6)]
     assert [r.priority for r in order] == [1, 1, 1, 0, 0, 0]
     s.close("finished")
+
+
+def test_dont_filter_fetches_again_as_scrapy_does(tmp_path):
+    s = make(tmp_path)
+    home = URLS[0]
+    assert s.enqueue_request(Request(home))
+    first = s.next_request()
+    assert first.meta["opic_id"] is not None
+    # The same page while it is in flight: dropped, unless dont_filter says fetch it anyway.
+    assert not s.enqueue_request(Request(home))
+    assert s.enqueue_request(Request(home, dont_filter=True, meta={"tag": "again"}))
+    assert len(s) == 1 and s.has_pending_requests()
+    extra = s.next_request()
+    assert extra.meta["tag"] == "again" and "opic_id" not in extra.meta  # pays nothing
+    # Once visited, a plain link is a duplicate; a dont_filter request (a retry from a
+    # callback, a second callback for the same URL) fetches the page again, with its cash.
+    s.frontier.complete(first.meta["opic_id"], [])
+    assert not s.enqueue_request(Request(home))
+    assert s.enqueue_request(Request(home, dont_filter=True, priority=-1))
+    again = s.next_request()
+    assert again.meta["opic_id"] == first.meta["opic_id"] and again.priority == -1
+    # A start request (dont_filter too, as Scrapy makes start_urls) for a known page: a resumed
+    # crawl does not fetch its seeds again.
+    s.frontier.complete(again.meta["opic_id"], [])
+    assert not s.enqueue_request(Request(home, dont_filter=True, meta={"is_start_request": True}))
+    st = s.stats.get_stats()
+    assert st["scheduler/enqueued"] == 3 and st["scheduler/dequeued"] == 3
+    assert st["dupefilter/filtered"] == 3 and st["opic/duplicates"] == 3
+    s.close("finished")
+
+
+class SessionDupeFilter:
+    """A project's dupefilter: refuses every URL with /session/ in it."""
+
+    def __init__(self) -> None:
+        self.logged: list[str] = []
+
+    def request_seen(self, request) -> bool:
+        return "/session/" in request.url
+
+    def open(self) -> None:
+        pass
+
+    def close(self, reason: str) -> None:
+        pass
+
+    def log(self, request, spider) -> None:
+        self.logged.append(request.url)
+
+
+def test_a_projects_dupefilter_is_asked_and_its_refusals_pay_the_virtual_page(tmp_path):
+    s = make(tmp_path, DUPEFILTER_CLASS="test_scheduler.SessionDupeFilter")
+    assert isinstance(s.df, SessionDupeFilter)
+    assert s.enqueue_request(Request("http://a.example/"))
+    parent = s.next_request().meta["opic_id"]
+    kids = [s.page_of(Request(u)) for u in ("http://a.example/x", "http://a.example/session/1")]
+    s.frontier.complete(parent, kids)  # the visit pays both links
+    assert s.frontier.engine.cash_of(kids[1]) > 0
+    assert s.enqueue_request(Request("http://a.example/x"))
+    assert not s.enqueue_request(Request("http://a.example/session/1"))
+    assert s.df.logged == ["http://a.example/session/1"]
+    # Never to be fetched: its cash went to the virtual page, and the total is still 1.
+    assert s.frontier.engine.cash_of(kids[1]) == 0
+    assert abs(s.frontier.total_cash() - 1.0) < 1e-12
+    assert s.enqueue_request(Request("http://a.example/session/1", dont_filter=True))
+    s.close("finished")

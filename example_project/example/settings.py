@@ -6,7 +6,7 @@ NEWSPIDER_MODULE = "example.spiders"
 
 # scrapy-opic: crawl the most important pages first.
 SCHEDULER = "scrapy_opic.OpicScheduler"
-SPIDER_MIDDLEWARES = {"scrapy_opic.OpicSpiderMiddleware": 800}
+SPIDER_MIDDLEWARES = {"scrapy_opic.OpicSpiderMiddleware": 75}
 DOWNLOADER_MIDDLEWARES = {"scrapy_opic.OpicDownloaderMiddleware": 540}
 
 ROBOTSTXT_OBEY = False

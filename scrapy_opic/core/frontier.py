@@ -131,15 +131,21 @@ class Frontier:
 
     # -- scheduling -----------------------------------------------------------------------
     def schedule(
-        self, key: Hashable, payload: Any, slot: Hashable = None, priority: int = 0
+        self,
+        key: Hashable,
+        payload: Any,
+        slot: Hashable = None,
+        priority: int = 0,
+        again: bool = False,
     ) -> bool:
         """Ask for page ``key`` to be fetched with ``payload`` through download ``slot``; with the
         greedy strategy a higher ``priority`` is served first. Returns ``False`` for a duplicate:
-        the page is already pending or in flight, or was visited in a one-pass crawl. (Links that
-        led here have already paid the page: a duplicate keeps its money.)"""
+        the page is already pending or in flight, or was visited in a one-pass crawl (unless
+        ``again``: fetch a visited page once more). (Links that led here have already paid the
+        page: a duplicate keeps its money.)"""
         i = self.discover(key)
         status = self.status[i]
-        if status in (PENDING, IN_FLIGHT) or (status == VISITED and not self.continuous):
+        if status in (PENDING, IN_FLIGHT) or (status == VISITED and not (self.continuous or again)):
             return False
         self.payloads[i] = payload
         self._slots[i] = (priority, slot)
