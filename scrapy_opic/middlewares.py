@@ -57,6 +57,7 @@ class OpicSpiderMiddleware:
         self.crawler = crawler
         self.settings = settings
         self._warned_field: set[type] = set()
+        self._collecting: set[int] = set()  # responses whose callback output is being read
         self._offsite = OffsiteMiddleware(crawler.stats)
         self._offsite.crawler = crawler
         crawler.signals.connect(self._offsite.spider_opened, signal=signals.spider_opened)
@@ -68,10 +69,14 @@ class OpicSpiderMiddleware:
     # The whole output is buffered: the visit pays all the followed links at once. If the
     # callback raises part-way, what it yielded before still goes on (as without OPIC) and is
     # paid for, then the exception goes on to the middlewares below.
+    # (Scrapy runs the process_spider_exception chain, ours included, before the exception
+    # reaches the loop below: ``_collecting`` tells ours to leave the page to the loop, which
+    # pays the links yielded so far.)
     def process_spider_output(
         self, response: Response, result: Iterable[Any], spider: Spider | None = None
     ) -> Iterable[Any]:
         out: list[Any] = []
+        self._collecting.add(id(response))
         try:
             for o in result:
                 out.append(o)
@@ -79,6 +84,8 @@ class OpicSpiderMiddleware:
             self._settle(response, out)
             yield from out
             raise
+        finally:
+            self._collecting.discard(id(response))
         self._settle(response, out)
         yield from out
 
@@ -86,6 +93,7 @@ class OpicSpiderMiddleware:
         self, response: Response, result: AsyncIterator[Any], spider: Spider | None = None
     ) -> AsyncIterator[Any]:
         out: list[Any] = []
+        self._collecting.add(id(response))
         try:
             async for o in result:
                 out.append(o)
@@ -94,6 +102,8 @@ class OpicSpiderMiddleware:
             for o in out:
                 yield o
             raise
+        finally:
+            self._collecting.discard(id(response))
         self._settle(response, out)
         for o in out:
             yield o
@@ -101,6 +111,8 @@ class OpicSpiderMiddleware:
     def process_spider_exception(
         self, response: Response, exception: Exception, spider: Spider | None = None
     ) -> None:
+        if id(response) in self._collecting:  # raised part-way through a callback's output
+            return
         page = _in_flight_page(self.crawler, response.request)
         if page is not None:
             scheduler, i = page

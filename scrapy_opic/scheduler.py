@@ -260,10 +260,15 @@ class OpicScheduler(BaseScheduler):
             total,
         )
         self.stats.set_value("opic/total_cash", total)
-        self.store.close()
-        _RUNNING.pop(self.crawler, None)
-        self._export()
-        return self.df.close(reason) if self.df is not None else None
+        try:
+            self.store.close()
+        finally:
+            _RUNNING.pop(self.crawler, None)
+        try:
+            self._export()
+        finally:
+            closed = self.df.close(reason) if self.df is not None else None
+        return closed
 
     def _export(self) -> None:
         """``OPIC_EXPORT``: write each target from the state just committed. A failed export is
@@ -403,13 +408,16 @@ class OpicScheduler(BaseScheduler):
         frontier = self.frontier
         if isinstance(request.errback, OutcomeErrback):  # a retry or redirect copies it
             request.errback = request.errback.original
-        source = request.meta.get("opic_id")
+        # The page id of the request this one came from (a retry or redirect copies its meta);
+        # taken out, so that no request in a queue carries a stale id.
+        source = request.meta.pop("opic_id", None)
         i = self.page_of(request)
         if source is not None and frontier.status[source] == IN_FLIGHT:
             if source == i:  # a retry of the page in flight
                 frontier.retry(i, request, self._slot(request), request.priority)
                 self._keep(i, request)
                 self.stats.inc_value("opic/retried")
+                self._count_enqueued()
                 return True
             # A redirect: the in-flight page's cash moves to the target.
             target, scheduled = frontier.redirect(
@@ -418,6 +426,7 @@ class OpicScheduler(BaseScheduler):
             self.stats.inc_value("opic/redirected")
             if scheduled:
                 self._keep(target, request)
+                self._count_enqueued()
             return scheduled
         status = frontier.status[i]
         # dont_filter: fetch even a known page, as Scrapy does. Not for start requests (Scrapy
@@ -445,8 +454,7 @@ class OpicScheduler(BaseScheduler):
         ):
             self._keep(i, request)
             self.stats.inc_value("opic/enqueued")
-            self.stats.inc_value("scheduler/enqueued")
-            self.stats.inc_value(f"scheduler/enqueued/{'disk' if self._persist else 'memory'}")
+            self._count_enqueued()
             return True
         if again:
             # Its page is pending or in flight: Scrapy would fetch it once more all the same.
@@ -459,6 +467,10 @@ class OpicScheduler(BaseScheduler):
         self.stats.inc_value("opic/duplicates")
         self._log_duplicate(request)
         return False
+
+    def _count_enqueued(self) -> None:
+        self.stats.inc_value("scheduler/enqueued")
+        self.stats.inc_value(f"scheduler/enqueued/{'disk' if self._persist else 'memory'}")
 
     def _log_duplicate(self, request: Request) -> None:
         """What Scrapy's RFPDupeFilter says of a duplicate: the ``dupefilter/filtered`` stat and

@@ -28,16 +28,19 @@ class SlotBlindScheduler(OpicScheduler):
 class SiteSpider(scrapy.Spider):
     name = "site"
 
-    def __init__(self, start_url: str, allowed: list[str] | None = None, **kw) -> None:
+    def __init__(self, start_url: str, allowed: list[str] | None = None, raise_on=(), **kw) -> None:
         super().__init__(**kw)
         self.start_urls = [start_url]
         self.allowed_domains = allowed or ["127.0.0.1"]
         self.links = LinkExtractor()
+        self.raise_on = set(raise_on or ())  # URLs whose callback raises after its links
 
     def parse(self, response):
         yield {"url": response.url, "title": response.css("title::text").get()}
         for link in self.links.extract_links(response):
             yield response.follow(link.url, self.parse)
+        if response.url in self.raise_on:
+            raise ValueError("a callback that fails after yielding its links")
 
 
 def main() -> None:
@@ -62,6 +65,7 @@ def main() -> None:
         config["stats"],
         start_url=config["start_url"],
         allowed=config.get("allowed"),
+        raise_on=config.get("raise_on"),
     )
 
 

@@ -21,11 +21,12 @@ RUNNER = Path(__file__).with_name("crawl_runner.py")
 
 
 def crawl(
-    tmp_path: Path, start_url: str, addon: bool = False, allowed=None, **settings
+    tmp_path: Path, start_url: str, addon: bool = False, allowed=None, raise_on=(), **settings
 ) -> tuple[list[dict], dict]:
     tmp_path.mkdir(parents=True, exist_ok=True)
     items, stats = tmp_path / "items.jsonl", tmp_path / "stats.json"
     config = {
+        "raise_on": list(raise_on),
         "allowed": allowed,
         "addon": addon,
         "start_url": start_url,
@@ -294,4 +295,15 @@ def test_links_scrapy_drops_later_in_the_chain_are_never_pages(tmp_path, graph):
     fetched = {node(r["url"]) for r in items}
     assert max(fetched) < 100
     assert stats["opic/pages"] == stats["opic/visited"] == len(fetched)
+    assert stats["opic/total_cash"] == pytest.approx(1.0, abs=1e-9)
+
+
+def test_links_yielded_before_a_callback_error_are_followed_and_paid(tmp_path, graph):
+    """A callback that raises after yielding its links: as without OPIC, the links go on, and
+    the page's visit pays them (not a failed visit that sends its cash to the virtual page)."""
+    with Site(graph) as site:
+        items, stats = crawl(tmp_path, site.url(0), raise_on=[site.url(0)], CONCURRENT_REQUESTS=4)
+    assert stats["spider_exceptions/count"] == 1
+    assert len({r["url"] for r in items}) == graph.n  # the start page's links were followed
+    assert stats.get("opic/failed", 0) == 0 and stats["opic/visits"] == graph.n
     assert stats["opic/total_cash"] == pytest.approx(1.0, abs=1e-9)

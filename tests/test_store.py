@@ -219,3 +219,45 @@ def test_a_crawl_starting_on_a_state_waits_for_its_reader(tmp_path):
     crawl.join(timeout=20)
     urls, waited = opened[0]
     assert urls == ["http://h/a"] and waited >= 0.9
+
+
+def test_a_failed_background_commit_stops_the_crawl_with_an_error_not_a_hang(tmp_path):
+    """A non-blocking commit that fails in sqlitedict's writer thread (here: the file size limit,
+    as a full disk would) must surface as a StoreError at the next call, not hang it."""
+    path = tmp_path / "f.sqlite"
+    script = textwrap.dedent(f"""
+        import os, resource, signal, time
+        from scrapy_opic.core import OpicEngine
+        from scrapy_opic.core.frontier import Frontier
+        from scrapy_opic.core.store import SqliteStore, StoreError
+        store = SqliteStore({str(path)!r})
+        f = Frontier(OpicEngine())
+        for k in range(50):
+            f.schedule(f"k{{k}}", None)
+        store.commit(f, [], {{}})
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        limit = os.path.getsize({str(path)!r} + "-wal") + 8192
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
+        for k in range(20000):
+            f.schedule(f"key-{{k}}-" + "x" * 40, None)
+        store.commit(f, ["u"] * f.engine.n, {{"big": "y" * 200000}}, blocking=False)
+        deadline = time.monotonic() + 30  # until the writer thread has failed
+        while store.db.conn.is_alive() and not store.db.conn.exception:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY,) * 2)
+        for call in (lambda: store.del_request(5), lambda: store.get_request(6),
+                     lambda: store.commit(f, [])):
+            try:
+                call()
+            except StoreError as exc:
+                print("StoreError", exc)
+        store.close()
+        print("closed")
+    """)
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert lines[-1] == "closed" and sum(ln.startswith("StoreError") for ln in lines) == 3

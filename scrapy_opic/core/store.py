@@ -101,19 +101,35 @@ class SqliteStore:
             raise StoreError(f"cannot open OPIC state {self.path}: {exc}") from None
         self._pages_written = 0  # pages whose (key, url) rows are committed
 
+    def _check(self) -> None:
+        """Raise :class:`StoreError` if sqlitedict's writer thread failed or died (a full disk,
+        an I/O error): every later call that waits for it would otherwise hang for good."""
+        conn = self.db.conn
+        try:
+            conn.check_raise_error()
+        except Exception as exc:
+            raise StoreError(f"OPIC state {self.path}: a write failed: {exc}") from None
+        if not conn.is_alive():
+            raise StoreError(f"OPIC state {self.path}: its writer thread has stopped")
+
     # -- requests ---------------------------------------------------------------------------
     def put_request(self, i: int, data: Any) -> None:
+        self._check()
         self.db[f"req/{i}"] = data
 
     def get_request(self, i: int) -> Any:
         """The payload row of page ``i`` (:class:`KeyError` if none)."""
+        self._check()
         return self.db[f"req/{i}"]
 
     def del_request(self, i: int) -> None:
-        with contextlib.suppress(KeyError):
-            del self.db[f"req/{i}"]
+        # A plain DELETE, queued: sqlitedict's ``del`` first asks whether the key exists, which
+        # would wait behind a snapshot still being written.
+        self._check()
+        self.db.conn.execute('DELETE FROM "opic" WHERE key = ?', (f"req/{i}",))
 
     def requests(self) -> Iterator[tuple[int, Any]]:
+        self._check()
         for key, value in self.db.items():
             if key.startswith("req/"):
                 yield int(key[4:]), value
@@ -134,6 +150,7 @@ class SqliteStore:
         periodic commits: at a million pages the write takes ~0.25 s that the Scrapy reactor
         need not wait for); until the write lands, a reader or a crash sees the previous
         commit, never part of this one."""
+        self._check()  # a previous (non-blocking) commit that failed stops the crawl here
         engine = frontier.engine
         n = engine.n
         state = engine.state_dict(keys=False)
@@ -189,6 +206,9 @@ class SqliteStore:
         """Commit nothing more and close. The file goes back to a plain rollback journal, so a
         finished state is one self-contained file that readers open without creating the WAL's
         side files; if a reader is busy with it right now, it simply stays in WAL mode."""
+        if not self.db.conn.is_alive():  # its writer died: nothing would answer a clean close
+            self.db.close(do_log=False, force=True)
+            return
         self.db.close()
         with contextlib.suppress(sqlite3.Error):
             con = sqlite3.connect(str(self.path), timeout=0.5)
