@@ -117,7 +117,7 @@ class OpicSpiderMiddleware:
         if page is not None:
             scheduler, i = page
             scheduler.frontier.fail(i)
-            self.crawler.stats.inc_value("opic/failed")
+            scheduler.counts["opic/failed"] += 1
 
     def _follows(self, request: Request) -> bool:
         return bool(
@@ -158,7 +158,7 @@ class OpicSpiderMiddleware:
             boosts=boosts if s.boost_patterns else None,
             virtual_weight=refused if s.refused_links == "virtual" else 0.0,
         )
-        scheduler.stats.inc_value("opic/visits")
+        scheduler.counts["opic/visits"] += 1
         if s.item_field:
             self._stamp(out, frontier.engine.importance_of(i))
 
@@ -203,7 +203,7 @@ class OpicDownloaderMiddleware:
         scheduler, i = page
         if isinstance(exception, IgnoreRequest):
             scheduler.frontier.forfeit(i)
-            self.crawler.stats.inc_value("opic/ignored")
+            scheduler.counts["opic/ignored"] += 1
         else:
             scheduler.frontier.fail(i)
-            self.crawler.stats.inc_value("opic/failed")
+            scheduler.counts["opic/failed"] += 1

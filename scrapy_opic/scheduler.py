@@ -41,7 +41,7 @@ from __future__ import annotations
 import logging
 import pickle
 import time
-from collections import deque
+from collections import defaultdict, deque
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from weakref import WeakKeyDictionary
@@ -96,10 +96,10 @@ class OutcomeErrback:
             # Any other IgnoreRequest (robots.txt, too many redirects...) fetched nothing.
             if failure.check(IgnoreRequest) and not failure.check(HttpError):
                 frontier.forfeit(i)
-                self.scheduler.stats.inc_value("opic/ignored")
+                self.scheduler.counts["opic/ignored"] += 1
             else:
                 frontier.fail(i)
-                self.scheduler.stats.inc_value("opic/failed")
+                self.scheduler.counts["opic/failed"] += 1
         return failure if self.original is None else self.original(failure)
 
 
@@ -144,6 +144,13 @@ class OpicScheduler(BaseScheduler):
         self.store: SqliteStore | None = None
         self.urls: list[str] = []
         self._persist = bool(job_dir(crawler.settings))  # request rows only when resumable
+        where = "disk" if self._persist else "memory"
+        self._enqueued_where = f"scheduler/enqueued/{where}"
+        self._dequeued_where = f"scheduler/dequeued/{where}"
+        #: Counters of the per-request path (``opic/*``, ``scheduler/*``, ``dupefilter/filtered``)
+        #: kept here and added to Scrapy's stats at each commit and at close: a stats call per
+        #: event costs more than the rest of a pop.
+        self.counts: defaultdict[str, int] = defaultdict(int)
         self._warned_unserializable = False
         self.df: Any = None  # a project's DUPEFILTER_CLASS, when it is not Scrapy's default
         self._dupefilter_debug = False
@@ -402,7 +409,7 @@ class OpicScheduler(BaseScheduler):
                     request,
                     exc,
                 )
-            self.stats.inc_value("opic/unserializable")
+            self.counts["opic/unserializable"] += 1
 
     def enqueue_request(self, request: Request) -> bool:
         frontier = self.frontier
@@ -416,14 +423,14 @@ class OpicScheduler(BaseScheduler):
             if source == i:  # a retry of the page in flight
                 frontier.retry(i, request, self._slot(request), request.priority)
                 self._keep(i, request)
-                self.stats.inc_value("opic/retried")
+                self.counts["opic/retried"] += 1
                 self._count_enqueued()
                 return True
             # A redirect: the in-flight page's cash moves to the target.
             target, scheduled = frontier.redirect(
                 source, frontier.engine.key_of(i), request, self._slot(request), request.priority
             )
-            self.stats.inc_value("opic/redirected")
+            self.counts["opic/redirected"] += 1
             if scheduled:
                 self._keep(target, request)
                 self._count_enqueued()
@@ -441,7 +448,7 @@ class OpicScheduler(BaseScheduler):
             and self.df.request_seen(request)
         ):
             self.df.log(request, self.spider)
-            self.stats.inc_value("opic/filtered")
+            self.counts["opic/filtered"] += 1
             if status == DISCOVERED:  # never to be fetched: its cash goes to the virtual page
                 frontier.forfeit(i)
             return False
@@ -453,24 +460,24 @@ class OpicScheduler(BaseScheduler):
             again=again,
         ):
             self._keep(i, request)
-            self.stats.inc_value("opic/enqueued")
+            self.counts["opic/enqueued"] += 1
             self._count_enqueued()
             return True
         if again:
             # Its page is pending or in flight: Scrapy would fetch it once more all the same.
             # Such a fetch pays nothing (the page's cash goes with its own fetch).
             self._extra.append(request)
-            self.stats.inc_value("opic/extra_fetches")
-            self.stats.inc_value("scheduler/enqueued")
-            self.stats.inc_value("scheduler/enqueued/memory")
+            self.counts["opic/extra_fetches"] += 1
+            self.counts["scheduler/enqueued"] += 1
+            self.counts["scheduler/enqueued/memory"] += 1
             return True
-        self.stats.inc_value("opic/duplicates")
+        self.counts["opic/duplicates"] += 1
         self._log_duplicate(request)
         return False
 
     def _count_enqueued(self) -> None:
-        self.stats.inc_value("scheduler/enqueued")
-        self.stats.inc_value(f"scheduler/enqueued/{'disk' if self._persist else 'memory'}")
+        self.counts["scheduler/enqueued"] += 1
+        self.counts[self._enqueued_where] += 1
 
     def _log_duplicate(self, request: Request) -> None:
         """What Scrapy's RFPDupeFilter says of a duplicate: the ``dupefilter/filtered`` stat and
@@ -478,7 +485,7 @@ class OpicScheduler(BaseScheduler):
         if self.df is not None:
             self.df.log(request, self.spider)
             return
-        self.stats.inc_value("dupefilter/filtered")
+        self.counts["dupefilter/filtered"] += 1
         if self._dupefilter_debug or not self._logged_duplicate:
             self._logged_duplicate = True
             logger.debug(
@@ -491,8 +498,8 @@ class OpicScheduler(BaseScheduler):
     def next_request(self) -> Request | None:
         self._maybe_commit()
         if self._extra:  # dont_filter requests for pages already pending or in flight
-            self.stats.inc_value("scheduler/dequeued")
-            self.stats.inc_value("scheduler/dequeued/memory")
+            self.counts["scheduler/dequeued"] += 1
+            self.counts["scheduler/dequeued/memory"] += 1
             return self._extra.popleft()
         got = self.frontier.pop(self._has_room)
         if got is None:
@@ -507,15 +514,19 @@ class OpicScheduler(BaseScheduler):
             request = request.replace()  # the stored request is fetched again later
         request.meta["opic_id"] = i
         request.errback = OutcomeErrback(self, request.errback)
-        self.stats.inc_value("opic/popped")
-        self.stats.inc_value("scheduler/dequeued")
-        self.stats.inc_value(f"scheduler/dequeued/{'disk' if self._persist else 'memory'}")
+        self.counts["opic/popped"] += 1
+        self.counts["scheduler/dequeued"] += 1
+        self.counts[self._dequeued_where] += 1
         return request
 
     # -- stats -----------------------------------------------------------------------------
     def update_stats(self) -> None:
-        """Copy the frontier's figures into Scrapy's stats (``opic/...``). O(pages): called at
-        each commit and at close, not per request."""
+        """Copy the frontier's figures and the event counters into Scrapy's stats
+        (``opic/...``, ``scheduler/...``). O(pages): called at each commit and at close, not per
+        request."""
+        counts, self.counts = self.counts, defaultdict(int)
+        for name, n in counts.items():
+            self.stats.inc_value(name, n)
         for name, value in self.frontier.stats().items():
             self.stats.set_value(f"opic/{name}", value)
         top = self.top_page()

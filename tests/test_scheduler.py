@@ -53,6 +53,7 @@ def test_duplicates_are_refused(tmp_path):
     assert not s.enqueue_request(Request(URLS[0]))  # in flight
     s.frontier.complete(r.meta["opic_id"], [])
     assert not s.enqueue_request(Request(URLS[0]))  # visited, one-pass crawl
+    s.update_stats()
     assert s.stats.get_value("opic/duplicates") == 3
     s.close("finished")
 
@@ -126,6 +127,7 @@ def test_unserializable_requests_stay_in_memory_with_one_warning(tmp_path, caplo
     # A callback Scrapy can name, but a meta value pickle refuses.
     assert s.enqueue_request(Request(URLS[2], meta={"lock": threading.Lock()}))
     assert caplog.text.count("Unable to serialize") == 1
+    s.update_stats()  # (event counters reach Scrapy's stats at each commit and at close)
     assert s.stats.get_value("opic/unserializable") == 3
     assert sum(isinstance(p, Request) for p in s.frontier.payloads.values()) == 3
     assert len({s.next_request().url for _ in range(3)}) == 3
@@ -164,6 +166,7 @@ def test_dont_filter_fetches_again_as_scrapy_does(tmp_path):
     # crawl does not fetch its seeds again.
     s.frontier.complete(again.meta["opic_id"], [])
     assert not s.enqueue_request(Request(home, dont_filter=True, meta={"is_start_request": True}))
+    s.update_stats()
     st = s.stats.get_stats()
     assert st["scheduler/enqueued"] == 3 and st["scheduler/dequeued"] == 3
     assert st["dupefilter/filtered"] == 3 and st["opic/duplicates"] == 3
