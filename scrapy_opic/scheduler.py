@@ -6,11 +6,14 @@ Contract with Scrapy's engine (see ``scrapy.core.scheduler.BaseScheduler``):
   ``crawler.request_fingerprinter.fingerprint(request)``. It returns ``False`` (Scrapy then fires
   ``request_dropped``) for a duplicate: a page already pending or in flight, or already visited
   in a one-pass crawl. The links that led to it have paid it cash all the same (the spider
-  middleware did that): the dupefilter never drops money.
+  middleware did that): the dupefilter never drops money. As with Scrapy, ``dont_filter=True``
+  fetches a known page again (start requests excepted: a resume does not refetch its seeds), and
+  a project's own ``DUPEFILTER_CLASS`` is asked (Scrapy's default one is the frontier itself).
 * ``next_request()`` pops the best page among the download slots that have room (politeness), or
   returns ``None`` when every slot with pending pages is full: the engine asks again when a
   download finishes. The request carries ``meta["opic_id"]`` so that its response, retries and
-  redirects find their page again.
+  redirects find their page again, and an :class:`OutcomeErrback` around its errback so that a
+  failure no middleware sees still settles the page.
 * A request whose ``meta["opic_id"]`` names an in-flight page is a *retry* (same fingerprint:
   nothing moves) or a *redirect* (another fingerprint: the page's cash moves to the target).
 * ``has_pending_requests()`` is true while pages wait; in a continuous crawl visited pages wait
@@ -29,6 +32,10 @@ the rest are read back from disk when their page is popped, so a frontier of mil
 requests holds only that many in memory. Without a JOBDIR they are kept in memory (like Scrapy's
 memory queues). Requests that cannot be serialized (a lambda callback) are kept in
 memory, with a warning, as Scrapy does.
+
+Stats: the per-request counters (``opic/*``, ``scheduler/enqueued``, ``scheduler/dequeued``,
+``dupefilter/filtered``) are added to Scrapy's stats collector at each commit and at close,
+with the frontier's figures; a stats call per event would cost more than the pop itself.
 
 ``request.priority`` still matters: pages are served by priority first (higher first, as with
 Scrapy's own scheduler, so Scrapy's retry and redirect priority adjustments keep their meaning)
