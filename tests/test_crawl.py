@@ -162,9 +162,10 @@ def test_kill_9_mid_crawl_then_resume_loses_at_most_what_was_in_flight(tmp_path,
     fetched = {h for h in site.hits}
     assert len(fetched) == graph.n  # every page fetched
     # Refetched pages: those fetched after the last committed snapshot (at most
-    # OPIC_COMMIT_VISITS visits) plus the requests in flight at the kill.
+    # OPIC_COMMIT_VISITS visits, or twice that if the kill lands while the latest periodic
+    # commit is still being written in the store's thread) plus the requests in flight.
     refetched = len(site.hits) - graph.n
-    assert 0 <= refetched <= 10 + 4 + 4, (hits_first, refetched)
+    assert 0 <= refetched <= 2 * 10 + 4 + 4, (hits_first, refetched)
 
 
 def test_demo_prints_top_pages_beside_pagerank(tmp_path):
