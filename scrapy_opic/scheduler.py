@@ -204,6 +204,20 @@ class OpicScheduler(BaseScheduler):
         self.spider = spider
         s = self.settings
         path = state_path(self.crawler.settings, spider.name)
+        in_use = {other.store.path.resolve() for other in _RUNNING.values()}
+        if path.resolve() in in_use:
+            # Another crawl in this process (the same spider twice) writes that state: two
+            # writers would overwrite each other's snapshots. This one gets a file of its own.
+            k = 2
+            while (alt := path.with_name(f"{path.stem}-{k}{path.suffix}")).resolve() in in_use:
+                k += 1
+            logger.warning(
+                "OPIC state %s is in use by another crawl in this process; this crawl keeps its "
+                "state in %s (set OPIC_STATE_PATH or JOBDIR per crawl to choose)",
+                path,
+                alt,
+            )
+            path = alt
         self.store = SqliteStore(path)
         saved = self.store.load() if job_dir(self.crawler.settings) else None
         resumed = saved is not None

@@ -208,3 +208,16 @@ def test_a_projects_dupefilter_is_asked_and_its_refusals_pay_the_virtual_page(tm
     assert abs(s.frontier.total_cash() - 1.0) < 1e-12
     assert s.enqueue_request(Request("http://a.example/session/1", dont_filter=True))
     s.close("finished")
+
+
+def test_two_crawls_of_one_spider_in_a_process_do_not_share_a_state(tmp_path, caplog):
+    first = make(tmp_path)
+    second = make(tmp_path)
+    assert first.store.path != second.store.path
+    assert second.store.path.name == "state-2.sqlite"
+    assert "in use by another crawl" in caplog.text
+    first.enqueue_request(Request(URLS[0]))
+    second.enqueue_request(Request(URLS[1]))
+    assert first.next_request().url == URLS[0] and second.next_request().url == URLS[1]
+    second.close("finished")
+    first.close("finished")
