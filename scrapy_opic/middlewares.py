@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any
 from itemadapter import ItemAdapter, is_item
 from scrapy import Request, signals
 from scrapy.downloadermiddlewares.offsite import OffsiteMiddleware
-from scrapy.exceptions import IgnoreRequest
 from scrapy.utils.httpobj import urlparse_cached
 
 from .core.frontier import IN_FLIGHT
@@ -197,13 +196,6 @@ class OpicDownloaderMiddleware:
     def process_exception(
         self, request: Request, exception: Exception, spider: Spider | None = None
     ) -> None:
-        page = _in_flight_page(self.crawler, request)
-        if page is None:
-            return
-        scheduler, i = page
-        if isinstance(exception, IgnoreRequest):
-            scheduler.frontier.forfeit(i)
-            scheduler.counts["opic/ignored"] += 1
-        else:
-            scheduler.frontier.fail(i)
-            scheduler.counts["opic/failed"] += 1
+        scheduler = OpicScheduler.of(self.crawler)
+        if scheduler is not None:
+            scheduler.settle_failure(request, exception)

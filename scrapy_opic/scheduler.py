@@ -96,17 +96,8 @@ class OutcomeErrback:
 
     def __call__(self, failure: Any) -> Any:
         request = getattr(failure, "request", None)
-        i = None if request is None else request.meta.get("opic_id")
-        frontier = self.scheduler.frontier
-        if i is not None and frontier is not None and frontier.status[i] == IN_FLIGHT:
-            # An HTTP error status was fetched: a visit with no out-links, like a download error.
-            # Any other IgnoreRequest (robots.txt, too many redirects...) fetched nothing.
-            if failure.check(IgnoreRequest) and not failure.check(HttpError):
-                frontier.forfeit(i)
-                self.scheduler.counts["opic/ignored"] += 1
-            else:
-                frontier.fail(i)
-                self.scheduler.counts["opic/failed"] += 1
+        if request is not None:
+            self.scheduler.settle_failure(request, failure.value)
         return failure if self.original is None else self.original(failure)
 
 
@@ -362,6 +353,23 @@ class OpicScheduler(BaseScheduler):
         ):
             self.commit()
             self.update_stats()
+
+    def settle_failure(self, request: Request, exception: BaseException) -> None:
+        """The outcome of an in-flight request that ends in ``exception`` instead of a response
+        to parse (the downloader middleware's and the errback's one rule). An HTTP error status
+        was fetched: a visit with no out-links, like a download error. Any other
+        ``IgnoreRequest`` (robots.txt, too many redirects...) fetched nothing: the page is given
+        up and its cash goes to the virtual page. A page no longer in flight is left alone."""
+        i = request.meta.get("opic_id")
+        frontier = self.frontier
+        if i is None or frontier is None or frontier.status[i] != IN_FLIGHT:
+            return
+        if isinstance(exception, IgnoreRequest) and not isinstance(exception, HttpError):
+            frontier.forfeit(i)
+            self.counts["opic/ignored"] += 1
+        else:
+            frontier.fail(i)
+            self.counts["opic/failed"] += 1
 
     def _dropped(self, i: int) -> None:
         """Page ``i`` will not be fetched again: forget its request."""
