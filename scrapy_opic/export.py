@@ -19,13 +19,14 @@ tens of megabytes, not gigabytes.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import os
 import re
 import sys
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any, NamedTuple
 
@@ -327,27 +328,25 @@ def _write_rows(
     return n
 
 
-def _open_output(out: str) -> tuple[IO[str], Callable[[bool], None]]:
-    """A text handle for ``out`` and a function that finishes it (``ok``: keep the file). A file
-    is written under a temporary name and renamed at the end, so a failed export never leaves a
-    truncated file behind."""
-    if out == "-":
-        return sys.stdout, lambda ok: sys.stdout.flush()
+@contextlib.contextmanager
+def output_file(out: str | os.PathLike) -> Iterator[IO[str]]:
+    """A text handle for ``out`` (``-``: stdout). A file is written under a temporary name and
+    renamed when the block ends without error, so a failed export or report never leaves a
+    truncated file behind (nor the temporary one)."""
+    if str(out) == "-":
+        yield sys.stdout
+        sys.stdout.flush()
+        return
     target = Path(out)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or ".")
-    fh = os.fdopen(fd, "w", newline="", encoding="utf-8")
-
-    def finish(ok: bool) -> None:
-        fh.close()
-        try:
-            if ok:
-                os.chmod(tmp, 0o644)
-                os.replace(tmp, target)
-        finally:
-            if os.path.exists(tmp):  # not renamed: failed, or the rename itself failed
-                os.unlink(tmp)
-
-    return fh, finish
+    try:
+        with os.fdopen(fd, "w", newline="", encoding="utf-8") as fh:
+            yield fh
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):  # not renamed: failed, or the rename itself failed
+            os.unlink(tmp)
 
 
 def write_export(
@@ -377,14 +376,8 @@ def write_export(
         columns, chunks = PAGE_COLUMNS, [state.top(top, fetched_only)]
     else:
         columns, chunks = PAGE_COLUMNS, state.page_chunks(fetched_only)
-    fh, finish = _open_output(out)
-    ok = False
-    try:
-        n = _write_rows(fh, fmt, columns, chunks)
-        ok = True
-        return n
-    finally:
-        finish(ok)
+    with output_file(out) as fh:
+        return _write_rows(fh, fmt, columns, chunks)
 
 
 def write_importance(state: OpicState, out: str) -> int:
@@ -415,6 +408,7 @@ __all__ = [
     "format_table",
     "host_of",
     "open_state",
+    "output_file",
     "read_state",
     "registered_domain",
     "write_export",

@@ -10,17 +10,15 @@ no network and nothing beside it.
 from __future__ import annotations
 
 import base64
-import contextlib
 import html
 import io
 import os
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-from .export import OpicState
+from .export import OpicState, output_file
 
 _STYLE = """
 body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222}
@@ -204,16 +202,8 @@ def write_report(state: OpicState, out: str | os.PathLike, top: int = 25) -> Pat
         raise ValueError("--top must be positive")
     text = build_report(state, top)
     target = Path(out)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or ".")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    with output_file(target) as fh:
+        fh.write(text)
     return target
 
 
