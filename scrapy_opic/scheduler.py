@@ -410,7 +410,7 @@ class OpicScheduler(BaseScheduler):
             concurrency = self._slot_concurrency.get(slot, self._default_concurrency)
         return self.frontier.in_flight(slot) < 2 * concurrency
 
-    def _keep(self, i: int, request: Request) -> None:
+    def _keep(self, i: int, request: Request, slot: Any) -> None:
         """With a JOBDIR, write the pending request of page ``i`` to disk: a sqlite row
         ``(priority, slot, request dict)``. Up to ``OPIC_MEMORY_REQUESTS`` pending requests
         also stay in memory (a pop from memory is ~20x faster than a read of the row); beyond
@@ -421,7 +421,7 @@ class OpicScheduler(BaseScheduler):
         if not self._persist:
             return
         try:
-            row = (request.priority, self._slot(request), request.to_dict(spider=self.spider))
+            row = (request.priority, slot, request.to_dict(spider=self.spider))
             self.store.put_request(i, row)
             if i in self._cached or len(self._cached) < self.settings.memory_requests:
                 self._cached.add(i)
@@ -450,18 +450,20 @@ class OpicScheduler(BaseScheduler):
         i = self.page_of(request)
         if source is not None and frontier.status[source] == IN_FLIGHT:
             if source == i:  # a retry of the page in flight
-                frontier.retry(i, request, self._slot(request), request.priority)
-                self._keep(i, request)
+                slot = self._slot(request)
+                frontier.retry(i, request, slot, request.priority)
+                self._keep(i, request, slot)
                 self.counts["opic/retried"] += 1
                 self._count_enqueued()
                 return True
             # A redirect: the in-flight page's cash moves to the target.
+            slot = self._slot(request)
             target, scheduled = frontier.redirect(
-                source, frontier.engine.key_of(i), request, self._slot(request), request.priority
+                source, frontier.engine.key_of(i), request, slot, request.priority
             )
             self.counts["opic/redirected"] += 1
             if scheduled:
-                self._keep(target, request)
+                self._keep(target, request, slot)
                 self._count_enqueued()
             return scheduled
         status = frontier.status[i]
@@ -481,17 +483,15 @@ class OpicScheduler(BaseScheduler):
             if status == DISCOVERED:  # never to be fetched: its cash goes to the virtual page
                 frontier.forfeit(i)
             return False
-        if fresh and frontier.schedule(
-            frontier.engine.key_of(i),
-            request,
-            self._slot(request),
-            request.priority,
-            again=again,
-        ):
-            self._keep(i, request)
-            self.counts["opic/enqueued"] += 1
-            self._count_enqueued()
-            return True
+        if fresh:
+            slot = self._slot(request)  # (only here: duplicates, the common case, need none)
+            if frontier.schedule(
+                frontier.engine.key_of(i), request, slot, request.priority, again=again
+            ):
+                self._keep(i, request, slot)
+                self.counts["opic/enqueued"] += 1
+                self._count_enqueued()
+                return True
         if again:
             # Its page is pending or in flight: Scrapy would fetch it once more all the same.
             # Such a fetch pays nothing (the page's cash goes with its own fetch).
