@@ -1,0 +1,679 @@
+-- The OPIC engine and frontier as one Redis script: every call is atomic on the server, so
+-- processes that visit and pay at once never create or lose cash, and the greedy pop is global.
+--
+-- The formulas are those of scrapy_opic/core/engine.py (OpicEngine.visit, _distribute, _credit,
+-- payout, forfeit, transfer) and frontier.py (statuses, schedule, retry, redirect), in the same
+-- order and the same floating-point operations, so that a crawl on Redis and one on the embedded
+-- engine agree to the last bits (tests/test_redis.py replays one against the other).
+--
+-- KEYS[1] is the crawl's namespace, a Redis Cluster hash tag such as "{opic:site}". Every key
+-- below is built from it, so all of them live in the namespace's hash slot:
+--   <ns>:g            hash: parameters and global scalars (G, virtual cash, accumulators, counts)
+--   <ns>:p:<fp>       hash per page (fp = the 20-byte request fingerprint): i (id), u (url),
+--                     s (stored cash), h (history), lg (G at last visit), v (visits), f (1 when
+--                     fetched), st (status), b/d (received-cash moments, blend/regression only),
+--                     lt (wall time of last visit, wall-clock windows only), and while pending
+--                     or in flight: r (the serialized request), pr (priority), sl (download slot),
+--                     w (lease token, in flight only)
+--   <ns>:keys         list of fingerprints in id (discovery) order
+--   <ns>:q:<pr>:u|f   sorted sets of pending pages of priority pr, never fetched (u) / fetched (f),
+--                     scored by stored cash s
+--   <ns>:tiers        sorted set of the priorities that have pending pages
+--   <ns>:leases       sorted set: in-flight fingerprint -> lease expiry (server time, ms)
+--
+-- A page's true cash is s + acc_all (+ acc_unfetched while never fetched): the virtual page's
+-- payout is two additions to the accumulators, O(1), and the queue scores never move on a payout
+-- (a broadcast to a set keeps the order inside the set). Pop compares the heads of the two sets.
+--
+-- ARGV[1] is the command; the rest are its arguments (see the Python side, redisstore.py).
+
+local ns = KEYS[1]
+local GK = ns .. ':g'
+local cmd = ARGV[1]
+
+local DISCOVERED, PENDING, IN_FLIGHT, VISITED = 0, 1, 2, 3
+local NUMF = {'n', 'G', 'greal', 'vcash', 'vhist', 'acca', 'accu', 'nunf', 'visits', 'ema',
+  'accba', 'accbu', 'accda', 'accdu', 'btot', 'dtot', 'rate', 'st0', 'st1', 'st2', 'st3',
+  'reclaimed', 'stale'}
+
+local g = {}
+local eps, refresh, cont, interp, wall, mom, T, estimator
+
+local function fmt(x)
+  return string.format('%.17g', x)
+end
+
+local function num(x)
+  if x then return tonumber(x) or 0 end
+  return 0
+end
+
+local function load_g()
+  local t = redis.call('HGETALL', GK)
+  if #t == 0 then return false end
+  for k = 1, #t, 2 do g[t[k]] = t[k + 1] end
+  for _, f in ipairs(NUMF) do g[f] = num(g[f]) end
+  eps = tonumber(g.eps)
+  refresh = tonumber(g.refresh)
+  cont = g.cont == '1'
+  interp = g.win == 'interpolation'
+  wall = g.wall == '1'
+  mom = g.mom == '1'
+  T = num(g.T)
+  estimator = g.est
+  return true
+end
+
+local function save_g()
+  local out = {}
+  for _, f in ipairs(NUMF) do
+    out[#out + 1] = f
+    out[#out + 1] = fmt(g[f])
+  end
+  redis.call('HSET', GK, unpack(out))
+end
+
+local function server_time()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) + tonumber(t[2]) / 1e6
+end
+
+-- The clock of the window policy: G, or wall seconds.
+local now_cache
+local function now()
+  if not wall then return g.G end
+  if not now_cache then now_cache = server_time() end
+  return now_cache
+end
+
+-- ---------------------------------------------------------------- pages (cached per call)
+local P = {}       -- fp -> page table, loaded once per call
+local order = {}   -- fps in load order (flush order)
+
+local function pkey(fp) return ns .. ':p:' .. fp end
+
+local function qkey(pr, unfetched)
+  return ns .. ':q:' .. pr .. (unfetched and ':u' or ':f')
+end
+
+local function page(fp)
+  local p = P[fp]
+  if p then return p end
+  local r = redis.call('HMGET', pkey(fp), 'i', 's', 'h', 'lg', 'v', 'f', 'st', 'b', 'd', 'lt',
+    'pr', 'sl')
+  if not r[1] then return nil end
+  p = {i = tonumber(r[1]), s = num(r[2]), h = num(r[3]), lg = num(r[4]), v = num(r[5]),
+    f = num(r[6]), st = num(r[7]), b = num(r[8]), d = num(r[9]), lt = num(r[10]),
+    pr = r[11] or '0', sl = r[12] or ''}
+  if p.st == PENDING then
+    p.q0 = qkey(p.pr, p.f == 0)
+    p.pr0 = p.pr
+  end
+  P[fp] = p
+  order[#order + 1] = fp
+  return p
+end
+
+local function set_status(p, st)
+  g['st' .. p.st] = g['st' .. p.st] - 1
+  p.st = st
+  g['st' .. st] = g['st' .. st] + 1
+  p.dirty = true
+end
+
+-- OpicEngine.add_page (+ the window's on_new): a new page with no cash.
+local function new_page(fp, url)
+  local p = {i = g.n, s = -(g.acca + g.accu), h = 0, lg = g.G, v = 0, f = 0, st = DISCOVERED,
+    b = 0, d = 0, lt = 0, pr = '0', sl = '', dirty = true, new = true}
+  if mom then
+    p.b = -(g.accba + g.accbu)
+    p.d = -(g.accda + g.accdu)
+  end
+  if interp then
+    p.h = g.rate * T
+    if wall then p.lt = now() end
+  end
+  g.n = g.n + 1
+  g.nunf = g.nunf + 1
+  g.st0 = g.st0 + 1
+  redis.call('RPUSH', ns .. ':keys', fp)
+  redis.call('HSET', pkey(fp), 'i', fmt(p.i), 'u', url)
+  P[fp] = p
+  order[#order + 1] = fp
+  return p
+end
+
+local function page_or_new(fp, url)
+  return page(fp) or new_page(fp, url)
+end
+
+-- What the accumulators add to the page's stored cash: its true cash is s + offset.
+local function offset(p)
+  if p.f == 1 then return g.acca end
+  return g.acca + g.accu
+end
+
+local function cash_of(p)
+  return p.s + offset(p)
+end
+
+-- Take all of a page's cash without a visit (OpicEngine.forfeit / transfer).
+local function empty(p)
+  local off = offset(p)
+  local c = p.s + off
+  p.s = -off
+  p.dirty = true
+  return c
+end
+
+-- Write back every page this call touched, and keep the queues in step with status and cash.
+local function flush()
+  for _, fp in ipairs(order) do
+    local p = P[fp]
+    if p.dirty then
+      local key = pkey(fp)
+      local fields = {'s', fmt(p.s), 'h', fmt(p.h), 'lg', fmt(p.lg), 'v', fmt(p.v), 'f', fmt(p.f),
+        'st', fmt(p.st)}
+      if mom then
+        fields[#fields + 1] = 'b'; fields[#fields + 1] = fmt(p.b)
+        fields[#fields + 1] = 'd'; fields[#fields + 1] = fmt(p.d)
+      end
+      if wall then
+        fields[#fields + 1] = 'lt'; fields[#fields + 1] = fmt(p.lt)
+      end
+      if p.req then
+        fields[#fields + 1] = 'r'; fields[#fields + 1] = p.req
+        fields[#fields + 1] = 'pr'; fields[#fields + 1] = p.pr
+        fields[#fields + 1] = 'sl'; fields[#fields + 1] = p.sl
+      end
+      redis.call('HSET', key, unpack(fields))
+      if p.drop then redis.call('HDEL', key, 'r', 'pr', 'sl') end
+    end
+    local q1 = nil
+    if p.st == PENDING then q1 = qkey(p.pr, p.f == 0) end
+    if p.q0 and p.q0 ~= q1 then
+      redis.call('ZREM', p.q0, fp)
+      local pr0 = p.pr0
+      if redis.call('ZCARD', qkey(pr0, true)) + redis.call('ZCARD', qkey(pr0, false)) == 0 then
+        redis.call('ZREM', ns .. ':tiers', pr0)
+      end
+    end
+    if q1 and (p.dirty or p.q0 ~= q1) then
+      redis.call('ZADD', q1, fmt(p.s), fp)
+      if p.q0 ~= q1 then redis.call('ZADD', ns .. ':tiers', tonumber(p.pr), p.pr) end
+    end
+    -- The cached page now matches Redis: a later flush in the same call (a pop that reclaims
+    -- a lease, then pops the same page) starts from here.
+    p.q0, p.pr0, p.dirty, p.req, p.drop = q1, p.pr, false, nil, nil
+  end
+end
+
+-- ---------------------------------------------------------------- cash movements
+-- OpicEngine._credit: cash taken from elsewhere (the caller books the debit).
+local function credit(p, x)
+  p.s = p.s + x
+  if mom then
+    local t = g.G
+    p.b = p.b + x * t
+    p.d = p.d + x * (t * t)
+  end
+  p.dirty = true
+end
+
+local function credit_total(total)
+  if mom then
+    local t = g.G
+    g.btot = g.btot + total * t
+    g.dtot = g.dtot + total * (t * t)
+  end
+end
+
+-- OpicEngine._take: all of the page's cash, the page marked fetched.
+local function take(p)
+  local c
+  if p.f == 1 then
+    c = p.s + g.acca
+  else
+    c = p.s + g.acca + g.accu
+    p.f = 1
+    g.nunf = g.nunf - 1
+    if mom then
+      p.b = p.b + g.accbu
+      p.d = p.d + g.accdu
+    end
+  end
+  p.s = -g.acca
+  p.dirty = true
+  return c
+end
+
+-- The window policy's absorb_one: unbounded history, or the paper's Interpolation.
+local function absorb(p, c, t)
+  if not interp then
+    p.h = p.h + c
+    return
+  end
+  local dt = t - (wall and p.lt or p.lg)
+  if dt < T then
+    p.h = p.h * (T - dt) / T + c
+  else
+    p.h = c * T / dt
+  end
+end
+
+-- OpicEngine.payout: the virtual page pays out (before every selection).
+local function payout()
+  local v = g.vcash
+  if v <= 0 or g.n == 0 then return end
+  local to_unf = 0
+  if g.nunf > 0 then to_unf = (1 - refresh) * v end
+  g.acca = g.acca + (v - to_unf) / g.n
+  if to_unf ~= 0 then g.accu = g.accu + to_unf / g.nunf end
+  g.vcash = 0
+  g.vhist = g.vhist + v
+  g.G = g.G + v
+  if mom then
+    local t = g.G
+    g.accba = g.accba + (v - to_unf) / g.n * t
+    g.accda = g.accda + (v - to_unf) / g.n * t * t
+    if to_unf ~= 0 then
+      g.accbu = g.accbu + to_unf / g.nunf * t
+      g.accdu = g.accdu + to_unf / g.nunf * t * t
+    end
+    g.btot = g.btot + v * t
+    g.dtot = g.dtot + v * t * t
+  end
+end
+
+-- OpicEngine.visit up to the payout to children: returns the cash taken.
+local function visit_take(p)
+  local first = p.f == 0
+  local c = take(p)
+  local t = now()
+  absorb(p, c, t)
+  p.lg = g.G
+  if wall then p.lt = t end
+  p.v = p.v + 1
+  g.G = g.G + c
+  g.greal = g.greal + c
+  g.visits = g.visits + 1
+  local w = 1.0 - 0.999
+  g.ema = g.ema + w * (c * g.n - g.ema)
+  if first and interp then
+    -- The learned default history: the rate of a page just visited for the first time (its
+    -- interpolated estimate at dt = 0 is h / T).
+    local rate = p.h / T
+    g.rate = g.rate + (1.0 - 0.99) * (rate - g.rate)
+  end
+  return c
+end
+
+-- OpicEngine._distribute over child pages (self-links already left out by the caller).
+local function distribute(c, kids, weights, boosts, vweight)
+  local d = #kids
+  if d == 0 or c == 0 then
+    g.vcash = g.vcash + c
+    return
+  end
+  local to_virtual = eps * c
+  local rest = c - to_virtual
+  local shares = {}
+  if not weights and vweight == 0 then
+    local each = rest / d
+    for k = 1, d do shares[k] = each end
+  else
+    local total_w = 0
+    if not weights then
+      weights = {}
+      for k = 1, d do weights[k] = 1.0 end
+    end
+    for k = 1, d do total_w = total_w + weights[k] end
+    total_w = total_w + vweight
+    if not (total_w > 0) then
+      g.vcash = g.vcash + c
+      return
+    end
+    for k = 1, d do shares[k] = rest * weights[k] / total_w end
+    to_virtual = to_virtual + rest * vweight / total_w
+  end
+  local paid = 0
+  for k = 1, d do
+    credit(kids[k], shares[k])
+    paid = paid + shares[k]
+  end
+  credit_total(paid)
+  g.vcash = g.vcash + to_virtual
+  if boosts then
+    local want = 0
+    local extra = {}
+    for k = 1, d do
+      extra[k] = boosts[k] * shares[k]
+      want = want + extra[k]
+    end
+    if want > 0 and g.vcash > 0 then
+      local scale = math.min(1.0, g.vcash / want)
+      local moved = 0
+      for k = 1, d do
+        credit(kids[k], extra[k] * scale)
+        moved = moved + extra[k] * scale
+      end
+      credit_total(moved)
+      g.vcash = g.vcash - want * scale
+      if g.vcash < 0 then g.vcash = 0 end
+    end
+  end
+end
+
+-- ---------------------------------------------------------------- life cycle
+-- Frontier.schedule: 1 scheduled, 0 duplicate, 2 new page but no request to fetch it with.
+local function schedule(p, pr, sl, req, again)
+  local st = p.st
+  if st == PENDING or st == IN_FLIGHT or (st == VISITED and not (cont or again)) then
+    return 0
+  end
+  if req == '' then return 2 end
+  p.req, p.pr, p.sl, p.drop = req, pr, sl, nil
+  set_status(p, PENDING)
+  return 1
+end
+
+local function unlease(fp, p)
+  redis.call('ZREM', ns .. ':leases', fp)
+  redis.call('HDEL', pkey(fp), 'w')
+end
+
+-- Frontier._retire: never fetched again (its request forgotten).
+local function retire(p)
+  set_status(p, VISITED)
+  p.req = nil
+  p.drop = true
+end
+
+-- Frontier._done after a visit: pending again in a continuous crawl, else retired.
+local function done(p)
+  if cont then
+    set_status(p, PENDING)
+  else
+    retire(p)
+  end
+end
+
+-- Is fp in flight under this lease token? (A stale token: the lease expired and the page was
+-- handed to another process, whose outcome counts instead.)
+local function leased(fp, token)
+  local p = page(fp)
+  if not p or p.st ~= IN_FLIGHT then return nil end
+  if redis.call('HGET', pkey(fp), 'w') ~= token then return nil end
+  return p
+end
+
+local function stale()
+  g.stale = g.stale + 1
+  save_g()
+  return {0}
+end
+
+-- O(1) importance of a page just visited, for OPIC_ITEM_FIELD (unbounded windows only: a
+-- windowed policy's normaliser is a sum over all pages).
+local function slope(b, d)
+  local G = g.G
+  if G <= 0 then return 0 end
+  local spread = G * b - d
+  if spread > 1e-9 * G * b then return 6.0 * spread / (G * G * G) end
+  return 0
+end
+
+local function importance_of(p)
+  if interp then return -1 end
+  local c = cash_of(p)
+  local received = g.greal + (1.0 - g.vcash)
+  local est = p.h + c
+  if estimator == 'paper' then
+    return received > 0 and est / received or 0
+  end
+  if est < 0 then est = 0 end
+  if estimator == 'lemma' then
+    return received > 0 and est / received or 0
+  end
+  local b, d = p.b + g.accba, p.d + g.accda
+  if p.f == 0 then
+    b = b + g.accbu
+    d = d + g.accdu
+  end
+  local sl, slopes = slope(b, d), slope(g.btot, g.dtot)
+  if estimator == 'regression' then
+    return slopes > 0 and sl / slopes or 0
+  end
+  local x = received > 0 and est / received or est
+  local y = slopes > 0 and sl / slopes or sl
+  return 0.5 * x + 0.5 * y
+end
+
+-- ---------------------------------------------------------------- commands
+if cmd == 'init' then
+  -- ARGV: eps refresh cont win est T wall mom. Creates the crawl, or checks that a running one
+  -- has the same parameters; returns the crawl's parameters.
+  local names = {'eps', 'refresh', 'cont', 'win', 'est', 'T', 'wall', 'mom'}
+  if redis.call('EXISTS', GK) == 0 then
+    local out = {}
+    for k, name in ipairs(names) do
+      out[#out + 1] = name
+      out[#out + 1] = ARGV[k + 1]
+    end
+    out[#out + 1] = 'vcash'
+    out[#out + 1] = '1'
+    redis.call('HSET', GK, unpack(out))
+  end
+  return redis.call('HMGET', GK, unpack(names))
+end
+
+if not load_g() then
+  return redis.error_reply('OPIC: no crawl in ' .. ns .. ' (not initialised)')
+end
+
+if cmd == 'sched' then
+  -- ARGV: again, then (fp url pr sl req) per request. Returns a code per request (schedule()).
+  local again = ARGV[2] == '1'
+  local out = {}
+  for k = 3, #ARGV, 5 do
+    local p = page_or_new(ARGV[k], ARGV[k + 1])
+    out[#out + 1] = schedule(p, ARGV[k + 2], ARGV[k + 3], ARGV[k + 4], again)
+  end
+  flush()
+  save_g()
+  return out
+
+elseif cmd == 'pop' then
+  -- ARGV: token lease_ms scan full-slot... Reclaims expired leases, pays the virtual page out,
+  -- then leases the pending page with the most cash (highest priority first) whose download
+  -- slot is not full. Returns {fp, request, slot} or {}.
+  local token, lease_ms, scan = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+  local full = {}
+  for k = 5, #ARGV do full[ARGV[k]] = true end
+  local t = redis.call('TIME')
+  local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local lk = ns .. ':leases'
+  local expired = redis.call('ZRANGEBYSCORE', lk, '-inf', ms, 'LIMIT', 0, 100)
+  for _, fp in ipairs(expired) do
+    local p = page(fp)
+    redis.call('ZREM', lk, fp)
+    redis.call('HDEL', pkey(fp), 'w')
+    if p and p.st == IN_FLIGHT then
+      set_status(p, PENDING)
+      g.reclaimed = g.reclaimed + 1
+    end
+  end
+  if #expired > 0 then flush() end
+  payout()
+  local best, best_p = nil, nil
+  local tiers = redis.call('ZREVRANGE', ns .. ':tiers', 0, -1)
+  for _, pr in ipairs(tiers) do
+    local u = redis.call('ZREVRANGE', qkey(pr, true), 0, scan - 1, 'WITHSCORES')
+    local f = redis.call('ZREVRANGE', qkey(pr, false), 0, scan - 1, 'WITHSCORES')
+    local a, b = 1, 1
+    while a <= #u or b <= #f do
+      local fp
+      if b > #f or (a <= #u and tonumber(u[a + 1]) + g.accu >= tonumber(f[b + 1])) then
+        fp = u[a]
+        a = a + 2
+      else
+        fp = f[b]
+        b = b + 2
+      end
+      local sl = redis.call('HGET', pkey(fp), 'sl') or ''
+      if not full[sl] then
+        best = fp
+        break
+      end
+    end
+    if best then break end
+  end
+  if not best then
+    save_g()
+    return {}
+  end
+  best_p = page(best)
+  set_status(best_p, IN_FLIGHT)
+  redis.call('HSET', pkey(best), 'w', token)
+  redis.call('ZADD', lk, ms + lease_ms, best)
+  flush()
+  save_g()
+  local r = redis.call('HMGET', pkey(best), 'r', 'sl')
+  return {best, r[1], r[2]}
+
+elseif cmd == 'visit' then
+  -- ARGV: fp token plain has_boosts vweight, then (cfp url weight boost again pr sl req) per
+  -- followed link. Returns {1, importance, code per link} or {0} for a stale lease.
+  local fp, token = ARGV[2], ARGV[3]
+  local p = leased(fp, token)
+  if not p then return stale() end
+  local plain, has_boosts, vweight = ARGV[4] == '1', ARGV[5] == '1', tonumber(ARGV[6])
+  -- Children first (Scrapy's page_of: every followed link becomes a page before the visit).
+  local links = {}
+  for k = 7, #ARGV, 8 do
+    links[#links + 1] = {fp = ARGV[k], p = page_or_new(ARGV[k], ARGV[k + 1]),
+      w = tonumber(ARGV[k + 2]), boost = tonumber(ARGV[k + 3]), again = ARGV[k + 4] == '1',
+      pr = ARGV[k + 5], sl = ARGV[k + 6], req = ARGV[k + 7]}
+  end
+  local c = visit_take(p)
+  local kids, weights, boosts = {}, nil, nil
+  if not plain then weights = {} end
+  if has_boosts then boosts = {} end
+  for _, l in ipairs(links) do
+    if l.fp ~= fp then  -- a self-link is not an endorsement
+      kids[#kids + 1] = l.p
+      if weights then weights[#weights + 1] = l.w end
+      if boosts then boosts[#boosts + 1] = l.boost end
+    end
+  end
+  distribute(c, kids, weights, boosts, vweight)
+  unlease(fp, p)
+  done(p)
+  local out = {1, fmt(importance_of(p))}
+  for _, l in ipairs(links) do
+    out[#out + 1] = schedule(l.p, l.pr, l.sl, l.req, l.again)
+  end
+  flush()
+  save_g()
+  return out
+
+elseif cmd == 'fail' then
+  -- ARGV: fp token. Fetched but nothing to follow: a visit with no out-links.
+  local fp = ARGV[2]
+  local p = leased(fp, ARGV[3])
+  if not p then return stale() end
+  local c = visit_take(p)
+  distribute(c, {}, nil, nil, 0)
+  unlease(fp, p)
+  done(p)
+  flush()
+  save_g()
+  return {1}
+
+elseif cmd == 'forfeit' then
+  -- ARGV: fp token pending_ok. Given up unfetched: cash to the virtual page. With an empty
+  -- token (a request a dupefilter refused), only a page not scheduled yet, or with pending_ok
+  -- one that is pending (scheduled by the visit that paid it) but not in flight.
+  local fp, token = ARGV[2], ARGV[3]
+  local p
+  if token == '' then
+    p = page(fp)
+    if not p or not (p.st == DISCOVERED or (p.st == PENDING and ARGV[4] == '1')) then
+      return {0}
+    end
+  else
+    p = leased(fp, token)
+    if not p then return stale() end
+    unlease(fp, p)
+  end
+  g.vcash = g.vcash + empty(p)
+  retire(p)
+  flush()
+  save_g()
+  return {1}
+
+elseif cmd == 'redirect' then
+  -- ARGV: fp token target url pr sl req. The cash moves to the target, which is scheduled.
+  local fp, token = ARGV[2], ARGV[3]
+  local p = leased(fp, token)
+  if not p then return stale() end
+  local q = page_or_new(ARGV[4], ARGV[5])
+  unlease(fp, p)
+  if ARGV[4] == fp then  -- a redirect to itself: a retry
+    p.req, p.pr, p.sl = ARGV[8], ARGV[6], ARGV[7]
+    set_status(p, PENDING)
+    flush()
+    save_g()
+    return {1, 1}
+  end
+  local c = empty(p)
+  credit(q, c)
+  credit_total(c)
+  retire(p)
+  local code = schedule(q, ARGV[6], ARGV[7], ARGV[8], false)
+  flush()
+  save_g()
+  return {1, code}
+
+elseif cmd == 'retry' then
+  -- ARGV: fp token pr sl req. Pending again, nothing moves.
+  local fp = ARGV[2]
+  local p = leased(fp, ARGV[3])
+  if not p then return stale() end
+  unlease(fp, p)
+  p.req, p.pr, p.sl = ARGV[6], ARGV[4], ARGV[5]
+  set_status(p, PENDING)
+  flush()
+  save_g()
+  return {1}
+
+elseif cmd == 'release' then
+  -- ARGV: (fp token)... A leaving process hands its in-flight pages back, cash intact.
+  local n = 0
+  for k = 2, #ARGV, 2 do
+    local p = leased(ARGV[k], ARGV[k + 1])
+    if p then
+      unlease(ARGV[k], p)
+      set_status(p, PENDING)
+      n = n + 1
+    end
+  end
+  flush()
+  save_g()
+  return n
+
+elseif cmd == 'renew' then
+  -- ARGV: lease_ms (fp token)... Extends the leases this process still holds.
+  local t = redis.call('TIME')
+  local until_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[2])
+  local n = 0
+  for k = 3, #ARGV, 2 do
+    if redis.call('HGET', pkey(ARGV[k]), 'w') == ARGV[k + 1] then
+      redis.call('ZADD', ns .. ':leases', 'XX', until_ms, ARGV[k])
+      n = n + 1
+    end
+  end
+  return n
+end
+
+return redis.error_reply('OPIC: unknown command ' .. tostring(cmd))
