@@ -34,6 +34,7 @@ import numpy as np
 
 from .core.engine import FETCHED, OpicEngine
 from .core.frontier import IN_FLIGHT, PENDING
+from .core.redisstore import is_redis_location, split_location
 from .core.series import Series
 from .core.store import StateReader, StoreError
 
@@ -129,8 +130,12 @@ class OpicState:
     """
 
     def __init__(self, path: str | os.PathLike) -> None:
-        self.path = Path(path)
-        self._reader = StateReader(self.path)
+        if is_redis_location(path):
+            self.path: Any = path
+            self._reader: Any = _redis_snapshot(str(path))
+        else:
+            self.path = Path(path)
+            self._reader = StateReader(self.path)
         try:
             self.engine: OpicEngine = self._reader.engine()
             self.meta: dict = self._reader.meta()
@@ -243,9 +248,31 @@ class OpicState:
 
 
 def open_state(path: str | os.PathLike) -> OpicState:
-    """Open a state file read-only. :class:`StoreError` (one clear line) if it is missing,
-    corrupt, empty or of an unknown format."""
+    """Open a state read-only: a file, or a crawl in Redis given as ``redis://host:port/db#KEY``
+    (``OPIC_REDIS_URL`` + ``#`` + the crawl's ``OPIC_REDIS_KEY``). :class:`StoreError` (one
+    clear line) if it is missing, corrupt, empty, of an unknown format or unreachable.
+
+    A Redis crawl is read page by page into memory (its arrays and its URLs): exact once its
+    processes have stopped; while they run, each page is as it was when read."""
     return OpicState(path)
+
+
+def _redis_snapshot(location: str) -> Any:
+    try:
+        import redis
+    except ImportError:
+        raise StoreError("reading a Redis crawl needs: pip install 'scrapy-opic[redis]'") from None
+    from .core.redisstore import RedisFrontier
+
+    url, key = split_location(location)
+    try:
+        frontier = RedisFrontier.from_url(url, key)
+        try:
+            return frontier.snapshot()
+        finally:
+            frontier.client.close()
+    except (redis.RedisError, ValueError) as exc:
+        raise StoreError(f"cannot read the OPIC crawl {key!r} at {url}: {exc}") from None
 
 
 read_state = open_state  # the name of the first release

@@ -8,19 +8,17 @@ from typing import TYPE_CHECKING
 from twisted.internet import task
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .scheduler import OpicScheduler
+    from .scheduler import SchedulerBase
 
 logger = logging.getLogger("scrapy_opic")
 
 
 class OpicLogStats:
-    """Logs, every ``interval`` seconds, the frontier's figures and its current top page.
+    """Logs, every ``interval`` seconds, the scheduler's :meth:`status_line` (the frontier's
+    figures; with the embedded store also its current top page, one numpy pass over the pages'
+    estimates, ~10 ms per million pages): nothing on the per-request path."""
 
-    Each line costs one pass over the pages' estimates (numpy, ~10 ms per million pages) for
-    the top page: nothing on the per-request path.
-    """
-
-    def __init__(self, scheduler: OpicScheduler, interval: float) -> None:
+    def __init__(self, scheduler: SchedulerBase, interval: float) -> None:
         self.scheduler = scheduler
         self.interval = interval
         self._task: task.LoopingCall | None = None
@@ -36,15 +34,7 @@ class OpicLogStats:
         self._task = None
 
     def line(self) -> str:
-        frontier = self.scheduler.frontier
-        e = frontier.engine
-        top = self.scheduler.top_page()
-        return (
-            f"OPIC: {e.n - e.n_unfetched} pages fetched ({e.visit_count} visits), {e.n} known, "
-            f"{len(frontier)} pending; G={e.G:.4f}, error factor 1/G={e.error_factor:.4f}, "
-            f"virtual cash {e.virtual_cash:.4f}; top page: {top[0] if top else '-'}"
-            + (f" ({top[1]:.4f})" if top else "")
-        )
+        return self.scheduler.status_line()
 
     def log(self) -> None:
         logger.info(self.line(), extra={"spider": self.scheduler.spider})

@@ -27,7 +27,6 @@ from scrapy import Request, signals
 from scrapy.downloadermiddlewares.offsite import OffsiteMiddleware
 from scrapy.utils.httpobj import urlparse_cached
 
-from .core.frontier import IN_FLIGHT
 from .scheduler import OpicScheduler
 from .settings import OpicSettings
 
@@ -39,14 +38,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from scrapy.http import Response
 
 logger = logging.getLogger(__name__)
-
-
-def _in_flight_page(crawler: Crawler, request: Request) -> tuple[OpicScheduler, int] | None:
-    scheduler = OpicScheduler.of(crawler)
-    i = request.meta.get("opic_id")
-    if scheduler is None or i is None or scheduler.frontier.status[i] != IN_FLIGHT:
-        return None
-    return scheduler, i
 
 
 class OpicSpiderMiddleware:
@@ -112,11 +103,9 @@ class OpicSpiderMiddleware:
     ) -> None:
         if id(response) in self._collecting:  # raised part-way through a callback's output
             return
-        page = _in_flight_page(self.crawler, response.request)
-        if page is not None:
-            scheduler, i = page
-            scheduler.frontier.fail(i)
-            scheduler.counts["opic/failed"] += 1
+        scheduler = OpicScheduler.of(self.crawler)
+        if scheduler is not None:
+            scheduler.settle_callback_error(response.request)
 
     def _follows(self, request: Request) -> bool:
         return bool(
@@ -127,13 +116,12 @@ class OpicSpiderMiddleware:
 
     def _settle(self, response: Response, out: list[Any]) -> None:
         """The visit of the response's page: one payout over the links it follows."""
-        page = _in_flight_page(self.crawler, response.request)
-        if page is None:
+        scheduler = OpicScheduler.of(self.crawler)
+        if scheduler is None:
             return
-        scheduler, i = page
-        frontier, s = scheduler.frontier, self.settings
+        s = self.settings
         host = urlparse_cached(response).hostname
-        children: list[int] = []
+        followed: list[Request] = []
         weights: list[float] = []
         boosts: list[float] = []
         refused = 0.0
@@ -146,20 +134,19 @@ class OpicSpiderMiddleware:
             if not self._follows(o):
                 refused += weight
                 continue
-            children.append(scheduler.page_of(o))
+            followed.append(o)
             weights.append(weight)
             boosts.append(s.boost if any(p.search(o.url) for p in s.boost_patterns) else 0.0)
         plain = s.internal_weight == s.external_weight == 1.0 and s.refused_links == "ignore"
-        frontier.complete(
-            i,
-            children,
+        importance = scheduler.settle_visit(
+            response.request,
+            followed,
             weights=None if plain else weights,
             boosts=boosts if s.boost_patterns else None,
             virtual_weight=refused if s.refused_links == "virtual" else 0.0,
         )
-        scheduler.counts["opic/visits"] += 1
-        if s.item_field:
-            self._stamp(out, frontier.engine.importance_of(i))
+        if s.item_field and importance is not None:
+            self._stamp(out, importance)
 
     def _stamp(self, out: list[Any], importance: float) -> None:
         """``OPIC_ITEM_FIELD``: the page's importance (just after its visit) into its items."""

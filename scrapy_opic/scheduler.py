@@ -90,7 +90,7 @@ class OutcomeErrback:
     failure goes on). Without it the page would stay in flight: its cash stuck and its
     download slot counted busy for good."""
 
-    def __init__(self, scheduler: OpicScheduler, original: Any) -> None:
+    def __init__(self, scheduler: SchedulerBase, original: Any) -> None:
         self.scheduler = scheduler
         self.original = original
 
@@ -115,6 +115,15 @@ def state_path(settings: Any, spider_name: str, create: bool = True) -> Path:
     return _project_data_dir() / "opic" / f"{spider_name}.sqlite"
 
 
+def state_location(settings: Any, spider_name: str) -> str:
+    """Where the export commands read a spider's state: the file of :func:`state_path`, or
+    with ``OPIC_STORE = "redis"`` the crawl in Redis (``OPIC_REDIS_URL#KEY``)."""
+    s = OpicSettings.from_settings(settings)
+    if s.store == "redis":
+        return f"{s.redis_url}#{s.redis_key.replace('{spider}', spider_name)}"
+    return str(state_path(settings, spider_name, create=False))
+
+
 def _project_data_dir() -> Path:
     """Where ``data_path`` puts a project's data (``.scrapy`` beside scrapy.cfg, or the cfg's
     ``[datadir]``), without creating it as ``data_path`` would: readers create nothing."""
@@ -130,21 +139,17 @@ def _project_data_dir() -> Path:
     return Path(scrapy_cfg).parent.resolve() / ".scrapy" if scrapy_cfg else Path(".scrapy")
 
 
-class OpicScheduler(BaseScheduler):
-    """Greedy OPIC scheduling with politeness, on the embedded sqlite store."""
+class SchedulerBase(BaseScheduler):
+    """What the OPIC schedulers share, whatever holds the frontier: settings, the project's
+    dupefilter, download-slot concurrency, event counters and the outcome methods the
+    middlewares call (:meth:`settle_visit`, :meth:`settle_callback_error`,
+    :meth:`settle_failure`)."""
 
     def __init__(self, crawler: Crawler, settings: OpicSettings) -> None:
         self.crawler = crawler
         self.settings = settings
         self.stats = crawler.stats
         self.fingerprinter = crawler.request_fingerprinter
-        self.frontier: Frontier | None = None
-        self.store: SqliteStore | None = None
-        self.urls: list[str] = []
-        self._persist = bool(job_dir(crawler.settings))  # request rows only when resumable
-        where = "disk" if self._persist else "memory"
-        self._enqueued_where = f"scheduler/enqueued/{where}"
-        self._dequeued_where = f"scheduler/dequeued/{where}"
         #: Counters of the per-request path (``opic/*``, ``scheduler/*``, ``dupefilter/filtered``)
         #: kept here and added to Scrapy's stats at each commit and at close: a stats call per
         #: event costs more than the rest of a pop.
@@ -154,18 +159,28 @@ class OpicScheduler(BaseScheduler):
         self._dupefilter_debug = False
         self._logged_duplicate = False
         self._extra: deque[Request] = deque()  # dont_filter fetches of pending/in-flight pages
-        self._cached: set[int] = set()  # pending pages whose request is also in memory (JOBDIR)
-        self._last_commit = (0, time.monotonic())
-        self.series = Series()
         self._started = time.monotonic()
-        self._elapsed_before = 0.0  # crawl time of the runs this one resumes
         self._logstats: OpicLogStats | None = None
-        self._next_point = 0  # visit count at which the next series point is due
         self._default_concurrency = 8  # CONCURRENT_REQUESTS_PER_DOMAIN (see from_crawler)
         self._slot_concurrency: dict[str, int] = {}
 
     @classmethod
-    def from_crawler(cls, crawler: Crawler) -> OpicScheduler:
+    def from_crawler(cls, crawler: Crawler) -> SchedulerBase:
+        store = str(crawler.settings.get("OPIC_STORE") or "sqlite")
+        if cls is OpicScheduler and store != "sqlite":
+            # OPIC_STORE picks the implementation behind SCHEDULER = "scrapy_opic.OpicScheduler".
+            if store == "redis":
+                from .redis_scheduler import RedisScheduler
+
+                impl: Any = RedisScheduler
+            else:
+                impl = load_object(store)
+            if not (isinstance(impl, type) and issubclass(impl, SchedulerBase)):
+                raise ValueError(
+                    f"OPIC_STORE must be 'sqlite', 'redis' or the path of a scheduler class "
+                    f"derived from scrapy_opic.scheduler.SchedulerBase, not {store!r}"
+                )
+            return impl.from_crawler(crawler)
         scheduler = cls(crawler, OpicSettings.from_settings(crawler.settings))
         cs = crawler.settings
         # Scrapy's own RFPDupeFilter filters by fingerprint, which the frontier already does
@@ -186,16 +201,145 @@ class OpicScheduler(BaseScheduler):
         return scheduler
 
     @staticmethod
-    def of(crawler: Crawler) -> OpicScheduler | None:
+    def of(crawler: Crawler) -> SchedulerBase | None:
         """The OPIC scheduler running for ``crawler`` (the middlewares' way in)."""
         return _RUNNING.get(crawler)
+
+    # -- outcomes (called by the middlewares) -----------------------------------------------
+    def settle_visit(
+        self,
+        request: Request,
+        followed: list[Request],
+        weights: list[float] | None,
+        boosts: list[float] | None,
+        virtual_weight: float,
+    ) -> float | None:
+        """The visit of ``request``'s page, which links to ``followed`` (the requests its
+        callback yielded that Scrapy will follow): one payout over them, with ``weights``,
+        ``boosts`` and ``virtual_weight`` as in :meth:`OpicEngine.visit`. Returns the page's
+        importance just after the visit if ``OPIC_ITEM_FIELD`` asks for it (else, or if the
+        page was not in flight, ``None``)."""
+        raise NotImplementedError
+
+    def settle_callback_error(self, request: Request) -> None:
+        """The callback of ``request``'s page raised before yielding anything: a visit with no
+        out-links."""
+        raise NotImplementedError
+
+    def settle_failure(self, request: Request, exception: BaseException) -> None:
+        """The outcome of an in-flight request that ends in ``exception`` instead of a response
+        to parse (the downloader middleware's and the errback's one rule). An HTTP error status
+        was fetched: a visit with no out-links, like a download error. Any other
+        ``IgnoreRequest`` (robots.txt, too many redirects...) fetched nothing: the page is given
+        up and its cash goes to the virtual page. A page no longer in flight is left alone."""
+        raise NotImplementedError
+
+    @staticmethod
+    def _gives_up(exception: BaseException) -> bool:
+        return isinstance(exception, IgnoreRequest) and not isinstance(exception, HttpError)
+
+    def status_line(self) -> str:
+        """The periodic OPIC log line (:class:`~scrapy_opic.logstats.OpicLogStats`)."""
+        raise NotImplementedError
+
+    # -- helpers ------------------------------------------------------------------------------
+    def _slot(self, request: Request) -> Any:
+        return self.crawler.engine.downloader.get_slot_key(request)
+
+    def _concurrency(self, slot: Any) -> int:
+        downloader_slot = self.crawler.engine.downloader.slots.get(slot)
+        if downloader_slot is not None:
+            return downloader_slot.concurrency
+        return self._slot_concurrency.get(slot, self._default_concurrency)
+
+    def _warn_unserializable(self, request: Request, exc: BaseException, where: str) -> None:
+        if not self._warned_unserializable:
+            self._warned_unserializable = True
+            logger.warning(
+                "Unable to serialize request %s (%s): %s. (This message is logged once.)",
+                request,
+                exc,
+                where,
+            )
+        self.counts["opic/unserializable"] += 1
+
+    def _count_enqueued(self, where: str) -> None:
+        self.counts["scheduler/enqueued"] += 1
+        self.counts[f"scheduler/enqueued/{where}"] += 1
+
+    def _log_duplicate(self, request: Request) -> None:
+        """What Scrapy's RFPDupeFilter says of a duplicate: the ``dupefilter/filtered`` stat and
+        a debug line (the first only, or all with DUPEFILTER_DEBUG)."""
+        if self.df is not None:
+            self.df.log(request, self.spider)
+            return
+        self.counts["dupefilter/filtered"] += 1
+        if self._dupefilter_debug or not self._logged_duplicate:
+            self._logged_duplicate = True
+            logger.debug(
+                "Filtered duplicate request: %(request)s"
+                + ("" if self._dupefilter_debug else " - no more duplicates will be shown"),
+                {"request": request},
+                extra={"spider": self.spider},
+            )
+
+    def _export(self) -> None:
+        """``OPIC_EXPORT``: write each target from the state just committed. A failed export is
+        logged, never raised: the crawl's state is safe on disk and ``scrapy opic-export`` can
+        redo it."""
+        if not self.settings.export:
+            return
+        from .export import open_state, write_export
+
+        for out, options in self.settings.export.items():
+            target = out.replace("{spider}", self.spider.name)
+            try:
+                with open_state(self.state_location()) as state:
+                    n = write_export(state, target, **options)
+            except Exception as exc:
+                logger.error("OPIC export to %s failed: %s", target, exc)
+                self.stats.inc_value("opic/export_failed")
+            else:
+                logger.info("OPIC importance of %d rows exported to %s", n, target)
+
+    def state_location(self) -> Any:
+        """Where the export commands read this crawl's state (a path, or a Redis location)."""
+        raise NotImplementedError
+
+    def _flush_counts(self) -> None:
+        counts, self.counts = self.counts, defaultdict(int)
+        for name, n in counts.items():
+            self.stats.inc_value(name, n)
+
+
+class OpicScheduler(SchedulerBase):
+    """Greedy OPIC scheduling with politeness, on the embedded sqlite store (or, with
+    ``OPIC_STORE``, the scheduler of another store: see :meth:`SchedulerBase.from_crawler`)."""
+
+    def __init__(self, crawler: Crawler, settings: OpicSettings) -> None:
+        super().__init__(crawler, settings)
+        self.frontier: Frontier | None = None
+        self.store: SqliteStore | None = None
+        self.urls: list[str] = []
+        self._persist = bool(job_dir(crawler.settings))  # request rows only when resumable
+        self._where = "disk" if self._persist else "memory"
+        self._dequeued_where = f"scheduler/dequeued/{self._where}"
+        self._cached: set[int] = set()  # pending pages whose request is also in memory (JOBDIR)
+        self._last_commit = (0, time.monotonic())
+        self.series = Series()
+        self._elapsed_before = 0.0  # crawl time of the runs this one resumes
+        self._next_point = 0  # visit count at which the next series point is due
 
     # -- lifecycle -------------------------------------------------------------------------
     def open(self, spider: Spider) -> Any:
         self.spider = spider
         s = self.settings
         path = state_path(self.crawler.settings, spider.name)
-        in_use = {other.store.path.resolve() for other in _RUNNING.values()}
+        in_use = {
+            other.store.path.resolve()
+            for other in _RUNNING.values()
+            if isinstance(other, OpicScheduler)
+        }
         if path.resolve() in in_use:
             # Another crawl in this process (the same spider twice) writes that state: two
             # writers would overwrite each other's snapshots. This one gets a file of its own.
@@ -289,25 +433,6 @@ class OpicScheduler(BaseScheduler):
             closed = self.df.close(reason) if self.df is not None else None
         return closed
 
-    def _export(self) -> None:
-        """``OPIC_EXPORT``: write each target from the state just committed. A failed export is
-        logged, never raised: the crawl's state is safe on disk and ``scrapy opic-export`` can
-        redo it."""
-        if not self.settings.export:
-            return
-        from .export import open_state, write_export
-
-        for out, options in self.settings.export.items():
-            target = out.replace("{spider}", self.spider.name)
-            try:
-                with open_state(self.store.path) as state:
-                    n = write_export(state, target, **options)
-            except Exception as exc:
-                logger.error("OPIC export to %s failed: %s", target, exc)
-                self.stats.inc_value("opic/export_failed")
-            else:
-                logger.info("OPIC importance of %d rows exported to %s", n, target)
-
     def commit(self, closing: bool = False) -> None:
         """Write a snapshot of the OPIC state to the store (one sqlite transaction), with a point
         of the crawl's time series (what ``scrapy opic-report`` plots)."""
@@ -355,21 +480,57 @@ class OpicScheduler(BaseScheduler):
             self.update_stats()
 
     def settle_failure(self, request: Request, exception: BaseException) -> None:
-        """The outcome of an in-flight request that ends in ``exception`` instead of a response
-        to parse (the downloader middleware's and the errback's one rule). An HTTP error status
-        was fetched: a visit with no out-links, like a download error. Any other
-        ``IgnoreRequest`` (robots.txt, too many redirects...) fetched nothing: the page is given
-        up and its cash goes to the virtual page. A page no longer in flight is left alone."""
-        i = request.meta.get("opic_id")
-        frontier = self.frontier
-        if i is None or frontier is None or frontier.status[i] != IN_FLIGHT:
+        i = self._in_flight(request)
+        if i is None:
             return
-        if isinstance(exception, IgnoreRequest) and not isinstance(exception, HttpError):
-            frontier.forfeit(i)
+        if self._gives_up(exception):
+            self.frontier.forfeit(i)
             self.counts["opic/ignored"] += 1
         else:
-            frontier.fail(i)
+            self.frontier.fail(i)
             self.counts["opic/failed"] += 1
+
+    def _in_flight(self, request: Request) -> int | None:
+        i = request.meta.get("opic_id")
+        if i is None or self.frontier is None or self.frontier.status[i] != IN_FLIGHT:
+            return None
+        return i
+
+    def settle_visit(
+        self,
+        request: Request,
+        followed: list[Request],
+        weights: list[float] | None,
+        boosts: list[float] | None,
+        virtual_weight: float,
+    ) -> float | None:
+        i = self._in_flight(request)
+        if i is None:
+            return None
+        children = [self.page_of(o) for o in followed]
+        self.frontier.complete(i, children, weights, boosts, virtual_weight)
+        self.counts["opic/visits"] += 1
+        return self.frontier.engine.importance_of(i) if self.settings.item_field else None
+
+    def settle_callback_error(self, request: Request) -> None:
+        i = self._in_flight(request)
+        if i is not None:
+            self.frontier.fail(i)
+            self.counts["opic/failed"] += 1
+
+    def status_line(self) -> str:
+        frontier = self.frontier
+        e = frontier.engine
+        top = self.top_page()
+        return (
+            f"OPIC: {e.n - e.n_unfetched} pages fetched ({e.visit_count} visits), {e.n} known, "
+            f"{len(frontier)} pending; G={e.G:.4f}, error factor 1/G={e.error_factor:.4f}, "
+            f"virtual cash {e.virtual_cash:.4f}; top page: {top[0] if top else '-'}"
+            + (f" ({top[1]:.4f})" if top else "")
+        )
+
+    def state_location(self) -> Path:
+        return self.store.path
 
     def _dropped(self, i: int) -> None:
         """Page ``i`` will not be fetched again: forget its request."""
@@ -394,21 +555,13 @@ class OpicScheduler(BaseScheduler):
     def __len__(self) -> int:
         return len(self.frontier) + len(self._extra)
 
-    def _slot(self, request: Request) -> Any:
-        return self.crawler.engine.downloader.get_slot_key(request)
-
     def _has_room(self, slot: Any) -> bool:
         # A slot has room while it holds fewer than two rounds of its concurrency: one round
         # downloading, one ready for the moment a download finishes, as Scrapy's own queues
         # keep; more would clog the downloader with one host while others wait. Counted by the
         # frontier from pop to outcome: the downloader's own count lags behind a run of pops,
         # since a request reaches it only after the downloader middlewares.
-        downloader_slot = self.crawler.engine.downloader.slots.get(slot)
-        if downloader_slot is not None:
-            concurrency = downloader_slot.concurrency
-        else:
-            concurrency = self._slot_concurrency.get(slot, self._default_concurrency)
-        return self.frontier.in_flight(slot) < 2 * concurrency
+        return self.frontier.in_flight(slot) < 2 * self._concurrency(slot)
 
     def _keep(self, i: int, request: Request, slot: Any) -> None:
         """With a JOBDIR, write the pending request of page ``i`` to disk: a sqlite row
@@ -430,15 +583,7 @@ class OpicScheduler(BaseScheduler):
         except (ValueError, TypeError, AttributeError, pickle.PicklingError) as exc:
             # to_dict refuses a callback that is not a spider method (ValueError); pickle
             # refuses a lock or a lambda in meta or cb_kwargs (TypeError, PicklingError...).
-            if not self._warned_unserializable:
-                self._warned_unserializable = True
-                logger.warning(
-                    "Unable to serialize request %s (%s): kept in memory, it will not survive a "
-                    "restart. (This message is logged once.)",
-                    request,
-                    exc,
-                )
-            self.counts["opic/unserializable"] += 1
+            self._warn_unserializable(request, exc, "kept in memory, it will not survive a restart")
 
     def enqueue_request(self, request: Request) -> bool:
         frontier = self.frontier
@@ -454,7 +599,7 @@ class OpicScheduler(BaseScheduler):
                 frontier.retry(i, request, slot, request.priority)
                 self._keep(i, request, slot)
                 self.counts["opic/retried"] += 1
-                self._count_enqueued()
+                self._count_enqueued(self._where)
                 return True
             # A redirect: the in-flight page's cash moves to the target.
             slot = self._slot(request)
@@ -464,7 +609,7 @@ class OpicScheduler(BaseScheduler):
             self.counts["opic/redirected"] += 1
             if scheduled:
                 self._keep(target, request, slot)
-                self._count_enqueued()
+                self._count_enqueued(self._where)
             return scheduled
         status = frontier.status[i]
         # dont_filter: fetch even a known page, as Scrapy does. Not for start requests (Scrapy
@@ -490,7 +635,7 @@ class OpicScheduler(BaseScheduler):
             ):
                 self._keep(i, request, slot)
                 self.counts["opic/enqueued"] += 1
-                self._count_enqueued()
+                self._count_enqueued(self._where)
                 return True
         if again:
             # Its page is pending or in flight: Scrapy would fetch it once more all the same.
@@ -503,26 +648,6 @@ class OpicScheduler(BaseScheduler):
         self.counts["opic/duplicates"] += 1
         self._log_duplicate(request)
         return False
-
-    def _count_enqueued(self) -> None:
-        self.counts["scheduler/enqueued"] += 1
-        self.counts[self._enqueued_where] += 1
-
-    def _log_duplicate(self, request: Request) -> None:
-        """What Scrapy's RFPDupeFilter says of a duplicate: the ``dupefilter/filtered`` stat and
-        a debug line (the first only, or all with DUPEFILTER_DEBUG)."""
-        if self.df is not None:
-            self.df.log(request, self.spider)
-            return
-        self.counts["dupefilter/filtered"] += 1
-        if self._dupefilter_debug or not self._logged_duplicate:
-            self._logged_duplicate = True
-            logger.debug(
-                "Filtered duplicate request: %(request)s"
-                + ("" if self._dupefilter_debug else " - no more duplicates will be shown"),
-                {"request": request},
-                extra={"spider": self.spider},
-            )
 
     def next_request(self) -> Request | None:
         self._maybe_commit()
@@ -553,9 +678,7 @@ class OpicScheduler(BaseScheduler):
         """Copy the frontier's figures and the event counters into Scrapy's stats
         (``opic/...``, ``scheduler/...``). O(pages): called at each commit and at close, not per
         request."""
-        counts, self.counts = self.counts, defaultdict(int)
-        for name, n in counts.items():
-            self.stats.inc_value(name, n)
+        self._flush_counts()
         for name, value in self.frontier.stats().items():
             self.stats.set_value(f"opic/{name}", value)
         top = self.top_page()

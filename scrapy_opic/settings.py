@@ -60,6 +60,27 @@ DEFAULTS: dict[str, tuple[Any, str]] = {
         "add the page's current importance to each item its callback yields, in this field",
     ),
     "OPIC_LOGSTATS": (True, "log an OPIC line every LOGSTATS_INTERVAL seconds"),
+    "OPIC_STORE": (
+        "sqlite",
+        "where the frontier lives: 'sqlite' (embedded, one process), 'redis' (shared by "
+        "every process of a crawl) or the path of a SchedulerBase subclass",
+    ),
+    "OPIC_REDIS_URL": ("redis://127.0.0.1:6379/0", "the Redis server of OPIC_STORE = 'redis'"),
+    "OPIC_REDIS_KEY": (
+        "opic:{spider}",
+        "the crawl's name in Redis ({spider} is replaced): processes with the same key share "
+        "one frontier; several crawls share a server under different keys",
+    ),
+    "OPIC_REDIS_LEASE": (
+        60.0,
+        "seconds before a page popped by a process that stopped renewing its leases (killed) "
+        "goes back to the frontier",
+    ),
+    "OPIC_REDIS_RESET": (
+        False,
+        "delete the crawl's keys when this process opens (start afresh; never set it on "
+        "processes that join a running crawl)",
+    ),
 }
 
 
@@ -84,6 +105,11 @@ class OpicSettings:
     export: dict[str, dict[str, Any]] = field(default_factory=dict)
     item_field: str | None = None
     logstats_interval: float = 60.0  # 0: no OPIC log line
+    store: str = "sqlite"
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_key: str = "opic:{spider}"
+    redis_lease: float = 60.0
+    redis_reset: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         """Plain values (kept in the state, shown in reports)."""
@@ -120,6 +146,9 @@ class OpicSettings:
         if isinstance(patterns, str):
             patterns = [p for p in patterns.split(",") if p.strip()]
         seed = get("OPIC_SEED")
+        lease = float(get("OPIC_REDIS_LEASE"))
+        if not lease > 0:
+            raise ValueError(f"OPIC_REDIS_LEASE must be > 0 seconds, not {lease!r}")
         item_field = settings.get("OPIC_ITEM_FIELD") or None
         return cls(
             strategy=strategy,
@@ -141,6 +170,11 @@ class OpicSettings:
             logstats_interval=(
                 float(settings.get("LOGSTATS_INTERVAL") or 0) if getbool("OPIC_LOGSTATS") else 0.0
             ),
+            store=str(get("OPIC_STORE")),
+            redis_url=str(get("OPIC_REDIS_URL")),
+            redis_key=str(get("OPIC_REDIS_KEY")),
+            redis_lease=lease,
+            redis_reset=getbool("OPIC_REDIS_RESET"),
         )
 
 

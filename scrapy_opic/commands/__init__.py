@@ -1,7 +1,8 @@
 """Scrapy commands installed through the ``scrapy.commands`` entry point: ``opic-export``,
 ``opic-top`` and ``opic-report``. They read a spider's OPIC state where its crawl kept it
 (``JOBDIR/opic.sqlite`` with ``-s JOBDIR=DIR``, else ``OPIC_STATE_PATH`` or
-``.scrapy/opic/<spider>.sqlite``) or the file given with ``--state``, read-only."""
+``.scrapy/opic/<spider>.sqlite``; with ``OPIC_STORE = "redis"``, the crawl in Redis) or the
+one given with ``--state`` (a file, or ``redis://host:port/db#KEY``), read-only."""
 
 from __future__ import annotations
 
@@ -31,18 +32,20 @@ class StateCommand(ScrapyCommand):
     def add_options(self, parser: argparse.ArgumentParser) -> None:
         super().add_options(parser)
         parser.add_argument(
-            "--state", metavar="PATH", help="state file (default: where the crawl kept it)"
+            "--state",
+            metavar="PATH",
+            help="state file, or redis://HOST:PORT/DB#KEY (default: where the crawl kept it)",
         )
 
     def state_file(self, args: list[str], opts: argparse.Namespace) -> str | None:
-        from ..scheduler import state_path
+        from ..scheduler import state_location
 
         if opts.state:
             return opts.state
         if len(args) != 1:
             self.fail("give one spider name (or --state PATH)", code=2)
             return None
-        return str(state_path(self.settings, args[0], create=False))
+        return state_location(self.settings, args[0])
 
     def fail(self, message: str, code: int = 1) -> None:
         print(f"error: {message}", file=sys.stderr)
