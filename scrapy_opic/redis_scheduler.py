@@ -114,7 +114,7 @@ class RedisScheduler(SchedulerBase):
             )
         self._crawl_started = float(self.frontier.meta().get("started", time.time()))
         self._figures = self.frontier.status()
-        client.hset(self.frontier.ns + ":workers", self.worker, time.time())
+        self.frontier.heartbeat(self.worker)
         _RUNNING[self.crawler] = self
         # Renew the leases well before they expire (and report figures now and then).
         self._heartbeat = task.LoopingCall(self._beat)
@@ -154,7 +154,7 @@ class RedisScheduler(SchedulerBase):
                 self._slot_leases.clear()
                 logger.info("OPIC: %d leased pages handed back to the crawl", back)
             self.update_stats()
-            frontier.client.hdel(frontier.ns + ":workers", self.worker)
+            frontier.leave(self.worker)
             f = self._figures
             logger.info(
                 "OPIC scheduler closed (%s): the crawl has %d pages known, %d visited, %d "
@@ -184,7 +184,7 @@ class RedisScheduler(SchedulerBase):
         try:
             if self._leased:
                 self.frontier.renew((fp, token) for fp, (token, _slot) in self._leased.items())
-            self.frontier.client.hset(self.frontier.ns + ":workers", self.worker, time.time())
+            self.frontier.heartbeat(self.worker)
             now = time.monotonic()
             if now - self._last_point >= self.settings.commit_seconds:
                 self._last_point = now
@@ -438,7 +438,7 @@ class RedisScheduler(SchedulerBase):
 
     def status_line(self) -> str:
         f = self._figures = self.frontier.status()
-        workers = self.frontier.client.hlen(self.frontier.ns + ":workers")
+        workers = self.frontier.workers()
         return (
             f"OPIC (Redis, {workers} processes): {f['fetched']} pages fetched ({f['visits']} "
             f"visits), {f['pages']} known, {f['pending']} pending, {f['leases']} leased; "

@@ -8,13 +8,14 @@
 --
 -- KEYS[1] is the crawl's namespace, a Redis Cluster hash tag such as "{opic:site}". Every key
 -- below is built from it, so all of them live in the namespace's hash slot:
---   <ns>:g            hash: parameters and global scalars (G, virtual cash, accumulators, counts)
---   <ns>:p:<fp>       hash per page (fp = the 20-byte request fingerprint): i (id), u (url),
---                     s (stored cash), h (history), lg (G at last visit), v (visits), f (1 when
---                     fetched), st (status), b/d (received-cash moments, blend/regression only),
---                     lt (wall time of last visit, wall-clock windows only), and while pending
---                     or in flight: r (the serialized request), pr (priority), sl (download slot),
---                     w (lease token, in flight only)
+--   <ns>:s            string: the parameters and global scalars (G, virtual cash, accumulators,
+--                     status counts) packed as little-endian doubles, in the order of SCALARS
+--   <ns>:g            hash: the parameters again, readable (written once, by init)
+--   <ns>:p:<fp>       hash per page (fp = the 20-byte request fingerprint): x (the page's numbers
+--                     packed as 9 doubles: stored cash s, history h, G at last visit lg, visits v,
+--                     fetched flag f, status st, received-cash moments b and d, wall time of the
+--                     last visit lt), u (url), and while pending or in flight: r (the serialized
+--                     request), pr (priority), sl (download slot); w (the token of its last lease)
 --   <ns>:keys         list of fingerprints in id (discovery) order
 --   <ns>:q:<pr>:u|f   sorted sets of pending pages of priority pr, never fetched (u) / fetched (f),
 --                     scored by stored cash s
@@ -25,16 +26,24 @@
 -- payout is two additions to the accumulators, O(1), and the queue scores never move on a payout
 -- (a broadcast to a set keeps the order inside the set). Pop compares the heads of the two sets.
 --
+-- Packed numbers, not text: one GET/SET per call for the globals and one field per page, which
+-- halves the server time of a call and the memory of a page (the commands a script issues,
+-- and their arguments, are most of its cost).
+--
 -- ARGV[1] is the command; the rest are its arguments (see the Python side, redisstore.py).
 
 local ns = KEYS[1]
-local GK = ns .. ':g'
+local SK = ns .. ':s'
 local cmd = ARGV[1]
 
 local DISCOVERED, PENDING, IN_FLIGHT, VISITED = 0, 1, 2, 3
-local NUMF = {'n', 'G', 'greal', 'vcash', 'vhist', 'acca', 'accu', 'nunf', 'visits', 'ema',
-  'accba', 'accbu', 'accda', 'accdu', 'btot', 'dtot', 'rate', 'st0', 'st1', 'st2', 'st3',
-  'reclaimed', 'stale'}
+-- The packed globals, in order (redisstore.py's SCALARS is the same list).
+local SCALARS = {'eps', 'refresh', 'cont', 'win', 'est', 'T', 'wall', 'mom', 'n', 'G', 'greal',
+  'vcash', 'vhist', 'acca', 'accu', 'nunf', 'visits', 'ema', 'accba', 'accbu', 'accda', 'accdu',
+  'btot', 'dtot', 'rate', 'st0', 'st1', 'st2', 'st3', 'reclaimed', 'stale'}
+local GFMT = '<' .. string.rep('d', #SCALARS)
+local PFMT = '<ddddddddd'  -- s h lg v f st b d lt
+local ESTIMATORS = {[0] = 'blend', [1] = 'lemma', [2] = 'paper', [3] = 'regression'}
 
 local g = {}
 local eps, refresh, cont, interp, wall, mom, T, estimator
@@ -43,34 +52,26 @@ local function fmt(x)
   return string.format('%.17g', x)
 end
 
-local function num(x)
-  if x then return tonumber(x) or 0 end
-  return 0
-end
-
 local function load_g()
-  local t = redis.call('HGETALL', GK)
-  if #t == 0 then return false end
-  for k = 1, #t, 2 do g[t[k]] = t[k + 1] end
-  for _, f in ipairs(NUMF) do g[f] = num(g[f]) end
-  eps = tonumber(g.eps)
-  refresh = tonumber(g.refresh)
-  cont = g.cont == '1'
-  interp = g.win == 'interpolation'
-  wall = g.wall == '1'
-  mom = g.mom == '1'
-  T = num(g.T)
-  estimator = g.est
+  local blob = redis.call('GET', SK)
+  if not blob then return false end
+  local vals = {struct.unpack(GFMT, blob)}
+  for k, name in ipairs(SCALARS) do g[name] = vals[k] end
+  eps = g.eps
+  refresh = g.refresh
+  cont = g.cont == 1
+  interp = g.win == 1
+  wall = g.wall == 1
+  mom = g.mom == 1
+  T = g.T
+  estimator = ESTIMATORS[g.est]
   return true
 end
 
 local function save_g()
-  local out = {}
-  for _, f in ipairs(NUMF) do
-    out[#out + 1] = f
-    out[#out + 1] = fmt(g[f])
-  end
-  redis.call('HSET', GK, unpack(out))
+  local vals = {}
+  for k, name in ipairs(SCALARS) do vals[k] = g[name] end
+  redis.call('SET', SK, struct.pack(GFMT, unpack(vals)))
 end
 
 local function server_time()
@@ -99,15 +100,13 @@ end
 local function page(fp)
   local p = P[fp]
   if p then return p end
-  local r = redis.call('HMGET', pkey(fp), 'i', 's', 'h', 'lg', 'v', 'f', 'st', 'b', 'd', 'lt',
-    'pr', 'sl')
+  local r = redis.call('HMGET', pkey(fp), 'x', 'pr', 'sl', 'w')
   if not r[1] then return nil end
-  p = {i = tonumber(r[1]), s = num(r[2]), h = num(r[3]), lg = num(r[4]), v = num(r[5]),
-    f = num(r[6]), st = num(r[7]), b = num(r[8]), d = num(r[9]), lt = num(r[10]),
-    pr = r[11] or '0', sl = r[12] or ''}
+  local s, h, lg, v, f, st, b, d, lt = struct.unpack(PFMT, r[1])
+  p = {s = s, h = h, lg = lg, v = v, f = f, st = st, b = b, d = d, lt = lt, pr = r[2] or '0',
+    sl = r[3] or '', w = r[4]}
   if p.st == PENDING then
     p.q0 = qkey(p.pr, p.f == 0)
-    p.pr0 = p.pr
   end
   P[fp] = p
   order[#order + 1] = fp
@@ -123,8 +122,8 @@ end
 
 -- OpicEngine.add_page (+ the window's on_new): a new page with no cash.
 local function new_page(fp, url)
-  local p = {i = g.n, s = -(g.acca + g.accu), h = 0, lg = g.G, v = 0, f = 0, st = DISCOVERED,
-    b = 0, d = 0, lt = 0, pr = '0', sl = '', dirty = true, new = true}
+  local p = {s = -(g.acca + g.accu), h = 0, lg = g.G, v = 0, f = 0, st = DISCOVERED,
+    b = 0, d = 0, lt = 0, pr = '0', sl = '', dirty = true, url = url}
   if mom then
     p.b = -(g.accba + g.accbu)
     p.d = -(g.accda + g.accdu)
@@ -137,7 +136,6 @@ local function new_page(fp, url)
   g.nunf = g.nunf + 1
   g.st0 = g.st0 + 1
   redis.call('RPUSH', ns .. ':keys', fp)
-  redis.call('HSET', pkey(fp), 'i', fmt(p.i), 'u', url)
   P[fp] = p
   order[#order + 1] = fp
   return p
@@ -167,44 +165,38 @@ local function empty(p)
 end
 
 -- Write back every page this call touched, and keep the queues in step with status and cash.
+-- (A priority whose queues empty stays in <ns>:tiers until a pop finds it empty.)
 local function flush()
   for _, fp in ipairs(order) do
     local p = P[fp]
     if p.dirty then
       local key = pkey(fp)
-      local fields = {'s', fmt(p.s), 'h', fmt(p.h), 'lg', fmt(p.lg), 'v', fmt(p.v), 'f', fmt(p.f),
-        'st', fmt(p.st)}
-      if mom then
-        fields[#fields + 1] = 'b'; fields[#fields + 1] = fmt(p.b)
-        fields[#fields + 1] = 'd'; fields[#fields + 1] = fmt(p.d)
-      end
-      if wall then
-        fields[#fields + 1] = 'lt'; fields[#fields + 1] = fmt(p.lt)
+      local fields = {'x', struct.pack(PFMT, p.s, p.h, p.lg, p.v, p.f, p.st, p.b, p.d, p.lt)}
+      if p.url then
+        fields[#fields + 1] = 'u'; fields[#fields + 1] = p.url
       end
       if p.req then
         fields[#fields + 1] = 'r'; fields[#fields + 1] = p.req
         fields[#fields + 1] = 'pr'; fields[#fields + 1] = p.pr
         fields[#fields + 1] = 'sl'; fields[#fields + 1] = p.sl
       end
+      if p.token then
+        fields[#fields + 1] = 'w'; fields[#fields + 1] = p.token
+      end
       redis.call('HSET', key, unpack(fields))
       if p.drop then redis.call('HDEL', key, 'r', 'pr', 'sl') end
     end
     local q1 = nil
     if p.st == PENDING then q1 = qkey(p.pr, p.f == 0) end
-    if p.q0 and p.q0 ~= q1 then
-      redis.call('ZREM', p.q0, fp)
-      local pr0 = p.pr0
-      if redis.call('ZCARD', qkey(pr0, true)) + redis.call('ZCARD', qkey(pr0, false)) == 0 then
-        redis.call('ZREM', ns .. ':tiers', pr0)
-      end
-    end
+    if p.q0 and p.q0 ~= q1 then redis.call('ZREM', p.q0, fp) end
     if q1 and (p.dirty or p.q0 ~= q1) then
       redis.call('ZADD', q1, fmt(p.s), fp)
       if p.q0 ~= q1 then redis.call('ZADD', ns .. ':tiers', tonumber(p.pr), p.pr) end
     end
     -- The cached page now matches Redis: a later flush in the same call (a pop that reclaims
     -- a lease, then pops the same page) starts from here.
-    p.q0, p.pr0, p.dirty, p.req, p.drop = q1, p.pr, false, nil, nil
+    p.q0, p.dirty, p.url, p.req, p.drop = q1, false, nil, nil, nil
+    if p.token then p.w, p.token = p.token, nil end
   end
 end
 
@@ -377,9 +369,8 @@ local function schedule(p, pr, sl, req, again)
   return 1
 end
 
-local function unlease(fp, p)
+local function unlease(fp)
   redis.call('ZREM', ns .. ':leases', fp)
-  redis.call('HDEL', pkey(fp), 'w')
 end
 
 -- Frontier._retire: never fetched again (its request forgotten).
@@ -402,8 +393,7 @@ end
 -- handed to another process, whose outcome counts instead.)
 local function leased(fp, token)
   local p = page(fp)
-  if not p or p.st ~= IN_FLIGHT then return nil end
-  if redis.call('HGET', pkey(fp), 'w') ~= token then return nil end
+  if not p or p.st ~= IN_FLIGHT or p.w ~= token then return nil end
   return p
 end
 
@@ -451,20 +441,25 @@ end
 
 -- ---------------------------------------------------------------- commands
 if cmd == 'init' then
-  -- ARGV: eps refresh cont win est T wall mom. Creates the crawl, or checks that a running one
-  -- has the same parameters; returns the crawl's parameters.
-  local names = {'eps', 'refresh', 'cont', 'win', 'est', 'T', 'wall', 'mom'}
-  if redis.call('EXISTS', GK) == 0 then
-    local out = {}
-    for k, name in ipairs(names) do
-      out[#out + 1] = name
-      out[#out + 1] = ARGV[k + 1]
+  -- ARGV: eps refresh cont win est T wall mom (numbers; win 0 unbounded / 1 interpolation,
+  -- est 0 blend / 1 lemma / 2 paper / 3 regression). Creates the crawl if there is none;
+  -- returns the crawl's parameters (a joining process compares them with its own).
+  if redis.call('EXISTS', SK) == 0 then
+    for k, name in ipairs(SCALARS) do g[name] = 0 end
+    local readable = {}
+    for k = 1, 8 do
+      g[SCALARS[k]] = tonumber(ARGV[k + 1])
+      readable[#readable + 1] = SCALARS[k]
+      readable[#readable + 1] = ARGV[k + 1]
     end
-    out[#out + 1] = 'vcash'
-    out[#out + 1] = '1'
-    redis.call('HSET', GK, unpack(out))
+    g.vcash = 1.0  -- all the cash starts in the virtual page
+    save_g()
+    redis.call('HSET', ns .. ':g', unpack(readable))
   end
-  return redis.call('HMGET', GK, unpack(names))
+  load_g()
+  local out = {}
+  for k = 1, 8 do out[k] = fmt(g[SCALARS[k]]) end
+  return out
 end
 
 if not load_g() then
@@ -497,7 +492,6 @@ elseif cmd == 'pop' then
   for _, fp in ipairs(expired) do
     local p = page(fp)
     redis.call('ZREM', lk, fp)
-    redis.call('HDEL', pkey(fp), 'w')
     if p and p.st == IN_FLIGHT then
       set_status(p, PENDING)
       g.reclaimed = g.reclaimed + 1
@@ -505,26 +499,36 @@ elseif cmd == 'pop' then
   end
   if #expired > 0 then flush() end
   payout()
-  local best, best_p = nil, nil
-  local tiers = redis.call('ZREVRANGE', ns .. ':tiers', 0, -1)
+  local best = nil
+  local lk_tiers = ns .. ':tiers'
+  local tiers = redis.call('ZREVRANGE', lk_tiers, 0, -1)
   for _, pr in ipairs(tiers) do
-    local u = redis.call('ZREVRANGE', qkey(pr, true), 0, scan - 1, 'WITHSCORES')
-    local f = redis.call('ZREVRANGE', qkey(pr, false), 0, scan - 1, 'WITHSCORES')
-    local a, b = 1, 1
-    while a <= #u or b <= #f do
-      local fp
-      if b > #f or (a <= #u and tonumber(u[a + 1]) + g.accu >= tonumber(f[b + 1])) then
-        fp = u[a]
-        a = a + 2
-      else
-        fp = f[b]
-        b = b + 2
-      end
-      local sl = redis.call('HGET', pkey(fp), 'sl') or ''
-      if not full[sl] then
-        best = fp
+    -- The richest page of each queue first; only if its slot is full, look further down.
+    local width = 1
+    while true do
+      local u = redis.call('ZREVRANGE', qkey(pr, true), 0, width - 1, 'WITHSCORES')
+      local f = redis.call('ZREVRANGE', qkey(pr, false), 0, width - 1, 'WITHSCORES')
+      if #u == 0 and #f == 0 then
+        redis.call('ZREM', lk_tiers, pr)
         break
       end
+      local a, b = 1, 1
+      while a <= #u or b <= #f do
+        local fp
+        if b > #f or (a <= #u and tonumber(u[a + 1]) + g.accu >= tonumber(f[b + 1])) then
+          fp = u[a]
+          a = a + 2
+        else
+          fp = f[b]
+          b = b + 2
+        end
+        if not full[page(fp).sl] then
+          best = fp
+          break
+        end
+      end
+      if best or width >= scan or (#u < 2 * width and #f < 2 * width) then break end
+      width = scan
     end
     if best then break end
   end
@@ -532,14 +536,13 @@ elseif cmd == 'pop' then
     save_g()
     return {}
   end
-  best_p = page(best)
-  set_status(best_p, IN_FLIGHT)
-  redis.call('HSET', pkey(best), 'w', token)
+  local p = page(best)
+  set_status(p, IN_FLIGHT)
+  p.token = token
   redis.call('ZADD', lk, ms + lease_ms, best)
   flush()
   save_g()
-  local r = redis.call('HMGET', pkey(best), 'r', 'sl')
-  return {best, r[1], r[2]}
+  return {best, redis.call('HGET', pkey(best), 'r'), p.sl}
 
 elseif cmd == 'visit' then
   -- ARGV: fp token plain has_boosts vweight, then (cfp url weight boost again pr sl req) per
@@ -567,7 +570,7 @@ elseif cmd == 'visit' then
     end
   end
   distribute(c, kids, weights, boosts, vweight)
-  unlease(fp, p)
+  unlease(fp)
   done(p)
   local out = {1, fmt(importance_of(p))}
   for _, l in ipairs(links) do
@@ -584,7 +587,7 @@ elseif cmd == 'fail' then
   if not p then return stale() end
   local c = visit_take(p)
   distribute(c, {}, nil, nil, 0)
-  unlease(fp, p)
+  unlease(fp)
   done(p)
   flush()
   save_g()
@@ -604,7 +607,7 @@ elseif cmd == 'forfeit' then
   else
     p = leased(fp, token)
     if not p then return stale() end
-    unlease(fp, p)
+    unlease(fp)
   end
   g.vcash = g.vcash + empty(p)
   retire(p)
@@ -618,7 +621,7 @@ elseif cmd == 'redirect' then
   local p = leased(fp, token)
   if not p then return stale() end
   local q = page_or_new(ARGV[4], ARGV[5])
-  unlease(fp, p)
+  unlease(fp)
   if ARGV[4] == fp then  -- a redirect to itself: a retry
     p.req, p.pr, p.sl = ARGV[8], ARGV[6], ARGV[7]
     set_status(p, PENDING)
@@ -640,7 +643,7 @@ elseif cmd == 'retry' then
   local fp = ARGV[2]
   local p = leased(fp, ARGV[3])
   if not p then return stale() end
-  unlease(fp, p)
+  unlease(fp)
   p.req, p.pr, p.sl = ARGV[6], ARGV[4], ARGV[5]
   set_status(p, PENDING)
   flush()
@@ -653,7 +656,7 @@ elseif cmd == 'release' then
   for k = 2, #ARGV, 2 do
     local p = leased(ARGV[k], ARGV[k + 1])
     if p then
-      unlease(ARGV[k], p)
+      unlease(ARGV[k])
       set_status(p, PENDING)
       n = n + 1
     end
@@ -668,7 +671,8 @@ elseif cmd == 'renew' then
   local until_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[2])
   local n = 0
   for k = 3, #ARGV, 2 do
-    if redis.call('HGET', pkey(ARGV[k]), 'w') == ARGV[k + 1] then
+    local r = redis.call('HMGET', pkey(ARGV[k]), 'x', 'w')
+    if r[1] and r[2] == ARGV[k + 1] and select(6, struct.unpack(PFMT, r[1])) == IN_FLIGHT then
       redis.call('ZADD', ns .. ':leases', 'XX', until_ms, ARGV[k])
       n = n + 1
     end

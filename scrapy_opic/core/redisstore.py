@@ -34,6 +34,8 @@ Nothing here knows Scrapy: requests are opaque bytes and slots plain strings.
 from __future__ import annotations
 
 import json
+import struct
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,8 +56,16 @@ SCHEMES = ("redis://", "rediss://", "unix://")
 #: Codes a schedule answers per request.
 DUPLICATE, SCHEDULED, NEEDS_REQUEST = 0, 1, 2
 
-_PARAMS = ("eps", "refresh", "cont", "win", "est", "T", "wall", "mom")
-_PAGE_FIELDS = ("s", "h", "lg", "v", "f", "st", "b", "d", "lt", "u")
+#: The packed globals (``<ns>:s``), in the order of opic.lua's SCALARS.
+SCALARS = (
+    "eps", "refresh", "cont", "win", "est", "T", "wall", "mom", "n", "G", "greal", "vcash",
+    "vhist", "acca", "accu", "nunf", "visits", "ema", "accba", "accbu", "accda", "accdu", "btot",
+    "dtot", "rate", "st0", "st1", "st2", "st3", "reclaimed", "stale",
+)  # fmt: skip
+_GLOBALS = struct.Struct("<" + "d" * len(SCALARS))
+_PAGE = struct.Struct("<9d")  #: a page's ``x``: s h lg v f st b d lt
+_PARAMS = SCALARS[:8]
+ESTIMATORS = ("blend", "lemma", "paper", "regression")
 
 
 def is_redis_location(location: Any) -> bool:
@@ -70,30 +80,38 @@ def split_location(location: str) -> tuple[str, str]:
     return url, key
 
 
-def window_params(window: str) -> dict[str, str]:
+def window_params(window: str) -> dict[str, float]:
     """The script's parameters for a window spec, or :class:`ValueError` for a window the Redis
     store does not run."""
     policy = parse_window(window)
     if isinstance(policy, UnboundedHistory):
         return {
-            "win": "unbounded",
-            "est": policy.estimator,
-            "T": "0",
-            "wall": "0",
-            "mom": "1" if policy.needs_moments else "0",
+            "win": 0.0,
+            "est": float(ESTIMATORS.index(policy.estimator)),
+            "T": 0.0,
+            "wall": 0.0,
+            "mom": 1.0 if policy.needs_moments else 0.0,
         }
     if isinstance(policy, Interpolation):
         return {
-            "win": "interpolation",
-            "est": "",
-            "T": repr(policy.T),
-            "wall": "1" if policy.clock == "wall" else "0",
-            "mom": "0",
+            "win": 1.0,
+            "est": 0.0,
+            "T": policy.T,
+            "wall": 1.0 if policy.clock == "wall" else 0.0,
+            "mom": 0.0,
         }
     raise ValueError(
         f"the Redis store runs the unbounded and interpolation windows, not {window!r} "
         "(the variable, fixed and improved windows are embedded-store only)"
     )
+
+
+def window_spec(g: dict[str, float]) -> str:
+    """The window spec of a crawl's parameters (the inverse of :func:`window_params`)."""
+    if g["win"] == 1.0:
+        return f"interpolation:{g['T']:g}" + (":wall" if g["wall"] == 1.0 else "")
+    est = ESTIMATORS[int(g["est"])]
+    return "unbounded" if est == "blend" else f"unbounded:{est}"
 
 
 class Popped(NamedTuple):
@@ -180,19 +198,26 @@ class RedisFrontier:
         call created it. :class:`ValueError` if the crawl was started with other parameters
         (two processes running different formulas on one frontier would make no sense)."""
         mine = {
-            "eps": _f(epsilon),
-            "refresh": _f(refresh),
-            "cont": "1" if continuous else "0",
+            "eps": float(epsilon),
+            "refresh": float(refresh),
+            "cont": 1.0 if continuous else 0.0,
             **window_params(window),
         }
-        existed = bool(self.client.exists(self.ns + ":g"))
-        stored = self._call("init", *(mine[name] for name in _PARAMS))
-        stored = dict(zip(_PARAMS, (v.decode() if v is not None else "" for v in stored)))
+        self.round_trips += 1
+        existed = bool(self.client.exists(self.ns + ":s"))
+        stored = self._call("init", *(repr(mine[name]) for name in _PARAMS))
+        stored = dict(zip(_PARAMS, (float(v) for v in stored)))
         differ = {k: (stored[k], mine[k]) for k in _PARAMS if stored[k] != mine[k]}
         if differ:
             what = ", ".join(f"{k}: crawl {a!r}, here {b!r}" for k, (a, b) in differ.items())
             raise ValueError(f"the OPIC crawl {self.key!r} in Redis has other parameters ({what})")
         return not existed
+
+    def globals(self) -> dict[str, float] | None:
+        """The crawl's parameters and global scalars (``None`` if there is no crawl)."""
+        self.round_trips += 1
+        blob = self.client.get(self.ns + ":s")
+        return None if blob is None else dict(zip(SCALARS, _GLOBALS.unpack(blob)))
 
     def clear(self) -> int:
         """Delete every key of this crawl; returns how many."""
@@ -309,13 +334,13 @@ class RedisFrontier:
         O(1)."""
         self.round_trips += 1
         pipe = self.client.pipeline(transaction=False)
-        pipe.hgetall(self.ns + ":g")
+        pipe.get(self.ns + ":s")
         pipe.zcard(self.ns + ":leases")
-        g, leases = pipe.execute()
-        g = {k.decode(): v.decode() for k, v in g.items()}
+        blob, leases = pipe.execute()
+        g = dict(zip(SCALARS, _GLOBALS.unpack(blob))) if blob else {}
 
         def num(name: str) -> float:
-            return float(g.get(name, 0) or 0)
+            return float(g.get(name, 0.0))
 
         G = num("G")
         n = int(num("n"))
@@ -336,8 +361,23 @@ class RedisFrontier:
             "stale": int(num("stale")),
         }
 
+    def heartbeat(self, worker: str) -> None:
+        """Record that process ``worker`` is alive (its last beat, server-independent time)."""
+        self.round_trips += 1
+        self.client.hset(self.ns + ":workers", worker, time.time())
+
+    def leave(self, worker: str) -> None:
+        self.round_trips += 1
+        self.client.hdel(self.ns + ":workers", worker)
+
+    def workers(self) -> int:
+        """Processes that joined the crawl and have not left (a killed one stays listed)."""
+        self.round_trips += 1
+        return int(self.client.hlen(self.ns + ":workers"))
+
     def add_point(self, point: dict[str, float], keep: int = 10_000) -> None:
         """Append a point of the crawl's time series (bounded to the last ``keep``)."""
+        self.round_trips += 1
         pipe = self.client.pipeline(transaction=False)
         pipe.rpush(self.ns + ":series", json.dumps(point))
         pipe.ltrim(self.ns + ":series", -keep, -1)
@@ -347,9 +387,11 @@ class RedisFrontier:
         return [json.loads(x) for x in self.client.lrange(self.ns + ":series", 0, -1)]
 
     def set_meta(self, meta: dict[str, Any]) -> None:
+        self.round_trips += 1
         self.client.set(self.ns + ":meta", json.dumps(meta, default=str))
 
     def meta(self) -> dict[str, Any]:
+        self.round_trips += 1
         raw = self.client.get(self.ns + ":meta")
         return json.loads(raw) if raw else {}
 
@@ -378,25 +420,27 @@ class RedisFrontier:
                 tiers_seen.add(q.decode().rsplit(":", 2)[1])
             for fp, score in members:
                 queued.setdefault(fp, []).append((q, score))
+        # (A tier whose queues emptied may linger until a pop looks at it.)
         tiers = {t.decode() for t in c.zrange(ns + ":tiers", 0, -1)}
-        if tiers != tiers_seen:
+        if not tiers_seen <= tiers:
             problems.append(f"tiers {sorted(tiers)} but queued priorities {sorted(tiers_seen)}")
         leases = set(c.zrange(ns + ":leases", 0, -1))
         counts = [0, 0, 0, 0]
         for k, fp in enumerate(snap.keys):
             st = snap.status[k]
             counts[st] += 1
-            r, pr, w, s_, f = c.hmget(prefix + fp, "r", "pr", "w", "s", "f")
+            r, pr, w, x = c.hmget(prefix + fp, "r", "pr", "w", "x")
+            s_, f = _PAGE.unpack(x)[0], _PAGE.unpack(x)[4]
             where = queued.pop(fp, [])
             if st == 1:
-                want = f"{ns}:q:{pr.decode() if pr else '?'}:{'f' if f == b'1' else 'u'}"
+                want = f"{ns}:q:{pr.decode() if pr else '?'}:{'f' if f == 1.0 else 'u'}"
                 if [q.decode() for q, _ in where] != [want]:
                     problems.append(f"pending page {k} queued in {where}, not {want}")
-                elif where[0][1] != float(s_):
+                elif where[0][1] != s_:
                     problems.append(f"pending page {k} scored {where[0][1]}, stored cash {s_}")
             elif where:
                 problems.append(f"page {k} with status {st} is queued in {where}")
-            if (st == 2) != (fp in leases) or (st == 2) != (w is not None):
+            if (st == 2) != (fp in leases) or (st == 2 and w is None):
                 problems.append(f"page {k} with status {st}: lease {fp in leases}, token {w}")
             if st in (1, 2) and r is None:
                 problems.append(f"page {k} with status {st} has no request")
@@ -422,95 +466,76 @@ class RedisSnapshot:
 
     def __init__(self, frontier: RedisFrontier) -> None:
         client, ns = frontier.client, frontier.ns
-        raw = client.hgetall(ns + ":g")
-        if not raw:
+        g = frontier.globals()
+        if g is None:
             raise StoreError(f"no OPIC crawl under the key {frontier.key!r} in Redis")
-        g = {k.decode(): v.decode() for k, v in raw.items()}
         self._meta = frontier.meta()
         self._meta.setdefault("series", frontier.series())
-        n = int(float(g["n"]))
+        n = int(g["n"])
         keys: list[bytes] = []
         for lo in range(0, n, CHUNK):
             keys += client.lrange(ns + ":keys", lo, min(n, lo + CHUNK) - 1)
         n = len(keys)
-        cols = {name: np.zeros(n) for name in ("s", "h", "lg", "b", "d", "lt")}
-        visits = np.zeros(n, dtype=np.uint32)
-        flags = np.zeros(n, dtype=np.uint8)
-        status = bytearray(n)
+        packed = bytearray()
         urls: list[str | None] = [None] * n
         prefix = (ns + ":p:").encode()
+        blank = bytes(_PAGE.size)
         for lo in range(0, n, CHUNK):
             pipe = client.pipeline(transaction=False)
             for fp in keys[lo : lo + CHUNK]:
-                pipe.hmget(prefix + fp, *_PAGE_FIELDS)
-            for k, row in enumerate(pipe.execute(), start=lo):
-                s, h, lg, v, f, st, b, d, lt, u = row
-                cols["s"][k] = float(s or 0)
-                cols["h"][k] = float(h or 0)
-                cols["lg"][k] = float(lg or 0)
-                cols["b"][k] = float(b or 0)
-                cols["d"][k] = float(d or 0)
-                cols["lt"][k] = float(lt or 0)
-                visits[k] = int(float(v or 0))
-                flags[k] = int(float(f or 0))
-                status[k] = int(float(st or 0))
+                pipe.hmget(prefix + fp, "x", "u")
+            for k, (x, u) in enumerate(pipe.execute(), start=lo):
+                packed += x if x is not None else blank
                 urls[k] = u.decode() if u is not None else None
-
-        def num(name: str) -> float:
-            return float(g.get(name, 0) or 0)
-
-        window = g.get("win", "unbounded")
-        if window == "interpolation":
-            spec = f"interpolation:{float(g['T']):g}" + (":wall" if g.get("wall") == "1" else "")
-        else:
-            est = g.get("est", "blend")
-            spec = "unbounded" if est == "blend" else f"unbounded:{est}"
+        cols = np.frombuffer(bytes(packed), dtype="<f8").reshape(n, 9).T.copy()
+        s_, h, lg, v, f, st, b, d, lt = cols
+        flags = f.astype(np.uint8)
         arrays = {
-            "s": cols["s"],
-            "hist": cols["h"],
-            "last_g": cols["lg"],
-            "visits": visits,
+            "s": s_,
+            "hist": h,
+            "last_g": lg,
+            "visits": v.astype(np.uint32),
             "flags": flags,
         }
-        if g.get("wall") == "1":
-            arrays["last_t"] = cols["lt"]
-        if g.get("mom") == "1":
-            arrays["b"], arrays["d"] = cols["b"], cols["d"]
+        if g["wall"] == 1.0:
+            arrays["last_t"] = lt
+        if g["mom"] == 1.0:
+            arrays["b"], arrays["d"] = b, d
         self._state = {
             "params": {
-                "epsilon": num("eps"),
-                "refresh": num("refresh"),
-                "window": spec,
+                "epsilon": g["eps"],
+                "refresh": g["refresh"],
+                "window": window_spec(g),
                 "self_links": False,
             },
             "scalars": {
                 "n": n,
-                "G": num("G"),
-                "g_real": num("greal"),
-                "virtual_cash": num("vcash"),
-                "virtual_history": num("vhist"),
-                "acc_all": num("acca"),
-                "acc_unfetched": num("accu"),
+                "G": g["G"],
+                "g_real": g["greal"],
+                "virtual_cash": g["vcash"],
+                "virtual_history": g["vhist"],
+                "acc_all": g["acca"],
+                "acc_unfetched": g["accu"],
                 "n_unfetched": int(n - int(flags.sum())),
                 "n_initial": 0,
                 "c0": 0.0,
-                "visit_count": int(num("visits")),
-                "_cash_at_visit_ema": num("ema"),
-                "accb_all": num("accba"),
-                "accb_unfetched": num("accbu"),
-                "accd_all": num("accda"),
-                "accd_unfetched": num("accdu"),
-                "b_total": num("btot"),
-                "d_total": num("dtot"),
-                "default_rate": num("rate"),
+                "visit_count": int(g["visits"]),
+                "_cash_at_visit_ema": g["ema"],
+                "accb_all": g["accba"],
+                "accb_unfetched": g["accbu"],
+                "accd_all": g["accda"],
+                "accd_unfetched": g["accdu"],
+                "b_total": g["btot"],
+                "d_total": g["dtot"],
+                "default_rate": g["rate"],
             },
             "arrays": arrays,
             "window": {},
             "keys": keys,
         }
         self.n = n
-        self.status = bytes(status)
-        self.continuous = g.get("cont") == "1"
+        self.status = bytes(st.astype(np.uint8))
+        self.continuous = g["cont"] == 1.0
         self.urls = urls
         self.keys = keys
         self.figures = frontier.status()

@@ -1,0 +1,357 @@
+"""The Redis store: crawl throughput of 1, 2 and 4 Scrapy processes sharing one frontier, Redis
+round trips per fetched page, Redis time per page, and Redis memory per URL.
+
+    python benchmarks/redis_perf.py [--pages 2000] [--delay 0.1] [--concurrency 8]
+        [--processes 1,2,4] [--memory-pages 50000] [--redis URL] [--out DIR]
+
+Without ``--redis`` a redis-server (Debian's package) is started on a free loopback port.
+
+**Scaling.** A generated site of ``--pages`` pages is served on 127.0.0.1 with a fixed delay per
+page, so that the downloader, not the CPU, bounds a process (as in a real crawl). N processes
+run the same spider with ``OPIC_STORE = "redis"`` and one crawl key, started together. Pages/s
+is counted at the server, from its first hit to its last (process start-up excluded). The
+baseline, measured in the same run: one process with the embedded store. Round trips are each
+process's own count (``opic/round_trips``: every command or pipeline it sent), summed. Redis
+time per page is the server's own ``INFO commandstats`` time of the script calls (the work
+every process shares: what bounds the number of processes).
+
+**Memory.** ``--memory-pages`` pages are scheduled with a typical serialized request (a
+``scrapy.Request`` with a callback, as the scheduler stores it), then crawled greedily on a
+power-law graph through the frontier API; ``INFO memory`` ``used_memory`` is read before, when
+all are pending, and when all are visited (the request is deleted at the visit).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import pickle
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+RUNNER = ROOT.parent / "tests" / "crawl_runner.py"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_redis(workdir: Path) -> tuple[subprocess.Popen, str]:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise SystemExit("redis-server not found: apt-get install redis-server, or --redis URL")
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            binary,
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(workdir),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    for _ in range(200):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    return proc, f"redis://127.0.0.1:{port}/0"
+
+
+def script_usec(client) -> tuple[int, float]:
+    """Calls and microseconds the server spent in script calls so far."""
+    stats = client.info("commandstats")
+    calls = usec = 0
+    for name in ("cmdstat_evalsha", "cmdstat_eval"):
+        if name in stats:
+            calls += int(stats[name]["calls"])
+            usec += float(stats[name]["usec"])
+    return calls, usec
+
+
+def crawl(site_url: str, n_procs: int, settings: dict, workdir: Path) -> list[dict]:
+    procs = []
+    for k in range(n_procs):
+        d = workdir / f"p{k}"
+        d.mkdir(parents=True)
+        config = {
+            "start_url": site_url,
+            "settings": settings,
+            "items": str(d / "items.jsonl"),
+            "stats": str(d / "stats.json"),
+        }
+        (d / "config.json").write_text(json.dumps(config))
+        log = open(d / "crawl.log", "w")  # noqa: SIM115 (closed below)
+        procs.append(
+            (
+                subprocess.Popen(
+                    [sys.executable, str(RUNNER), str(d / "config.json")],
+                    cwd=d,
+                    stdout=subprocess.DEVNULL,
+                    stderr=log,
+                ),
+                log,
+                d,
+            )
+        )
+    out = []
+    for proc, log, d in procs:
+        code = proc.wait(timeout=1800)
+        log.close()
+        if code != 0:
+            raise RuntimeError(f"crawl process failed: {(d / 'crawl.log').read_text()[-2000:]}")
+        out.append(json.loads((d / "stats.json").read_text()))
+    return out
+
+
+def scaling(args, redis_url: str, workdir: Path) -> list[dict]:
+    import redis
+
+    from scrapy_opic.localsite import Site, site_graph
+
+    client = redis.Redis.from_url(redis_url)
+    g = site_graph(args.pages, seed=7)
+    base = {
+        "CONCURRENT_REQUESTS": args.concurrency,
+        "CONCURRENT_REQUESTS_PER_DOMAIN": args.concurrency,
+        "LOG_LEVEL": "WARNING",
+        "LOGSTATS_INTERVAL": 0,
+    }
+    rows = []
+    runs = [("embedded", 1)] + [("redis", n) for n in args.processes]
+    for kind, n_procs in runs:
+        with Site(g, delay=args.delay) as site:
+            times: list[float] = []
+            respond = site.respond
+
+            def timed(path: str, respond=respond, times=times):
+                times.append(time.monotonic())
+                return respond(path)
+
+            site.respond = timed
+            settings = dict(base)
+            key = f"opic:bench:{uuid.uuid4().hex}"
+            if kind == "redis":
+                settings.update(
+                    {"OPIC_STORE": "redis", "OPIC_REDIS_URL": redis_url, "OPIC_REDIS_KEY": key}
+                )
+            calls0, usec0 = script_usec(client)
+            stats = crawl(site.url(0), n_procs, settings, workdir / f"{kind}-{n_procs}")
+            calls1, usec1 = script_usec(client)
+            hits = len(site.hits)
+            distinct = len(set(site.hits))
+        span = max(times) - min(times)
+        row = {
+            "store": kind,
+            "processes": n_procs,
+            "pages": distinct,
+            "fetches": hits,
+            "seconds": span,
+            "pages_per_s": hits / span,
+            "visits": sum(s.get("opic/visits", 0) for s in stats),
+        }
+        if kind == "redis":
+            trips = sum(s.get("opic/round_trips", 0) for s in stats)
+            row.update(
+                {
+                    "round_trips": trips,
+                    "round_trips_per_page": trips / max(1, hits),
+                    "script_calls": calls1 - calls0,
+                    "redis_usec_per_page": (usec1 - usec0) / max(1, hits),
+                    "per_process_pages": [s.get("opic/visits", 0) for s in stats],
+                }
+            )
+            from scrapy_opic.core.redisstore import RedisFrontier
+
+            frontier = RedisFrontier(client, key)
+            row["total_cash"] = frontier.total_cash()
+            row["problems"] = frontier.check()
+            frontier.clear()
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+def memory(args, redis_url: str) -> dict:
+    import redis
+    from scrapy import Request, Spider
+
+    from scrapy_opic.core.graph import power_law_graph
+    from scrapy_opic.core.redisstore import Link, RedisFrontier
+
+    class Bench(Spider):
+        name = "bench"
+
+        def parse(self, response):
+            pass
+
+    spider = Bench()
+    n = args.memory_pages
+    client = redis.Redis.from_url(redis_url)
+    frontier = RedisFrontier(client, f"opic:mem:{uuid.uuid4().hex}")
+    frontier.open(window="unbounded")
+    url = "https://www.example-site-{0}.org/section/{1}/page-{2}.html"
+    urls = [url.format(k % 1000, k % 37, k) for k in range(n)]
+    fps = [hashlib.sha1(u.encode()).digest() for u in urls]
+    sample = pickle.dumps(Request(urls[0], callback=spider.parse).to_dict(spider=spider), 4)
+    client.memory_purge() if hasattr(client, "memory_purge") else None
+    before = client.info("memory")["used_memory"]
+    t0 = time.perf_counter()
+    for lo in range(0, n, 1000):
+        batch = []
+        for k in range(lo, min(n, lo + 1000)):
+            data = pickle.dumps(Request(urls[k], callback=spider.parse).to_dict(spider=spider), 4)
+            batch.append((fps[k], urls[k], 0, f"www.example-site-{k % 1000}.org", data))
+        frontier.schedule(batch)
+    schedule_s = time.perf_counter() - t0
+    pending = client.info("memory")["used_memory"]
+    g = power_law_graph(n, seed=3)
+    node = {fp: k for k, fp in enumerate(fps)}
+    t0 = time.perf_counter()
+    calls0, usec0 = script_usec(client)
+    visits = 0
+    while True:
+        got = frontier.pop("bench")
+        if got is None:
+            break
+        k = node[got.fp]
+        links = [Link(fps[j], urls[j]) for j in g.children(k)]  # known pages: no request bytes
+        frontier.visit(got.fp, "bench", links)
+        visits += 1
+    crawl_s = time.perf_counter() - t0
+    calls1, usec1 = script_usec(client)
+    visited = client.info("memory")["used_memory"]
+    status = frontier.status()
+    total = frontier.total_cash()
+    frontier.clear()
+    return {
+        "pages": n,
+        "request_bytes": len(sample),
+        "bytes_per_pending_page": (pending - before) / n,
+        "bytes_per_visited_page": (visited - before) / n,
+        "schedule_pages_per_s": n / schedule_s,
+        "visits": visits,
+        "links_per_visit": g.indices.size / n,
+        "pop_visit_pages_per_s": visits / crawl_s,
+        "redis_usec_per_pop_and_visit": (usec1 - usec0) / max(1, visits),
+        "server_ceiling_pages_per_s": 1e6 / max(1e-9, (usec1 - usec0) / max(1, visits)),
+        "visited": status["visited"],
+        "total_cash": total,
+    }
+
+
+def report(args, rows: list[dict], mem: dict) -> str:
+    base = next(r for r in rows if r["store"] == "embedded")
+    one = next((r for r in rows if r["store"] == "redis" and r["processes"] == 1), None)
+    lines = [
+        "# Redis store: scaling, round trips, memory",
+        "",
+        f"`python benchmarks/redis_perf.py --pages {args.pages} --delay {args.delay} "
+        f"--concurrency {args.concurrency} --processes "
+        f"{','.join(map(str, args.processes))} --memory-pages {args.memory_pages}`",
+        "",
+        f"Site: {args.pages} generated pages on 127.0.0.1, {args.delay * 1000:.0f} ms per page "
+        f"at the server; each process: CONCURRENT_REQUESTS = {args.concurrency}. Machine: "
+        f"{os.cpu_count()} cores (the site, Redis and every Scrapy process share them).",
+        "",
+        "| store | processes | pages | fetches | seconds | pages/s | vs embedded | vs 1 process "
+        "| round trips/page | Redis µs/page | total cash |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        vs_one = (
+            f"{r['pages_per_s'] / one['pages_per_s']:.2f}×" if one and r["store"] == "redis" else ""
+        )
+        lines.append(
+            f"| {r['store']} | {r['processes']} | {r['pages']} | {r['fetches']} | "
+            f"{r['seconds']:.1f} | {r['pages_per_s']:.1f} | "
+            f"{r['pages_per_s'] / base['pages_per_s']:.2f}× | {vs_one} | "
+            + (
+                f"{r['round_trips_per_page']:.2f} | {r['redis_usec_per_page']:.0f} | "
+                f"{r['total_cash']:.12f} |"
+                if r["store"] == "redis"
+                else "| | |"
+            )
+        )
+    lines += [
+        "",
+        "Fetches above pages would be pages fetched twice (none expected: no process dies "
+        "here). Per process pages (visits): "
+        + "; ".join(
+            f"{r['processes']} processes: {r['per_process_pages']}"
+            for r in rows
+            if r["store"] == "redis"
+        )
+        + ".",
+        "",
+        f"## Memory and server time per URL ({mem['pages']:,} pages)",
+        "",
+        f"* pending page (with its request, {mem['request_bytes']} bytes pickled): "
+        f"**{mem['bytes_per_pending_page']:.0f} bytes** of Redis memory",
+        f"* visited page (request deleted): **{mem['bytes_per_visited_page']:.0f} bytes**",
+        f"* scheduling: {mem['schedule_pages_per_s']:,.0f} pages/s in batches of 1,000",
+        f"* greedy pop + visit ({mem['links_per_visit']:.1f} links per page) from one client: "
+        f"{mem['pop_visit_pages_per_s']:,.0f} pages/s; Redis time "
+        f"{mem['redis_usec_per_pop_and_visit']:.0f} µs per page, so one Redis server "
+        f"serves at most ~{mem['server_ceiling_pages_per_s']:,.0f} pages/s in all, "
+        "whatever the number of processes",
+        f"* {mem['visited']:,} pages visited, total cash {mem['total_cash']:.12f}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--pages", type=int, default=2000)
+    p.add_argument("--delay", type=float, default=0.1)
+    p.add_argument("--concurrency", type=int, default=8)
+    p.add_argument("--processes", default="1,2,4")
+    p.add_argument("--memory-pages", type=int, default=50_000)
+    p.add_argument("--redis", default=None, help="a running server (default: start one)")
+    p.add_argument("--out", default=str(ROOT / "results"))
+    args = p.parse_args(argv)
+    args.processes = [int(x) for x in args.processes.split(",")]
+    workdir = Path(tempfile.mkdtemp(prefix="opic-redis-bench-"))
+    server = None
+    try:
+        url = args.redis
+        if url is None:
+            server, url = start_redis(workdir)
+        rows = scaling(args, url, workdir)
+        mem = memory(args, url)
+        print(json.dumps(mem), flush=True)
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "redis_perf.md").write_text(report(args, rows, mem))
+        (out / "redis_perf.json").write_text(json.dumps({"scaling": rows, "memory": mem}, indent=1))
+        print((out / "redis_perf.md").read_text())
+    finally:
+        if server is not None:
+            server.terminate()
+            server.wait(timeout=10)
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
