@@ -34,7 +34,7 @@ import numpy as np
 
 from .core.engine import FETCHED, OpicEngine
 from .core.frontier import IN_FLIGHT, PENDING
-from .core.redisstore import is_redis_location, split_location
+from .core.redisstore import is_redis_location, masked_url, split_location
 from .core.series import Series
 from .core.store import StateReader, StoreError
 
@@ -272,7 +272,9 @@ def _redis_snapshot(location: str) -> Any:
         finally:
             frontier.client.close()
     except (redis.RedisError, ValueError) as exc:
-        raise StoreError(f"cannot read the OPIC crawl {key!r} at {url}: {exc}") from None
+        raise StoreError(
+            f"cannot read the OPIC crawl {key!r} at {masked_url(url)}: {exc}"
+        ) from None
 
 
 read_state = open_state  # the name of the first release

@@ -52,6 +52,7 @@ from .core.redisstore import (
     SCHEDULED,
     Link,
     RedisFrontier,
+    masked_url,
 )
 from .logstats import OpicLogStats
 from .scheduler import _RUNNING, OutcomeErrback, SchedulerBase
@@ -74,8 +75,9 @@ class RedisScheduler(SchedulerBase):
         super().__init__(crawler, settings)
         self.frontier: RedisFrontier | None = None
         #: This process in the crawl: host, pid and a random tag (a pid can be reused).
-        self.worker = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self._seq = 0
+        self._tag = uuid.uuid4().hex[:8]
+        self.worker = f"{socket.gethostname()}:{os.getpid()}:{self._tag}"
+        self._seq = 0  # lease tokens are <tag>.<seq>: short, since a page keeps its last one
         self._leased: dict[bytes, tuple[str, Any]] = {}  # fp -> (lease token, download slot)
         self._slot_leases: dict[Any, int] = {}  # download slot -> pages leased here
         #: The schedule code of each request the visit that paid it already decided.
@@ -86,12 +88,27 @@ class RedisScheduler(SchedulerBase):
         self._last_point = 0.0
         self._crawl_started = 0.0
 
+    @classmethod
+    def from_crawler(cls, crawler: Any) -> RedisScheduler:
+        try:
+            import redis  # noqa: F401
+        except ImportError:
+            raise ImportError(
+                "OPIC_STORE = 'redis' needs the redis package: pip install 'scrapy-opic[redis]'"
+            ) from None
+        return super().from_crawler(crawler)
+
     # -- lifecycle -------------------------------------------------------------------------
     def open(self, spider: Spider) -> Any:
         import redis
 
         self.spider = spider
         s = self.settings
+        if s.strategy != "greedy":
+            raise ValueError(
+                f"OPIC_STORE = 'redis' selects pages greedily: OPIC_STRATEGY {s.strategy!r} "
+                "is embedded-store only"
+            )
         key = s.redis_key.replace("{spider}", spider.name)
         client = redis.Redis.from_url(s.redis_url)
         self.frontier = RedisFrontier(client, key, lease=s.redis_lease)
@@ -101,8 +118,6 @@ class RedisScheduler(SchedulerBase):
         created = self.frontier.open(
             epsilon=s.epsilon, refresh=s.refresh, continuous=s.continuous, window=s.window
         )
-        if s.strategy != "greedy":
-            logger.warning("OPIC_STORE = 'redis' selects pages greedily; OPIC_STRATEGY ignored")
         if s.item_field and not s.window.startswith("unbounded"):
             logger.warning(
                 "OPIC_ITEM_FIELD with the Redis store needs an unbounded window (a windowed "
@@ -126,7 +141,7 @@ class RedisScheduler(SchedulerBase):
         logger.info(
             "OPIC scheduler on Redis %s, crawl %r (%s, epsilon=%s, refresh=%s, window=%s, %s "
             "crawl), worker %s: %s; %d pages known, %d pending, %d leased",
-            s.redis_url,
+            masked_url(s.redis_url),
             key,
             s.strategy,
             s.epsilon,
@@ -403,7 +418,7 @@ class RedisScheduler(SchedulerBase):
         full = [slot for slot, n in self._slot_leases.items() if n >= 2 * self._concurrency(slot)]
         for _attempt in range(10):
             self._seq += 1
-            token = f"{self.worker}:{self._seq}"
+            token = f"{self._tag}.{self._seq:x}"
             got = self.frontier.pop(token, full)
             if got is None:
                 return None
@@ -428,12 +443,14 @@ class RedisScheduler(SchedulerBase):
 
     # -- stats -----------------------------------------------------------------------------
     def update_stats(self) -> None:
-        """The event counters and the crawl's global figures into Scrapy's stats (one round
-        trip: called by the heartbeat and at close, not per request)."""
+        """This process's event counters (``opic/visits``, ``opic/popped``...) and the whole
+        crawl's figures (``opic/crawl/pages``, ``opic/crawl/visits``...) into Scrapy's stats
+        (one round trip: called by the heartbeat and at close, not per request)."""
         self._flush_counts()
         self._figures = self.frontier.status()
+        # The whole crawl's figures (every process) apart from this process's own counters.
         for name, value in self._figures.items():
-            self.stats.set_value(f"opic/{name}", value)
+            self.stats.set_value(f"opic/crawl/{name}", value)
         self.stats.set_value("opic/round_trips", self.frontier.round_trips)
 
     def status_line(self) -> str:

@@ -113,8 +113,11 @@ class OpicSettings:
 
     def as_dict(self) -> dict[str, Any]:
         """Plain values (kept in the state, shown in reports)."""
+        from .core.redisstore import masked_url
+
         out = {k: v for k, v in self.__dict__.items() if k != "boost_patterns"}
         out["boost_patterns"] = [p.pattern for p in self.boost_patterns]
+        out["redis_url"] = masked_url(self.redis_url)  # never a password in a state or report
         return out
 
     @classmethod

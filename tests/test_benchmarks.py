@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import numpy as np
@@ -63,3 +64,21 @@ def test_crawl_evidence_builds_the_site_graph_and_pagerank_shares():
     pr = np.array([0.5, 0.3, 0.2])
     shares = mod.shares([2, 1, 0], pr)
     assert shares[0] == pytest.approx(0.2) and shares[-1] == pytest.approx(0.5)
+
+
+def test_redis_perf_smoke(tmp_path, redis_url):
+    pytest.importorskip("redis")
+    mod = load("redis_perf")
+    args = ["--pages", "120", "--delay", "0.005", "--processes", "1,2", "--memory-pages", "300"]
+    assert mod.main([*args, "--redis", redis_url, "--out", str(tmp_path)]) == 0
+    text = (tmp_path / "redis_perf.md").read_text()
+    assert "round trips/page" in text and "bytes** of Redis memory" in text
+    data = json.loads((tmp_path / "redis_perf.json").read_text())
+    for row in data["scaling"]:
+        # Nobody died: nothing fetched twice (the control crawls the site once per process).
+        copies = row["processes"] if row["store"] == "independent" else 1
+        assert row["fetches"] == row["pages"] * copies
+        if row["store"] == "redis":
+            assert row["problems"] == [] and abs(row["total_cash"] - 1) < 1e-9
+            assert row["round_trips_per_page"] < 4
+    assert data["memory"]["visited"] == 300

@@ -342,3 +342,14 @@ def test_reading_a_missing_or_unreachable_crawl_is_one_clear_error(redis_url):
         open_state("redis://127.0.0.1:1/0#opic:x")
     with pytest.raises(StoreError, match="after '#'"):
         open_state(redis_url)
+
+
+def test_a_password_never_reaches_logs_errors_or_stored_settings():
+    from scrapy_opic.core.redisstore import masked_url
+    from scrapy_opic.settings import OpicSettings
+
+    assert masked_url("redis://:s3cret@db:6379/0") == "redis://***@db:6379/0"
+    assert masked_url("rediss://user:s3cret@db/1") == "rediss://***@db/1"
+    assert masked_url("redis://127.0.0.1:6379/0") == "redis://127.0.0.1:6379/0"
+    s = OpicSettings.from_settings({"OPIC_REDIS_URL": "redis://:s3cret@db:6379/0"})
+    assert "s3cret" not in repr(s.as_dict()) and s.redis_url.endswith("@db:6379/0")

@@ -112,9 +112,152 @@ def test_three_processes_one_killed_still_fetch_every_page_once(tmp_path, redis_
         # Both survivors did part of the work.
         for name in ("first", "late"):
             stats = json.loads((tmp_path / name / "stats.json").read_text())
-            assert stats["opic/visits"] > 0
+            assert 0 < stats["opic/visits"] < len(pages)
+            assert stats["opic/crawl/visits"] == len(pages)
             assert stats["finish_reason"] == "finished"
         assert np.isclose(engine.importance().sum(), 1.0)
     finally:
         frontier.clear()
         client.close()
+
+
+# -- one process at a time: the Redis scheduler's cash paths and its leaving the crawl --------
+
+
+@pytest.fixture
+def redis_crawl(redis_url):
+    """Settings for a crawl under a fresh key, and the frontier to inspect it afterwards."""
+    from scrapy_opic.core.redisstore import RedisFrontier
+
+    key = f"opic:crawl:{uuid.uuid4().hex}"
+    client = redis.Redis.from_url(redis_url)
+    frontier = RedisFrontier(client, key)
+    settings = {"OPIC_STORE": "redis", "OPIC_REDIS_URL": redis_url, "OPIC_REDIS_KEY": key}
+    yield settings, frontier
+    frontier.clear()
+    client.close()
+
+
+def test_redirects_errors_offsite_and_callback_errors_keep_cash_at_one(tmp_path, redis_crawl):
+    from test_crawl import crawl, node
+
+    settings, frontier = redis_crawl
+    g = site_graph(200, seed=3)
+    with Site(g, redirects={5: 6, 7: 8}, errors={9, 10}, offsite={0, 1, 2}, loops={3, 4}) as site:
+        items, stats = crawl(
+            tmp_path,
+            site.url(0),
+            raise_on=[site.url(11)],
+            CONCURRENT_REQUESTS=4,
+            OPIC_REFUSED_LINKS="virtual",
+            REDIRECT_MAX_TIMES=3,
+            OPIC_EXPORT=str(tmp_path / "importance.csv"),
+            **settings,
+        )
+    assert stats["opic/redirected"] >= 2
+    assert stats["opic/failed"] >= 2  # the two 500s
+    assert stats["opic/ignored"] >= 1  # an endless redirect chain, given up
+    assert stats["offsite/filtered"] >= 1
+    fetched = {node(r["url"]) for r in items if "/p/" in r["url"]}
+    assert {9, 10}.isdisjoint(fetched) and 11 in fetched
+    assert frontier.total_cash() == pytest.approx(1.0, abs=1e-9)
+    assert frontier.check() == []
+    status = frontier.status()
+    assert status["pending"] == status["leases"] == 0
+    # OPIC_EXPORT read the crawl back from Redis when the process closed.
+    rows = (tmp_path / "importance.csv").read_text().splitlines()
+    assert rows[0].startswith("url,importance") and len(rows) == status["pages"] + 1
+
+
+def test_a_process_that_leaves_hands_its_pages_back(tmp_path, redis_crawl):
+    from test_crawl import crawl, node
+
+    settings, frontier = redis_crawl
+    g = site_graph(300, seed=4)
+    with Site(g, delay=0.02) as site:
+        first, stats1 = crawl(
+            tmp_path / "a",
+            site.url(0),
+            CLOSESPIDER_PAGECOUNT=40,
+            CONCURRENT_REQUESTS=8,
+            OPIC_REDIS_LEASE=600,  # a page not handed back would block the crawl for 10 min
+            **settings,
+        )
+        left = frontier.status()
+        second, stats2 = crawl(tmp_path / "b", site.url(0), CONCURRENT_REQUESTS=8, **settings)
+    assert stats1["finish_reason"] == "closespider_pagecount"
+    assert left["leases"] == left["in_flight"] == 0 and left["pending"] > 0
+    assert stats2["finish_reason"] == "finished"
+    fetched = {node(r["url"]) for r in first + second}
+    assert fetched == reachable(g)
+    engine = frontier.snapshot().engine()
+    assert (engine.visits[: engine.n] == 1).all()
+    assert engine.total_cash() == pytest.approx(1.0, abs=1e-9)
+    assert frontier.check() == []
+
+
+def test_a_continuous_crawl_on_redis_revisits_pages_and_keeps_cash(tmp_path, redis_crawl):
+    from test_crawl import crawl
+
+    settings, frontier = redis_crawl
+    g = site_graph(60, seed=5)
+    with Site(g) as site:
+        _items, stats = crawl(
+            tmp_path,
+            site.url(0),
+            OPIC_CONTINUOUS=True,
+            CLOSESPIDER_PAGECOUNT=300,
+            CONCURRENT_REQUESTS=4,
+            **settings,
+        )
+    assert stats["finish_reason"] == "closespider_pagecount"
+    status = frontier.status()
+    # (Refresh crawls discover slowly: a page or two may still be unknown after 5N fetches.)
+    assert status["visits"] >= 290 and status["pages"] >= 0.9 * len(reachable(g))
+    assert status["visits"] > 3 * status["pages"]  # pages were fetched again and again
+    assert status["leases"] == 0 and status["pending"] == status["pages"]  # all wait again
+    assert frontier.total_cash() == pytest.approx(1.0, abs=1e-9)
+    assert frontier.check() == []
+
+
+def test_the_commands_read_a_redis_crawl(tmp_path, redis_crawl):
+    from test_crawl import crawl
+
+    settings, frontier = redis_crawl
+    g = site_graph(80, seed=6)
+    with Site(g) as site:
+        crawl(tmp_path, site.url(0), **settings)
+    flags = [a for k, v in settings.items() for a in ("-s", f"{k}={v}")]
+    top = subprocess.run(
+        ["scrapy", "opic-top", "site", "-n", "3", *flags],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert top.returncode == 0, top.stderr
+    assert "pages known" in top.stdout.splitlines()[0]
+    assert len(top.stdout.splitlines()) == 2 + 3
+    out = tmp_path / "sites.jsonl"
+    export = subprocess.run(
+        ["scrapy", "opic-export", "site", "--by-site", "-o", str(out), *flags],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert export.returncode == 0, export.stderr
+    assert json.loads(out.read_text().splitlines()[0])["site"] == "127.0.0.1"
+    report = subprocess.run(
+        [
+            "scrapy",
+            "opic-report",
+            "--state",
+            f"{settings['OPIC_REDIS_URL']}#{frontier.key}",
+            "-o",
+            str(tmp_path / "r.html"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert report.returncode == 0, report.stderr
+    assert "<img" in (tmp_path / "r.html").read_text()

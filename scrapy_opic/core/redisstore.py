@@ -21,8 +21,8 @@ and Interpolation (G or wall clock); the multi-measure windows (variable, fixed,
 list of measures per page and are embedded-store only.
 
 Keys (``ns`` is the crawl's key wrapped in a Redis Cluster hash tag, e.g. ``{opic:site}``): see
-the header of ``opic.lua``. Memory: about 150-250 bytes per page in Redis (see the README's scale
-plan, measured by ``benchmarks/redis_perf.py``), plus the pending request of each pending page.
+the header of ``opic.lua``. Memory (``benchmarks/redis_perf.py``): about 530 bytes of Redis per
+visited page, about 1,060 per pending page with a 236-byte request.
 
 Round trips: one per pop, one per visit (it also schedules the links it pays, so a fetched
 page costs two), one per start request batch, retry, redirect or failure, and one per lease
@@ -34,6 +34,7 @@ Nothing here knows Scrapy: requests are opaque bytes and slots plain strings.
 from __future__ import annotations
 
 import json
+import re
 import struct
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -70,6 +71,11 @@ ESTIMATORS = ("blend", "lemma", "paper", "regression")
 
 def is_redis_location(location: Any) -> bool:
     return isinstance(location, str) and location.startswith(SCHEMES)
+
+
+def masked_url(url: str) -> str:
+    """``url`` with any password hidden, for logs, errors and the settings kept in a state."""
+    return re.sub(r"^([a-z]+://)[^@/]*@", r"\1***@", url)
 
 
 def split_location(location: str) -> tuple[str, str]:
