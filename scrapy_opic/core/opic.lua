@@ -12,11 +12,15 @@
 --                     status counts) packed as little-endian doubles, in the order of SCALARS
 --   <ns>:g            hash: the parameters again, readable (written once, by init)
 --   <ns>:p:<fp>       hash per page (fp = the 20-byte request fingerprint): x (the page's numbers
---                     packed as 9 doubles: stored cash s, history h, G at last visit lg, visits v,
---                     fetched flag f, status st, received-cash moments b and d, wall time of the
---                     last visit lt), u (url), and while pending or in flight: r (the serialized
---                     request), pr (priority), sl (download slot); w (the token of its last lease)
---   <ns>:keys         list of fingerprints in id (discovery) order
+--                     packed: stored cash s, history h, G at last visit lg, received-cash
+--                     moments b and d, wall time of the last visit lt, visits v, fetched flag f,
+--                     status st), pr (priority) and sl (download slot) of its last request,
+--                     w (the token of its last lease)
+--   <ns>:r            hash: fingerprint -> serialized request, for pending and in-flight pages
+--                     (apart from the page: a page hash that held a request would keep its
+--                     allocation after the request is deleted, doubling a visited page's size)
+--   <ns>:keys         list of the pages in id (discovery) order: fingerprint length (1 byte),
+--                     fingerprint, URL
 --   <ns>:q:<pr>:u|f   sorted sets of pending pages of priority pr, never fetched (u) / fetched (f),
 --                     scored by stored cash s
 --   <ns>:tiers        sorted set of the priorities that have pending pages
@@ -42,7 +46,9 @@ local SCALARS = {'eps', 'refresh', 'cont', 'win', 'est', 'T', 'wall', 'mom', 'n'
   'vcash', 'vhist', 'acca', 'accu', 'nunf', 'visits', 'ema', 'accba', 'accbu', 'accda', 'accdu',
   'btot', 'dtot', 'rate', 'st0', 'st1', 'st2', 'st3', 'reclaimed', 'stale'}
 local GFMT = '<' .. string.rep('d', #SCALARS)
-local PFMT = '<ddddddddd'  -- s h lg v f st b d lt
+-- A page's x: s h lg b d lt as doubles, v as uint32, f and st as bytes: 54 bytes, under Redis's
+-- hash-max-listpack-value (64), so that a page hash keeps the compact listpack encoding.
+local PFMT = '<ddddddIBB'
 local ESTIMATORS = {[0] = 'blend', [1] = 'lemma', [2] = 'paper', [3] = 'regression'}
 
 local g = {}
@@ -102,7 +108,7 @@ local function page(fp)
   if p then return p end
   local r = redis.call('HMGET', pkey(fp), 'x', 'pr', 'sl', 'w')
   if not r[1] then return nil end
-  local s, h, lg, v, f, st, b, d, lt = struct.unpack(PFMT, r[1])
+  local s, h, lg, b, d, lt, v, f, st = struct.unpack(PFMT, r[1])
   p = {s = s, h = h, lg = lg, v = v, f = f, st = st, b = b, d = d, lt = lt, pr = r[2] or '0',
     sl = r[3] or '', w = r[4]}
   if p.st == PENDING then
@@ -123,7 +129,7 @@ end
 -- OpicEngine.add_page (+ the window's on_new): a new page with no cash.
 local function new_page(fp, url)
   local p = {s = -(g.acca + g.accu), h = 0, lg = g.G, v = 0, f = 0, st = DISCOVERED,
-    b = 0, d = 0, lt = 0, pr = '0', sl = '', dirty = true, url = url}
+    b = 0, d = 0, lt = 0, pr = '0', sl = '', dirty = true}
   if mom then
     p.b = -(g.accba + g.accbu)
     p.d = -(g.accda + g.accdu)
@@ -135,7 +141,9 @@ local function new_page(fp, url)
   g.n = g.n + 1
   g.nunf = g.nunf + 1
   g.st0 = g.st0 + 1
-  redis.call('RPUSH', ns .. ':keys', fp)
+  -- The page list entry: the fingerprint's length, the fingerprint, the URL (kept here rather
+  -- than in the page hash: a URL over 64 bytes would turn the hash into a hashtable).
+  redis.call('RPUSH', ns .. ':keys', string.char(#fp) .. fp .. url)
   P[fp] = p
   order[#order + 1] = fp
   return p
@@ -171,12 +179,9 @@ local function flush()
     local p = P[fp]
     if p.dirty then
       local key = pkey(fp)
-      local fields = {'x', struct.pack(PFMT, p.s, p.h, p.lg, p.v, p.f, p.st, p.b, p.d, p.lt)}
-      if p.url then
-        fields[#fields + 1] = 'u'; fields[#fields + 1] = p.url
-      end
+      local fields = {'x', struct.pack(PFMT, p.s, p.h, p.lg, p.b, p.d, p.lt, p.v, p.f, p.st)}
       if p.req then
-        fields[#fields + 1] = 'r'; fields[#fields + 1] = p.req
+        redis.call('HSET', ns .. ':r', fp, p.req)
         fields[#fields + 1] = 'pr'; fields[#fields + 1] = p.pr
         fields[#fields + 1] = 'sl'; fields[#fields + 1] = p.sl
       end
@@ -184,7 +189,7 @@ local function flush()
         fields[#fields + 1] = 'w'; fields[#fields + 1] = p.token
       end
       redis.call('HSET', key, unpack(fields))
-      if p.drop then redis.call('HDEL', key, 'r', 'pr', 'sl') end
+      if p.drop then redis.call('HDEL', ns .. ':r', fp) end
     end
     local q1 = nil
     if p.st == PENDING then q1 = qkey(p.pr, p.f == 0) end
@@ -195,7 +200,7 @@ local function flush()
     end
     -- The cached page now matches Redis: a later flush in the same call (a pop that reclaims
     -- a lease, then pops the same page) starts from here.
-    p.q0, p.dirty, p.url, p.req, p.drop = q1, false, nil, nil, nil
+    p.q0, p.dirty, p.req, p.drop = q1, false, nil, nil
     if p.token then p.w, p.token = p.token, nil end
   end
 end
@@ -542,7 +547,7 @@ elseif cmd == 'pop' then
   redis.call('ZADD', lk, ms + lease_ms, best)
   flush()
   save_g()
-  return {best, redis.call('HGET', pkey(best), 'r'), p.sl}
+  return {best, redis.call('HGET', ns .. ':r', best), p.sl}
 
 elseif cmd == 'visit' then
   -- ARGV: fp token plain has_boosts vweight, then (cfp url weight boost again pr sl req) per
@@ -672,7 +677,7 @@ elseif cmd == 'renew' then
   local n = 0
   for k = 3, #ARGV, 2 do
     local r = redis.call('HMGET', pkey(ARGV[k]), 'x', 'w')
-    if r[1] and r[2] == ARGV[k + 1] and select(6, struct.unpack(PFMT, r[1])) == IN_FLIGHT then
+    if r[1] and r[2] == ARGV[k + 1] and select(9, struct.unpack(PFMT, r[1])) == IN_FLIGHT then
       redis.call('ZADD', ns .. ':leases', 'XX', until_ms, ARGV[k])
       n = n + 1
     end

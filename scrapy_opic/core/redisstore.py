@@ -64,7 +64,12 @@ SCALARS = (
     "dtot", "rate", "st0", "st1", "st2", "st3", "reclaimed", "stale",
 )  # fmt: skip
 _GLOBALS = struct.Struct("<" + "d" * len(SCALARS))
-_PAGE = struct.Struct("<9d")  #: a page's ``x``: s h lg v f st b d lt
+#: A page's ``x`` (54 bytes: under Redis's hash-max-listpack-value, so page hashes stay compact).
+_PAGE_DTYPE = np.dtype(
+    [("s", "<f8"), ("h", "<f8"), ("lg", "<f8"), ("b", "<f8"), ("d", "<f8"), ("lt", "<f8"),
+     ("v", "<u4"), ("f", "u1"), ("st", "u1")]
+)  # fmt: skip
+_PAGE = struct.Struct("<6dI2B")
 _PARAMS = SCALARS[:8]
 ESTIMATORS = ("blend", "lemma", "paper", "regression")
 
@@ -435,8 +440,10 @@ class RedisFrontier:
         for k, fp in enumerate(snap.keys):
             st = snap.status[k]
             counts[st] += 1
-            r, pr, w, x = c.hmget(prefix + fp, "r", "pr", "w", "x")
-            s_, f = _PAGE.unpack(x)[0], _PAGE.unpack(x)[4]
+            pr, w, x = c.hmget(prefix + fp, "pr", "w", "x")
+            r = c.hget(ns + ":r", fp)
+            fields = _PAGE.unpack(x)
+            s_, f = fields[0], fields[7]
             where = queued.pop(fp, [])
             if st == 1:
                 want = f"{ns}:q:{pr.decode() if pr else '?'}:{'f' if f == 1.0 else 'u'}"
@@ -452,6 +459,9 @@ class RedisFrontier:
                 problems.append(f"page {k} with status {st} has no request")
         if queued:
             problems.append(f"{len(queued)} queued fingerprints are not pages")
+        waiting = sum(1 for st in snap.status if st in (1, 2))
+        if c.hlen(ns + ":r") != waiting:
+            problems.append(f"{c.hlen(ns + ':r')} stored requests for {waiting} waiting pages")
         stored = [int(snap.figures[name]) for name in ("discovered", "pending", "in_flight")]
         stored.append(int(snap.figures["visited"]))
         if stored != counts:
@@ -479,23 +489,26 @@ class RedisSnapshot:
         self._meta.setdefault("series", frontier.series())
         n = int(g["n"])
         keys: list[bytes] = []
+        urls: list[str | None] = []
         for lo in range(0, n, CHUNK):
-            keys += client.lrange(ns + ":keys", lo, min(n, lo + CHUNK) - 1)
+            for entry in client.lrange(ns + ":keys", lo, min(n, lo + CHUNK) - 1):
+                k = entry[0]  # the fingerprint's length, then the fingerprint, then the URL
+                keys.append(entry[1 : 1 + k])
+                urls.append(entry[1 + k :].decode())
         n = len(keys)
         packed = bytearray()
-        urls: list[str | None] = [None] * n
         prefix = (ns + ":p:").encode()
         blank = bytes(_PAGE.size)
         for lo in range(0, n, CHUNK):
             pipe = client.pipeline(transaction=False)
             for fp in keys[lo : lo + CHUNK]:
-                pipe.hmget(prefix + fp, "x", "u")
-            for k, (x, u) in enumerate(pipe.execute(), start=lo):
+                pipe.hget(prefix + fp, "x")
+            for x in pipe.execute():
                 packed += x if x is not None else blank
-                urls[k] = u.decode() if u is not None else None
-        cols = np.frombuffer(bytes(packed), dtype="<f8").reshape(n, 9).T.copy()
-        s_, h, lg, v, f, st, b, d, lt = cols
-        flags = f.astype(np.uint8)
+        cols = np.frombuffer(bytes(packed), dtype=_PAGE_DTYPE, count=n)
+        s_, h, lg, b, d, lt = (cols[k].astype(float) for k in ("s", "h", "lg", "b", "d", "lt"))
+        v, st = cols["v"], cols["st"]
+        flags = cols["f"].astype(np.uint8)
         arrays = {
             "s": s_,
             "hist": h,
