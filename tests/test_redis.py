@@ -353,3 +353,41 @@ def test_a_password_never_reaches_logs_errors_or_stored_settings():
     assert masked_url("redis://127.0.0.1:6379/0") == "redis://127.0.0.1:6379/0"
     s = OpicSettings.from_settings({"OPIC_REDIS_URL": "redis://:s3cret@db:6379/0"})
     assert "s3cret" not in repr(s.as_dict()) and s.redis_url.endswith("@db:6379/0")
+
+
+def test_the_pop_skips_full_slots_without_missing_a_richer_page(frontier):
+    """With some download slots full, the pop takes the richest page whose slot has room,
+    across both queues (pages fetched before and pages never fetched)."""
+    import random
+
+    frontier.open(epsilon=0.15, refresh=1.0, continuous=True, window="interpolation:30")
+    rnd = random.Random(7)
+    slots = ["a", "b", "c", "d"]
+    seeds = [(FPS[i], f"u{i}", 0, rnd.choice(slots), b"r") for i in range(40)]
+    frontier.schedule(seeds)
+    for step in range(80):
+        full = rnd.sample(slots, rnd.randint(0, 3))
+        snap = frontier.snapshot()
+        engine = snap.engine()
+        engine.payout()  # what the pop does first
+        slot_of = {
+            k: frontier.client.hget((frontier.ns + ":p:").encode() + k, "sl").decode()
+            for k in snap.keys
+        }
+        room = [
+            i for i, st in enumerate(snap.status) if st == 1 and slot_of[snap.keys[i]] not in full
+        ]
+        got = frontier.pop(f"t{step}", full_slots=full)
+        if not room:
+            assert got is None
+            continue
+        best = max(engine.cash_of(i) for i in room)
+        popped = snap.keys.index(got.fp)
+        assert got.slot not in full
+        assert engine.cash_of(popped) == pytest.approx(best, abs=1e-15), step
+        links = [
+            Link(FPS[j], f"u{j}", weight=rnd.random(), slot=rnd.choice(slots), data=b"r")
+            for j in rnd.sample(range(40), 4)
+        ]
+        assert frontier.visit(got.fp, f"t{step}", links, plain=False).ok
+    assert frontier.check() == []

@@ -508,7 +508,10 @@ elseif cmd == 'pop' then
   local lk_tiers = ns .. ':tiers'
   local tiers = redis.call('ZREVRANGE', lk_tiers, 0, -1)
   for _, pr in ipairs(tiers) do
-    -- The richest page of each queue first; only if its slot is full, look further down.
+    -- The richest page of each queue first; only if its slot is full, look further down. The
+    -- two queues are merged by true cash, and a page from one queue is taken only while the
+    -- other queue's richer candidates are all known: a queue read only partly is read wider
+    -- first (up to `scan` pages each).
     local width = 1
     while true do
       local u = redis.call('ZREVRANGE', qkey(pr, true), 0, width - 1, 'WITHSCORES')
@@ -517,10 +520,27 @@ elseif cmd == 'pop' then
         redis.call('ZREM', lk_tiers, pr)
         break
       end
+      local last = width >= scan
+      local u_all = last or #u < 2 * width  -- every page of the queue is in u (or we stop here)
+      local f_all = last or #f < 2 * width
       local a, b = 1, 1
-      while a <= #u or b <= #f do
+      local wider = false
+      while true do
+        local take_u
+        if a <= #u and b <= #f then
+          take_u = tonumber(u[a + 1]) + g.accu >= tonumber(f[b + 1])
+        elseif a <= #u then
+          if not f_all then wider = true break end
+          take_u = true
+        elseif b <= #f then
+          if not u_all then wider = true break end
+          take_u = false
+        else
+          wider = not (u_all and f_all)
+          break
+        end
         local fp
-        if b > #f or (a <= #u and tonumber(u[a + 1]) + g.accu >= tonumber(f[b + 1])) then
+        if take_u then
           fp = u[a]
           a = a + 2
         else
@@ -532,7 +552,7 @@ elseif cmd == 'pop' then
           break
         end
       end
-      if best or width >= scan or (#u < 2 * width and #f < 2 * width) then break end
+      if best or not wider then break end
       width = scan
     end
     if best then break end
