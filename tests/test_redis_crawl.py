@@ -71,21 +71,29 @@ def test_three_processes_one_killed_still_fetch_every_page_once(tmp_path, redis_
         "CONCURRENT_REQUESTS": 4,
         "LOG_LEVEL": "INFO",
     }
-    with Site(g, delay=0.03) as site:
-        url = site.url(0)
-        first = start_worker(tmp_path, "first", url, settings)
-        victim = start_worker(tmp_path, "victim", url, settings)
-        wait_for(lambda: len(site.hits) >= 60)
-        late = start_worker(tmp_path, "late", url, settings)  # joins a running crawl
-        wait_for(lambda: len(site.hits) >= 250)
-        victim.send_signal(signal.SIGKILL)
-        assert victim.wait(timeout=30) == -signal.SIGKILL
-        killed_at = len(site.hits)
-        for proc in (first, late):
-            assert proc.wait(timeout=40) == 0, (tmp_path / "first" / "crawl.log").read_text()[
-                -3000:
-            ]
-        hits = Counter(site.hits)
+    procs: list[subprocess.Popen] = []
+    try:
+        with Site(g, delay=0.03) as site:
+            url = site.url(0)
+            first = start_worker(tmp_path, "first", url, settings)
+            victim = start_worker(tmp_path, "victim", url, settings)
+            procs += [first, victim]
+            wait_for(lambda: len(site.hits) >= 60)
+            late = start_worker(tmp_path, "late", url, settings)  # joins a running crawl
+            procs.append(late)
+            wait_for(lambda: len(site.hits) >= 250)
+            victim.send_signal(signal.SIGKILL)
+            assert victim.wait(timeout=30) == -signal.SIGKILL
+            killed_at = len(site.hits)
+            for name, proc in (("first", first), ("late", late)):
+                log = tmp_path / name / "crawl.log"
+                assert proc.wait(timeout=120) == 0, log.read_text()[-3000:]
+            hits = Counter(site.hits)
+    finally:
+        for proc in procs:  # never leave a crawl running after a failure
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
 
     assert killed_at < len(pages)  # the kill came midway
     fetched = {int(p.removeprefix("/p/").removesuffix(".html")) for p in hits}
