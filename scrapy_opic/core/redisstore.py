@@ -21,8 +21,8 @@ and Interpolation (G or wall clock); the multi-measure windows (variable, fixed,
 list of measures per page and are embedded-store only.
 
 Keys (``ns`` is the crawl's key wrapped in a Redis Cluster hash tag, e.g. ``{opic:site}``): see
-the header of ``opic.lua``. Memory (``benchmarks/redis_perf.py``): about 530 bytes of Redis per
-visited page, about 1,060 per pending page with a 236-byte request.
+the header of ``opic.lua``. Memory (``benchmarks/redis_perf.py``): about 300 bytes of Redis per
+visited page, about 760 per pending page with a 236-byte request.
 
 Round trips: one per pop, one per visit (it also schedules the links it pays, so a fetched
 page costs two), one per start request batch, retry, redirect or failure, and one per lease
