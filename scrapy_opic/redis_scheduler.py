@@ -250,9 +250,14 @@ class RedisScheduler(SchedulerBase):
         return lease
 
     def _lease_of(self, request: Request) -> tuple[bytes, str] | None:
+        """(fingerprint, token) of the lease ``request`` was handed out under, if this process
+        still holds it. A request whose lease lapsed, and whose page this process then popped
+        again under a new token, is not the holder: its outcome is ignored here."""
         fp = request.meta.get("opic_id")
         lease = self._leased.get(fp) if isinstance(fp, bytes) else None
-        return None if lease is None else (fp, lease[0])
+        if lease is None or lease[0] != request.meta.get("opic_lease"):
+            return None
+        return fp, lease[0]
 
     # -- outcomes -------------------------------------------------------------------------------
     def settle_visit(
@@ -288,10 +293,12 @@ class RedisScheduler(SchedulerBase):
                     data,
                 )
             )
+        # The lease ends here whatever the call does: if Redis fails now, the page is not renewed
+        # any more and goes back to the frontier when its lease expires.
+        self._end(fp)
         visited = self.frontier.visit(
             fp, token, links, weights is None, boosts is not None, virtual_weight
         )
-        self._end(fp)
         if not visited.ok:  # the lease had expired: another process fetches the page
             self.counts["opic/stale"] += 1
             return None
@@ -336,11 +343,12 @@ class RedisScheduler(SchedulerBase):
         frontier = self.frontier
         if isinstance(request.errback, OutcomeErrback):  # a retry or redirect copies it
             request.errback = request.errback.original
+        held = self._lease_of(request)
         source = request.meta.pop("opic_id", None)
+        request.meta.pop("opic_lease", None)
         fp = self.fingerprinter.fingerprint(request)
-        held = self._leased.get(source) if isinstance(source, bytes) else None
         if held is not None:
-            return self._follow_up(request, source, held[0], fp)
+            return self._follow_up(request, source, held[1], fp)
         code = self._codes.pop(request, None)
         again = bool(request.dont_filter and not request.meta.get("is_start_request"))
         if code == SCHEDULED:  # scheduled by the visit that paid it
@@ -431,9 +439,11 @@ class RedisScheduler(SchedulerBase):
                 self.frontier.forfeit(got.fp, token)
                 self.counts["opic/undecodable"] += 1
                 continue
+            self._end(got.fp)  # a page whose lease lapsed here, popped again: one lease
             self._leased[got.fp] = (token, got.slot)
             self._slot_leases[got.slot] = self._slot_leases.get(got.slot, 0) + 1
             request.meta["opic_id"] = got.fp
+            request.meta["opic_lease"] = token
             request.errback = OutcomeErrback(self, request.errback)
             self.counts["opic/popped"] += 1
             self.counts["scheduler/dequeued"] += 1

@@ -3,6 +3,7 @@ running (a stub stands in for the downloader's slots), on a real redis-server.""
 
 from __future__ import annotations
 
+import time
 import uuid
 from types import SimpleNamespace
 
@@ -73,18 +74,14 @@ def test_length_dequeue_and_duplicates(scheduler):
     got = []
     while (r := scheduler.next_request()) is not None:
         assert isinstance(r.meta["opic_id"], bytes) and r.callback == scheduler.spider.parse
-        got.append(r.url)
-    assert sorted(got) == sorted(URLS)
+        got.append(r)
+    assert sorted(r.url for r in got) == sorted(URLS)
     assert scheduler.has_pending_requests()  # all leased: the crawl is not over
-    for url in got:
-        scheduler.settle_failure(Request(url, meta={"opic_id": _fp(scheduler, url)}), OSError())
+    for r in got:
+        scheduler.settle_failure(r, OSError())
     assert not scheduler.has_pending_requests()
     assert scheduler.counts["opic/failed"] == len(URLS)
     assert scheduler.frontier.total_cash() == pytest.approx(1.0, abs=1e-12)
-
-
-def _fp(scheduler, url: str) -> bytes:
-    return scheduler.fingerprinter.fingerprint(Request(url))
 
 
 def test_a_visit_schedules_its_links_and_answers_for_them(scheduler):
@@ -161,3 +158,46 @@ def test_a_process_with_other_parameters_cannot_join(redis_url):
     finally:
         a.close("finished")
         a.frontier.clear()
+
+
+def test_a_redis_error_during_a_visit_lets_the_lease_lapse(redis_url):
+    s = make(redis_url, OPIC_REDIS_LEASE=0.3)
+    try:
+        s.enqueue_request(Request(URLS[0]))
+        r = s.next_request()
+        script = s.frontier._script
+
+        def broken(keys, args):
+            if args[0] == "visit":
+                raise redis.ConnectionError("connection reset")
+            return script(keys=keys, args=args)
+
+        s.frontier._script = broken
+        with pytest.raises(redis.ConnectionError):
+            s.settle_visit(r, [], None, None, 0.0)
+        s.frontier._script = script
+        assert not s._leased and not s._slot_leases  # no longer renewed by this process
+        time.sleep(0.4)
+        s._beat()
+        other = s.frontier.__class__(s.frontier.client, s.frontier.key)
+        assert other.pop("other") is not None  # back in the frontier for anyone
+    finally:
+        s.close("finished")
+        s.frontier.clear()
+
+
+def test_a_page_popped_again_after_its_lease_lapsed_is_held_once(redis_url):
+    s = make(redis_url, OPIC_REDIS_LEASE=0.2)
+    try:
+        s.enqueue_request(Request(URLS[0]))
+        first = s.next_request()
+        time.sleep(0.3)  # a blocked reactor: no renewal for a whole lease
+        second = s.next_request()  # reclaimed and handed back to this process
+        assert second.url == first.url and s._slot_leases == {"host0.example": 1}
+        s.settle_visit(first, [], None, None, 0.0)  # the lapsed lease answers: ignored
+        assert s.frontier.status()["visits"] == 0 and len(s._leased) == 1
+        s.settle_visit(second, [], None, None, 0.0)
+        assert s.frontier.status()["visits"] == 1 and not s._leased and not s._slot_leases
+    finally:
+        s.close("finished")
+        s.frontier.clear()
