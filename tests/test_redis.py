@@ -391,3 +391,17 @@ def test_the_pop_skips_full_slots_without_missing_a_richer_page(frontier):
         ]
         assert frontier.visit(got.fp, f"t{step}", links, plain=False).ok
     assert frontier.check() == []
+
+
+def test_a_page_with_room_is_found_behind_any_number_of_pages_in_full_slots(frontier):
+    frontier.open(refresh=1.0)
+    frontier.schedule([(fp(-1), "seed", 0, "s", b"r")])
+    assert frontier.pop("t0")
+    big = [Link(fp(i), f"big{i}", 2.0, slot="big.example", data=b"r") for i in range(150)]
+    small = Link(fp(1000), "small", 1.0, slot="small.example", data=b"r")
+    low = Link(fp(1001), "low", 1.0, priority=-1, slot="small.example", data=b"r")
+    assert frontier.visit(fp(-1), "t0", [*big, small, low], plain=False).ok
+    got = frontier.pop("t1", full_slots=["big.example"])
+    assert got.fp == fp(1000)  # the only page of priority 0 whose slot has room
+    assert frontier.pop("t2", full_slots=["big.example", "small.example"]) is None
+    assert frontier.check() == []

@@ -21,14 +21,17 @@
 --                     allocation after the request is deleted, doubling a visited page's size)
 --   <ns>:keys         list of the pages in id (discovery) order: fingerprint length (1 byte),
 --                     fingerprint, URL
---   <ns>:q:<pr>:u|f   sorted sets of pending pages of priority pr, never fetched (u) / fetched (f),
---                     scored by stored cash s
+--   <ns>:q:<pr>:u|f:<slot>  sorted sets of the pending pages of priority pr, never fetched (u) /
+--                     fetched (f), in one download slot, scored by stored cash s
+--   <ns>:h:<pr>:u|f   sorted sets of slot heads: slot -> the best stored cash of its queue
 --   <ns>:tiers        sorted set of the priorities that have pending pages
 --   <ns>:leases       sorted set: in-flight fingerprint -> lease expiry (server time, ms)
 --
 -- A page's true cash is s + acc_all (+ acc_unfetched while never fetched): the virtual page's
 -- payout is two additions to the accumulators, O(1), and the queue scores never move on a payout
--- (a broadcast to a set keeps the order inside the set). Pop compares the heads of the two sets.
+-- (a broadcast to a set keeps the order inside the set). A pop takes, per side, the best slot
+-- head whose slot has room (skipping at most the full slots), then the richer side: exact
+-- greedy among the slots with room, in O(log n + full slots).
 --
 -- Packed numbers, not text: one GET/SET per call for the globals and one field per page, which
 -- halves the server time of a call and the memory of a page (the commands a script issues,
@@ -99,8 +102,14 @@ local order = {}   -- fps in load order (flush order)
 
 local function pkey(fp) return ns .. ':p:' .. fp end
 
-local function qkey(pr, unfetched)
-  return ns .. ':q:' .. pr .. (unfetched and ':u' or ':f')
+-- The pending pages of one priority, one side (never fetched: u, fetched: f) and one download
+-- slot; and, per priority and side, the index of slot heads (slot -> its best stored cash).
+local function qkey(pr, unfetched, sl)
+  return ns .. ':q:' .. pr .. (unfetched and ':u:' or ':f:') .. sl
+end
+
+local function hkey(pr, unfetched)
+  return ns .. ':h:' .. pr .. (unfetched and ':u' or ':f')
 end
 
 local function page(fp)
@@ -112,7 +121,7 @@ local function page(fp)
   p = {s = s, h = h, lg = lg, v = v, f = f, st = st, b = b, d = d, lt = lt, pr = r[2] or '0',
     sl = r[3] or '', w = r[4]}
   if p.st == PENDING then
-    p.q0 = qkey(p.pr, p.f == 0)
+    p.q0, p.h0, p.sl0 = qkey(p.pr, p.f == 0, p.sl), hkey(p.pr, p.f == 0), p.sl
   end
   P[fp] = p
   order[#order + 1] = fp
@@ -192,15 +201,27 @@ local function flush()
       if p.drop then redis.call('HDEL', ns .. ':r', fp) end
     end
     local q1 = nil
-    if p.st == PENDING then q1 = qkey(p.pr, p.f == 0) end
-    if p.q0 and p.q0 ~= q1 then redis.call('ZREM', p.q0, fp) end
+    local h1 = nil
+    if p.st == PENDING then q1, h1 = qkey(p.pr, p.f == 0, p.sl), hkey(p.pr, p.f == 0) end
+    if p.q0 and p.q0 ~= q1 then
+      redis.call('ZREM', p.q0, fp)
+      -- The slot's head may have been this page: the index takes the queue's new head.
+      local top = redis.call('ZREVRANGE', p.q0, 0, 0, 'WITHSCORES')
+      if #top == 0 then
+        redis.call('ZREM', p.h0, p.sl0)
+      else
+        redis.call('ZADD', p.h0, top[2], p.sl0)
+      end
+    end
     if q1 and (p.dirty or p.q0 ~= q1) then
       redis.call('ZADD', q1, fmt(p.s), fp)
+      -- A pending page's cash only grows: the slot's head is the larger of the two.
+      redis.call('ZADD', h1, 'GT', fmt(p.s), p.sl)
       if p.q0 ~= q1 then redis.call('ZADD', ns .. ':tiers', tonumber(p.pr), p.pr) end
     end
     -- The cached page now matches Redis: a later flush in the same call (a pop that reclaims
     -- a lease, then pops the same page) starts from here.
-    p.q0, p.dirty, p.req, p.drop = q1, false, nil, nil
+    p.q0, p.h0, p.sl0, p.dirty, p.req, p.drop = q1, h1, p.sl, false, nil, nil
     if p.token then p.w, p.token = p.token, nil end
   end
 end
@@ -484,12 +505,16 @@ if cmd == 'sched' then
   return out
 
 elseif cmd == 'pop' then
-  -- ARGV: token lease_ms scan full-slot... Reclaims expired leases, pays the virtual page out,
-  -- then leases the pending page with the most cash (highest priority first) whose download
-  -- slot is not full. Returns {fp, request, slot} or {}.
-  local token, lease_ms, scan = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+  -- ARGV: token lease_ms full-slot... Reclaims expired leases, pays the virtual page out, then
+  -- leases the pending page with the most cash (highest priority first) whose download slot is
+  -- not full. Returns {fp, request, slot} or {}.
+  local token, lease_ms = ARGV[2], tonumber(ARGV[3])
   local full = {}
-  for k = 5, #ARGV do full[ARGV[k]] = true end
+  local n_full = 0
+  for k = 4, #ARGV do
+    full[ARGV[k]] = true
+    n_full = n_full + 1
+  end
   local t = redis.call('TIME')
   local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   local lk = ns .. ':leases'
@@ -508,54 +533,31 @@ elseif cmd == 'pop' then
   local lk_tiers = ns .. ':tiers'
   local tiers = redis.call('ZREVRANGE', lk_tiers, 0, -1)
   for _, pr in ipairs(tiers) do
-    -- The richest page of each queue first; only if its slot is full, look further down. The
-    -- two queues are merged by true cash, and a page from one queue is taken only while the
-    -- other queue's richer candidates are all known: a queue read only partly is read wider
-    -- first (up to `scan` pages each).
-    local width = 1
-    while true do
-      local u = redis.call('ZREVRANGE', qkey(pr, true), 0, width - 1, 'WITHSCORES')
-      local f = redis.call('ZREVRANGE', qkey(pr, false), 0, width - 1, 'WITHSCORES')
-      if #u == 0 and #f == 0 then
-        redis.call('ZREM', lk_tiers, pr)
-        break
+    -- Per side, the best slot head whose slot has room: among the n_full + 1 best heads there
+    -- is one, if the side has any. Then the richer of the two sides (by true cash).
+    local function best_head(unfetched)
+      local heads = redis.call('ZREVRANGE', hkey(pr, unfetched), 0, n_full, 'WITHSCORES')
+      for k = 1, #heads, 2 do
+        if not full[heads[k]] then return heads[k], tonumber(heads[k + 1]) end
       end
-      local last = width >= scan
-      local u_all = last or #u < 2 * width  -- every page of the queue is in u (or we stop here)
-      local f_all = last or #f < 2 * width
-      local a, b = 1, 1
-      local wider = false
-      while true do
-        local take_u
-        if a <= #u and b <= #f then
-          take_u = tonumber(u[a + 1]) + g.accu >= tonumber(f[b + 1])
-        elseif a <= #u then
-          if not f_all then wider = true break end
-          take_u = true
-        elseif b <= #f then
-          if not u_all then wider = true break end
-          take_u = false
-        else
-          wider = not (u_all and f_all)
-          break
-        end
-        local fp
-        if take_u then
-          fp = u[a]
-          a = a + 2
-        else
-          fp = f[b]
-          b = b + 2
-        end
-        if not full[page(fp).sl] then
-          best = fp
-          break
-        end
-      end
-      if best or not wider then break end
-      width = scan
+      return nil, nil
     end
-    if best then break end
+    local su, cu = best_head(true)
+    local sf, cf = best_head(false)
+    local unfetched = nil
+    if su and (not sf or cu + g.accu >= cf) then
+      unfetched = true
+    elseif sf then
+      unfetched = false
+    end
+    if unfetched ~= nil then
+      local sl = unfetched and su or sf
+      best = redis.call('ZREVRANGE', qkey(pr, unfetched, sl), 0, 0)[1]
+      break
+    end
+    if redis.call('EXISTS', hkey(pr, true), hkey(pr, false)) == 0 then
+      redis.call('ZREM', lk_tiers, pr)  -- a priority with no pending page left
+    end
   end
   if not best then
     save_g()

@@ -174,16 +174,13 @@ class RedisFrontier:
     :param key: the crawl's name on the server, e.g. ``opic:myspider``; several crawls share a
         server under different keys.
     :param lease: seconds a popped page stays leased without renewal.
-    :param scan: how many of the richest pending pages a pop looks at to find one whose download
-        slot has room.
     """
 
-    def __init__(self, client: Any, key: str, lease: float = 60.0, scan: int = 64) -> None:
+    def __init__(self, client: Any, key: str, lease: float = 60.0) -> None:
         self.client = client
         self.key = key
         self.ns = "{" + key + "}"
         self.lease_ms = max(1, int(lease * 1000))
-        self.scan = max(1, int(scan))
         self._script = client.register_script(LUA)
         self.round_trips = 0
 
@@ -258,7 +255,7 @@ class RedisFrontier:
 
     def pop(self, token: str, full_slots: Iterable[str] = ()) -> Popped | None:
         """Lease the best page (greedy, global) whose slot is not in ``full_slots``."""
-        got = self._call("pop", token, self.lease_ms, self.scan, *full_slots)
+        got = self._call("pop", token, self.lease_ms, *full_slots)
         if not got:
             return None
         fp, data, slot = got
@@ -423,31 +420,39 @@ class RedisFrontier:
         problems: list[str] = []
         snap = self.snapshot()
         prefix = (ns + ":p:").encode()
-        queued: dict[bytes, list[tuple[bytes, float]]] = {}
+        queued: dict[bytes, list[tuple[str, float]]] = {}
+        heads: dict[str, dict[str, float]] = {}  # head index key -> slot -> best stored cash
         tiers_seen = set()
-        for q in c.scan_iter(match=_glob(ns) + ":q:*"):
+        qprefix = ns + ":q:"
+        for q in c.scan_iter(match=_glob(qprefix) + "*"):
+            name = q.decode()
+            pr, side, slot = name[len(qprefix) :].split(":", 2)
             members = c.zrange(q, 0, -1, withscores=True)
             if members:
-                tiers_seen.add(q.decode().rsplit(":", 2)[1])
+                tiers_seen.add(pr)
+                heads.setdefault(f"{ns}:h:{pr}:{side}", {})[slot] = max(x for _, x in members)
             for fp, score in members:
-                queued.setdefault(fp, []).append((q, score))
-        # (A tier whose queues emptied may linger until a pop looks at it.)
-        tiers = {t.decode() for t in c.zrange(ns + ":tiers", 0, -1)}
-        if not tiers_seen <= tiers:
-            problems.append(f"tiers {sorted(tiers)} but queued priorities {sorted(tiers_seen)}")
+                queued.setdefault(fp, []).append((name, score))
+        stored_heads: dict[str, dict[str, float]] = {}
+        for h in c.scan_iter(match=_glob(ns + ":h:") + "*"):
+            rows = c.zrange(h, 0, -1, withscores=True)
+            stored_heads[h.decode()] = {slot.decode(): x for slot, x in rows}
+        if {k: v for k, v in stored_heads.items() if v} != heads:
+            problems.append(f"slot heads {stored_heads}, queues say {heads}")
         leases = set(c.zrange(ns + ":leases", 0, -1))
         counts = [0, 0, 0, 0]
         for k, fp in enumerate(snap.keys):
             st = snap.status[k]
             counts[st] += 1
-            pr, w, x = c.hmget(prefix + fp, "pr", "w", "x")
+            pr, sl, w, x = c.hmget(prefix + fp, "pr", "sl", "w", "x")
             r = c.hget(ns + ":r", fp)
             fields = _PAGE.unpack(x)
             s_, f = fields[0], fields[7]
             where = queued.pop(fp, [])
             if st == 1:
-                want = f"{ns}:q:{pr.decode() if pr else '?'}:{'f' if f == 1.0 else 'u'}"
-                if [q.decode() for q, _ in where] != [want]:
+                side = "f" if f == 1 else "u"
+                want = f"{ns}:q:{(pr or b'?').decode()}:{side}:{(sl or b'').decode()}"
+                if [q for q, _ in where] != [want]:
                     problems.append(f"pending page {k} queued in {where}, not {want}")
                 elif where[0][1] != s_:
                     problems.append(f"pending page {k} scored {where[0][1]}, stored cash {s_}")
