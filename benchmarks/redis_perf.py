@@ -29,7 +29,6 @@ import json
 import os
 import pickle
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -37,45 +36,10 @@ import time
 import uuid
 from pathlib import Path
 
+from scrapy_opic.localsite import RedisServer
+
 ROOT = Path(__file__).resolve().parent
 RUNNER = ROOT.parent / "tests" / "crawl_runner.py"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_redis(workdir: Path) -> tuple[subprocess.Popen, str]:
-    binary = shutil.which("redis-server")
-    if binary is None:
-        raise SystemExit("redis-server not found: apt-get install redis-server, or --redis URL")
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            binary,
-            "--bind",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(workdir),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    for _ in range(200):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            break
-        except OSError:
-            time.sleep(0.05)
-    return proc, f"redis://127.0.0.1:{port}/0"
 
 
 def script_usec(client) -> tuple[int, float]:
@@ -373,7 +337,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         url = args.redis
         if url is None:
-            server, url = start_redis(workdir)
+            server = RedisServer(str(workdir))
+            url = server.__enter__()
         rows = scaling(args, url, workdir)
         mem = memory(args, url)
         print(json.dumps(mem), flush=True)
@@ -384,8 +349,7 @@ def main(argv: list[str] | None = None) -> int:
         print((out / "redis_perf.md").read_text())
     finally:
         if server is not None:
-            server.terminate()
-            server.wait(timeout=10)
+            server.__exit__()
         shutil.rmtree(workdir, ignore_errors=True)
     return 0
 

@@ -176,6 +176,50 @@ class StaticSite(_LoopbackServer):
         return f"http://127.0.0.1:{self.port}/{path}"
 
 
+class RedisServer:
+    """A throw-away redis-server (Debian's binary) on a free loopback port, with no persistence,
+    for tests and benchmarks: ``with RedisServer(workdir) as url: ...``. :class:`RuntimeError`
+    if the binary is missing or the server does not start."""
+
+    def __init__(self, workdir: str) -> None:
+        self.workdir = str(workdir)
+        self.proc = None
+
+    def __enter__(self) -> str:
+        import shutil
+        import socket
+        import subprocess
+
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise RuntimeError("redis-server is not installed")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        self.proc = subprocess.Popen(
+            [binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "",
+             "--appendonly", "no", "--dir", self.workdir],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                return f"redis://127.0.0.1:{port}/0"
+            except OSError:
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    self.__exit__()
+                    raise RuntimeError("redis-server did not start") from None
+                time.sleep(0.05)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+            self.proc = None
+
+
 def crawl_to_files(spider_cls: type, settings: dict, items: str, stats: str, **spider_kw) -> None:
     """Run one crawl in this process (it starts the reactor: once per process), writing the
     items as JSON Lines and the final stats as JSON: the crawl runners of the tests and the
