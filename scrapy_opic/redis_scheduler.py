@@ -163,32 +163,38 @@ class RedisScheduler(SchedulerBase):
             self._heartbeat.stop()
         frontier = self.frontier
         try:
-            if self._leased:  # leaving: what this process still holds goes back, cash intact
-                back = frontier.release((fp, token) for fp, (token, _slot) in self._leased.items())
-                self._leased.clear()
-                self._slot_leases.clear()
-                logger.info("OPIC: %d leased pages handed back to the crawl", back)
-            self.update_stats()
-            frontier.leave(self.worker)
-            f = self._figures
-            logger.info(
-                "OPIC scheduler closed (%s): the crawl has %d pages known, %d visited, %d "
-                "pending, %d leased; this process made %d Redis round trips",
-                reason,
-                f["pages"],
-                f["visits"],
-                f["pending"],
-                f["leases"],
-                frontier.round_trips,
-            )
+            self._leave(reason)
         finally:
             _RUNNING.pop(self.crawler, None)
-        try:
-            self._export()
-        finally:
-            closed = self.df.close(reason) if self.df is not None else None
-            frontier.client.close()
+            try:
+                self._export()
+            finally:
+                closed = self.df.close(reason) if self.df is not None else None
+                frontier.client.close()
         return closed
+
+    def _leave(self, reason: str) -> None:
+        """Hand this process's leases back, record its stats and leave the crawl. (A Redis
+        error here still lets ``close`` run the export and close the dupefilter.)"""
+        frontier = self.frontier
+        if self._leased:  # leaving: what this process still holds goes back, cash intact
+            back = frontier.release((fp, token) for fp, (token, _slot) in self._leased.items())
+            self._leased.clear()
+            self._slot_leases.clear()
+            logger.info("OPIC: %d leased pages handed back to the crawl", back)
+        self.update_stats()
+        frontier.leave(self.worker)
+        f = self._figures
+        logger.info(
+            "OPIC scheduler closed (%s): the crawl has %d pages known, %d visited, %d "
+            "pending, %d leased; this process made %d Redis round trips",
+            reason,
+            f["pages"],
+            f["visits"],
+            f["pending"],
+            f["leases"],
+            frontier.round_trips,
+        )
 
     def state_location(self) -> str:
         return f"{self.settings.redis_url}#{self.frontier.key}"

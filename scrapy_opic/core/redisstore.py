@@ -439,6 +439,10 @@ class RedisFrontier:
             stored_heads[h.decode()] = {slot.decode(): x for slot, x in rows}
         if {k: v for k, v in stored_heads.items() if v} != heads:
             problems.append(f"slot heads {stored_heads}, queues say {heads}")
+        # (A priority whose queues emptied may linger in the tiers until a pop looks at it.)
+        tiers = {t.decode() for t in c.zrange(ns + ":tiers", 0, -1)}
+        if not tiers_seen <= tiers:
+            problems.append(f"tiers {sorted(tiers)} miss queued priorities {sorted(tiers_seen)}")
         leases = set(c.zrange(ns + ":leases", 0, -1))
         counts = [0, 0, 0, 0]
         for k, fp in enumerate(snap.keys):
