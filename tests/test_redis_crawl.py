@@ -52,6 +52,27 @@ def start_worker(tmp_path: Path, name: str, start_url: str, settings: dict) -> s
     )
 
 
+def leases_of(redis_url: str, key: str, pid: int) -> int:
+    """Pages leased right now by the crawl process ``pid`` (its workers entry names its lease
+    tag: ``host:pid:tag``; its lease tokens are ``tag.seq``)."""
+    client = redis.Redis.from_url(redis_url)
+    try:
+        ns = "{" + key + "}"
+        tags = [
+            w.decode().rsplit(":", 2)[2]
+            for w in client.hkeys(ns + ":workers")
+            if w.decode().rsplit(":", 2)[1] == str(pid)
+        ]
+        if not tags:
+            return 0
+        prefix = (ns + ":p:").encode()
+        leased = client.zrange(ns + ":leases", 0, -1)
+        tokens = [client.hget(prefix + fp, "w") or b"" for fp in leased]
+        return sum(1 for t in tokens if t.decode().startswith(tags[0] + "."))
+    finally:
+        client.close()
+
+
 def wait_for(predicate, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -82,6 +103,9 @@ def test_three_processes_one_killed_still_fetch_every_page_once(tmp_path, redis_
             late = start_worker(tmp_path, "late", url, settings)  # joins a running crawl
             procs.append(late)
             wait_for(lambda: len(site.hits) >= 250)
+            # Kill the victim while it holds pages (an idle process waits up to one engine
+            # heartbeat, 5 s, before it asks for work again).
+            wait_for(lambda: leases_of(redis_url, key, victim.pid) > 0)
             victim.send_signal(signal.SIGKILL)
             assert victim.wait(timeout=30) == -signal.SIGKILL
             killed_at = len(site.hits)
