@@ -28,14 +28,16 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the test sites (tests/sites.py)
+
 import numpy as np
 
-from scrapy_opic.core.graph import Graph, from_edges
-from scrapy_opic.core.pagerank import pagerank
-from scrapy_opic.localsite import Site, StaticSite, site_graph
+from scrapy_opic.simulator.graph import Graph, from_edges
+from scrapy_opic.simulator.pagerank import pagerank
+from tests.sites import Site, StaticSite, site_graph
 
 ROOT = Path(__file__).resolve().parent
-RUNNER = ROOT / "crawl_runner.py"
+RUNNER = ROOT.parent / "tests" / "crawl_runner.py"
 CACHE = ROOT / ".cache"
 FRACTIONS = (0.01, 0.10, 0.25, 0.50)
 ORDERS = ("opic", "default", "bfs")
@@ -69,6 +71,7 @@ def ensure_docs(package: str, subdir: str) -> Path:
 
 def crawl(start_url: str, order: str, workdir: Path, **settings) -> tuple[list[dict], dict]:
     workdir.mkdir(parents=True, exist_ok=True)
+    settings = {"LOG_LEVEL": "WARNING", "RETRY_TIMES": 2, **settings}
     items, stats = workdir / "items.jsonl", workdir / "stats.json"
     cfg = workdir / "config.json"
     cfg.write_text(
@@ -76,6 +79,7 @@ def crawl(start_url: str, order: str, workdir: Path, **settings) -> tuple[list[d
             {
                 "start_url": start_url,
                 "order": order,
+                "spider": "evidence",
                 "settings": settings,
                 "items": str(items),
                 "stats": str(stats),
@@ -146,7 +150,7 @@ def ordering_experiment(name: str, start_url: str, work: Path, **settings) -> di
 def real_graph_experiment(path: Path, work: Path, fraction: float) -> dict:
     """The cnr-2000 web graph served one page per node; each order crawls ``fraction`` of it
     from one seed; shares of the whole graph's PageRank at 1%, 10%, 25% of its pages."""
-    from scrapy_opic.core.graph import load_edge_list
+    from scrapy_opic.simulator.graph import load_edge_list
 
     graph = load_edge_list(path)
     pr = pagerank(graph, 0.85)
@@ -200,7 +204,7 @@ def trap_pagerank_share(graph: Graph, days: int = 3000, first: int = 1000) -> fl
     pages by true PageRank of the site plus its calendar cut at ``days`` days (every real page
     links to day 0, as the served site does). The calendar has no link back to the site: it is a
     PageRank sink, so a PageRank-first order enters it too."""
-    from scrapy_opic.localsite import CALENDAR_STEPS
+    from tests.sites import CALENDAR_STEPS
 
     n = graph.n
     src, dst = [graph.sources(), np.arange(n)], [graph.indices, np.full(n, n)]

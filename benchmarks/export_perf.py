@@ -25,10 +25,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from scrapy_opic.core.frontier import Frontier
-from scrapy_opic.core.graph import power_law_graph
-from scrapy_opic.core.store import SqliteStore
-from scrapy_opic.simulate import Simulation
+from scrapy_opic.backends.sqlite import SqliteStore
+from scrapy_opic.opic.frontier import Frontier
+from scrapy_opic.simulator.graph import power_law_graph
+from scrapy_opic.simulator.simulation import Simulation
 
 ROOT = Path(__file__).resolve().parent
 

@@ -36,7 +36,9 @@ import time
 import uuid
 from pathlib import Path
 
-from scrapy_opic.localsite import RedisServer
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the test sites (tests/sites.py)
+
+from tests.sites import RedisServer
 
 ROOT = Path(__file__).resolve().parent
 RUNNER = ROOT.parent / "tests" / "crawl_runner.py"
@@ -91,7 +93,7 @@ def crawl(site_url: str, n_procs: int, settings: dict, workdir: Path) -> list[di
 def scaling(args, redis_url: str, workdir: Path) -> list[dict]:
     import redis
 
-    from scrapy_opic.localsite import Site, site_graph
+    from tests.sites import Site, site_graph
 
     client = redis.Redis.from_url(redis_url)
     g = site_graph(args.pages, seed=7)
@@ -156,7 +158,7 @@ def scaling(args, redis_url: str, workdir: Path) -> list[dict]:
                     "per_process_pages": [s.get("opic/visits", 0) for s in stats],
                 }
             )
-            from scrapy_opic.core.redisstore import RedisFrontier
+            from scrapy_opic.backends.redis import RedisFrontier
 
             frontier = RedisFrontier(client, key)
             row["total_cash"] = frontier.total_cash()
@@ -171,8 +173,8 @@ def memory(args, redis_url: str) -> dict:
     import redis
     from scrapy import Request, Spider
 
-    from scrapy_opic.core.graph import power_law_graph
-    from scrapy_opic.core.redisstore import Link, RedisFrontier
+    from scrapy_opic.backends.redis import Link, RedisFrontier
+    from scrapy_opic.simulator.graph import power_law_graph
 
     class Bench(Spider):
         name = "bench"

@@ -15,11 +15,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the test sites (tests/sites.py)
+
 import numpy as np
 
-from scrapy_opic.core.pagerank import pagerank
 from scrapy_opic.export import open_state
-from scrapy_opic.localsite import Site, site_graph
+from scrapy_opic.simulator.pagerank import pagerank
+from tests.sites import Site, site_graph
 
 HERE = Path(__file__).resolve().parent
 

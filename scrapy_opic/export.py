@@ -32,11 +32,11 @@ from typing import IO, Any, NamedTuple
 
 import numpy as np
 
-from .core.engine import FETCHED, OpicEngine
-from .core.frontier import IN_FLIGHT, PENDING
-from .core.redisstore import is_redis_location, masked_url, split_location
-from .core.series import Series
-from .core.store import StateReader, StoreError
+from .backends.redis import is_redis_location, masked_url, split_location
+from .backends.sqlite import StateReader, StoreError
+from .opic.engine import FETCHED, OpicEngine
+from .opic.frontier import IN_FLIGHT, PENDING
+from .series import Series
 
 FORMATS = {".csv": "csv", ".jsonl": "jsonl", ".jl": "jsonl"}
 
@@ -125,7 +125,7 @@ def registered_domain(host: str) -> str:
 class OpicState:
     """A read-only snapshot of a crawl's state (see the module docstring).
 
-    :ivar engine: the snapshot's :class:`~scrapy_opic.core.engine.OpicEngine` (without keys).
+    :ivar engine: the snapshot's :class:`~scrapy_opic.opic.engine.OpicEngine` (without keys).
     :ivar meta: what the crawl recorded (spider, settings, time series).
     """
 
@@ -262,7 +262,7 @@ def _redis_snapshot(location: str) -> Any:
         import redis
     except ImportError:
         raise StoreError("reading a Redis crawl needs: pip install 'scrapy-opic[redis]'") from None
-    from .core.redisstore import RedisFrontier
+    from .backends.redis import RedisFrontier
 
     url, key = split_location(location)
     try:

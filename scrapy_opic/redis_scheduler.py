@@ -3,7 +3,7 @@ every Scrapy process that runs the crawl, on one machine or many.
 
 Set ``OPIC_STORE = "redis"`` (with ``SCHEDULER = "scrapy_opic.OpicScheduler"`` or the add-on, as
 usual) and ``OPIC_REDIS_URL``; every process started with the same ``OPIC_REDIS_KEY`` joins the
-same crawl. The frontier is a :class:`~scrapy_opic.core.redisstore.RedisFrontier`: each pop,
+same crawl. The frontier is a :class:`~scrapy_opic.backends.redis.RedisFrontier`: each pop,
 visit and transfer is one atomic Lua call on the server.
 
 Contract with Scrapy's engine (differences from :class:`~scrapy_opic.scheduler.OpicScheduler`):
@@ -46,7 +46,7 @@ from weakref import WeakKeyDictionary
 from scrapy.utils.request import request_from_dict
 from twisted.internet import task
 
-from .core.redisstore import (
+from .backends.redis import (
     DUPLICATE,
     NEEDS_REQUEST,
     SCHEDULED,

@@ -21,7 +21,7 @@ Contract with Scrapy's engine (see ``scrapy.core.scheduler.BaseScheduler``):
   (``CLOSESPIDER_PAGECOUNT``...).
 
 State. The frontier (cash, history, statuses, keys, URLs) and one row per pending request live in
-one sqlite file (:class:`~scrapy_opic.core.store.SqliteStore`): ``JOBDIR/opic.sqlite`` when a
+one sqlite file (:class:`~scrapy_opic.backends.sqlite.SqliteStore`): ``JOBDIR/opic.sqlite`` when a
 job directory is set, which a rerun with the same ``JOBDIR`` resumes; otherwise
 ``OPIC_STATE_PATH`` or ``.scrapy/opic/<spider>.sqlite``, started afresh by each crawl and kept
 for ``scrapy opic-export``. A snapshot is committed every ``OPIC_COMMIT_VISITS`` visits or
@@ -62,12 +62,12 @@ from scrapy.utils.misc import build_from_crawler, load_object
 from scrapy.utils.project import data_path
 from scrapy.utils.request import request_from_dict
 
-from .core.engine import OpicEngine
-from .core.frontier import DISCOVERED, IN_FLIGHT, PENDING, VISITED, Frontier
-from .core.series import Series
-from .core.store import Saved, SqliteStore
-from .core.window import parse_window
+from .backends.sqlite import Saved, SqliteStore
 from .logstats import OpicLogStats
+from .opic.engine import OpicEngine
+from .opic.frontier import DISCOVERED, IN_FLIGHT, PENDING, VISITED, Frontier
+from .opic.window import parse_window
+from .series import Series
 from .settings import OpicSettings
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -11,8 +11,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from .core.window import parse_window
 from .export import output_format
+from .opic.window import parse_window
 
 #: setting name -> (default, one-line meaning). The README table is generated from the same text.
 DEFAULTS: dict[str, tuple[Any, str]] = {
@@ -113,7 +113,7 @@ class OpicSettings:
 
     def as_dict(self) -> dict[str, Any]:
         """Plain values (kept in the state, shown in reports)."""
-        from .core.redisstore import masked_url
+        from .backends.redis import masked_url
 
         out = {k: v for k, v in self.__dict__.items() if k != "boost_patterns"}
         out["boost_patterns"] = [p.pattern for p in self.boost_patterns]

@@ -30,7 +30,7 @@ def redis_url(tmp_path_factory):
         if os.environ.get("CI"):
             pytest.fail("redis-server is not installed (.ci/run installs Debian's redis-server)")
         pytest.skip("redis-server is not installed")
-    from scrapy_opic.localsite import RedisServer
+    from tests.sites import RedisServer
 
     with RedisServer(tmp_path_factory.mktemp("redis")) as url:
         yield url

@@ -1,20 +1,56 @@
-"""Run one crawl in this process and write its items and stats (used by the crawl tests).
+"""Run one crawl in this process and write its items and stats: the crawl tests and the benchmarks
+start it in a subprocess of their own (a Twisted reactor starts once per process).
 
     python tests/crawl_runner.py CONFIG.json
 
-CONFIG: {"start_url": ..., "settings": {...}, "items": path, "stats": path}
+CONFIG keys:
+
+``start_url``, ``items``, ``stats``
+    where to start, and where the items (JSON Lines) and the final stats (JSON) go;
+``order``
+    ``opic`` (default: the three settings lines), ``addon`` (the one-line setup), ``default``
+    (Scrapy's own scheduler: LIFO, depth-first) or ``bfs`` (breadth-first: DEPTH_PRIORITY=1 with
+    FIFO queues);
+``spider``
+    ``site`` (default: an item ``{url, title}`` per page, follows every link of the allowed hosts)
+    or ``evidence`` (an item ``{url, aliases, links}`` per HTML page: the redirected URLs that led
+    to it and its same-origin links, for the benchmarks to rebuild the crawled graph);
+``settings``
+    Scrapy settings on top of the order's;
+``allowed``, ``raise_on``
+    the site spider's allowed hosts (default 127.0.0.1) and URLs whose callback raises after
+    yielding its links.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
+from urllib.parse import urlparse
 
-import scrapy
-from scrapy.linkextractors import LinkExtractor
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script
 
-from scrapy_opic.localsite import crawl_to_files
-from scrapy_opic.scheduler import OpicScheduler
+import scrapy  # noqa: E402
+from scrapy.linkextractors import LinkExtractor  # noqa: E402
+
+from scrapy_opic.scheduler import OpicScheduler  # noqa: E402
+
+OPIC = {
+    "SCHEDULER": "scrapy_opic.OpicScheduler",
+    "SPIDER_MIDDLEWARES": {"scrapy_opic.OpicSpiderMiddleware": 75},
+    "DOWNLOADER_MIDDLEWARES": {"scrapy_opic.OpicDownloaderMiddleware": 540},
+}
+ORDERS = {
+    "opic": OPIC,
+    "addon": {"ADDONS": {"scrapy_opic.Addon": 0}},
+    "default": {},
+    "bfs": {
+        "DEPTH_PRIORITY": 1,
+        "SCHEDULER_DISK_QUEUE": "scrapy.squeues.PickleFifoDiskQueue",
+        "SCHEDULER_MEMORY_QUEUE": "scrapy.squeues.FifoMemoryQueue",
+    },
+}
 
 
 class SlotBlindScheduler(OpicScheduler):
@@ -43,30 +79,60 @@ class SiteSpider(scrapy.Spider):
             raise ValueError("a callback that fails after yielding its links")
 
 
+class EvidenceSpider(scrapy.Spider):
+    name = "evidence"
+
+    def __init__(self, start_url: str, **kw) -> None:
+        super().__init__(**kw)
+        self.start_urls = [start_url]
+        self.allowed_domains = [urlparse(start_url).hostname]
+        self.links = LinkExtractor()
+
+    def parse(self, response):
+        if not isinstance(response, scrapy.http.HtmlResponse):
+            return
+        # The site is one origin: links to the same host on another port (the Django docs
+        # point at a development server on :8000) are not part of it.
+        origin = urlparse(response.url).netloc
+        links = [
+            link.url
+            for link in self.links.extract_links(response)
+            if urlparse(link.url).netloc == origin
+        ]
+        yield {
+            "url": response.url,
+            "aliases": response.meta.get("redirect_urls", []),
+            "links": links,
+        }
+        for url in links:
+            yield response.follow(url, self.parse)
+
+
 def main() -> None:
+    from scrapy.crawler import CrawlerProcess
+
     with open(sys.argv[1]) as fh:
         config = json.load(fh)
+    spider_cls = EvidenceSpider if config.get("spider") == "evidence" else SiteSpider
+    kwargs = {"start_url": config["start_url"]}
+    if spider_cls is SiteSpider:
+        kwargs.update(allowed=config.get("allowed"), raise_on=config.get("raise_on"))
     settings = {
-        "SCHEDULER": "scrapy_opic.OpicScheduler",
-        "SPIDER_MIDDLEWARES": {"scrapy_opic.OpicSpiderMiddleware": 75},
-        "DOWNLOADER_MIDDLEWARES": {"scrapy_opic.OpicDownloaderMiddleware": 540},
+        "FEEDS": {config["items"]: {"format": "jsonlines"}},
+        "TELNETCONSOLE_ENABLED": False,
+        "ROBOTSTXT_OBEY": False,
         "LOG_LEVEL": "INFO",
         "RETRY_TIMES": 1,
+        **ORDERS[config.get("order", "opic")],
+        **config.get("settings", {}),
     }
-    if config.get("addon"):  # the one-line setup instead of the three settings
-        for name in ("SCHEDULER", "SPIDER_MIDDLEWARES", "DOWNLOADER_MIDDLEWARES"):
-            settings.pop(name)
-        settings["ADDONS"] = {"scrapy_opic.Addon": 0}
-    settings.update(config.get("settings", {}))
-    crawl_to_files(
-        SiteSpider,
-        settings,
-        config["items"],
-        config["stats"],
-        start_url=config["start_url"],
-        allowed=config.get("allowed"),
-        raise_on=config.get("raise_on"),
-    )
+    process = CrawlerProcess(settings)
+    crawler = process.create_crawler(spider_cls)
+    process.crawl(crawler, **kwargs)
+    process.start()
+    values = crawler.stats.get_stats().items()
+    with open(config["stats"], "w") as fh:
+        json.dump({k: v for k, v in values if isinstance(v, (int, float, str))}, fh)
 
 
 if __name__ == "__main__":

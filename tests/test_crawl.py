@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from scrapy_opic.core.graph import from_edges, power_law_graph
-from scrapy_opic.core.pagerank import pagerank
-from scrapy_opic.localsite import Site
+from scrapy_opic.simulator.graph import from_edges, power_law_graph
+from scrapy_opic.simulator.pagerank import pagerank
+from tests.sites import Site
 
 RUNNER = Path(__file__).with_name("crawl_runner.py")
 
@@ -28,7 +28,7 @@ def crawl(
     config = {
         "raise_on": list(raise_on),
         "allowed": allowed,
-        "addon": addon,
+        "order": "addon" if addon else "opic",
         "start_url": start_url,
         "settings": settings,
         "items": str(items),
@@ -252,7 +252,7 @@ def test_politeness_keeps_every_host_busy(tmp_path, graph):
     shares = {}
     for label, scheduler in (
         ("opic", "scrapy_opic.OpicScheduler"),
-        ("blind", "crawl_runner.SlotBlindScheduler"),
+        ("blind", "tests.crawl_runner.SlotBlindScheduler"),
     ):
         with Site(graph, delay=0.01, host_of=host_of, addresses=("127.0.0.2", "127.0.0.3")) as site:
             items, stats = crawl(

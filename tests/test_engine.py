@@ -7,8 +7,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scrapy_opic.core import OpicEngine, parse_window
-from scrapy_opic.core.engine import FETCHED
+from scrapy_opic.opic import OpicEngine, parse_window
+from scrapy_opic.opic.engine import FETCHED
 
 TOL = 1e-9
 
@@ -311,9 +311,9 @@ def test_importance_sums_to_one_and_scalar_matches_vector():
 
 
 def test_lemma_estimate_beats_the_paper_estimate_on_average():
-    from scrapy_opic.core.graph import power_law_graph
-    from scrapy_opic.core.pagerank import pagerank, relative_error
-    from scrapy_opic.simulate import Simulation
+    from scrapy_opic.simulator.graph import power_law_graph
+    from scrapy_opic.simulator.pagerank import pagerank, relative_error
+    from scrapy_opic.simulator.simulation import Simulation
 
     g = power_law_graph(3000, seed=4)
     pr = pagerank(g, 0.85)

@@ -16,12 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scrapy
-from test_crawl import RUNNER, crawl, graph  # noqa: F401  (graph is a fixture)
 
-from scrapy_opic.core import OpicEngine
-from scrapy_opic.core.engine import FETCHED
-from scrapy_opic.core.frontier import Frontier
-from scrapy_opic.core.store import CHUNK, SqliteStore
+from scrapy_opic.backends.sqlite import CHUNK, SqliteStore
 from scrapy_opic.export import (
     PAGE_COLUMNS,
     SITE_COLUMNS,
@@ -30,7 +26,11 @@ from scrapy_opic.export import (
     registered_domain,
     write_export,
 )
-from scrapy_opic.localsite import Site
+from scrapy_opic.opic import OpicEngine
+from scrapy_opic.opic.engine import FETCHED
+from scrapy_opic.opic.frontier import Frontier
+from tests.sites import Site
+from tests.test_crawl import RUNNER, crawl, graph  # noqa: F401  (graph is a fixture)
 
 
 def scrapy_cmd(*args: str, cwd: Path) -> subprocess.CompletedProcess:

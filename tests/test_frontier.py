@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scrapy_opic.core import OpicEngine
-from scrapy_opic.core.frontier import DISCOVERED, IN_FLIGHT, PENDING, VISITED, Frontier
+from scrapy_opic.opic import OpicEngine
+from scrapy_opic.opic.frontier import DISCOVERED, IN_FLIGHT, PENDING, VISITED, Frontier
 
 TOL = 1e-9
 

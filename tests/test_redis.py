@@ -12,15 +12,15 @@ import uuid
 import numpy as np
 import pytest
 
-from scrapy_opic.core.engine import OpicEngine
-from scrapy_opic.core.graph import power_law_graph
-from scrapy_opic.core.redisstore import (
+from scrapy_opic.backends.redis import (
     DUPLICATE,
     NEEDS_REQUEST,
     SCHEDULED,
     Link,
     RedisFrontier,
 )
+from scrapy_opic.opic.engine import OpicEngine
+from scrapy_opic.simulator.graph import power_law_graph
 
 redis = pytest.importorskip("redis")
 
@@ -333,7 +333,7 @@ def test_the_export_api_reads_a_redis_crawl(frontier, redis_url, tmp_path):
 
 
 def test_reading_a_missing_or_unreachable_crawl_is_one_clear_error(redis_url):
-    from scrapy_opic.core.store import StoreError
+    from scrapy_opic.backends.sqlite import StoreError
     from scrapy_opic.export import open_state
 
     with pytest.raises(StoreError, match="no OPIC crawl"):
@@ -345,7 +345,7 @@ def test_reading_a_missing_or_unreachable_crawl_is_one_clear_error(redis_url):
 
 
 def test_a_password_never_reaches_logs_errors_or_stored_settings():
-    from scrapy_opic.core.redisstore import masked_url
+    from scrapy_opic.backends.redis import masked_url
     from scrapy_opic.settings import OpicSettings
 
     assert masked_url("redis://:s3cret@db:6379/0") == "redis://***@db:6379/0"

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from scrapy_opic.localsite import Site, site_graph
+from tests.sites import Site, site_graph
 
 redis = pytest.importorskip("redis")
 
@@ -124,7 +124,7 @@ def test_three_processes_one_killed_still_fetch_every_page_once(tmp_path, redis_
     assert fetched == pages  # every page, including those the victim held when it died
 
     client = redis.Redis.from_url(redis_url)
-    from scrapy_opic.core.redisstore import RedisFrontier
+    from scrapy_opic.backends.redis import RedisFrontier
 
     frontier = RedisFrontier(client, key)
     status = frontier.status()
@@ -159,7 +159,7 @@ def test_three_processes_one_killed_still_fetch_every_page_once(tmp_path, redis_
 @pytest.fixture
 def redis_crawl(redis_url):
     """Settings for a crawl under a fresh key, and the frontier to inspect it afterwards."""
-    from scrapy_opic.core.redisstore import RedisFrontier
+    from scrapy_opic.backends.redis import RedisFrontier
 
     key = f"opic:crawl:{uuid.uuid4().hex}"
     client = redis.Redis.from_url(redis_url)
@@ -171,7 +171,7 @@ def redis_crawl(redis_url):
 
 
 def test_redirects_errors_offsite_and_callback_errors_keep_cash_at_one(tmp_path, redis_crawl):
-    from test_crawl import crawl, node
+    from tests.test_crawl import crawl, node
 
     settings, frontier = redis_crawl
     g = site_graph(200, seed=3)
@@ -202,7 +202,7 @@ def test_redirects_errors_offsite_and_callback_errors_keep_cash_at_one(tmp_path,
 
 
 def test_a_process_that_leaves_hands_its_pages_back(tmp_path, redis_crawl):
-    from test_crawl import crawl, node
+    from tests.test_crawl import crawl, node
 
     settings, frontier = redis_crawl
     g = site_graph(300, seed=4)
@@ -229,7 +229,7 @@ def test_a_process_that_leaves_hands_its_pages_back(tmp_path, redis_crawl):
 
 
 def test_a_continuous_crawl_on_redis_revisits_pages_and_keeps_cash(tmp_path, redis_crawl):
-    from test_crawl import crawl
+    from tests.test_crawl import crawl
 
     settings, frontier = redis_crawl
     g = site_graph(60, seed=5)
@@ -253,7 +253,7 @@ def test_a_continuous_crawl_on_redis_revisits_pages_and_keeps_cash(tmp_path, red
 
 
 def test_the_commands_read_a_redis_crawl(tmp_path, redis_crawl):
-    from test_crawl import crawl
+    from tests.test_crawl import crawl
 
     settings, frontier = redis_crawl
     g = site_graph(80, seed=6)

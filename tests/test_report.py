@@ -11,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_crawl import crawl, graph  # noqa: F401  (graph is a fixture)
 
-from scrapy_opic.localsite import Site
+from tests.sites import Site
+from tests.test_crawl import crawl, graph  # noqa: F401  (graph is a fixture)
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -193,7 +193,7 @@ class SessionDupeFilter:
 
 
 def test_a_projects_dupefilter_is_asked_and_its_refusals_pay_the_virtual_page(tmp_path):
-    s = make(tmp_path, DUPEFILTER_CLASS="test_scheduler.SessionDupeFilter")
+    s = make(tmp_path, DUPEFILTER_CLASS="tests.test_scheduler.SessionDupeFilter")
     assert isinstance(s.df, SessionDupeFilter)
     assert s.enqueue_request(Request("http://a.example/"))
     parent = s.next_request().meta["opic_id"]

@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scrapy_opic.core import (
+from scrapy_opic.opic import (
     CycleSelection,
     GreedySelection,
     OpicEngine,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scrapy_opic.core.series import FIELDS, Series
+from scrapy_opic.series import FIELDS, Series
 
 
 def test_series_stays_bounded_and_spans_the_whole_crawl():

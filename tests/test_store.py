@@ -11,9 +11,9 @@ import textwrap
 import numpy as np
 import pytest
 
-from scrapy_opic.core import OpicEngine
-from scrapy_opic.core.frontier import IN_FLIGHT, PENDING, VISITED, Frontier
-from scrapy_opic.core.store import CHUNK, SqliteStore, StateReader, StoreError
+from scrapy_opic.backends.sqlite import CHUNK, SqliteStore, StateReader, StoreError
+from scrapy_opic.opic import OpicEngine
+from scrapy_opic.opic.frontier import IN_FLIGHT, PENDING, VISITED, Frontier
 
 
 def crawl_some(f: Frontier, steps: int, seed: int = 0) -> None:
@@ -74,9 +74,9 @@ def test_kill_9_mid_crawl_leaves_a_consistent_snapshot(tmp_path):
     path = tmp_path / "k.sqlite"
     script = textwrap.dedent(f"""
         import numpy as np, sys
-        from scrapy_opic.core import OpicEngine
-        from scrapy_opic.core.frontier import Frontier, PENDING, IN_FLIGHT
-        from scrapy_opic.core.store import SqliteStore
+        from scrapy_opic.opic import OpicEngine
+        from scrapy_opic.opic.frontier import Frontier, PENDING, IN_FLIGHT
+        from scrapy_opic.backends.sqlite import SqliteStore
         f = Frontier(OpicEngine())
         store = SqliteStore({str(path)!r})
         f.schedule("p0", "req")
@@ -227,9 +227,9 @@ def test_a_failed_background_commit_stops_the_crawl_with_an_error_not_a_hang(tmp
     path = tmp_path / "f.sqlite"
     script = textwrap.dedent(f"""
         import os, resource, signal, time
-        from scrapy_opic.core import OpicEngine
-        from scrapy_opic.core.frontier import Frontier
-        from scrapy_opic.core.store import SqliteStore, StoreError
+        from scrapy_opic.opic import OpicEngine
+        from scrapy_opic.opic.frontier import Frontier
+        from scrapy_opic.backends.sqlite import SqliteStore, StoreError
         store = SqliteStore({str(path)!r})
         f = Frontier(OpicEngine())
         for k in range(50):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from scrapy_opic.core import (
+from scrapy_opic.opic import (
     FixedWindow,
     ImprovedFixedWindow,
     Interpolation,

@@ -13,7 +13,7 @@ from typing import Any
 
 from scrapy.commands import ScrapyCommand
 
-from ..core.store import StoreError
+from ..backends.sqlite import StoreError
 
 
 class StateCommand(ScrapyCommand):

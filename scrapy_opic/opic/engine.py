@@ -43,7 +43,7 @@ Storage. Pages are dense integer ids ``0..n-1`` (an optional key map turns reque
 ids). Per page the engine keeps five numpy arrays: stored cash (8 bytes), history (8), G-time of the
 last visit (8), visit count (4) and flags (1): 29 bytes, plus what the window policy adds: 16 for
 the default unbounded estimator (two moments of the received cash, see
-:class:`~scrapy_opic.core.window.UnboundedHistory`), 0 for ``unbounded:lemma`` and G-clock
+:class:`~scrapy_opic.opic.window.UnboundedHistory`), 0 for ``unbounded:lemma`` and G-clock
 interpolation, 8 for wall-clock interpolation.
 
 The virtual page's payout is a broadcast, so it is never a loop: two running accumulators hold the
@@ -98,7 +98,7 @@ class OpicEngine:
         fixpoint is PageRank with damping ``1 - epsilon``.
     :param refresh: share of the virtual page's payout that goes to all known pages; the rest goes
         to pages not fetched yet (discovery). ``1.0`` = PageRank fixpoint, ``0.0`` = discovery.
-    :param window: a :class:`~scrapy_opic.core.window.WindowPolicy` or a spec such as
+    :param window: a :class:`~scrapy_opic.opic.window.WindowPolicy` or a spec such as
         ``"interpolation:8"``; default unbounded history (static OPIC).
     :param self_links: keep links from a page to itself. Off by default: a self-link is not an
         endorsement (navigation bars link every page to itself), and keeping it lets a page feed

@@ -2,7 +2,7 @@
 
 Usage::
 
-    python -m scrapy_opic.simulate --graph EDGES --strategy greedy --passes 3 --epsilon 0.15 \\
+    python -m scrapy_opic.simulator --graph EDGES --strategy greedy --passes 3 --epsilon 0.15 \\
         [--window SPEC] [--seed S] [--batch B] --out importance.csv
 
 ``EDGES`` is a SNAP-style edge list (``src dst`` per line, ``#`` comments, gzip ok). ``--passes P``
@@ -10,9 +10,9 @@ means ``P * N`` visits for ``N`` nodes. The CSV has the header ``node,importance
 sums to 1. The run prints the error factor ``1/G``, the timing and, unless ``--no-pagerank``, the
 paper's error measures against exact PageRank with damping ``1 - epsilon``.
 
-The simulator drives :class:`~scrapy_opic.core.engine.OpicEngine`, the engine the Scrapy scheduler
+The simulator drives :class:`~scrapy_opic.opic.engine.OpicEngine`, the engine the Scrapy scheduler
 uses. With ``--batch 1`` every visit is one event through the per-event path and the selection
-strategies of :mod:`scrapy_opic.core.selection` (exactly the paper's algorithms); with larger
+strategies of :mod:`scrapy_opic.opic.selection` (exactly the paper's algorithms); with larger
 batches the ``B`` pages the strategy ranks first are visited together through the vectorised path
 (a crawler fetches many pages at once), which is what makes millions of visits per second possible.
 """
@@ -26,11 +26,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .core.engine import OpicEngine
-from .core.graph import Graph, load_edge_list, power_law_graph
-from .core.pagerank import pagerank, relative_error, top_mask
-from .core.selection import make_selection
-from .core.window import WindowPolicy, parse_window
+from ..opic.engine import OpicEngine
+from ..opic.selection import make_selection
+from ..opic.window import WindowPolicy, parse_window
+from .graph import Graph, load_edge_list, power_law_graph
+from .pagerank import pagerank, relative_error, top_mask
 
 STRATEGIES = ("greedy", "random", "cycle")
 
@@ -202,7 +202,7 @@ def load_graph(spec: str, self_links: bool = False) -> Graph:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m scrapy_opic.simulate",
+        prog="python -m scrapy_opic.simulator",
         description="Run OPIC over a link graph and compare it with exact PageRank.",
     )
     p.add_argument(

@@ -6,7 +6,7 @@
 
 i.e. ``networkx.pagerank(G, alpha=alpha)`` with uniform teleport and dangling mass spread uniformly
 (a test checks the two agree). With ``alpha = 1 - epsilon`` it is the OPIC fixpoint, see
-:mod:`scrapy_opic.core.engine`.
+:mod:`scrapy_opic.opic.engine`.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 
-from scrapy_opic.core.graph import Graph, from_edges, power_law_graph
+from scrapy_opic.simulator.graph import Graph, from_edges, power_law_graph
 
 
 def site_graph(n: int, seed: int = 0) -> Graph:
@@ -218,26 +218,3 @@ class RedisServer:
             self.proc.terminate()
             self.proc.wait(timeout=10)
             self.proc = None
-
-
-def crawl_to_files(spider_cls: type, settings: dict, items: str, stats: str, **spider_kw) -> None:
-    """Run one crawl in this process (it starts the reactor: once per process), writing the
-    items as JSON Lines and the final stats as JSON: the crawl runners of the tests and the
-    benchmarks call it in a subprocess of their own."""
-    import json
-
-    from scrapy.crawler import CrawlerProcess
-
-    settings = {
-        "FEEDS": {items: {"format": "jsonlines"}},
-        "TELNETCONSOLE_ENABLED": False,
-        "ROBOTSTXT_OBEY": False,
-        **settings,
-    }
-    process = CrawlerProcess(settings)
-    crawler = process.create_crawler(spider_cls)
-    process.crawl(crawler, **spider_kw)
-    process.start()
-    values = crawler.stats.get_stats().items()
-    with open(stats, "w") as fh:
-        json.dump({k: v for k, v in values if isinstance(v, (int, float, str))}, fh)

@@ -47,8 +47,8 @@ from typing import Any
 
 from sqlitedict import SqliteDict
 
-from .engine import OpicEngine
-from .frontier import Frontier
+from ..opic.engine import OpicEngine
+from ..opic.frontier import Frontier
 
 FORMAT = 2
 CHUNK = 4096  #: pages per ``pages/<c>`` row

@@ -9,7 +9,7 @@ one Lua script (``opic.lua``), which Redis runs atomically. So:
 * the greedy pop is global: the page with the most cash across the whole frontier (among those
   of the highest priority, in a download slot the asking process has room for);
 * the virtual page's payout stays O(1): the same per-page accumulators as
-  :class:`~scrapy_opic.core.engine.OpicEngine`, so queue scores never move on a payout;
+  :class:`~scrapy_opic.opic.engine.OpicEngine`, so queue scores never move on a payout;
 * a popped page is *leased* for ``lease`` seconds (server time). Its process renews the leases
   it holds (:meth:`RedisFrontier.renew`); a process that dies stops renewing, and the next pop
   after expiry puts the page back in the queue with its cash intact (it kept growing meanwhile).
@@ -44,9 +44,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .engine import OpicEngine
-from .store import CHUNK, StoreError
-from .window import Interpolation, UnboundedHistory, parse_window
+from ..opic.engine import OpicEngine
+from ..opic.window import Interpolation, UnboundedHistory, parse_window
+from .sqlite import CHUNK, StoreError
 
 LUA = Path(__file__).with_name("opic.lua").read_text()
 
@@ -485,7 +485,7 @@ class RedisFrontier:
 
 class RedisSnapshot:
     """The pages of a Redis crawl read into numpy arrays and an :class:`OpicEngine`, with the
-    same reading interface as :class:`~scrapy_opic.core.store.StateReader` (``n``, ``status``,
+    same reading interface as :class:`~scrapy_opic.backends.sqlite.StateReader` (``n``, ``status``,
     ``continuous``, :meth:`engine`, :meth:`meta`, :meth:`page_chunks`, :meth:`urls_of`), so
     that the export commands and API read Redis the same way as a state file."""
 
