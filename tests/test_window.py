@@ -28,9 +28,9 @@ def test_interpolation_formula_inside_the_window(scalar):
     e = engine_with(w)
     e.hist[0], e.last_g[0] = 4.0, 2.0
     if scalar:
-        w.absorb_one(0, 1.5, 8.0)
+        w.absorb_one(e.hist, 0, 1.5, 8.0, e.last_g[0])
     else:
-        w.absorb(ONE, np.array([1.5]), 8.0)
+        w.absorb(e.hist, ONE, np.array([1.5]), 8.0, e.last_g[ONE])
     # G - G[i] = 6 < T:  H * (T - 6) / T + C = 4 * 0.4 + 1.5
     assert e.hist[0] == pytest.approx(3.1)
 
@@ -42,9 +42,9 @@ def test_interpolation_formula_outside_the_window(scalar, now, expected):
     e = engine_with(w)
     e.hist[0], e.last_g[0] = 4.0, 2.0
     if scalar:
-        w.absorb_one(0, 1.5, now)
+        w.absorb_one(e.hist, 0, 1.5, now, e.last_g[0])
     else:
-        w.absorb(ONE, np.array([1.5]), now)
+        w.absorb(e.hist, ONE, np.array([1.5]), now, e.last_g[ONE])
     # G - G[i] >= T:  C * T / (G - G[i])   (at exactly T this is C: both cases meet)
     assert e.hist[0] == pytest.approx(expected)
 
@@ -99,7 +99,7 @@ def test_wall_clock_interpolation():
 
 def feed(w, e, measures):
     for cash, t in measures:
-        w.absorb(ONE, np.array([cash]), t)
+        w.absorb(e.hist, ONE, np.array([cash]), t, e.last_g[ONE])
         e.last_g[0] = t
 
 

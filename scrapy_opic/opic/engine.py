@@ -70,10 +70,8 @@ from typing import Protocol
 
 import numpy as np
 
-from .window import UnboundedHistory, WindowPolicy, parse_window
-
-FETCHED = 1  #: flag: the page was visited at least once
-INITIAL = 2  #: flag: the page received the initial cash C0 (Lemma 2.3's C0)
+from .constants import FETCHED, INITIAL, RATE_DECAY, SLOPE_NOISE, VISIT_DECAY
+from .window import WindowPolicy, parse_window
 
 
 class CashObserver(Protocol):
@@ -163,7 +161,7 @@ class OpicEngine:
         self._b = np.zeros(0)
         self._d = np.zeros(0)
         self._wall = self.window.clock == "wall"
-        self._windowed = not isinstance(self.window, UnboundedHistory)
+        self._windowed = self.window.windowed
         self._observers: list[CashObserver] = []
         self._ids: dict[Hashable, int] = {}
         self._keys: list[Hashable | None] = []
@@ -244,7 +242,7 @@ class OpicEngine:
         self.n_unfetched += count
         if self._keys:
             self._keys.extend([None] * count)
-        self.window.on_new(ids, now)
+        self.window.on_new(self.hist, ids, now, self.default_rate)
         return ids
 
     def add_page(self) -> int:
@@ -266,7 +264,7 @@ class OpicEngine:
             now = self._now()
             if self._wall:
                 self.last_t[i] = now
-            self.window.on_new(np.array([i]), now)
+            self.window.on_new(self.hist, np.array([i]), now, self.default_rate)
         return i
 
     # Keyed access: the Scrapy layer keys pages by request fingerprint.
@@ -341,7 +339,7 @@ class OpicEngine:
         """Sum over pages of the regression slope of their received cash, in O(1)."""
         G = self.G
         spread = G * self.b_total - self.d_total
-        return 6.0 * spread / G**3 if G > 0 and spread > 1e-9 * G * self.b_total else 0.0
+        return 6.0 * spread / G**3 if G > 0 and spread > SLOPE_NOISE * G * self.b_total else 0.0
 
     def total_cash(self) -> float:
         """Sum of all cash including the virtual page: 1 up to rounding. O(n), for checks."""
@@ -393,12 +391,13 @@ class OpicEngine:
         for obs in self._observers:
             obs.taken((i,))
         now = self._now()
+        last = self._last_g_mv[i] if not self._wall else float(self.last_t[i])
         if first and self._windowed and self._flags_mv[i] & INITIAL:
             # A window measures the cash a page *received*; its initial cash C0 was not
             # received from anyone (the same correction the Lemma 2.3 estimate makes).
-            self.window.absorb_one(i, max(c - self.c0, 0.0), now)
+            self.window.absorb_one(self._hist_mv, i, max(c - self.c0, 0.0), now, last)
         else:
-            self.window.absorb_one(i, c, now)
+            self.window.absorb_one(self._hist_mv, i, c, now, last)
         self._last_g_mv[i] = self.G
         if self._wall:
             self.last_t[i] = now
@@ -501,10 +500,12 @@ class OpicEngine:
             self._d[ids] += self.accd_unfetched * first
         self._s[ids] = -self.acc_all
         now = self._now()
+        last = (self.last_t if self._wall else self.last_g)[ids]
         if self._windowed and self.n_initial:
-            self.window.absorb(ids, np.maximum(c - self.initial_cash(ids) * first, 0.0), now)
+            received = np.maximum(c - self.initial_cash(ids) * first, 0.0)
+            self.window.absorb(self.hist, ids, received, now, last)
         else:
-            self.window.absorb(ids, c, now)
+            self.window.absorb(self.hist, ids, c, now, last)
         self.last_g[ids] = self.G
         if self._wall:
             self.last_t[ids] = now
@@ -694,11 +695,11 @@ class OpicEngine:
     def _record_visit(self, mean_cash: float, count: int) -> None:
         self.visit_count += count
         # Running mean over roughly the last 1000 visits of (cash at visit) * n; Greedy -> 2.
-        w = 1.0 - 0.999**count
+        w = 1.0 - VISIT_DECAY**count
         self._cash_at_visit_ema += w * (mean_cash * self.n - self._cash_at_visit_ema)
 
     def _learn_rate(self, rate: float, count: int) -> None:
-        w = 1.0 - 0.99**count
+        w = 1.0 - RATE_DECAY**count
         self.default_rate += w * (rate - self.default_rate)
 
     @property
@@ -706,7 +707,7 @@ class OpicEngine:
         """Mean cash taken per visit times the number of pages, over roughly the last 1,000
         visits (the paper: it converges to 2 under Greedy). The running mean starts at 0, so it
         is divided by the weight it has gathered so far (bias correction)."""
-        gathered = 1.0 - 0.999**self.visit_count
+        gathered = 1.0 - VISIT_DECAY**self.visit_count
         return self._cash_at_visit_ema / gathered if gathered > 0 else 0.0
 
     @property
@@ -735,8 +736,9 @@ class OpicEngine:
 
     def _normaliser(self, now: float) -> float:
         w = self.window
-        if isinstance(w, UnboundedHistory):
-            return w.normaliser()
+        total = w.normaliser()
+        if total is not None:
+            return total
         cached = self._norm_cache
         if (
             cached is None

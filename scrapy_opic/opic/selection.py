@@ -35,7 +35,8 @@ import random
 from array import array
 from collections.abc import Callable, Hashable, Iterable, Sequence
 
-from .engine import FETCHED, OpicEngine
+from .constants import FETCHED
+from .engine import OpicEngine
 
 _NONE, _FETCHED_HEAP, _UNFETCHED_HEAP = 0, 1, 2
 
@@ -412,31 +413,35 @@ class TieredSelection(Selection):
     def __init__(self, engine: OpicEngine) -> None:
         self._tiers: dict[int, SlottedGreedySelection] = {}
         self._order: list[int] = []  # priorities, highest first
+        self._tier_of: dict[int, SlottedGreedySelection] = {}  # candidate -> its tier
         super().__init__(engine)
 
     def grow(self, capacity: int) -> None:  # each tier grows with the engine by itself
         pass
 
     def __contains__(self, i: int) -> bool:
-        return any(i in tier for tier in self._tiers.values())
+        return i in self._tier_of
 
     def __len__(self) -> int:
-        return sum(len(tier) for tier in self._tiers.values())
+        return len(self._tier_of)
 
     def nbytes(self) -> int:
         return sum(tier.nbytes() for tier in self._tiers.values())
 
     def push(self, i: int, slot: tuple[int, Hashable] = (0, None)) -> None:
+        if i in self._tier_of:
+            return
         priority, key = slot
         tier = self._tiers.get(priority)
         if tier is None:
             tier = self._tiers[priority] = SlottedGreedySelection(self.engine)
             self._order = sorted(self._tiers, reverse=True)
-        if i not in self:
-            tier.push(i, key)
+        tier.push(i, key)
+        self._tier_of[i] = tier
 
     def discard(self, i: int) -> None:
-        for tier in self._tiers.values():
+        tier = self._tier_of.pop(i, None)
+        if tier is not None:
             tier.discard(i)
 
     def pop(self, has_room: Callable[[Hashable], bool] | None = None) -> int | None:
@@ -445,6 +450,7 @@ class TieredSelection(Selection):
             if len(tier):
                 i = tier.pop(has_room)
                 if i is not None:
+                    del self._tier_of[i]
                     return i
         return None
 

@@ -30,17 +30,42 @@ to ``H``), the paper's ``H + C``, or the slope of the received cash over time (s
 
 Policies hold per-page arrays that the engine grows with its own capacity; ``absorb`` and
 ``estimate`` are vectorised over arrays of page ids, so the engine's per-event path and its batch
-path run the same formulas.
+path run the same formulas. A policy writes only what it is handed (the history array) and its
+own arrays; it reads the engine through its public attributes.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import math
+from typing import Protocol
 
 import numpy as np
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .engine import OpicEngine
+from .constants import BLEND_LEMMA, ESTIMATORS, SLOPE_NOISE
+
+
+class EngineView(Protocol):
+    """What a window policy reads of the engine it is bound to (never writes): the per-page
+    arrays of history and visit times, the clock, and the engine's O(1) totals."""
+
+    capacity: int
+    n: int
+    G: float
+    hist: np.ndarray
+    last_g: np.ndarray
+    last_t: np.ndarray
+    default_rate: float
+    c0: float
+    n_initial: int
+
+    def initial_cash(self, ids: np.ndarray) -> np.ndarray: ...
+
+    def received_moments(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def received_total(self) -> float: ...
+
+    def slope_total(self) -> float: ...
+
 
 CLOCKS = ("g", "wall")
 
@@ -51,42 +76,60 @@ class WindowPolicy:
     Contract with the engine:
 
     * ``bind(engine)`` is called once; ``grow(capacity)`` whenever the engine grows.
-    * ``on_new(ids, now)`` for pages that just joined (their prior: the default history).
-    * ``absorb(ids, cash, now)`` at a visit, *before* the engine stamps ``last_g``/``visits``; it
-      must write the page's new history into ``engine.hist``.
+    * ``on_new(hist, ids, now, rate)`` for pages that just joined: writes their starting history
+      into ``hist[ids]`` (a window's prior: the default history, ``rate`` cash per time unit).
+    * ``absorb(hist, ids, cash, now, last)`` at a visit: ``last`` (aligned with ``ids``) is the
+      time of each page's previous visit (or arrival) on the policy's clock; writes the pages' new
+      history into ``hist[ids]``. ``absorb_one`` is the same for one page.
     * ``estimate(ids, cash, now)`` returns a non-negative, un-normalised importance estimate.
+    * ``normaliser()`` is the sum of the estimates over all pages when the policy knows it in
+      O(1), else ``None`` (the engine then sums them).
+
+    ``windowed`` is false for the unbounded history only: a window forgets old cash, so a page
+    just discovered needs a prior (the engine learns the default history for it).
     """
 
     name = "window"
     clock = "g"
+    windowed = True
+    needs_moments = False
 
     def __init__(self) -> None:
-        self.engine: OpicEngine | None = None
+        self.engine: EngineView | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
-    def bind(self, engine: OpicEngine) -> None:
+    def bind(self, engine: EngineView) -> None:
         self.engine = engine
         self.grow(engine.capacity)
 
     def grow(self, capacity: int) -> None:
         """Resize per-page arrays to ``capacity`` rows (new rows zeroed)."""
 
-    def on_new(self, ids: np.ndarray, now: float) -> None:
-        """Initialise the window state of newly added pages."""
+    def on_new(self, hist: np.ndarray, ids: np.ndarray, now: float, rate: float) -> None:
+        """Initialise the history (and window state) of newly added pages."""
 
     # -- formulas --------------------------------------------------------------------------
-    def absorb(self, ids: np.ndarray, cash: np.ndarray, now: float) -> None:
+    def absorb(
+        self, hist: np.ndarray, ids: np.ndarray, cash: np.ndarray, now: float, last: np.ndarray
+    ) -> None:
         raise NotImplementedError
 
-    def absorb_one(self, i: int, cash: float, now: float) -> None:
-        """Scalar path; policies with cheap scalar formulas override it."""
-        self.absorb(np.array([i], dtype=np.int64), np.array([cash]), now)
+    def absorb_one(self, hist, i: int, cash: float, now: float, last: float) -> None:
+        """Scalar path (``hist`` may be a memoryview); policies with cheap scalar formulas
+        override it."""
+        ids = np.array([i], dtype=np.int64)
+        # (np.asarray of a memoryview is a view of the same memory: the write lands in hist.)
+        self.absorb(np.asarray(hist), ids, np.array([cash]), now, np.array([last]))
 
     def estimate(self, ids: np.ndarray, cash: np.ndarray, now: float) -> np.ndarray:
         raise NotImplementedError
 
     def estimate_one(self, i: int, cash: float, now: float) -> float:
         return float(self.estimate(np.array([i], dtype=np.int64), np.array([cash]), now)[0])
+
+    def normaliser(self) -> float | None:
+        """The sum of :meth:`estimate` over all pages in O(1), or ``None`` if unknown."""
+        return None
 
     def measures_per_page(self, now: float) -> float:
         """Average number of measures a page's estimate currently uses (the paper's Fig. 5)."""
@@ -142,7 +185,8 @@ class UnboundedHistory(WindowPolicy):
     """
 
     name = "unbounded"
-    ESTIMATORS = ("lemma", "paper", "regression", "blend")
+    windowed = False
+    ESTIMATORS = ESTIMATORS
 
     def __init__(self, estimator: str = "blend") -> None:
         super().__init__()
@@ -154,11 +198,13 @@ class UnboundedHistory(WindowPolicy):
     def needs_moments(self) -> bool:
         return self.estimator in ("regression", "blend")
 
-    def absorb(self, ids: np.ndarray, cash: np.ndarray, now: float) -> None:
-        self.engine.hist[ids] += cash
+    def absorb(
+        self, hist: np.ndarray, ids: np.ndarray, cash: np.ndarray, now: float, last: np.ndarray
+    ) -> None:
+        hist[ids] += cash
 
-    def absorb_one(self, i: int, cash: float, now: float) -> None:
-        self.engine._hist_mv[i] += cash
+    def absorb_one(self, hist, i: int, cash: float, now: float, last: float) -> None:
+        hist[i] += cash
 
     def estimate(self, ids: np.ndarray, cash: np.ndarray, now: float) -> np.ndarray:
         e = self.engine
@@ -173,7 +219,7 @@ class UnboundedHistory(WindowPolicy):
         if self.estimator == "regression":
             return slope
         received, slopes = e.received_total(), e.slope_total()
-        return 0.5 * (est / received if received > 0 else est) + 0.5 * (
+        return BLEND_LEMMA * (est / received if received > 0 else est) + (1.0 - BLEND_LEMMA) * (
             slope / slopes if slopes > 0 else slope
         )
 
@@ -182,12 +228,13 @@ class UnboundedHistory(WindowPolicy):
         if G <= 0:
             return np.zeros_like(b)
         spread = G * b - d  # sum a t (G - t) >= 0; 0 when all cash came at one instant
-        # Below ~1e-9 of G * b the difference is rounding, not a slope: call it 0, the same
-        # way on every path.
-        return np.where(spread > 1e-9 * G * b, 6.0 * spread / G**3, 0.0)
+        # Below SLOPE_NOISE of G * b the difference is rounding, not a slope: call it 0, the
+        # same way on every path.
+        return np.where(spread > SLOPE_NOISE * G * b, 6.0 * spread / G**3, 0.0)
 
     def normaliser(self) -> float:
-        """Sum of :meth:`estimate` over all pages, in O(1)."""
+        """Sum of :meth:`estimate` over all pages, in O(1) (the blend's parts are each
+        normalised already)."""
         e = self.engine
         if self.estimator == "blend":
             return 1.0
@@ -223,8 +270,8 @@ class Interpolation(WindowPolicy):
         self.T = float(T)
         self.clock = clock
 
-    def on_new(self, ids: np.ndarray, now: float) -> None:
-        self.engine.hist[ids] = self.engine.default_rate * self.T
+    def on_new(self, hist: np.ndarray, ids: np.ndarray, now: float, rate: float) -> None:
+        hist[ids] = rate * self.T
 
     @staticmethod
     def _window_cash(h: np.ndarray, dt: np.ndarray, cash: np.ndarray, T: float) -> np.ndarray:
@@ -235,17 +282,15 @@ class Interpolation(WindowPolicy):
             outside = cash * T / dt
         return np.where(inside, h * (T - dt) / T + cash, outside)
 
-    def absorb(self, ids: np.ndarray, cash: np.ndarray, now: float) -> None:
-        e = self.engine
-        dt = now - self._last()[ids]
-        e.hist[ids] = self._window_cash(e.hist[ids], dt, cash, self.T)
+    def absorb(
+        self, hist: np.ndarray, ids: np.ndarray, cash: np.ndarray, now: float, last: np.ndarray
+    ) -> None:
+        hist[ids] = self._window_cash(hist[ids], now - last, cash, self.T)
 
-    def absorb_one(self, i: int, cash: float, now: float) -> None:
-        e = self.engine
-        dt = now - (e._last_g_mv[i] if self.clock == "g" else float(e.last_t[i]))
-        h = e._hist_mv
+    def absorb_one(self, hist, i: int, cash: float, now: float, last: float) -> None:
+        dt = now - last
         T = self.T
-        h[i] = h[i] * (T - dt) / T + cash if dt < T else cash * T / dt
+        hist[i] = hist[i] * (T - dt) / T + cash if dt < T else cash * T / dt
 
     def estimate(self, ids: np.ndarray, cash: np.ndarray, now: float) -> np.ndarray:
         # The same interpolation, evaluated now without mutating: the cash received during the
@@ -303,12 +348,11 @@ class _MeasureWindow(WindowPolicy):
     def prior_span(self) -> float:
         return self.span_ema
 
-    def on_new(self, ids: np.ndarray, now: float) -> None:
+    def on_new(self, hist: np.ndarray, ids: np.ndarray, now: float, rate: float) -> None:
         self.mc[ids] = 0.0
         self.mt[ids] = -np.inf
         self.count[ids] = 0
         span = self.prior_span()
-        rate = self.engine.default_rate
         self.t_before[ids] = now
         if span > 0 and rate > 0:
             self.t_before[ids] = now - span
@@ -323,9 +367,9 @@ class _MeasureWindow(WindowPolicy):
             self.t_before[full] = self.mt[full, 0]
             self.count[full] -= 1
 
-    def absorb(self, ids: np.ndarray, cash: np.ndarray, now: float) -> None:
-        e = self.engine
-        last = self._last()[ids]
+    def absorb(
+        self, hist: np.ndarray, ids: np.ndarray, cash: np.ndarray, now: float, last: np.ndarray
+    ) -> None:
         span = now - last
         pos = span[np.isfinite(span) & (span > 0)]
         if pos.size:  # running mean of the time between visits (prior span for new pages)
@@ -340,7 +384,7 @@ class _MeasureWindow(WindowPolicy):
         self.mc[ids], self.mt[ids] = mc, mt
         self.count[ids] += 1
         used, _ = self._used(ids, now)
-        e.hist[ids] = np.where(used, mc, 0.0).sum(axis=1)
+        hist[ids] = np.where(used, mc, 0.0).sum(axis=1)
 
     def _used(self, ids: np.ndarray, now: float) -> tuple[np.ndarray, np.ndarray]:
         """Mask of the measures in each page's window, and the start time of that window."""
@@ -462,48 +506,74 @@ class ImprovedFixedWindow(FixedWindow):
         super().__init__(T, clock=clock, slots=slots, min_measures=m)
 
 
+#: The spec forms :func:`parse_window` accepts, by policy.
+WINDOW_FORMS = {
+    "unbounded": "unbounded[:blend|lemma|paper|regression]",
+    "interpolation": "interpolation:T[:wall]",
+    "variable": "variable:K[:wall]",
+    "fixed": "fixed:T[:wall]",
+    "improved": "improved:T[:M][:wall]",
+}
+_ARITY = {"unbounded": (0, 1), "interpolation": (1, 1), "variable": (1, 1), "fixed": (1, 1)}
+_ARITY["improved"] = (1, 2)
+
+
 def parse_window(spec: str | WindowPolicy | None) -> WindowPolicy:
     """Build a policy from a short spec.
 
     ``unbounded[:blend|lemma|paper|regression]`` | ``interpolation:T`` | ``variable:K`` |
-    ``fixed:T`` | ``improved:T[:M]``; append ``:wall`` for wall-clock seconds instead of
-    G-time, e.g. ``interpolation:86400:wall``.
+    ``fixed:T`` | ``improved:T[:M]``; append ``:wall`` to a windowed policy for wall-clock
+    seconds instead of G-time, e.g. ``interpolation:86400:wall``. :class:`ValueError` for
+    anything else (an unknown policy or estimator, a missing or extra part, a number that is
+    not finite or out of range).
     """
     if spec is None:
         return UnboundedHistory()
     if isinstance(spec, WindowPolicy):
         return spec
-    parts = [p.strip() for p in str(spec).strip().lower().split(":") if p.strip()]
-    if not parts:
-        raise ValueError("empty window spec")
+    text = str(spec).strip().lower()
+    parts = [p.strip() for p in text.split(":")]
+    if not text or "" in parts:
+        raise ValueError(f"bad window spec {spec!r}: empty part")
     clock = "g"
     if parts[-1] in CLOCKS and len(parts) > 1:
         clock = parts.pop()
     kind, args = parts[0], parts[1:]
+    if kind not in WINDOW_FORMS:
+        raise ValueError(f"unknown window policy {kind!r}: {', '.join(WINDOW_FORMS.values())}")
+    low, high = _ARITY[kind]
+    if not low <= len(args) <= high or (kind == "unbounded" and clock != "g"):
+        raise ValueError(f"bad window spec {spec!r}: the form is {WINDOW_FORMS[kind]}")
+
+    def number(text: str) -> float:
+        x = float(text)
+        if not math.isfinite(x):
+            raise ValueError(f"{text} is not a finite number")
+        return x
+
     try:
         if kind == "unbounded":
             return UnboundedHistory(estimator=args[0]) if args else UnboundedHistory()
         if kind == "interpolation":
-            return Interpolation(float(args[0]), clock=clock)
+            return Interpolation(number(args[0]), clock=clock)
         if kind == "variable":
             return VariableWindow(int(args[0]), clock=clock)
         if kind == "fixed":
-            return FixedWindow(float(args[0]), clock=clock)
-        if kind == "improved":
-            return ImprovedFixedWindow(float(args[0]), int(args[1]) if len(args) > 1 else 3, clock)
-    except (IndexError, ValueError) as exc:
+            return FixedWindow(number(args[0]), clock=clock)
+        m = int(args[1]) if len(args) > 1 else 3
+        return ImprovedFixedWindow(number(args[0]), m, clock)
+    except ValueError as exc:
         raise ValueError(f"bad window spec {spec!r}: {exc}") from None
-    raise ValueError(
-        f"unknown window policy {kind!r} (unbounded, interpolation, variable, fixed, improved)"
-    )
 
 
 __all__ = [
+    "EngineView",
     "FixedWindow",
     "ImprovedFixedWindow",
     "Interpolation",
     "UnboundedHistory",
     "VariableWindow",
+    "WINDOW_FORMS",
     "WindowPolicy",
     "parse_window",
 ]
