@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from scrapy_opic.backends.sqlite import SqliteStore
-from scrapy_opic.opic.frontier import Frontier
+from scrapy_opic.opic.frontier import MemoryFrontier
 from scrapy_opic.simulator.graph import power_law_graph
 from scrapy_opic.simulator.simulation import Simulation
 
@@ -52,14 +52,14 @@ def build_state(path: Path, n: int) -> dict:
     sim.run(n)
     built = time.perf_counter() - t0
     urls = [f"https://www{k % 5000}.site{k % 5000}.example.org/page/{k}.html" for k in range(n)]
-    frontier = Frontier(sim.engine)
-    frontier.grow(sim.engine.capacity)
+    frontier = MemoryFrontier(sim.engine)
+    frontier.urls = urls
     store = SqliteStore(path)
     t0 = time.perf_counter()
-    store.commit(frontier, urls, {"spider": "bench"})
+    store.commit(frontier, {"spider": "bench"})
     commit = time.perf_counter() - t0
     t0 = time.perf_counter()
-    store.commit(frontier, urls, {"spider": "bench"})  # a later commit: no new page rows
+    store.commit(frontier, {"spider": "bench"})  # a later commit: no new page rows
     recommit = time.perf_counter() - t0
     store.close()
     return {

@@ -173,7 +173,8 @@ def memory(args, redis_url: str) -> dict:
     import redis
     from scrapy import Request, Spider
 
-    from scrapy_opic.backends.redis import Link, RedisFrontier
+    from scrapy_opic.backends.redis import RedisFrontier
+    from scrapy_opic.opic.frontier import Entry, Link
     from scrapy_opic.simulator.graph import power_law_graph
 
     class Bench(Spider):
@@ -198,7 +199,7 @@ def memory(args, redis_url: str) -> dict:
         batch = []
         for k in range(lo, min(n, lo + 1000)):
             data = pickle.dumps(Request(urls[k], callback=spider.parse).to_dict(spider=spider), 4)
-            batch.append((fps[k], urls[k], 0, f"www.example-site-{k % 1000}.org", data))
+            batch.append(Entry(fps[k], urls[k], 0, f"www.example-site-{k % 1000}.org", data))
         frontier.schedule(batch)
     schedule_s = time.perf_counter() - t0
     pending = client.info("memory")["used_memory"]
@@ -208,12 +209,12 @@ def memory(args, redis_url: str) -> dict:
     calls0, usec0 = script_usec(client)
     visits = 0
     while True:
-        got = frontier.pop("bench")
-        if got is None:
+        lease = frontier.pop()
+        if lease is None:
             break
-        k = node[got.fp]
+        k = node[lease.key]
         links = [Link(fps[j], urls[j]) for j in g.children(k)]  # known pages: no request bytes
-        frontier.visit(got.fp, "bench", links)
+        frontier.visit(lease, links)
         visits += 1
     crawl_s = time.perf_counter() - t0
     calls1, usec1 = script_usec(client)

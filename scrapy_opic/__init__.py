@@ -1,13 +1,18 @@
 """scrapy-opic: Adaptive OPIC (On-line Page Importance Computation) for Scrapy.
 
-Add to a project's settings::
+Add to a project's settings ``ADDONS = {"scrapy_opic.Addon": 0}``, or::
 
     SCHEDULER = "scrapy_opic.OpicScheduler"
     SPIDER_MIDDLEWARES = {"scrapy_opic.OpicSpiderMiddleware": 75}
     DOWNLOADER_MIDDLEWARES = {"scrapy_opic.OpicDownloaderMiddleware": 540}
+    EXTENSIONS = {"scrapy_opic.OpicLogStats": 500}
 
-or, with Scrapy's add-ons, ``ADDONS = {"scrapy_opic.Addon": 0}``. The Scrapy-free engine is
-in :mod:`scrapy_opic.core`.
+Layers, each depending only on those before it: :mod:`scrapy_opic.opic` (the paper's algorithm,
+no I/O, no Scrapy), :mod:`scrapy_opic.backends` (where a frontier lives: sqlite, Redis),
+:mod:`scrapy_opic.simulator` (offline experiments on link graphs), and the Scrapy adapter
+(:mod:`~scrapy_opic.settings`, :mod:`~scrapy_opic.state`, :mod:`~scrapy_opic.scheduler`,
+:mod:`~scrapy_opic.middlewares`, :mod:`~scrapy_opic.extensions`, :mod:`~scrapy_opic.addon`), with
+:mod:`~scrapy_opic.export`, :mod:`~scrapy_opic.report` and the commands reading states.
 """
 
 from __future__ import annotations
@@ -20,13 +25,14 @@ _LAZY = {
     "OpicScheduler": "scrapy_opic.scheduler",
     "OpicSpiderMiddleware": "scrapy_opic.middlewares",
     "OpicDownloaderMiddleware": "scrapy_opic.middlewares",
+    "OpicLogStats": "scrapy_opic.extensions",
     "Addon": "scrapy_opic.addon",
 }
 
 
 def __getattr__(name: str) -> Any:
-    # Scrapy is imported only when a Scrapy component is asked for: the core and the simulator
-    # stay importable (and fast to start) without it.
+    # Scrapy is imported only when a Scrapy component is asked for: the algorithm and the
+    # simulator stay importable (and fast to start) without it.
     if name in _LAZY:
         import importlib
 
@@ -37,6 +43,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "Addon",
     "OpicDownloaderMiddleware",
+    "OpicLogStats",
     "OpicScheduler",
     "OpicSpiderMiddleware",
     "__version__",

@@ -6,9 +6,18 @@ from typing import Any
 
 
 class Addon:
-    """Installs the OPIC scheduler and both middlewares at their documented positions."""
+    """Installs the OPIC scheduler, both middlewares and the log-line extension at their
+    documented positions. A position the project already gave one of them is kept, and a
+    ``SCHEDULER`` set by the project (an OpicScheduler subclass...) wins over the add-on's."""
 
     def update_settings(self, settings: Any) -> None:
+        from .extensions import OpicLogStats
+        from .middlewares import OpicDownloaderMiddleware, OpicSpiderMiddleware
+
         settings.set("SCHEDULER", "scrapy_opic.OpicScheduler", "addon")
-        settings["SPIDER_MIDDLEWARES"]["scrapy_opic.OpicSpiderMiddleware"] = 75
-        settings["DOWNLOADER_MIDDLEWARES"]["scrapy_opic.OpicDownloaderMiddleware"] = 540
+        for name, component, position in (
+            ("SPIDER_MIDDLEWARES", OpicSpiderMiddleware, 75),
+            ("DOWNLOADER_MIDDLEWARES", OpicDownloaderMiddleware, 540),
+            ("EXTENSIONS", OpicLogStats, 500),
+        ):
+            settings.setdefault_in_component_priority_dict(name, component, position)

@@ -12,9 +12,9 @@ A state is opened read-only and read inside one transaction: a crawl that keeps 
 same file meanwhile is neither blocked nor disturbed, and the reader sees one consistent snapshot
 (the last commit before it opened).
 
-Memory: the per-page numeric arrays of the snapshot (~45 bytes per page, as in the crawl) plus one
-chunk of URLs at a time; rows are never all built at once, so exporting a million pages needs
-tens of megabytes, not gigabytes.
+Memory: the per-page numeric arrays of the snapshot (the engine's arrays, as in the crawl) plus
+one chunk of URLs at a time; rows are never all built at once (``benchmarks/export_perf.py``
+measures the peak).
 """
 
 from __future__ import annotations
@@ -32,13 +32,12 @@ from typing import IO, Any, NamedTuple
 
 import numpy as np
 
-from .backends.redis import is_redis_location, masked_url, split_location
-from .backends.sqlite import StateReader, StoreError
-from .opic.engine import FETCHED, OpicEngine
-from .opic.frontier import IN_FLIGHT, PENDING
+from .backends import StoreError, is_redis_location, masked_url, split_location
+from .backends.sqlite import StateReader
+from .formats import output_format
+from .opic.constants import FETCHED, IN_FLIGHT, PENDING
+from .opic.engine import OpicEngine
 from .series import Series
-
-FORMATS = {".csv": "csv", ".jsonl": "jsonl", ".jl": "jsonl"}
 
 PAGE_COLUMNS = (
     "url",
@@ -266,7 +265,7 @@ def _redis_snapshot(location: str) -> Any:
 
     url, key = split_location(location)
     try:
-        frontier = RedisFrontier.from_url(url, key)
+        frontier = RedisFrontier.connect(url, key)
         try:
             return frontier.snapshot()
         finally:
@@ -281,22 +280,6 @@ read_state = open_state  # the name of the first release
 
 
 # -- writing ---------------------------------------------------------------------------------
-def output_format(out: str, fmt: str | None = None) -> str:
-    """``csv`` or ``jsonl``: ``fmt`` if given, else from the extension (``-`` = CSV)."""
-    if fmt is None:
-        fmt = "csv" if out == "-" else FORMATS.get(Path(out).suffix.lower())
-        if fmt is None:
-            raise ValueError(
-                f"unknown output format for {out!r}: use a .csv, .jsonl or .jl file (or --format)"
-            )
-    fmt = fmt.lower()
-    if fmt in ("jl", "jsonlines"):
-        fmt = "jsonl"
-    if fmt not in ("csv", "jsonl"):
-        raise ValueError(f"unknown output format {fmt!r}: use csv or jsonl")
-    return fmt
-
-
 def _json_value(v: Any) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
@@ -312,7 +295,7 @@ _JSON_SPECIAL = re.compile(r'["\\\x00-\x1f\x7f]')
 
 
 def _fast_page_lines(chunk: list[Page], fmt: str) -> list[str] | None:
-    """Page rows formatted with f-strings (about twice the speed of ``csv``/``json``), or
+    """Page rows formatted with f-strings (faster than ``csv``/``json``), or
     ``None`` when a URL needs quoting or escaping. Floats are written with ``repr``: exact."""
     if not chunk:
         return []

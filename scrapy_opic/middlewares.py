@@ -54,7 +54,7 @@ class OpicSpiderMiddleware:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> OpicSpiderMiddleware:
-        return cls(crawler, OpicSettings.from_settings(crawler.settings))
+        return cls(crawler, OpicSettings.from_crawler(crawler))
 
     # The whole output is buffered: the visit pays all the followed links at once. If the
     # callback raises part-way, what it yielded before still goes on (as without OPIC) and is

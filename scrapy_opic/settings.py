@@ -1,208 +1,441 @@
-"""Every ``OPIC_*`` setting, its default, and how it is read: in one place.
+"""Every ``OPIC_*`` setting, its default, what it accepts, and the one reader that checks them.
 
-The README's settings table mirrors :data:`DEFAULTS`. Components call
-:meth:`OpicSettings.from_crawler` once (in their ``from_crawler``) and never read Scrapy settings
-anywhere else.
+:data:`SETTINGS` is the one table: name, default, meaning and parser of each setting (the
+README's settings table is generated from it, and a test keeps the two equal). Components get
+their settings from :meth:`OpicSettings.from_crawler`, which reads and checks every value once
+per crawler; nothing else reads an ``OPIC_*`` setting. A bad value raises
+:class:`OpicSettingsError`, one line naming the setting, the value and what is allowed.
+
+Values given on the command line (``-s NAME=VALUE``) are strings: numbers and booleans are parsed
+from them, and list and dict settings accept JSON (``-s 'OPIC_BOOST_PATTERNS=["/news/"]'``), as
+Scrapy does for its own dict settings.
+
+This module imports no backend and no Scrapy: reading settings loads nothing else.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import re
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
 from typing import Any
+from weakref import WeakKeyDictionary
 
-from .export import output_format
-from .opic.window import parse_window
-
-#: setting name -> (default, one-line meaning). The README table is generated from the same text.
-DEFAULTS: dict[str, tuple[Any, str]] = {
-    "OPIC_STRATEGY": ("greedy", "page selection: greedy (most cash first), random or cycle"),
-    "OPIC_EPSILON": (0.15, "share of each visit's cash paid to the virtual page (damping 1 - eps)"),
-    "OPIC_CONTINUOUS": (False, "refetch pages when their cash makes them the best choice again"),
-    "OPIC_REFRESH": (
-        None,
-        "share of the virtual page's payout to all pages (rest: unfetched pages); "
-        "None = 0 for one-pass crawls, 1 for continuous ones",
-    ),
-    "OPIC_WINDOW": (
-        None,
-        "history window spec; None = 'unbounded' (one-pass) or 'interpolation:30' (continuous)",
-    ),
-    "OPIC_REFUSED_LINKS": (
-        "ignore",
-        "links Scrapy will not follow (offsite): 'ignore' leaves them out of the out-degree, "
-        "'virtual' gives their share to the virtual page",
-    ),
-    "OPIC_INTERNAL_WEIGHT": (1.0, "weight of a link to the same host"),
-    "OPIC_EXTERNAL_WEIGHT": (1.0, "weight of a link to another host"),
-    "OPIC_BOOST_PATTERNS": ([], "regexes of URLs that get extra cash from the virtual page"),
-    "OPIC_BOOST": (1.0, "extra cash for a boosted link, as a multiple of its normal share"),
-    "OPIC_SEED": (None, "random seed of the random strategy"),
-    "OPIC_STATE_PATH": (
-        None,
-        "state file when no JOBDIR is set ({spider} is replaced); default "
-        ".scrapy/opic/<spider>.sqlite; with JOBDIR: JOBDIR/opic.sqlite",
-    ),
-    "OPIC_COMMIT_VISITS": (500, "commit a snapshot of the state every N visits..."),
-    "OPIC_COMMIT_SECONDS": (10.0, "...or every T seconds, whichever comes first (and at close)"),
-    "OPIC_MEMORY_REQUESTS": (
-        50000,
-        "with a JOBDIR, pending requests kept in memory besides their sqlite row (faster pops); "
-        "the rest live on disk only",
-    ),
-    "OPIC_EXPORT": (
-        None,
-        "export importance when the crawl closes: a path (.csv, .jsonl) or a dict "
-        "{path: {top, fetched_only, by_site}} like FEEDS",
-    ),
-    "OPIC_ITEM_FIELD": (
-        None,
-        "add the page's current importance to each item its callback yields, in this field",
-    ),
-    "OPIC_LOGSTATS": (True, "log an OPIC line every LOGSTATS_INTERVAL seconds"),
-    "OPIC_STORE": (
-        "sqlite",
-        "where the frontier lives: 'sqlite' (embedded, one process), 'redis' (shared by "
-        "every process of a crawl) or the path of a SchedulerBase subclass",
-    ),
-    "OPIC_REDIS_URL": ("redis://127.0.0.1:6379/0", "the Redis server of OPIC_STORE = 'redis'"),
-    "OPIC_REDIS_KEY": (
-        "opic:{spider}",
-        "the crawl's name in Redis ({spider} is replaced): processes with the same key share "
-        "one frontier; several crawls share a server under different keys",
-    ),
-    "OPIC_REDIS_LEASE": (
-        60.0,
-        "seconds before a page popped by a process that stopped renewing its leases (killed) "
-        "goes back to the frontier",
-    ),
-    "OPIC_REDIS_RESET": (
-        False,
-        "delete the crawl's keys when this process opens (start afresh; never set it on "
-        "processes that join a running crawl)",
-    ),
-}
+from .backends import REDIS_SCHEMES, masked_url
+from .formats import output_format
+from .opic.window import WINDOW_FORMS, parse_window
 
 
-@dataclass
-class OpicSettings:
-    """Validated ``OPIC_*`` settings."""
+class OpicSettingsError(ValueError):
+    """An ``OPIC_*`` setting has a value it does not accept (the message is one line)."""
 
-    strategy: str = "greedy"
-    epsilon: float = 0.15
-    continuous: bool = False
-    refresh: float = 0.0
-    window: str = "unbounded"
-    refused_links: str = "ignore"
-    internal_weight: float = 1.0
-    external_weight: float = 1.0
-    boost_patterns: list[re.Pattern] = field(default_factory=list)
-    boost: float = 1.0
-    seed: int | None = None
-    commit_visits: int = 500
-    commit_seconds: float = 10.0
-    memory_requests: int = 50000
-    export: dict[str, dict[str, Any]] = field(default_factory=dict)
-    item_field: str | None = None
-    logstats_interval: float = 60.0  # 0: no OPIC log line
-    store: str = "sqlite"
-    redis_url: str = "redis://127.0.0.1:6379/0"
-    redis_key: str = "opic:{spider}"
-    redis_lease: float = 60.0
-    redis_reset: bool = False
 
-    def as_dict(self) -> dict[str, Any]:
-        """Plain values (kept in the state, shown in reports)."""
-        from .backends.redis import masked_url
+# -- parsers: each returns the parsed value or raises ValueError("what is allowed") -------------
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off", "")
 
-        out = {k: v for k, v in self.__dict__.items() if k != "boost_patterns"}
-        out["boost_patterns"] = [p.pattern for p in self.boost_patterns]
-        out["redis_url"] = masked_url(self.redis_url)  # never a password in a state or report
-        return out
 
-    @classmethod
-    def from_settings(cls, settings: Any) -> OpicSettings:
-        """Read and check the ``OPIC_*`` values of a Scrapy ``Settings`` (or a plain dict)."""
+def _bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE:
+        return value.strip().lower() in _TRUE
+    raise ValueError("true or false")
 
-        def get(name: str) -> Any:
-            value = settings.get(name)
-            return DEFAULTS[name][0] if value is None else value
 
-        def getbool(name: str) -> bool:
-            value = get(name)
-            if isinstance(value, str):
-                return value.strip().lower() in ("1", "true", "yes", "on")
-            return bool(value)
+def _number(low: float, high: float = math.inf, *, open_low: bool = False) -> Callable:
+    bounds = f"{'(' if open_low else '['}{low:g}, {high:g}]" if high < math.inf else None
+    allowed = f"a number in {bounds}" if bounds else f"a number {'>' if open_low else '>='} {low:g}"
 
-        continuous = getbool("OPIC_CONTINUOUS")
-        refresh = get("OPIC_REFRESH")
-        refresh = (1.0 if continuous else 0.0) if refresh is None else float(refresh)
-        window = get("OPIC_WINDOW") or ("interpolation:30" if continuous else "unbounded")
-        parse_window(window)  # raises ValueError on a bad spec
-        strategy = str(get("OPIC_STRATEGY")).lower()
-        if strategy not in ("greedy", "random", "cycle"):
-            raise ValueError(f"OPIC_STRATEGY must be greedy, random or cycle, not {strategy!r}")
-        refused = str(get("OPIC_REFUSED_LINKS")).lower()
-        if refused not in ("ignore", "virtual"):
-            raise ValueError(f"OPIC_REFUSED_LINKS must be 'ignore' or 'virtual', not {refused!r}")
-        patterns = get("OPIC_BOOST_PATTERNS")
-        if isinstance(patterns, str):
-            patterns = [p for p in patterns.split(",") if p.strip()]
-        seed = get("OPIC_SEED")
-        lease = float(get("OPIC_REDIS_LEASE"))
-        if not lease > 0:
-            raise ValueError(f"OPIC_REDIS_LEASE must be > 0 seconds, not {lease!r}")
-        item_field = settings.get("OPIC_ITEM_FIELD") or None
-        return cls(
-            strategy=strategy,
-            epsilon=float(get("OPIC_EPSILON")),
-            continuous=continuous,
-            refresh=refresh,
-            window=window,
-            refused_links=refused,
-            internal_weight=float(get("OPIC_INTERNAL_WEIGHT")),
-            external_weight=float(get("OPIC_EXTERNAL_WEIGHT")),
-            boost_patterns=[re.compile(p) for p in patterns],
-            boost=float(get("OPIC_BOOST")),
-            seed=None if seed is None else int(seed),
-            commit_visits=max(1, int(get("OPIC_COMMIT_VISITS"))),
-            commit_seconds=float(get("OPIC_COMMIT_SECONDS")),
-            memory_requests=max(0, int(get("OPIC_MEMORY_REQUESTS"))),
-            export=_export_targets(settings.get("OPIC_EXPORT")),
-            item_field=None if item_field is None else str(item_field),
-            logstats_interval=(
-                float(settings.get("LOGSTATS_INTERVAL") or 0) if getbool("OPIC_LOGSTATS") else 0.0
-            ),
-            store=str(get("OPIC_STORE")),
-            redis_url=str(get("OPIC_REDIS_URL")),
-            redis_key=str(get("OPIC_REDIS_KEY")),
-            redis_lease=lease,
-            redis_reset=getbool("OPIC_REDIS_RESET"),
-        )
+    def parse(value: Any) -> float:
+        try:
+            x = float(value)
+        except (TypeError, ValueError):
+            raise ValueError(allowed) from None
+        if not math.isfinite(x) or x < low or (open_low and x == low) or x > high:
+            raise ValueError(allowed)
+        return x
+
+    return parse
+
+
+def _integer(low: int) -> Callable:
+    def parse(value: Any) -> int:
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        try:
+            x = value if isinstance(value, int) else int(str(value).strip())
+        except ValueError:
+            raise ValueError(f"a whole number >= {low}") from None
+        if isinstance(x, bool) or x < low:
+            raise ValueError(f"a whole number >= {low}")
+        return x
+
+    return parse
+
+
+def _one_of(*choices: str) -> Callable:
+    def parse(value: Any) -> str:
+        text = str(value).strip().lower()
+        if text not in choices:
+            raise ValueError("one of " + ", ".join(repr(c) for c in choices))
+        return text
+
+    return parse
+
+
+def _optional(parse: Callable) -> Callable:
+    def optional(value: Any) -> Any:
+        return None if value is None or value == "" else parse(value)
+
+    return optional
+
+
+def _window(value: Any) -> str:
+    try:
+        return parse_window(str(value)).spec()
+    except ValueError:
+        raise ValueError(", ".join(WINDOW_FORMS.values())) from None
+
+
+def _json(value: Any) -> Any:
+    """A JSON list or object given as a string (the command line), else the value itself."""
+    if isinstance(value, str) and value.strip()[:1] in ("[", "{"):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            raise ValueError("valid JSON") from None
+    return value
+
+
+def _patterns(value: Any) -> list[re.Pattern]:
+    value = _json(value)
+    if isinstance(value, str):
+        value = [value]  # one pattern (a comma is part of a regex: {1,3})
+    if not isinstance(value, (list, tuple)):
+        raise ValueError("a list of regular expressions (JSON on the command line)")
+    out = []
+    for pattern in value:
+        try:
+            out.append(re.compile(str(pattern)))
+        except re.error as exc:
+            raise ValueError(f"regular expressions ({pattern!r}: {exc})") from None
+    return out
 
 
 EXPORT_OPTIONS = {"top": None, "fetched_only": False, "by_site": False}
 
 
-def _export_targets(value: Any) -> dict[str, dict[str, Any]]:
+def _export(value: Any) -> dict[str, dict[str, Any]]:
     """``OPIC_EXPORT`` as ``{path: options}``: a path, a list of paths, or a FEEDS-like dict."""
+    value = _json(value)
+    allowed = "a path (.csv, .jsonl, .jl), a list of paths, or a dict {path: {top, fetched_only, "
+    allowed += "by_site}} (JSON on the command line)"
     if not value:
         return {}
     if isinstance(value, str):
         value = {value: {}}
     elif isinstance(value, (list, tuple)):
         value = {v: {} for v in value}
-    if not isinstance(value, dict):
-        raise ValueError(f"OPIC_EXPORT must be a path or a dict of paths, not {value!r}")
+    if not isinstance(value, Mapping):
+        raise ValueError(allowed)
     out = {}
     for path, options in value.items():
+        if not isinstance(options, (Mapping, type(None))):
+            raise ValueError(allowed)
         options = dict(options or {})
-        unknown = set(options) - set(EXPORT_OPTIONS)
+        unknown = sorted(set(options) - set(EXPORT_OPTIONS))
         if unknown:
-            raise ValueError(f"OPIC_EXPORT[{path!r}]: unknown options {sorted(unknown)}")
-        output_format(str(path))  # a typo in the extension fails now, not after the crawl
+            raise ValueError(f"{allowed}; unknown options {unknown}")
+        try:
+            output_format(str(path))  # a typo in the extension fails now, not after the crawl
+            top = options.get("top")
+            if top is not None:
+                options["top"] = _integer(0)(top)
+            for flag in ("fetched_only", "by_site"):
+                if flag in options:
+                    options[flag] = _bool(options[flag])
+        except ValueError as exc:
+            raise ValueError(f"{allowed} ({exc})") from None
         out[str(path)] = {**EXPORT_OPTIONS, **options}
     return out
 
 
-__all__ = ["DEFAULTS", "OpicSettings"]
+def _redis_url(value: Any) -> str:
+    text = str(value).strip()
+    if not text.startswith(REDIS_SCHEMES):
+        raise ValueError("a URL redis://[:password@]host:port/db (or rediss://, unix://)")
+    return text
+
+
+def _text(value: Any) -> str:
+    text = str(value).strip()
+    if not text:
+        raise ValueError("a non-empty string")
+    return text
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One ``OPIC_*`` setting: its default, its meaning (one line), and its parser (which
+    raises :class:`ValueError` with what is allowed)."""
+
+    name: str
+    default: Any
+    meaning: str
+    parse: Callable[[Any], Any]
+
+    @property
+    def field(self) -> str:
+        return self.name.removeprefix("OPIC_").lower()
+
+
+#: The one table of settings (the README's table mirrors it, in this order).
+SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "OPIC_STRATEGY",
+        "greedy",
+        "page selection: greedy (most cash first), random or cycle",
+        _one_of("greedy", "random", "cycle"),
+    ),
+    Setting(
+        "OPIC_EPSILON",
+        0.15,
+        "share of each visit's cash paid to the virtual page (damping 1 - eps)",
+        _number(0.0, 1.0, open_low=True),
+    ),
+    Setting(
+        "OPIC_CONTINUOUS",
+        False,
+        "refetch pages when their cash makes them the best choice again",
+        _bool,
+    ),
+    Setting(
+        "OPIC_REFRESH",
+        None,
+        "share of the virtual page's payout to all pages (rest: unfetched pages); "
+        "None = 0 for one-pass crawls, 1 for continuous ones",
+        _optional(_number(0.0, 1.0)),
+    ),
+    Setting(
+        "OPIC_WINDOW",
+        None,
+        "history window spec; None = 'unbounded' (one-pass) or 'interpolation:30' (continuous)",
+        _optional(_window),
+    ),
+    Setting(
+        "OPIC_REFUSED_LINKS",
+        "ignore",
+        "links Scrapy will not follow (offsite): 'ignore' leaves them out of the out-degree, "
+        "'virtual' gives their share to the virtual page",
+        _one_of("ignore", "virtual"),
+    ),
+    Setting("OPIC_INTERNAL_WEIGHT", 1.0, "weight of a link to the same host", _number(0.0)),
+    Setting("OPIC_EXTERNAL_WEIGHT", 1.0, "weight of a link to another host", _number(0.0)),
+    Setting(
+        "OPIC_BOOST_PATTERNS",
+        [],
+        "regexes of URLs that get extra cash from the virtual page",
+        _patterns,
+    ),
+    Setting(
+        "OPIC_BOOST",
+        1.0,
+        "extra cash for a boosted link, as a multiple of its normal share",
+        _number(0.0),
+    ),
+    Setting("OPIC_SEED", None, "random seed of the random strategy", _optional(_integer(0))),
+    Setting(
+        "OPIC_STATE_PATH",
+        None,
+        "state file when no JOBDIR is set ({spider} is replaced); default "
+        ".scrapy/opic/<spider>.sqlite; with JOBDIR: JOBDIR/opic.sqlite",
+        _optional(_text),
+    ),
+    Setting(
+        "OPIC_COMMIT_VISITS",
+        500,
+        "commit a snapshot of the state every N visits...",
+        _integer(1),
+    ),
+    Setting(
+        "OPIC_COMMIT_SECONDS",
+        10.0,
+        "...or every T seconds, whichever comes first (and at close)",
+        _number(0.0, open_low=True),
+    ),
+    Setting(
+        "OPIC_MEMORY_REQUESTS",
+        50000,
+        "with a JOBDIR, pending requests kept in memory besides their sqlite row (faster pops); "
+        "the rest live on disk only",
+        _integer(0),
+    ),
+    Setting(
+        "OPIC_EXPORT",
+        None,
+        "export importance when the crawl closes: a path (.csv, .jsonl) or a dict "
+        "{path: {top, fetched_only, by_site}} like FEEDS",
+        _export,
+    ),
+    Setting(
+        "OPIC_ITEM_FIELD",
+        None,
+        "add the page's current importance to each item its callback yields, in this field",
+        _optional(_text),
+    ),
+    Setting(
+        "OPIC_LOGSTATS",
+        True,
+        "log an OPIC line every LOGSTATS_INTERVAL seconds (the OpicLogStats extension)",
+        _bool,
+    ),
+    Setting(
+        "OPIC_STORE",
+        "sqlite",
+        "where the frontier lives: 'sqlite' (embedded, one process) or 'redis' (shared by "
+        "every process of a crawl)",
+        _one_of("sqlite", "redis"),
+    ),
+    Setting(
+        "OPIC_REDIS_URL",
+        "redis://127.0.0.1:6379/0",
+        "the Redis server of OPIC_STORE = 'redis'",
+        _redis_url,
+    ),
+    Setting(
+        "OPIC_REDIS_KEY",
+        "opic:{spider}",
+        "the crawl's name in Redis ({spider} is replaced): processes with the same key share "
+        "one frontier; several crawls share a server under different keys",
+        _text,
+    ),
+    Setting(
+        "OPIC_REDIS_LEASE",
+        60.0,
+        "seconds before a page popped by a process that stopped renewing its leases (killed) "
+        "goes back to the frontier",
+        _number(0.0, open_low=True),
+    ),
+    Setting(
+        "OPIC_REDIS_RESET",
+        False,
+        "delete the crawl's keys when this process opens (start afresh; never set it on "
+        "processes that join a running crawl)",
+        _bool,
+    ),
+)
+
+#: name -> (default, meaning): the README table's columns.
+DEFAULTS: dict[str, tuple[Any, str]] = {s.name: (s.default, s.meaning) for s in SETTINGS}
+
+
+@dataclass(frozen=True)
+class OpicSettings:
+    """The checked ``OPIC_*`` settings of a crawl (build it with :meth:`from_settings` or
+    :meth:`from_crawler`; a field per :data:`SETTINGS` entry, with the crawl-mode defaults of
+    ``refresh`` and ``window`` resolved), plus what they need of Scrapy's own settings."""
+
+    strategy: str
+    epsilon: float
+    continuous: bool
+    refresh: float
+    window: str
+    refused_links: str
+    internal_weight: float
+    external_weight: float
+    boost_patterns: list[re.Pattern]
+    boost: float
+    seed: int | None
+    state_path: str | None
+    commit_visits: int
+    commit_seconds: float
+    memory_requests: int
+    export: dict[str, dict[str, Any]]
+    item_field: str | None
+    logstats: bool
+    store: str
+    redis_url: str
+    redis_key: str
+    redis_lease: float
+    redis_reset: bool
+    #: Scrapy's JOBDIR (a resumable crawl), or None.
+    jobdir: str | None
+    #: Scrapy's LOGSTATS_INTERVAL, or 0 when ``OPIC_LOGSTATS`` is off.
+    logstats_interval: float
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> OpicSettings:
+        """Read and check every ``OPIC_*`` value of a Scrapy ``Settings`` (or a plain dict).
+        :class:`OpicSettingsError` names the first bad one."""
+        values: dict[str, Any] = {}
+        for s in SETTINGS:
+            raw = settings.get(s.name)
+            if raw is None:
+                values[s.field] = s.parse(s.default)
+                continue
+            try:
+                values[s.field] = s.parse(raw)
+            except ValueError as exc:
+                shown = masked_url(raw) if isinstance(raw, str) else raw  # never a password
+                message = f"{s.name}={shown!r} is not valid: expected {exc}"
+                raise OpicSettingsError(message) from None
+        if values["refresh"] is None:
+            values["refresh"] = 1.0 if values["continuous"] else 0.0
+        if values["window"] is None:
+            values["window"] = "interpolation:30" if values["continuous"] else "unbounded"
+        if not (values["internal_weight"] or values["external_weight"]):
+            raise OpicSettingsError(
+                "OPIC_INTERNAL_WEIGHT and OPIC_EXTERNAL_WEIGHT are both 0: at least one must be "
+                "> 0, or every page would give all its cash to the virtual page"
+            )
+        if values["store"] == "redis":
+            if values["strategy"] != "greedy":
+                raise OpicSettingsError(
+                    f"OPIC_STRATEGY={values['strategy']!r} is not valid with OPIC_STORE='redis': "
+                    "expected 'greedy' (random and cycle are embedded-store only)"
+                )
+            if not values["window"].startswith(("unbounded", "interpolation")):
+                raise OpicSettingsError(
+                    f"OPIC_WINDOW={values['window']!r} is not valid with OPIC_STORE='redis': "
+                    "expected unbounded[:estimator] or interpolation:T[:wall] (the variable, "
+                    "fixed and improved windows are embedded-store only)"
+                )
+        jobdir = settings.get("JOBDIR")
+        values["jobdir"] = str(jobdir) if jobdir else None
+        interval = settings.get("LOGSTATS_INTERVAL")
+        try:
+            interval = float(60.0 if interval is None else interval)
+        except (TypeError, ValueError):
+            interval = 60.0
+        values["logstats_interval"] = interval if values["logstats"] else 0.0
+        return cls(**values)
+
+    @classmethod
+    def from_crawler(cls, crawler: Any) -> OpicSettings:
+        """The crawler's settings, read and checked once (every component gets the same
+        object)."""
+        cached = _BY_CRAWLER.get(crawler)
+        if cached is None:
+            cached = _BY_CRAWLER[crawler] = cls.from_settings(crawler.settings)
+        return cached
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain values (kept in the state, shown in reports); never a password."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["boost_patterns"] = [p.pattern for p in self.boost_patterns]
+        out["redis_url"] = masked_url(self.redis_url)
+        return out
+
+    def redis_crawl_key(self, spider_name: str) -> str:
+        """``OPIC_REDIS_KEY`` for this spider."""
+        return self.redis_key.replace("{spider}", spider_name)
+
+
+_BY_CRAWLER: WeakKeyDictionary[Any, OpicSettings] = WeakKeyDictionary()
+
+__all__ = ["DEFAULTS", "EXPORT_OPTIONS", "SETTINGS", "OpicSettings", "OpicSettingsError", "Setting"]

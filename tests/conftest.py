@@ -34,3 +34,17 @@ def redis_url(tmp_path_factory):
 
     with RedisServer(tmp_path_factory.mktemp("redis")) as url:
         yield url
+
+
+# -- a frontier of every backend, for the contract tests ------------------------------------------
+
+
+@pytest.fixture(params=["memory", "sqlite", "redis"])
+def frontiers(request, tmp_path):
+    """A factory of fresh frontiers of one backend (the test runs once per backend)."""
+    from tests.frontiers import Factory
+
+    url = request.getfixturevalue("redis_url") if request.param == "redis" else None
+    factory = Factory(request.param, tmp_path, url)
+    yield factory
+    factory.cleanup()

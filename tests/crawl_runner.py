@@ -40,6 +40,7 @@ OPIC = {
     "SCHEDULER": "scrapy_opic.OpicScheduler",
     "SPIDER_MIDDLEWARES": {"scrapy_opic.OpicSpiderMiddleware": 75},
     "DOWNLOADER_MIDDLEWARES": {"scrapy_opic.OpicDownloaderMiddleware": 540},
+    "EXTENSIONS": {"scrapy_opic.OpicLogStats": 500},
 }
 ORDERS = {
     "opic": OPIC,
@@ -57,8 +58,8 @@ class SlotBlindScheduler(OpicScheduler):
     """The OPIC scheduler without its politeness: every slot always has room (the politeness
     test's contrast: plain greedy)."""
 
-    def _has_room(self, slot) -> bool:
-        return True
+    def _full_slots(self) -> set:
+        return set()
 
 
 class SiteSpider(scrapy.Spider):

@@ -26,9 +26,8 @@ from scrapy_opic.export import (
     registered_domain,
     write_export,
 )
-from scrapy_opic.opic import OpicEngine
-from scrapy_opic.opic.engine import FETCHED
-from scrapy_opic.opic.frontier import Frontier
+from scrapy_opic.opic import FETCHED, OpicEngine
+from scrapy_opic.opic.frontier import Entry, Link, MemoryFrontier
 from tests.sites import Site
 from tests.test_crawl import RUNNER, crawl, graph  # noqa: F401  (graph is a fixture)
 
@@ -58,22 +57,19 @@ def synthetic(tmp_path_factory) -> tuple[Path, list[str]]:
     rng = np.random.default_rng(3)
     n = CHUNK + 900  # two chunks of page rows
     urls = [f"{HOSTS[k % len(HOSTS)]}/page/{k}" for k in range(n)]
-    f = Frontier(OpicEngine(), "greedy")
+    f = MemoryFrontier(OpicEngine(), "greedy")
     for k in range(n):
-        f.discover(f"k{k}")
-    f.schedule("k0", None)
+        f.page(f"k{k}", urls[k])
+    f.schedule([Entry("k0", urls[0], payload="r")])
     for _ in range(1500):
-        got = f.pop()
-        if got is None:
+        lease = f.pop()
+        if lease is None:
             break
-        i, _ = got
         kids = [int(k) for k in rng.integers(0, n, 6)]
-        for k in kids:
-            f.schedule(f"k{k}", None)
-        f.complete(i, kids)
+        f.visit(lease, [Link(f"k{k}", urls[k], payload="r") for k in kids])
     path = tmp_path_factory.mktemp("synthetic") / "s.sqlite"
     store = SqliteStore(path)
-    store.commit(f, urls, {"spider": "synthetic"})
+    store.commit(f, {"spider": "synthetic"})
     store.close()
     return path, urls
 
@@ -210,6 +206,7 @@ def crawled(tmp_path_factory, graph):  # noqa: F811
     return tmp, items, stats
 
 
+@pytest.mark.slow
 def test_export_command_writes_every_column(crawled, graph):  # noqa: F811
     tmp, _items, stats = crawled
     proc = scrapy_cmd("opic-export", "site", "-o", "imp.csv", cwd=tmp)
@@ -230,6 +227,7 @@ def test_export_command_writes_every_column(crawled, graph):  # noqa: F811
     assert [t["url"] for t in top] == [r["url"] for r in by_importance[:10]]
 
 
+@pytest.mark.slow
 def test_export_command_options(crawled):
     tmp, _items, _stats = crawled
     full = read_csv(tmp / "end.csv")
@@ -253,6 +251,7 @@ def test_export_command_options(crawled):
     assert float(sites[0]["importance"]) == pytest.approx(1.0)
 
 
+@pytest.mark.slow
 def test_top_command_prints_a_table(crawled):
     tmp, _items, _stats = crawled
     full = sorted(read_csv(tmp / "end.csv"), key=lambda r: -float(r["importance"]))
@@ -264,6 +263,7 @@ def test_top_command_prints_a_table(crawled):
     assert [ln.split()[-1] for ln in lines[2:]] == [r["url"] for r in full[:3]]
 
 
+@pytest.mark.slow
 def test_items_carry_their_pages_importance(crawled):
     _tmp, items, _stats = crawled
     values = [r["importance"] for r in items]
@@ -273,6 +273,7 @@ def test_items_carry_their_pages_importance(crawled):
     assert values[0] > np.median(values)
 
 
+@pytest.mark.slow
 def test_periodic_log_line(crawled):
     tmp, _items, _stats = crawled
     lines = [ln for ln in (tmp / "crawl.log").read_text().splitlines() if "OPIC: " in ln]
@@ -295,6 +296,7 @@ def assert_one_line_error(proc: subprocess.CompletedProcess, code: int = 1) -> N
     assert "Traceback" not in proc.stderr and proc.stdout == ""
 
 
+@pytest.mark.slow
 def test_bad_input_is_one_clear_error_and_touches_nothing(synthetic, tmp_path):
     good, _ = synthetic
     d = tmp_path / "states"
@@ -340,6 +342,7 @@ def test_bad_input_is_one_clear_error_and_touches_nothing(synthetic, tmp_path):
 
 
 # -- reading while a crawl writes ---------------------------------------------------------------
+@pytest.mark.slow
 def test_reading_a_state_while_the_crawl_commits(tmp_path, graph):  # noqa: F811
     """Open the state again and again during a crawl that commits every few visits: every read
     is one consistent snapshot (cash 1, importance 1, a URL per page), and the crawl is neither
@@ -396,13 +399,12 @@ def test_urls_that_need_quoting_round_trip(tmp_path):
         "http://a.example/back\\slash",
         "http://b.example/caf\u00e9/\u65e5\u672c",
     ]
-    f = Frontier(OpicEngine())
-    for k in range(len(urls)):
-        f.schedule(f"k{k}", None)
-    i, _ = f.pop()
-    f.complete(i, [1, 2, 3])
+    f = MemoryFrontier(OpicEngine())
+    f.schedule([Entry(f"k{k}", url, payload="r") for k, url in enumerate(urls)])
+    lease = f.pop()
+    f.visit(lease, [Link(f"k{k}", urls[k]) for k in (1, 2, 3)])
     store = SqliteStore(tmp_path / "q.sqlite")
-    store.commit(f, urls)
+    store.commit(f)
     store.close()
     with open_state(tmp_path / "q.sqlite") as state:
         write_export(state, str(tmp_path / "q.csv"))
@@ -417,6 +419,7 @@ def test_urls_that_need_quoting_round_trip(tmp_path):
         assert r["host"] == j["host"] == p.host
 
 
+@pytest.mark.slow
 def test_export_finds_a_jobdir_state(tmp_path, graph):  # noqa: F811
     with Site(graph) as site:
         crawl(tmp_path, site.url(0), CONCURRENT_REQUESTS=4, JOBDIR="job")

@@ -1,6 +1,9 @@
-"""The frontier's page life cycle and the money on every exit path."""
+"""The Frontier contract: one suite over every backend (in memory, sqlite, Redis), then the
+in-memory frontier's life cycle under random operations."""
 
 from __future__ import annotations
+
+import random
 
 import numpy as np
 import pytest
@@ -8,18 +11,216 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scrapy_opic.opic import OpicEngine
-from scrapy_opic.opic.frontier import DISCOVERED, IN_FLIGHT, PENDING, VISITED, Frontier
+from scrapy_opic.opic.constants import (
+    DISCOVERED,
+    DUPLICATE,
+    IN_FLIGHT,
+    NEEDS_PAYLOAD,
+    PENDING,
+    SCHEDULED,
+    STATUSES,
+    VISITED,
+)
+from scrapy_opic.opic.frontier import Entry, Link, MemoryFrontier
+from tests.frontiers import key
 
 TOL = 1e-9
 
 
-def make(continuous=False, strategy="greedy", refresh=0.0) -> Frontier:
-    return Frontier(OpicEngine(epsilon=0.2, refresh=refresh), strategy, continuous, seed=0)
+def entry(i: int, slot: str = "s", priority: int = 0) -> Entry:
+    return Entry(key(i), f"http://h/{i}", priority, slot, b"req%d" % i)
+
+
+def link(i: int, slot: str = "s", payload: bool = True, **kw) -> Link:
+    return Link(key(i), f"http://h/{i}", slot=slot, payload=b"req%d" % i if payload else None, **kw)
+
+
+# -- the contract, on every backend ----------------------------------------------------------------
+
+
+def test_schedule_codes_duplicates_and_again(frontiers):
+    f = frontiers.make()
+    assert f.schedule([entry(0), entry(0)]) == [SCHEDULED, DUPLICATE]
+    assert f.schedule([Entry(key(1), "http://h/1")]) == [NEEDS_PAYLOAD]  # known, no payload
+    assert f.status_of(key(1)) == "discovered" and f.status_of(key(2)) is None
+    lease = f.pop()
+    assert lease.key == key(0) and lease.payload == b"req0" and lease.slot == "s"
+    assert f.schedule([entry(0)]) == [DUPLICATE]  # in flight
+    assert f.visit(lease, []).codes == []
+    assert f.schedule([entry(0)]) == [DUPLICATE]  # visited, one-pass
+    assert f.schedule([entry(0)], again=True) == [SCHEDULED]  # dont_filter
+    assert f.status_of(key(0)) == "pending"
+    assert f.total_cash() == pytest.approx(1.0, abs=TOL)
+
+
+def test_every_outcome_keeps_total_cash_at_one_and_settles_once(frontiers):
+    f = frontiers.make(refresh=0.5)
+    f.schedule([entry(i) for i in range(12)])
+    first = f.pop()
+    assert f.visit(first, [link(j) for j in (3, 4, 5, 40)]) is not None
+    outcomes = []
+    for k in range(10):
+        lease = f.pop()
+        kind = k % 6
+        if kind == 0:
+            assert f.fail(lease)
+        elif kind == 1:
+            assert f.forfeit(lease)
+        elif kind == 2:  # a redirect to a page nobody knows yet
+            assert f.redirect(lease, entry(100 + k)) == SCHEDULED
+        elif kind == 3:
+            assert f.retry(lease, Entry(lease.key, "u", -1, "s", b"retry")) == SCHEDULED
+        elif kind == 4:
+            assert f.release([lease]) == 1
+        else:
+            assert f.visit(lease, [link(7), link(8, payload=False)]) is not None
+        outcomes.append(kind)
+        assert f.total_cash() == pytest.approx(1.0, abs=TOL), kind
+        # A lease is settled once: a second outcome under it changes nothing.
+        assert f.visit(lease, []) is None and not f.fail(lease) and not f.forfeit(lease)
+        assert f.release([lease]) == 0 and f.retry(lease, entry(1)) is None
+        assert f.total_cash() == pytest.approx(1.0, abs=TOL), kind
+    assert len(outcomes) == 10
+    # A page given up before its fetch (a dupefilter refused it): its cash goes.
+    assert f.schedule([entry(200)]) == [SCHEDULED]
+    assert f.drop(key(200)) and f.status_of(key(200)) == "visited"
+    assert not f.drop(key(200)) and not f.drop(key(999))
+    assert f.total_cash() == pytest.approx(1.0, abs=TOL)
+
+
+def test_a_link_to_a_known_page_pays_it_even_when_the_fetch_is_a_duplicate(frontiers):
+    f = frontiers.make()
+    f.schedule([entry(0)])
+    home = f.pop()
+    assert f.visit(home, [link(1)]).codes == [SCHEDULED]
+    about = f.pop()
+    assert about.key == key(1)
+    assert f.visit(about, [link(0)]).codes == [DUPLICATE]  # home is visited: no new fetch...
+    assert f.cash_of(key(0)) > 0  # ...but the link's money stays with home
+    assert f.status_of(key(0)) == "visited"
+    assert f.total_cash() == pytest.approx(1.0, abs=TOL)
+
+
+def test_a_continuous_crawl_puts_visited_pages_back_in_line(frontiers):
+    f = frontiers.make(refresh=1.0, continuous=True, window="interpolation:30")
+    f.schedule([entry(0), entry(1)])
+    lease = f.pop()
+    assert f.visit(lease, [link(1)]).codes == [DUPLICATE]  # pending already
+    assert f.status_of(lease.key) == "pending" and f.figures()["pending"] == 2
+    popped = {f.pop().key for _ in range(2)}
+    assert popped == {key(0), key(1)}
+    assert f.pop() is None
+
+
+def test_a_redirect_moves_the_cash_to_the_target(frontiers):
+    f = frontiers.make()
+    f.schedule([entry(0)])
+    lease = f.pop()  # the first pop pays the virtual page's cash out: page 0 holds it all
+    cash = f.cash_of(key(0))
+    assert cash == pytest.approx(1.0)
+    assert f.redirect(lease, entry(1)) == SCHEDULED
+    assert f.cash_of(key(1)) == pytest.approx(cash) and f.cash_of(key(0)) == 0.0
+    assert f.status_of(key(0)) == "visited" and f.status_of(key(1)) == "pending"
+    target = f.pop()
+    assert (target.key, target.payload) == (key(1), b"req1")
+    # A redirect to its own key is a retry.
+    assert f.redirect(target, entry(1)._replace(payload=b"again")) == SCHEDULED
+    assert f.pop().payload == b"again"
+
+
+def test_fail_forfeit_and_drop_send_the_cash_to_the_virtual_page(frontiers):
+    f = frontiers.make()
+    f.schedule([entry(0), entry(1), entry(2)])
+    a = f.pop()
+    assert f.fail(a)
+    assert f.cash_of(a.key) == 0.0 and f.status_of(a.key) == "visited"
+    b = f.pop()
+    assert f.forfeit(b)
+    assert f.cash_of(b.key) == 0.0 and f.status_of(b.key) == "visited"
+    (rest,) = {key(0), key(1), key(2)} - {a.key, b.key}
+    assert f.drop(rest) and f.cash_of(rest) == 0.0
+    figures = f.figures()
+    assert figures["virtual_cash"] == pytest.approx(1.0) and figures["pending"] == 0
+    assert figures["visits"] == 1  # fail is a visit; forfeit and drop are not
+    assert not f.has_pending() and f.pop() is None
+
+
+def test_released_pages_are_fetched_again_with_their_cash(frontiers):
+    f = frontiers.make()
+    f.schedule([entry(i) for i in range(3)])
+    leases = [f.pop(), f.pop()]
+    cash = {x.key: f.cash_of(x.key) for x in leases}
+    assert f.release(leases) == 2
+    assert f.figures()["in_flight"] == 0 and f.figures()["pending"] == 3
+    assert {f.pop().key for _ in range(3)} == {key(i) for i in range(3)}
+    assert all(f.cash_of(k) == pytest.approx(c) for k, c in cash.items())
+
+
+def test_priority_comes_before_cash_and_full_slots_are_skipped(frontiers):
+    f = frontiers.make(refresh=1.0)
+    f.schedule([entry(1, "a"), entry(2, "b", priority=5), entry(3, "c")])
+    got = f.pop(full_slots={"b"})  # priority 5 waits: its slot is full
+    assert got.key in (key(1), key(3)) and got.slot in ("a", "c")
+    assert f.pop().key == key(2)
+    assert f.pop(full_slots={"a", "c"}) is None
+
+
+def test_the_pop_takes_the_richest_page_among_slots_with_room(frontiers):
+    """With some download slots full, the pop takes the page with the most cash among the
+    slots that have room, across pages fetched before and pages never fetched."""
+    f = frontiers.make(refresh=1.0, continuous=True, window="interpolation:30")
+    rnd = random.Random(7)
+    slots = ["a", "b", "c", "d"]
+    slot_of = {i: rnd.choice(slots) for i in range(30)}
+    f.schedule([entry(i, slot_of[i]) for i in range(30)])
+    for step in range(60):
+        full = set(rnd.sample(slots, rnd.randint(0, 3)))
+        lease = f.pop(full)
+        room = [i for i in range(30) if slot_of[i] not in full]
+        pending = [i for i in room if f.status_of(key(i)) == "pending"]
+        if lease is None:
+            assert not pending, step
+            continue
+        assert lease.slot not in full
+        best = max([f.cash_of(key(i)) for i in pending], default=0.0)
+        assert f.cash_of(lease.key) >= best - 1e-15, step
+        links = [link(j, slot_of[j], weight=rnd.random()) for j in rnd.sample(range(30), 4)]
+        assert f.visit(lease, links) is not None
+    assert f.total_cash() == pytest.approx(1.0, abs=TOL)
+
+
+def test_a_page_with_room_is_found_behind_many_pages_in_full_slots(frontiers):
+    f = frontiers.make(refresh=1.0)
+    f.schedule([entry(-1)])
+    seed = f.pop()
+    big = [link(i, "big.example", weight=2.0) for i in range(150)]
+    small = link(1000, "small.example")
+    low = link(1001, "small.example", priority=-1)
+    assert f.visit(seed, [*big, small, low]) is not None
+    assert f.pop(full_slots={"big.example"}).key == key(1000)  # priority 0 with room
+    assert f.pop(full_slots={"big.example", "small.example"}) is None
+
+
+def test_figures_name_every_status(frontiers):
+    f = frontiers.make()
+    f.schedule([entry(0), Entry(key(1), "u1")])
+    f.pop()
+    figures = f.figures()
+    assert [figures[name] for name in STATUSES] == [1, 0, 1, 0]
+    assert figures["pages"] == 2 and figures["visits"] == 0
+    assert f.has_pending() is (frontiers.kind == "redis")  # a lease is out, nothing pending
+
+
+# -- the in-memory frontier's life cycle under random operations --------------------------------
+
+
+def make(continuous=False, strategy="greedy", refresh=0.0) -> MemoryFrontier:
+    return MemoryFrontier(OpicEngine(epsilon=0.2, refresh=refresh), strategy, continuous, seed=0)
 
 
 @settings(max_examples=120, deadline=None)
 @given(
-    ops=st.lists(st.tuples(st.integers(0, 7), st.integers(0, 10**6)), max_size=80),
+    ops=st.lists(st.tuples(st.integers(0, 8), st.integers(0, 10**6)), max_size=80),
     continuous=st.booleans(),
     strategy=st.sampled_from(["greedy", "random", "cycle"]),
     refresh=st.sampled_from([0.0, 0.5, 1.0]),
@@ -27,144 +228,63 @@ def make(continuous=False, strategy="greedy", refresh=0.0) -> Frontier:
 def test_every_path_conserves_cash_and_the_life_cycle_holds(ops, continuous, strategy, refresh):
     f = make(continuous, strategy, refresh)
     rng = np.random.default_rng(len(ops))
-    in_flight: set[int] = set()
-    visited_once: set[int] = set()
+    leases: dict[bytes, object] = {}
     for kind, r in ops:
-        key = f"p{r % 25}"
+        k = key(r % 25)
         slot = f"h{r % 3}"
         if kind <= 1:
-            before = f.status_of(key)
-            ok = f.schedule(key, {"url": key}, slot)
-            i = f.engine.id_of(key)
-            if before in ("pending", "in flight") or (before == "visited" and not continuous):
-                assert not ok
+            before = f.status_of(k)
+            code = f.schedule([Entry(k, "u", 0, slot, {"key": k})], again=kind == 1)[0]
+            if before in ("pending", "in_flight") or (
+                before == "visited" and not continuous and kind == 0
+            ):
+                assert code == DUPLICATE
             else:
-                assert ok and f.status[i] == PENDING
+                assert code == SCHEDULED and f.status_of(k) == "pending"
         elif kind == 2:
-            full = {f"h{k}" for k in range(3) if rng.random() < 0.3}
-            got = f.pop(lambda s, full=full: s not in full)
-            if got is not None:
-                i, payload = got
-                assert i not in in_flight and payload == {"url": f.engine.key_of(i)}
-                assert f.status[i] == IN_FLIGHT
-                in_flight.add(i)
-        elif in_flight:
-            i = sorted(in_flight)[r % len(in_flight)]
-            in_flight.discard(i)
+            full = {f"h{j}" for j in range(3) if rng.random() < 0.3}
+            lease = f.pop(full)
+            if lease is not None:
+                assert lease.key not in leases and lease.payload == {"key": lease.key}
+                assert strategy != "greedy" or lease.slot not in full
+                assert f.status_of(lease.key) == "in_flight"
+                leases[lease.key] = lease
+        elif kind == 8:
+            f.drop(k)
+        elif leases:
+            lease = leases.pop(sorted(leases)[r % len(leases)])
             if kind == 3:
-                kids = [f.discover(f"p{(r >> k) % 25}") for k in range(r % 4)]
-                f.complete(i, kids)
-                visited_once.add(i)
+                links = [Link(key((r >> j) % 25), "u") for j in range(r % 4)]
+                assert f.visit(lease, links) is not None
             elif kind == 4:
-                f.fail(i)
-                visited_once.add(i)
+                assert f.fail(lease)
             elif kind == 5:
-                target = f"p{(r >> 3) % 25}"
-                f.redirect(i, target, {"url": target}, slot)
-                if f.engine.id_of(target) == i:
-                    assert f.status[i] == PENDING
+                target = key((r >> 3) % 25)
+                f.redirect(lease, Entry(target, "u", 0, slot, {"key": target}))
+                if target == lease.key:
+                    assert f.status_of(lease.key) == "pending"
             elif kind == 6:
-                f.retry(i)
-                assert f.status[i] == PENDING
+                assert f.retry(lease, Entry(lease.key, "u", -1, slot, {"key": lease.key}))
+                assert f.status_of(lease.key) == "pending"
             else:
-                f.forfeit(i)
+                assert f.forfeit(lease)
         assert abs(f.total_cash() - 1.0) < TOL
         n = f.engine.n
-        assert f.counts == [sum(1 for k in range(n) if f.status[k] == s) for s in range(4)]
+        assert f.counts == [sum(1 for j in range(n) if f.status[j] == s) for s in range(4)]
         assert len(f.selection) == f.counts[PENDING]
-        assert all(k in f.payloads for k in range(n) if f.status[k] in (PENDING, IN_FLIGHT))
-        assert all(f.status[k] == IN_FLIGHT for k in in_flight)
-        # The per-slot in-flight counts (politeness) follow every transition.
-        for h in ("h0", "h1", "h2", None):
-            expected = sum(1 for k in in_flight if f._slots.get(k, (0, None))[1] == h)
-            assert f.in_flight(h) == expected, h
+        assert all(j in f.payloads for j in range(n) if f.status[j] in (PENDING, IN_FLIGHT))
+        assert all(j not in f.payloads for j in range(n) if f.status[j] in (DISCOVERED, VISITED))
+        assert {f.engine.key_of(j) for j in range(n) if f.status[j] == IN_FLIGHT} == set(leases)
 
 
-def test_a_link_to_a_known_page_pays_it_even_when_the_fetch_is_a_duplicate():
+def test_a_restored_frontier_has_its_in_flight_pages_pending_again():
     f = make()
-    assert f.schedule("home", "req-home")
-    i, _ = f.pop()
-    about = f.discover("about")
-    f.complete(i, [about])
-    assert f.schedule("about", "req-about")
-    j, _ = f.pop()
-    f.complete(j, [i])  # about links back home: home is visited, so no new fetch...
-    assert not f.schedule("home", "req-home-again")
-    f.engine.payout()
-    assert f.engine.cash_of(i) > 0  # ...but the link's money stays with home
-    assert f.status_of("home") == "visited"
-    assert abs(f.total_cash() - 1.0) < TOL
-
-
-def test_continuous_crawl_puts_visited_pages_back_in_line():
-    f = make(continuous=True, refresh=1.0)
-    f.schedule("a", "A")
-    f.schedule("b", "B")
-    i, payload = f.pop()
-    f.complete(i, [f.discover("b")])
-    assert f.status[i] == PENDING and f.payloads[i] == payload
-    assert len(f) == 2
-    popped = [f.pop()[0] for _ in range(2)]
-    assert sorted(popped) == sorted([i, f.engine.id_of("b")])
-
-
-def test_redirect_moves_the_cash_to_the_target():
-    f = make()
-    f.schedule("old", "req-old")
-    i, _ = f.pop()  # the first pop pays the virtual page's cash out: "old" holds it all
-    cash = f.engine.cash_of(i)
-    j, scheduled = f.redirect(i, "new", "req-new")
-    assert scheduled
-    assert f.engine.cash_of(j) == pytest.approx(cash)
-    assert f.engine.cash_of(i) == 0.0
-    assert f.status_of("old") == "visited" and f.status_of("new") == "pending"
-    assert f.pop() == (j, "req-new")
-
-
-def test_fail_and_forfeit_send_the_cash_to_the_virtual_page():
-    f = make()
-    f.schedule("a", "A")
-    f.schedule("b", "B")
-    i, _ = f.pop()
-    f.fail(i)
-    assert f.engine.cash_of(i) == 0.0 and f.engine.hist[i] > 0  # visited: history kept
-    b = f.engine.id_of("b")
-    f.forfeit(b)
-    assert f.status[b] == VISITED and f.engine.hist[b] == 0.0 and len(f) == 0
-    assert f.engine.virtual_cash == pytest.approx(1.0)
-
-
-def test_released_in_flight_pages_are_fetched_again_with_their_cash():
-    f = make()
-    for k in "abc":
-        f.schedule(k, k.upper())
-    f.pop()
-    f.pop()
-    assert f.release_in_flight() == 2
-    assert f.counts[IN_FLIGHT] == 0 and len(f) == 3
-    assert {f.pop()[0] for _ in range(3)} == {f.engine.id_of(k) for k in "abc"}
-    assert f.counts[DISCOVERED] == 0
-
-
-def test_greedy_frontier_honours_slot_limits():
-    f = make(refresh=1.0)
-    f.schedule("big1", 1, "big")
-    f.schedule("big2", 2, "big")
-    f.schedule("small1", 3, "small")
-    i, _ = f.pop(lambda slot: slot != "big")
-    assert f.engine.key_of(i) == "small1"
-    assert f.pop(lambda slot: slot != "big") is None
-    assert f.pop() is not None
-
-
-def test_in_flight_counts_survive_a_restore():
-    f = make()
-    for k in range(6):
-        f.schedule(f"p{k}", {"url": k}, f"h{k % 2}")
-    popped = [f.pop()[0] for _ in range(3)]
+    for i in range(6):
+        f.schedule([Entry(key(i), f"u{i}", 0, f"h{i % 2}", {"i": i})])
+    popped = [f.pop().key for _ in range(3)]
     slots = {i: f._slots[i] for i in range(f.engine.n) if i in f.payloads}
-    g = Frontier.restore(f.engine, bytes(f.status[: f.engine.n]), dict(f.payloads), slots)
-    assert all(g.status[i] == PENDING for i in popped)
-    assert g.in_flight("h0") == g.in_flight("h1") == 0
-    i, _ = g.pop()
-    assert g.in_flight(g._slots[i][1]) == 1
+    g = MemoryFrontier(f.engine)
+    back = g.restore(bytes(f.status[: f.engine.n]), dict(f.payloads), slots, f.urls)
+    assert back == 3 and all(g.status_of(k) == "pending" for k in popped)
+    assert g.urls == [f"u{i}" for i in range(6)] and len(g) == 6
+    assert {g.pop().key for _ in range(6)} == {key(i) for i in range(6)}

@@ -1,38 +1,26 @@
-"""The Redis store (core/redisstore.py + opic.lua) against a real redis-server on 127.0.0.1:
-the same numbers as the embedded engine, cash conservation under concurrent processes, the
-global greedy pop, leases, and reading a Redis crawl with the export API."""
+"""What only the Redis frontier does, against a real redis-server on 127.0.0.1: processes that
+share it never share a page nor lose cash, leases expire and are renewed, crawls are namespaced
+in one hash slot, the export API reads a crawl, and its errors are one clear line. (The
+Frontier contract itself runs over every backend in test_frontier.py; the Redis engine's numbers
+are compared with the embedded one's in test_differential.py.)"""
 
 from __future__ import annotations
 
-import hashlib
+import struct
 import threading
 import time
 import uuid
 
-import numpy as np
 import pytest
 
-from scrapy_opic.backends.redis import (
-    DUPLICATE,
-    NEEDS_REQUEST,
-    SCHEDULED,
-    Link,
-    RedisFrontier,
-)
-from scrapy_opic.opic.engine import OpicEngine
+from scrapy_opic.backends import StoreError
+from scrapy_opic.backends.redis import SCALARS, RedisFrontier, lua_constants
+from scrapy_opic.opic.constants import SCHEDULED
+from scrapy_opic.opic.frontier import Entry, Link
 from scrapy_opic.simulator.graph import power_law_graph
+from tests.frontiers import key
 
 redis = pytest.importorskip("redis")
-
-N = 200
-
-
-def fp(i: int) -> bytes:
-    return hashlib.sha1(str(i).encode()).digest()
-
-
-FPS = [fp(i) for i in range(N)]
-NODE = {x: i for i, x in enumerate(FPS)}
 
 
 @pytest.fixture
@@ -44,153 +32,45 @@ def frontier(redis_url):
     f.client.close()
 
 
-def links_of(g, i: int, slot: str = "s") -> list[Link]:
-    return [Link(FPS[j], f"http://x/{j}", data=b"req%d" % j, slot=slot) for j in g.children(i)]
-
-
-def replay(frontier: RedisFrontier, window: str, continuous: bool, steps: int, **visit_kw):
-    """Crawl a graph greedily on Redis and apply each visit to an embedded engine too."""
-    refresh = 1.0 if continuous else 0.0
-    frontier.open(epsilon=0.15, refresh=refresh, continuous=continuous, window=window)
-    engine = OpicEngine(epsilon=0.15, refresh=refresh, window=window)
-    g = power_law_graph(N, seed=3)
-    assert frontier.schedule([(FPS[0], "http://x/0", 0, "s", b"req0")]) == [SCHEDULED]
-    engine.page(FPS[0])
-    done = 0
-    while done < steps:
-        got = frontier.pop("t")
-        if got is None:
-            break
-        i = NODE[got.fp]
-        kids = [int(j) for j in g.children(i)]
-        links = links_of(g, i)
-        weights = boosts = None
-        if visit_kw:  # unequal weights and a boost on every third link
-            weights = [1.0 + (j % 3) for j in kids]
-            boosts = [2.0 if j % 3 == 0 else 0.0 for j in kids]
-            links = [link._replace(weight=w, boost=b) for link, w, b in zip(links, weights, boosts)]
-        visited = frontier.visit(
-            got.fp,
-            "t",
-            links,
-            plain=not visit_kw,
-            boosts=bool(visit_kw),
-            virtual_weight=visit_kw.get("virtual_weight", 0.0),
-        )
-        assert visited.ok
-        engine.payout()  # the pop paid the virtual page out first
-        children = [engine.page(FPS[j]) for j in kids]
-        engine.visit(
-            engine.id_of(FPS[i]),
-            children,
-            weights=weights,
-            boosts=boosts,
-            virtual_weight=visit_kw.get("virtual_weight", 0.0),
-        )
-        done += 1
-    return engine, done
-
-
-@pytest.mark.parametrize(
-    "window,continuous,visit_kw",
-    [
-        ("unbounded", False, {}),
-        ("unbounded:lemma", False, {"virtual_weight": 1.5}),
-        ("interpolation:30", True, {}),
-        ("interpolation:30", True, {"virtual_weight": 0.5}),
-    ],
-)
-def test_a_crawl_on_redis_gives_the_embedded_engines_numbers(
-    frontier, window, continuous, visit_kw
-):
-    engine, done = replay(frontier, window, continuous, 3 * N, **visit_kw)
-    assert done > 100
-    snap = frontier.snapshot()
-    red = snap.engine()
-    ids = [engine.id_of(k) for k in snap.keys]
-    # The pop that found nothing left paid the virtual page out once more: so does the engine.
-    if not continuous and done < 3 * N:
-        engine.payout()
-    assert red.n == engine.n
-    np.testing.assert_allclose(red.cash(), engine.cash(ids), rtol=0, atol=1e-12)
-    np.testing.assert_allclose(red.hist[: red.n], engine.hist[ids], rtol=0, atol=1e-12)
-    np.testing.assert_allclose(red.importance(), engine.importance(ids), rtol=0, atol=1e-12)
-    assert red.G == pytest.approx(engine.G, abs=1e-12)
-    assert red.total_cash() == pytest.approx(1.0, abs=1e-12)
-    assert red.visit_count == engine.visit_count == done
-    assert frontier.check() == []
-
-
-def test_the_greedy_pop_takes_the_richest_pending_page_of_the_crawl(frontier):
-    frontier.open(window="unbounded")
-    g = power_law_graph(N, seed=4)
-    frontier.schedule([(FPS[0], "http://x/0", 0, "s", b"r")])
-    for _ in range(60):
-        snap = frontier.snapshot()
-        engine = snap.engine()
-        engine.payout()  # what the pop does first
-        pending = [i for i, st in enumerate(snap.status) if st == 1]
-        if not pending:
-            break
-        cash = engine.cash(pending)
-        got = frontier.pop("t")
-        popped = snap.keys.index(got.fp)
-        assert engine.cash_of(popped) == pytest.approx(cash.max(), abs=1e-15)
-        assert frontier.visit(got.fp, "t", links_of(g, NODE[got.fp])).ok
-    assert frontier.check() == []
-
-
-def test_priority_comes_before_cash_and_full_slots_are_skipped(frontier):
-    frontier.open()
-    frontier.schedule(
-        [(FPS[1], "u1", 0, "a", b"r1"), (FPS[2], "u2", 5, "b", b"r2"), (FPS[3], "u3", 0, "c", b"r")]
-    )
-    got = frontier.pop("t1", full_slots=["b"])  # priority 5 waits: its slot is full
-    assert got.fp in (FPS[1], FPS[3]) and got.slot in ("a", "c")
-    assert frontier.pop("t2").fp == FPS[2]
-    assert frontier.pop("t3", full_slots=["a", "c"]) is None
-    assert frontier.check() == []
+def entry(i: int) -> Entry:
+    return Entry(key(i), f"http://x/{i}", 0, "s", b"req%d" % i)
 
 
 def test_concurrent_processes_never_share_a_page_nor_lose_cash(frontier, redis_url):
     frontier.open(window="unbounded")
     g = power_law_graph(400, seed=6)
-    fps = [fp(i) for i in range(400)]
-    node = {x: i for i, x in enumerate(fps)}
-    frontier.schedule([(fps[0], "u0", 0, "s", b"r")])
+    node = {key(i): i for i in range(400)}
+    frontier.schedule([entry(0)])
     lock = threading.Lock()
     in_flight: set[bytes] = set()
     visits: list[bytes] = []
     errors: list[str] = []
 
-    def worker(w: int) -> None:
+    def worker() -> None:
         mine = RedisFrontier(redis.Redis.from_url(redis_url), frontier.key, lease=30)
         idle = 0
         while idle < 50:
-            got = mine.pop(f"w{w}")
-            if got is None:
+            lease = mine.pop()
+            if lease is None:
                 idle += 1
                 time.sleep(0.002)
                 continue
             idle = 0
             with lock:
-                if got.fp in in_flight:
+                if lease.key in in_flight:
                     errors.append("leased twice at once")
-                in_flight.add(got.fp)
-            i = node[got.fp]
-            links = [Link(fps[j], f"u{j}", data=b"r") for j in g.children(i)]
+                in_flight.add(lease.key)
+            i = node[lease.key]
+            links = [Link(key(j), f"u{j}", payload=b"r") for j in g.children(i)]
             with lock:
-                in_flight.discard(got.fp)
-                visits.append(got.fp)
-            if i % 7 == 0:
-                ok = mine.fail(got.fp, f"w{w}")
-            else:
-                ok = mine.visit(got.fp, f"w{w}", links).ok
+                in_flight.discard(lease.key)
+                visits.append(lease.key)
+            ok = mine.fail(lease) if i % 7 == 0 else mine.visit(lease, links) is not None
             if not ok:
                 errors.append("stale")
         mine.client.close()
 
-    threads = [threading.Thread(target=worker, args=(w,)) for w in range(4)]
+    threads = [threading.Thread(target=worker) for _ in range(4)]
     for t in threads:
         t.start()
     for t in threads:
@@ -203,64 +83,28 @@ def test_concurrent_processes_never_share_a_page_nor_lose_cash(frontier, redis_u
     assert frontier.check() == []
 
 
-def test_every_outcome_keeps_total_cash_at_one(frontier):
+def test_a_dead_processs_lease_expires_and_the_page_keeps_its_cash(frontier):
     frontier.open(window="unbounded")
-    g = power_law_graph(N, seed=2)
-    frontier.schedule([(FPS[i], f"u{i}", 0, "s", b"r") for i in range(30)])
-    got = frontier.pop("a")
-    assert frontier.visit(got.fp, "a", links_of(g, 0)).ok
-    total = frontier.total_cash
-    outcomes = []
-    for k in range(12):
-        got = frontier.pop(f"t{k}")
-        if got is None:
-            break
-        kind = k % 6
-        if kind == 0:
-            ok = frontier.fail(got.fp, f"t{k}")
-        elif kind == 1:
-            ok = frontier.forfeit(got.fp, f"t{k}")
-        elif kind == 2:  # redirect to a page nobody knows yet
-            ok, code = frontier.redirect(got.fp, f"t{k}", fp(10_000 + k), "new", 0, "s", b"r")
-            assert code == SCHEDULED
-        elif kind == 3:
-            ok = frontier.retry(got.fp, f"t{k}", -1, "s", b"r")
-        elif kind == 4:
-            ok = frontier.release([(got.fp, f"t{k}")]) == 1
-        else:
-            ok = frontier.visit(got.fp, f"t{k}", links_of(g, NODE.get(got.fp, 0))).ok
-        assert ok
-        outcomes.append(kind)
-        assert total() == pytest.approx(1.0, abs=1e-12), kind
-        assert frontier.check() == [], kind
-    assert len(outcomes) == 12
-    # A page refused by a project's dupefilter before it was scheduled is forfeited.
-    assert frontier.schedule([(fp(20_000), "x", 0, "s", b"")]) == [NEEDS_REQUEST]
-    assert frontier.forfeit(fp(20_000))
-    assert total() == pytest.approx(1.0, abs=1e-12)
-
-
-def test_a_dead_processs_lease_expires_and_the_page_keeps_its_cash(frontier, redis_url):
-    frontier.open(window="unbounded")
-    frontier.schedule([(FPS[0], "u0", 0, "s", b"r0")])
-    first = frontier.pop("dead")
-    assert frontier.visit(first.fp, "dead", [Link(FPS[1], "u1", data=b"r1")]).ok
+    frontier.schedule([entry(0)])
+    first = frontier.pop()
+    assert frontier.visit(first, [Link(key(1), "u1", payload=b"r1")]) is not None
     short = RedisFrontier(frontier.client, frontier.key, lease=0.2)
-    got = short.pop("dead")  # leased for 0.2 s, never renewed: its process died
-    assert got.fp == FPS[1]
-    before = frontier.snapshot().engine().cash_of(1)
-    assert frontier.pop("other") is None  # leased: nobody else gets it meanwhile
+    dead = short.pop()  # leased for 0.2 s, never renewed: its process died
+    assert dead.key == key(1)
+    before = frontier.cash_of(key(1))
+    other = RedisFrontier(frontier.client, frontier.key, lease=30)
+    assert other.pop() is None  # leased: nobody else gets it meanwhile
     time.sleep(0.3)
-    again = frontier.pop("other")  # reclaims the lease and pops the page in one call
-    assert again.fp == FPS[1] and again.data == b"r1"
+    again = other.pop()  # reclaims the lease and pops the page in one call
+    assert again.key == key(1) and again.payload == b"r1"
     assert frontier.check() == []
     status = frontier.status()
     assert status["reclaimed"] == 1 and status["leases"] == 1
-    assert frontier.snapshot().engine().cash_of(1) >= before > 0
+    assert frontier.cash_of(key(1)) >= before > 0
     # The dead process's late answer changes nothing; the new holder's visit counts.
-    assert not frontier.visit(FPS[1], "dead", [Link(FPS[2], "u2", data=b"r2")]).ok
+    assert short.visit(dead, [Link(key(2), "u2", payload=b"r2")]) is None
     assert frontier.status()["stale"] == 1 and frontier.status()["pages"] == 2
-    assert frontier.visit(FPS[1], "other", []).ok
+    assert other.visit(again, []) is not None
     assert frontier.total_cash() == pytest.approx(1.0, abs=1e-12)
     assert frontier.check() == []
 
@@ -268,25 +112,20 @@ def test_a_dead_processs_lease_expires_and_the_page_keeps_its_cash(frontier, red
 def test_renewed_leases_do_not_expire(frontier):
     frontier.open()
     short = RedisFrontier(frontier.client, frontier.key, lease=0.3)
-    short.schedule([(FPS[0], "u0", 0, "s", b"r0")])
-    got = short.pop("alive")
+    short.schedule([entry(0)])
+    lease = short.pop()
     for _ in range(4):
         time.sleep(0.15)
-        assert short.renew([(got.fp, "alive")]) == 1
-    assert short.pop("other") is None
+        assert short.renew([lease]) == 1
+    assert short.pop() is None
     assert short.status()["reclaimed"] == 0
-    assert short.renew([(got.fp, "not-mine")]) == 0
+    assert short.renew([lease._replace(token="not-mine")]) == 0
 
 
-def test_schedule_codes_and_dont_filter(frontier):
+def test_lease_tokens_carry_a_64_bit_process_tag(frontier):
     frontier.open()
-    codes = frontier.schedule([(FPS[0], "u0", 0, "s", b"r"), (FPS[0], "u0", 0, "s", b"r")])
-    assert codes == [SCHEDULED, DUPLICATE]
-    got = frontier.pop("t")
-    assert frontier.visit(got.fp, "t", []).ok
-    assert frontier.schedule([(FPS[0], "u0", 0, "s", b"r")]) == [DUPLICATE]  # one-pass
-    assert frontier.schedule([(FPS[0], "u0", 0, "s", b"r")], again=True) == [SCHEDULED]
-    assert frontier.check() == []
+    tags = {RedisFrontier(frontier.client, frontier.key)._tag for _ in range(100)}
+    assert len(tags) == 100 and all(len(t) == 16 for t in tags)
 
 
 def test_a_crawl_with_other_parameters_or_an_unsupported_window_is_refused(frontier):
@@ -298,12 +137,12 @@ def test_a_crawl_with_other_parameters_or_an_unsupported_window_is_refused(front
         RedisFrontier(frontier.client, "opic:other").open(window="variable:4")
 
 
-def test_keys_are_namespaced_in_one_hash_slot_and_cleared(frontier, redis_url):
+def test_keys_are_namespaced_in_one_hash_slot_and_cleared(frontier):
     frontier.open()
     other = RedisFrontier(frontier.client, frontier.key + ":neighbour")
     other.open()
-    frontier.schedule([(FPS[0], "u0", 0, "s", b"r")])
-    other.schedule([(FPS[0], "u0", 0, "s", b"r")])
+    frontier.schedule([entry(0)])
+    other.schedule([entry(0)])
     from redis.crc import key_slot
 
     mine = list(frontier.client.scan_iter(match=frontier.ns + ":*"))
@@ -315,25 +154,57 @@ def test_keys_are_namespaced_in_one_hash_slot_and_cleared(frontier, redis_url):
     other.clear()
 
 
+def test_a_crawl_started_by_the_previous_version_is_read_and_joined(frontier):
+    """The previous version packed one global fewer (no wall clock of the last window step)."""
+    frontier.open()
+    frontier.schedule([entry(0)])
+    blob = frontier.client.get(frontier.ns + ":s")
+    old = blob[: 8 * (len(SCALARS) - 1)]
+    frontier.client.set(frontier.ns + ":s", old)
+    assert frontier.globals()["clock"] == 0.0
+    assert frontier.open() is False
+    lease = frontier.pop()
+    assert frontier.visit(lease, [Link(key(1), "u1", payload=b"r1")]) is not None
+    assert len(frontier.client.get(frontier.ns + ":s")) == 8 * len(SCALARS)
+    assert frontier.total_cash() == pytest.approx(1.0, abs=1e-12)
+
+
+def test_the_scripts_constants_are_generated_from_python():
+    text = lua_constants()
+    assert "local SCALARS = {'eps', 'refresh'," in text
+    assert f"local PFMT = '<{'d' * 6}IBB'" in text and "local SCHEDULED = 1" in text
+    assert struct.calcsize("<" + "d" * len(SCALARS)) == 8 * len(SCALARS)
+
+
 def test_the_export_api_reads_a_redis_crawl(frontier, redis_url, tmp_path):
     from scrapy_opic.export import open_state, write_export
 
-    engine, done = replay(frontier, "unbounded", False, 50)
+    frontier.open()
+    g = power_law_graph(80, seed=3)
+    assert frontier.schedule([entry(0)]) == [SCHEDULED]
+    for _ in range(50):
+        lease = frontier.pop()
+        if lease is None:
+            break
+        i = int(lease.payload.removeprefix(b"req"))
+        frontier.visit(
+            lease, [Link(key(j), f"http://x/{j}", payload=b"req%d" % j) for j in g.children(i)]
+        )
+    n = frontier.status()["pages"]
     location = f"{redis_url}#{frontier.key}"
     with open_state(location) as state:
-        assert state.n == engine.n
+        assert state.n == n
         top = state.top(5)
         assert [p.importance for p in top] == sorted((p.importance for p in top), reverse=True)
         assert sum(p.importance for p in state.pages()) == pytest.approx(1.0)
         assert state.pending == frontier.status()["pending"]
     out = tmp_path / "x.csv"
     with open_state(location) as state:
-        assert write_export(state, str(out)) == engine.n
-    assert len(out.read_text().splitlines()) == engine.n + 1
+        assert write_export(state, str(out)) == n
+    assert len(out.read_text().splitlines()) == n + 1
 
 
 def test_reading_a_missing_or_unreachable_crawl_is_one_clear_error(redis_url):
-    from scrapy_opic.backends.sqlite import StoreError
     from scrapy_opic.export import open_state
 
     with pytest.raises(StoreError, match="no OPIC crawl"):
@@ -345,63 +216,14 @@ def test_reading_a_missing_or_unreachable_crawl_is_one_clear_error(redis_url):
 
 
 def test_a_password_never_reaches_logs_errors_or_stored_settings():
-    from scrapy_opic.backends.redis import masked_url
-    from scrapy_opic.settings import OpicSettings
+    from scrapy_opic.backends import masked_url
+    from scrapy_opic.settings import OpicSettings, OpicSettingsError
 
     assert masked_url("redis://:s3cret@db:6379/0") == "redis://***@db:6379/0"
     assert masked_url("rediss://user:s3cret@db/1") == "rediss://***@db/1"
     assert masked_url("redis://127.0.0.1:6379/0") == "redis://127.0.0.1:6379/0"
     s = OpicSettings.from_settings({"OPIC_REDIS_URL": "redis://:s3cret@db:6379/0"})
     assert "s3cret" not in repr(s.as_dict()) and s.redis_url.endswith("@db:6379/0")
-
-
-def test_the_pop_skips_full_slots_without_missing_a_richer_page(frontier):
-    """With some download slots full, the pop takes the richest page whose slot has room,
-    across both queues (pages fetched before and pages never fetched)."""
-    import random
-
-    frontier.open(epsilon=0.15, refresh=1.0, continuous=True, window="interpolation:30")
-    rnd = random.Random(7)
-    slots = ["a", "b", "c", "d"]
-    seeds = [(FPS[i], f"u{i}", 0, rnd.choice(slots), b"r") for i in range(40)]
-    frontier.schedule(seeds)
-    for step in range(80):
-        full = rnd.sample(slots, rnd.randint(0, 3))
-        snap = frontier.snapshot()
-        engine = snap.engine()
-        engine.payout()  # what the pop does first
-        slot_of = {
-            k: frontier.client.hget((frontier.ns + ":p:").encode() + k, "sl").decode()
-            for k in snap.keys
-        }
-        room = [
-            i for i, st in enumerate(snap.status) if st == 1 and slot_of[snap.keys[i]] not in full
-        ]
-        got = frontier.pop(f"t{step}", full_slots=full)
-        if not room:
-            assert got is None
-            continue
-        best = max(engine.cash_of(i) for i in room)
-        popped = snap.keys.index(got.fp)
-        assert got.slot not in full
-        assert engine.cash_of(popped) == pytest.approx(best, abs=1e-15), step
-        links = [
-            Link(FPS[j], f"u{j}", weight=rnd.random(), slot=rnd.choice(slots), data=b"r")
-            for j in rnd.sample(range(40), 4)
-        ]
-        assert frontier.visit(got.fp, f"t{step}", links, plain=False).ok
-    assert frontier.check() == []
-
-
-def test_a_page_with_room_is_found_behind_any_number_of_pages_in_full_slots(frontier):
-    frontier.open(refresh=1.0)
-    frontier.schedule([(fp(-1), "seed", 0, "s", b"r")])
-    assert frontier.pop("t0")
-    big = [Link(fp(i), f"big{i}", 2.0, slot="big.example", data=b"r") for i in range(150)]
-    small = Link(fp(1000), "small", 1.0, slot="small.example", data=b"r")
-    low = Link(fp(1001), "low", 1.0, priority=-1, slot="small.example", data=b"r")
-    assert frontier.visit(fp(-1), "t0", [*big, small, low], plain=False).ok
-    got = frontier.pop("t1", full_slots=["big.example"])
-    assert got.fp == fp(1000)  # the only page of priority 0 whose slot has room
-    assert frontier.pop("t2", full_slots=["big.example", "small.example"]) is None
-    assert frontier.check() == []
+    with pytest.raises(OpicSettingsError) as bad:
+        OpicSettings.from_settings({"OPIC_REDIS_URL": "http://:s3cret@db:6379/0"})
+    assert "s3cret" not in str(bad.value)

@@ -15,6 +15,8 @@ import pytest
 from tests.sites import Site
 from tests.test_crawl import crawl, graph  # noqa: F401  (graph is a fixture)
 
+pytestmark = pytest.mark.slow
+
 PNG = b"\x89PNG\r\n\x1a\n"
 
 

@@ -1,9 +1,12 @@
-"""OpicScheduler against the contract of Scrapy's own scheduler tests: length, dequeue, dupes,
-persistence across a reopen with JOBDIR (no engine running: a stub stands in for the
-downloader's slots)."""
+"""OpicScheduler against the contract of Scrapy's own scheduler tests, one suite over every
+backend: the embedded frontier without and with a JOBDIR, and the Redis frontier. No engine runs:
+a stub stands in for the downloader's slots. Then what only one backend does."""
 
 from __future__ import annotations
 
+import threading
+import time
+import uuid
 from types import SimpleNamespace
 
 import pytest
@@ -11,144 +14,170 @@ from scrapy import Request, Spider
 from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.test import get_crawler
 
-from scrapy_opic.scheduler import ON_DISK, OpicScheduler
+from scrapy_opic.backends.sqlite import ON_DISK
+from scrapy_opic.scheduler import OpicScheduler
 
 URLS = [f"http://host{i % 3}.example/page/{i}" for i in range(12)]
+BACKENDS = ["sqlite", "sqlite-jobdir", "redis"]
 
 
-def make(tmp_path, jobdir: bool = False, **settings) -> OpicScheduler:
-    settings = {"LOG_ENABLED": False, "OPIC_STATE_PATH": str(tmp_path / "state.sqlite"), **settings}
-    if jobdir:
-        settings["JOBDIR"] = str(tmp_path / "job")
-    crawler = get_crawler(Spider, settings)
-    crawler.engine = SimpleNamespace(
-        downloader=SimpleNamespace(get_slot_key=lambda r: urlparse_cached(r).hostname, slots={})
-    )
-    spider = Spider.from_crawler(crawler, name="contract")
-    crawler.spider = spider
-    scheduler = OpicScheduler.from_crawler(crawler)
-    scheduler.open(spider)
-    return scheduler
+class ContractSpider(Spider):
+    name = "contract"
+
+    def parse(self, response):
+        pass
 
 
-def test_length_and_dequeue(tmp_path):
-    s = make(tmp_path)
+class Schedulers:
+    """Builds schedulers of one backend; closes them (and empties their Redis keys) after."""
+
+    def __init__(self, backend: str, tmp_path, redis_url: str | None) -> None:
+        self.backend = backend
+        self.tmp_path = tmp_path
+        self.redis_url = redis_url
+        self.key = f"opic:sched:{uuid.uuid4().hex}"
+        self.open: list[OpicScheduler] = []
+
+    def make(self, **settings) -> OpicScheduler:
+        base = {"LOG_ENABLED": False, "OPIC_STATE_PATH": str(self.tmp_path / "state.sqlite")}
+        if self.backend == "sqlite-jobdir":
+            base["JOBDIR"] = str(self.tmp_path / "job")
+        if self.backend == "redis":
+            base.update(OPIC_STORE="redis", OPIC_REDIS_URL=self.redis_url, OPIC_REDIS_KEY=self.key)
+        crawler = get_crawler(ContractSpider, {**base, **settings})
+        crawler.engine = SimpleNamespace(
+            downloader=SimpleNamespace(get_slot_key=lambda r: urlparse_cached(r).hostname, slots={})
+        )
+        spider = ContractSpider.from_crawler(crawler)
+        crawler.spider = spider
+        scheduler = OpicScheduler.from_crawler(crawler)
+        scheduler.open(spider)
+        self.open.append(scheduler)
+        return scheduler
+
+    def close(self, scheduler: OpicScheduler, reason: str = "finished") -> None:
+        self.open.remove(scheduler)
+        scheduler.close(reason)
+
+    def cleanup(self) -> None:
+        for scheduler in list(self.open):
+            self.close(scheduler)
+        if self.backend == "redis":
+            from scrapy_opic.backends.redis import RedisFrontier
+
+            frontier = RedisFrontier.connect(self.redis_url, self.key)
+            frontier.clear()
+            frontier.client.close()
+
+
+@pytest.fixture(params=BACKENDS)
+def schedulers(request, tmp_path):
+    url = request.getfixturevalue("redis_url") if request.param == "redis" else None
+    factory = Schedulers(request.param, tmp_path, url)
+    yield factory
+    factory.cleanup()
+
+
+def visit(s: OpicScheduler, request: Request, links=()) -> None:
+    """What the spider middleware reports for a parsed page."""
+    s.settle_visit(request, list(links), None, None, 0.0)
+
+
+def total_cash(s: OpicScheduler) -> float:
+    return s.frontier.total_cash()
+
+
+# -- the contract, on every backend ----------------------------------------------------------------
+
+
+def test_length_and_dequeue(schedulers):
+    s = schedulers.make()
     assert not s.has_pending_requests() and len(s) == 0
     for url in URLS:
-        assert s.enqueue_request(Request(url))
+        assert s.enqueue_request(Request(url, callback=s.spider.parse))
     assert s.has_pending_requests() and len(s) == len(URLS)
     got = []
     while (r := s.next_request()) is not None:
-        got.append(r.url)
-        assert "opic_id" in r.meta
-    assert sorted(got) == sorted(URLS) and len(s) == 0
-    s.close("finished")
+        assert "opic_id" in r.meta and "opic_lease" in r.meta
+        assert r.callback == s.spider.parse
+        got.append(r)
+    assert sorted(r.url for r in got) == sorted(URLS)
+    for r in got:
+        s.settle_failure(r, OSError("connection refused"))
+    assert not s.has_pending_requests() and len(s) == 0
+    assert s.counts["opic/failed"] == len(URLS)
+    assert total_cash(s) == pytest.approx(1.0, abs=1e-12)
 
 
-def test_duplicates_are_refused(tmp_path):
-    s = make(tmp_path)
+def test_duplicates_are_refused_and_counted(schedulers):
+    s = schedulers.make()
     assert s.enqueue_request(Request(URLS[0]))
     assert not s.enqueue_request(Request(URLS[0]))  # pending
     r = s.next_request()
     assert not s.enqueue_request(Request(URLS[0]))  # in flight
-    s.frontier.complete(r.meta["opic_id"], [])
+    visit(s, r)
     assert not s.enqueue_request(Request(URLS[0]))  # visited, one-pass crawl
     s.update_stats()
     assert s.stats.get_value("opic/duplicates") == 3
-    s.close("finished")
+    assert s.stats.get_value("dupefilter/filtered") == 3
 
 
-def test_continuous_crawl_accepts_a_visited_page_again(tmp_path):
-    s = make(tmp_path, OPIC_CONTINUOUS=True)
+def test_a_visit_files_its_links_and_the_scheduler_answers_for_them(schedulers):
+    s = schedulers.make()
+    s.enqueue_request(Request(URLS[0]))
+    parent = s.next_request()
+    kids = [Request(u) for u in URLS[1:4]] + [Request(URLS[1])]  # one link twice
+    trips = s.frontier.round_trips
+    visit(s, parent, kids)
+    assert [s.enqueue_request(k) for k in kids] == [True, True, True, False]
+    if schedulers.backend == "redis":  # the visit filed them: one round trip for it all
+        assert s.frontier.round_trips == trips + 1
+        assert s.frontier.check() == []
+    f = s.frontier.figures()
+    assert f["pending"] == 3 and f["visited"] == 1
+    assert total_cash(s) == pytest.approx(1.0, abs=1e-12)
+
+
+def test_a_continuous_crawl_accepts_a_visited_page_again(schedulers):
+    s = schedulers.make(OPIC_CONTINUOUS=True)
     s.enqueue_request(Request(URLS[0]))
     r = s.next_request()
-    s.frontier.complete(r.meta["opic_id"], [])
+    visit(s, r)
     again = s.next_request()  # back in line by itself
     assert again is not None and again.url == URLS[0] and again is not r
-    s.close("finished")
 
 
-def test_a_retry_and_a_redirect_of_a_page_in_flight(tmp_path):
-    s = make(tmp_path)
+def test_a_retry_and_a_redirect_of_a_page_in_flight(schedulers):
+    s = schedulers.make()
     s.enqueue_request(Request(URLS[0]))
-    r = s.next_request()
-    retry = r.replace(dont_filter=True)
-    assert s.enqueue_request(retry)  # same fingerprint: back to pending, no cash moved
-    r = s.next_request()
-    cash = s.frontier.engine.cash_of(r.meta["opic_id"])
-    redirected = r.replace(url=URLS[1])
-    assert s.enqueue_request(redirected)
+    first = s.next_request()
+    retry = first.replace(priority=-1, dont_filter=True)
+    assert s.enqueue_request(retry)  # same fingerprint: pending again, no cash moved
+    again = s.next_request()
+    assert again.url == URLS[0] and again.priority == -1
+    cash = s.frontier.cash_of(again.meta["opic_id"])
+    assert s.enqueue_request(again.replace(url=URLS[5]))  # a redirect
     target = s.next_request()
-    assert target.url == URLS[1]
-    assert s.frontier.engine.cash_of(target.meta["opic_id"]) == pytest.approx(cash)
+    assert target.url == URLS[5]
+    assert s.frontier.cash_of(target.meta["opic_id"]) == pytest.approx(cash)
     assert s.frontier.status_of(s.fingerprinter.fingerprint(Request(URLS[0]))) == "visited"
-    s.close("finished")
-    assert s.stats.get_value("opic/total_cash") == pytest.approx(1.0)
+    assert s.counts["opic/retried"] == 1 and s.counts["opic/redirected"] == 1
+    assert total_cash(s) == pytest.approx(1.0, abs=1e-12)
 
 
-def test_jobdir_persists_pending_requests_across_reopen(tmp_path):
-    s = make(tmp_path, jobdir=True, OPIC_MEMORY_REQUESTS=4)
-    for url in URLS:
-        s.enqueue_request(Request(url, meta={"k": url}, priority=1 if "page/3" in url else 0))
-    # With a JOBDIR every pending request is a row on disk, and at most OPIC_MEMORY_REQUESTS of
-    # them are also held in memory.
-    payloads = list(s.frontier.payloads.values())
-    assert sum(isinstance(p, Request) for p in payloads) == 4
-    assert payloads.count(ON_DISK) == len(URLS) - 4
-    first = s.next_request()  # in flight when the crawl stops
-    assert first.url == URLS[3]  # priority first, read back from disk
-    s.close("shutdown")
-    again = make(tmp_path, jobdir=True, OPIC_MEMORY_REQUESTS=4)
-    assert len(again) == len(URLS)  # the in-flight page is pending again
-    assert all(p == ON_DISK for p in again.frontier.payloads.values())
-    got = []
-    while (r := again.next_request()) is not None:
-        got.append(r.url)
-        assert r.meta["k"] == r.url
-    assert sorted(got) == sorted(URLS) and got[0] == first.url  # its priority came back too
-    again.close("finished")
-
-
-def test_without_jobdir_each_crawl_starts_afresh(tmp_path):
-    s = make(tmp_path)
-    s.enqueue_request(Request(URLS[0]))
-    s.close("shutdown")
-    again = make(tmp_path)
-    assert len(again) == 0
-    again.close("finished")
-
-
-def test_unserializable_requests_stay_in_memory_with_one_warning(tmp_path, caplog):
-    import threading
-
-    s = make(tmp_path, jobdir=True)
-    for url in URLS[:2]:
-        assert s.enqueue_request(Request(url, callback=lambda r: None))
-    # A callback Scrapy can name, but a meta value pickle refuses.
-    assert s.enqueue_request(Request(URLS[2], meta={"lock": threading.Lock()}))
-    assert caplog.text.count("Unable to serialize") == 1
-    s.update_stats()  # (event counters reach Scrapy's stats at each commit and at close)
-    assert s.stats.get_value("opic/unserializable") == 3
-    assert sum(isinstance(p, Request) for p in s.frontier.payloads.values()) == 3
-    assert len({s.next_request().url for _ in range(3)}) == 3
-    s.close("finished")
-
-
-def test_request_priority_comes_before_cash(tmp_path):
-    s = make(tmp_path)
+def test_request_priority_comes_before_cash(schedulers):
+    s = schedulers.make()
     for i, url in enumerate(URLS[:6]):
         s.enqueue_request(Request(url, priority=1 if i % 2 else 0))
     order = [s.next_request() for _ in range(6)]
     assert [r.priority for r in order] == [1, 1, 1, 0, 0, 0]
-    s.close("finished")
 
 
-def test_dont_filter_fetches_again_as_scrapy_does(tmp_path):
-    s = make(tmp_path)
+def test_dont_filter_fetches_again_as_scrapy_does(schedulers):
+    s = schedulers.make()
     home = URLS[0]
     assert s.enqueue_request(Request(home))
     first = s.next_request()
-    assert first.meta["opic_id"] is not None
     # The same page while it is in flight: dropped, unless dont_filter says fetch it anyway.
     assert not s.enqueue_request(Request(home))
     assert s.enqueue_request(Request(home, dont_filter=True, meta={"tag": "again"}))
@@ -157,20 +186,19 @@ def test_dont_filter_fetches_again_as_scrapy_does(tmp_path):
     assert extra.meta["tag"] == "again" and "opic_id" not in extra.meta  # pays nothing
     # Once visited, a plain link is a duplicate; a dont_filter request (a retry from a
     # callback, a second callback for the same URL) fetches the page again, with its cash.
-    s.frontier.complete(first.meta["opic_id"], [])
+    visit(s, first)
     assert not s.enqueue_request(Request(home))
     assert s.enqueue_request(Request(home, dont_filter=True, priority=-1))
     again = s.next_request()
     assert again.meta["opic_id"] == first.meta["opic_id"] and again.priority == -1
     # A start request (dont_filter too, as Scrapy makes start_urls) for a known page: a resumed
     # crawl does not fetch its seeds again.
-    s.frontier.complete(again.meta["opic_id"], [])
+    visit(s, again)
     assert not s.enqueue_request(Request(home, dont_filter=True, meta={"is_start_request": True}))
     s.update_stats()
     st = s.stats.get_stats()
     assert st["scheduler/enqueued"] == 3 and st["scheduler/dequeued"] == 3
     assert st["dupefilter/filtered"] == 3 and st["opic/duplicates"] == 3
-    s.close("finished")
 
 
 class SessionDupeFilter:
@@ -192,32 +220,187 @@ class SessionDupeFilter:
         self.logged.append(request.url)
 
 
-def test_a_projects_dupefilter_is_asked_and_its_refusals_pay_the_virtual_page(tmp_path):
-    s = make(tmp_path, DUPEFILTER_CLASS="tests.test_scheduler.SessionDupeFilter")
+def test_a_projects_dupefilter_is_asked_and_its_refusals_pay_the_virtual_page(schedulers):
+    s = schedulers.make(DUPEFILTER_CLASS="tests.test_scheduler.SessionDupeFilter")
     assert isinstance(s.df, SessionDupeFilter)
     assert s.enqueue_request(Request("http://a.example/"))
-    parent = s.next_request().meta["opic_id"]
-    kids = [s.page_of(Request(u)) for u in ("http://a.example/x", "http://a.example/session/1")]
-    s.frontier.complete(parent, kids)  # the visit pays both links
-    assert s.frontier.engine.cash_of(kids[1]) > 0
-    assert s.enqueue_request(Request("http://a.example/x"))
-    assert not s.enqueue_request(Request("http://a.example/session/1"))
+    parent = s.next_request()
+    kids = [Request(u) for u in ("http://a.example/x", "http://a.example/session/1")]
+    visit(s, parent, kids)  # the visit pays both links
+    refused = s.fingerprinter.fingerprint(kids[1])
+    assert s.frontier.cash_of(refused) > 0
+    assert s.enqueue_request(kids[0])
+    assert not s.enqueue_request(kids[1])
     assert s.df.logged == ["http://a.example/session/1"]
     # Never to be fetched: its cash went to the virtual page, and the total is still 1.
-    assert s.frontier.engine.cash_of(kids[1]) == 0
-    assert abs(s.frontier.total_cash() - 1.0) < 1e-12
-    assert s.enqueue_request(Request("http://a.example/session/1", dont_filter=True))
-    s.close("finished")
+    assert s.frontier.cash_of(refused) == 0
+    assert s.frontier.status_of(refused) == "visited"
+    assert total_cash(s) == pytest.approx(1.0, abs=1e-12)
+
+
+def test_a_failure_settles_once_and_a_stale_outcome_changes_nothing(schedulers):
+    s = schedulers.make()
+    for url in URLS[:3]:
+        s.enqueue_request(Request(url))
+    a, b, c = (s.next_request() for _ in range(3))
+    s.settle_failure(a, OSError("timeout"))  # a download error: a visit with no links
+    from scrapy.exceptions import IgnoreRequest
+
+    s.settle_failure(b, IgnoreRequest("robots.txt"))  # fetched nothing: given up
+    s.settle_callback_error(c)
+    for r in (a, b, c):  # every outcome again: the leases are settled already
+        s.settle_failure(r, OSError())
+        s.settle_callback_error(r)
+        assert s.settle_visit(r, [], None, None, 0.0) is None
+    assert s.counts["opic/failed"] == 2 and s.counts["opic/ignored"] == 1
+    f = s.frontier.figures()
+    assert f["visits"] == 2 and f["visited"] == 3 and f["in_flight"] == 0
+    assert total_cash(s) == pytest.approx(1.0, abs=1e-12)
+
+
+def test_a_closing_scheduler_hands_its_pages_back(schedulers):
+    s = schedulers.make()
+    for url in URLS[:4]:
+        s.enqueue_request(Request(url))
+    assert s.next_request() is not None and s.next_request() is not None
+    schedulers.close(s, "shutdown")
+    if schedulers.backend == "sqlite":
+        return  # without a JOBDIR each crawl starts afresh (tested below)
+    again = schedulers.make()  # resumes (JOBDIR) or joins (Redis), nothing left in flight
+    f = again.frontier.figures()
+    assert f["pending"] == 4 and f["in_flight"] == 0
+    assert len(list(iter(again.next_request, None))) == 4
+
+
+def test_the_item_field_gets_the_importance_the_visit_returns(schedulers):
+    s = schedulers.make(OPIC_ITEM_FIELD="importance")
+    for url in URLS[:3]:
+        s.enqueue_request(Request(url))
+    r = s.next_request()
+    importance = s.settle_visit(r, [Request(URLS[5])], None, None, 0.0)
+    assert 0 < importance <= 1
+
+
+# -- what one backend does -----------------------------------------------------------------------
+
+
+@pytest.fixture
+def jobdir(tmp_path):
+    return Schedulers("sqlite-jobdir", tmp_path, None)
+
+
+def test_jobdir_persists_pending_requests_across_reopen(jobdir):
+    s = jobdir.make(OPIC_MEMORY_REQUESTS=4)
+    for url in URLS:
+        s.enqueue_request(Request(url, meta={"k": url}, priority=1 if "page/3" in url else 0))
+    # With a JOBDIR every pending request is a row on disk, and at most OPIC_MEMORY_REQUESTS of
+    # them are also held in memory.
+    payloads = list(s.frontier.payloads.values())
+    assert sum(isinstance(p, Request) for p in payloads) == 4
+    assert payloads.count(ON_DISK) == len(URLS) - 4
+    first = s.next_request()  # in flight when the crawl stops
+    assert first.url == URLS[3]  # priority first, read back from disk
+    jobdir.close(s, "shutdown")
+    again = jobdir.make(OPIC_MEMORY_REQUESTS=4)
+    assert len(again) == len(URLS)  # the in-flight page is pending again
+    assert all(p == ON_DISK for p in again.frontier.payloads.values())
+    got = []
+    while (r := again.next_request()) is not None:
+        got.append(r.url)
+        assert r.meta["k"] == r.url
+    assert sorted(got) == sorted(URLS) and got[0] == first.url  # its priority came back too
+    jobdir.cleanup()
+
+
+def test_without_jobdir_each_crawl_starts_afresh(tmp_path):
+    schedulers = Schedulers("sqlite", tmp_path, None)
+    s = schedulers.make()
+    s.enqueue_request(Request(URLS[0]))
+    schedulers.close(s, "shutdown")
+    assert len(schedulers.make()) == 0
+    schedulers.cleanup()
+
+
+def test_unserializable_requests_stay_in_memory_with_one_warning(jobdir, caplog):
+    s = jobdir.make()
+    for url in URLS[:2]:
+        assert s.enqueue_request(Request(url, callback=lambda r: None))
+    # A callback Scrapy can name, but a meta value pickle refuses.
+    assert s.enqueue_request(Request(URLS[2], meta={"lock": threading.Lock()}))
+    assert caplog.text.count("Unable to serialize") == 1
+    assert s.counts["opic/unserializable"] == 3
+    assert sum(isinstance(p, Request) for p in s.frontier.payloads.values()) == 3
+    assert len({s.next_request().url for _ in range(3)}) == 3
+    jobdir.cleanup()
 
 
 def test_two_crawls_of_one_spider_in_a_process_do_not_share_a_state(tmp_path, caplog):
-    first = make(tmp_path)
-    second = make(tmp_path)
-    assert first.store.path != second.store.path
-    assert second.store.path.name == "state-2.sqlite"
+    schedulers = Schedulers("sqlite", tmp_path, None)
+    first = schedulers.make()
+    second = schedulers.make()
+    assert first.frontier.location != second.frontier.location
+    assert second.frontier.location.endswith("state-2.sqlite")
     assert "in use by another crawl" in caplog.text
     first.enqueue_request(Request(URLS[0]))
     second.enqueue_request(Request(URLS[1]))
     assert first.next_request().url == URLS[0] and second.next_request().url == URLS[1]
-    second.close("finished")
-    first.close("finished")
+    schedulers.cleanup()
+
+
+@pytest.fixture
+def on_redis(redis_url, tmp_path):
+    pytest.importorskip("redis")
+    factory = Schedulers("redis", tmp_path, redis_url)
+    yield factory
+    factory.cleanup()
+
+
+def test_unserializable_requests_are_fetched_by_the_process_that_made_them(on_redis):
+    s = on_redis.make()
+    local = Request(URLS[1], callback=lambda response: None)  # cannot be pickled
+    assert s.enqueue_request(local)
+    assert s.next_request() is local
+    assert s.counts["opic/unserializable"] == 1
+
+
+def test_a_process_with_other_parameters_cannot_join(on_redis):
+    on_redis.make()
+    with pytest.raises(ValueError, match="other parameters"):
+        on_redis.make(OPIC_EPSILON=0.3)
+
+
+def test_a_redis_error_during_a_visit_lets_the_lease_lapse(on_redis):
+    import redis
+
+    s = on_redis.make(OPIC_REDIS_LEASE=0.3)
+    s.enqueue_request(Request(URLS[0]))
+    r = s.next_request()
+    script = s.frontier._script
+
+    def broken(keys, args):
+        if args[0] == "visit":
+            raise redis.ConnectionError("connection reset")
+        return script(keys=keys, args=args)
+
+    s.frontier._script = broken
+    with pytest.raises(redis.ConnectionError):
+        visit(s, r)
+    s.frontier._script = script
+    assert not s._leases and not s._slot_load  # no longer renewed by this process
+    time.sleep(0.4)
+    s._maintain()
+    other = type(s.frontier)(s.frontier.client, s.frontier.key)
+    assert other.pop() is not None  # back in the frontier for anyone
+
+
+def test_a_page_popped_again_after_its_lease_lapsed_is_held_once(on_redis):
+    s = on_redis.make(OPIC_REDIS_LEASE=0.2)
+    s.enqueue_request(Request(URLS[0]))
+    first = s.next_request()
+    time.sleep(0.3)  # a blocked reactor: no renewal for a whole lease
+    second = s.next_request()  # reclaimed and handed back to this process
+    assert second.url == first.url and s._slot_load == {"host0.example": 1}
+    visit(s, first)  # the lapsed lease answers: ignored
+    assert s.frontier.figures()["visits"] == 0 and len(s._leases) == 1
+    visit(s, second)
+    assert s.frontier.figures()["visits"] == 1 and not s._leases and not s._slot_load

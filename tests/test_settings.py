@@ -1,44 +1,107 @@
-"""The OPIC_* settings: defaults, validation, and the README table that documents them."""
+"""The OPIC_* settings: one table, one reader that checks every value, the README table that
+documents them, and the add-on that installs the components."""
 
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from scrapy_opic.settings import DEFAULTS, OpicSettings
+from scrapy_opic.settings import DEFAULTS, SETTINGS, OpicSettings, OpicSettingsError
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
 
-def test_readme_settings_table_matches_the_defaults():
+def test_readme_settings_table_matches_the_table():
     rows = re.findall(r"^\| `(OPIC_\w+)` \| `([^`]*)` \| (.*) \|$", README.read_text(), re.M)
     assert [r[0] for r in rows] == list(DEFAULTS)
     for name, default, meaning in rows:
         assert default == repr(DEFAULTS[name][0]) and meaning == DEFAULTS[name][1], name
 
 
+def test_every_setting_is_a_field_and_every_default_is_accepted():
+    s = OpicSettings.from_settings({})
+    for setting in SETTINGS:
+        assert hasattr(s, setting.field), setting.name
+        setting.parse(setting.default)  # the default passes its own parser
+
+
 def test_defaults_depend_on_the_crawl_mode():
     one_pass = OpicSettings.from_settings({})
     assert (one_pass.refresh, one_pass.window) == (0.0, "unbounded")
     continuous = OpicSettings.from_settings({"OPIC_CONTINUOUS": "true"})
-    assert continuous.refresh == 1.0 and continuous.window.startswith("interpolation")
-    explicit = OpicSettings.from_settings({"OPIC_REFRESH": 0.3, "OPIC_BOOST_PATTERNS": "a,b"})
-    assert explicit.refresh == 0.3 and [p.pattern for p in explicit.boost_patterns] == ["a", "b"]
+    assert continuous.refresh == 1.0 and continuous.window == "interpolation:30"
+    explicit = OpicSettings.from_settings({"OPIC_REFRESH": "0.3", "OPIC_WINDOW": "Fixed:10"})
+    assert explicit.refresh == 0.3 and explicit.window == "fixed:10"
 
 
 @pytest.mark.parametrize(
-    "bad",
+    "name,value,allowed",
     [
-        {"OPIC_STRATEGY": "best"},
-        {"OPIC_REFUSED_LINKS": "drop"},
-        {"OPIC_WINDOW": "interpolation:-3"},
+        ("OPIC_EPSILON", "2", "(0, 1]"),
+        ("OPIC_EPSILON", "abc", "(0, 1]"),
+        ("OPIC_EPSILON", 0, "(0, 1]"),
+        ("OPIC_REFRESH", 5, "[0, 1]"),
+        ("OPIC_INTERNAL_WEIGHT", -1, ">= 0"),
+        ("OPIC_EXTERNAL_WEIGHT", "nan", ">= 0"),
+        ("OPIC_BOOST", -1, ">= 0"),
+        ("OPIC_BOOST", "nan", ">= 0"),
+        ("OPIC_BOOST", "inf", ">= 0"),
+        ("OPIC_WINDOW", "fixed:10:wall:extra", "fixed:T[:wall]"),
+        ("OPIC_WINDOW", "garbage", "interpolation:T[:wall]"),
+        ("OPIC_WINDOW", "interpolation:-3", "interpolation:T[:wall]"),
+        ("OPIC_CONTINUOUS", "maybe", "true or false"),
+        ("OPIC_COMMIT_VISITS", 0, ">= 1"),
+        ("OPIC_COMMIT_VISITS", "ten", ">= 1"),
+        ("OPIC_COMMIT_SECONDS", 0, "> 0"),
+        ("OPIC_MEMORY_REQUESTS", -5, ">= 0"),
+        ("OPIC_STRATEGY", "foo", "'greedy', 'random', 'cycle'"),
+        ("OPIC_REFUSED_LINKS", "drop", "'ignore', 'virtual'"),
+        ("OPIC_BOOST_PATTERNS", "(unclosed", "regular expressions"),
+        ("OPIC_BOOST_PATTERNS", '["ok", "[bad"]', "regular expressions"),
+        ("OPIC_STORE", "mongo", "'sqlite', 'redis'"),
+        ("OPIC_EXPORT", "out.xyz", ".csv"),
+        ("OPIC_EXPORT", 3, ".csv"),
+        ("OPIC_EXPORT", '{"x.csv": {"format": "xml"}}', "unknown options"),
+        ("OPIC_EXPORT", "{not json", "valid JSON"),
+        ("OPIC_SEED", "x", "whole number"),
+        ("OPIC_REDIS_URL", "http://db:6379", "redis://"),
+        ("OPIC_REDIS_LEASE", 0, "> 0"),
+        ("OPIC_REDIS_KEY", " ", "non-empty"),
+        ("OPIC_REDIS_RESET", "perhaps", "true or false"),
     ],
 )
-def test_bad_settings_are_refused(bad):
-    with pytest.raises(ValueError):
-        OpicSettings.from_settings(bad)
+def test_a_bad_value_is_one_line_naming_the_setting_the_value_and_what_is_allowed(
+    name, value, allowed
+):
+    with pytest.raises(OpicSettingsError) as error:
+        OpicSettings.from_settings({name: value})
+    message = str(error.value)
+    assert "\n" not in message and message.startswith(f"{name}={value!r} is not valid")
+    assert allowed in message, message
+
+
+def test_combinations_the_redis_store_does_not_run_are_refused():
+    for bad in ({"OPIC_STRATEGY": "random"}, {"OPIC_WINDOW": "variable:4"}):
+        with pytest.raises(OpicSettingsError, match="embedded-store only"):
+            OpicSettings.from_settings({"OPIC_STORE": "redis", **bad})
+    with pytest.raises(OpicSettingsError, match="both 0"):
+        OpicSettings.from_settings({"OPIC_INTERNAL_WEIGHT": 0, "OPIC_EXTERNAL_WEIGHT": "0"})
+
+
+def test_list_and_dict_settings_accept_json_from_the_command_line():
+    one = OpicSettings.from_settings({"OPIC_BOOST_PATTERNS": r"/p/\d{1,3}\.html"})
+    assert [p.pattern for p in one.boost_patterns] == [r"/p/\d{1,3}\.html"]  # commas kept
+    many = OpicSettings.from_settings({"OPIC_BOOST_PATTERNS": '["/p/1", "/news/"]'})
+    assert [p.pattern for p in many.boost_patterns] == ["/p/1", "/news/"]
+    export = OpicSettings.from_settings({"OPIC_EXPORT": '{"a.csv": {"top": 5}, "b.jl": null}'})
+    assert export.export == {
+        "a.csv": {"top": 5, "fetched_only": False, "by_site": False},
+        "b.jl": {"top": None, "fetched_only": False, "by_site": False},
+    }
 
 
 def test_export_setting_forms():
@@ -46,19 +109,57 @@ def test_export_setting_forms():
     one = OpicSettings.from_settings({"OPIC_EXPORT": "imp.csv"}).export
     assert one == {"imp.csv": {"top": None, "fetched_only": False, "by_site": False}}
     many = OpicSettings.from_settings(
-        {"OPIC_EXPORT": {"all.jsonl": None, "sites.csv": {"by_site": True, "top": 5}}}
+        {"OPIC_EXPORT": {"all.jsonl": None, "sites.csv": {"by_site": "true", "top": 5}}}
     ).export
     assert many["all.jsonl"]["by_site"] is False
     assert many["sites.csv"] == {"top": 5, "fetched_only": False, "by_site": True}
-    with pytest.raises(ValueError, match="unknown options"):
-        OpicSettings.from_settings({"OPIC_EXPORT": {"x.csv": {"format": "xml"}}})
-    with pytest.raises(ValueError):
-        OpicSettings.from_settings({"OPIC_EXPORT": 3})
-    with pytest.raises(ValueError, match="unknown output format"):
-        OpicSettings.from_settings({"OPIC_EXPORT": "out.json"})
 
 
 def test_log_interval_follows_logstats_interval():
     assert OpicSettings.from_settings({"LOGSTATS_INTERVAL": 30.0}).logstats_interval == 30.0
     off = OpicSettings.from_settings({"LOGSTATS_INTERVAL": 30.0, "OPIC_LOGSTATS": False})
     assert off.logstats_interval == 0.0
+
+
+def test_every_component_of_a_crawler_shares_one_reading():
+    from scrapy.utils.test import get_crawler
+
+    crawler = get_crawler(settings_dict={"OPIC_EPSILON": "0.2"})
+    first = OpicSettings.from_crawler(crawler)
+    assert first is OpicSettings.from_crawler(crawler) and first.epsilon == 0.2
+
+
+def test_reading_the_settings_loads_no_backend_and_no_scrapy():
+    code = (
+        "import sys, scrapy_opic.settings as s; s.OpicSettings.from_settings({}); "
+        "print(sorted(m for m in ('scrapy', 'sqlitedict', 'redis', "
+        "'scrapy_opic.backends.sqlite', 'scrapy_opic.backends.redis') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_the_addon_installs_everything_and_keeps_a_projects_own_positions():
+    from scrapy.utils.test import get_crawler
+
+    from scrapy_opic.extensions import OpicLogStats
+    from scrapy_opic.middlewares import OpicDownloaderMiddleware, OpicSpiderMiddleware
+
+    plain = get_crawler(settings_dict={"ADDONS": {"scrapy_opic.Addon": 0}}).settings
+    assert plain["SCHEDULER"] == "scrapy_opic.OpicScheduler"
+    assert plain.getdict("SPIDER_MIDDLEWARES")[OpicSpiderMiddleware] == 75
+    assert plain.getdict("DOWNLOADER_MIDDLEWARES")[OpicDownloaderMiddleware] == 540
+    assert plain.getdict("EXTENSIONS")[OpicLogStats] == 500
+    own = get_crawler(
+        settings_dict={
+            "ADDONS": {"scrapy_opic.Addon": 0},
+            "SCHEDULER": "tests.crawl_runner.SlotBlindScheduler",
+            "SPIDER_MIDDLEWARES": {"scrapy_opic.OpicSpiderMiddleware": 60},
+            "EXTENSIONS": {"scrapy_opic.OpicLogStats": None},  # switched off by the project
+        }
+    ).settings
+    assert own["SCHEDULER"] == "tests.crawl_runner.SlotBlindScheduler"
+    spider_mws = own.getdict("SPIDER_MIDDLEWARES")
+    assert spider_mws.get("scrapy_opic.OpicSpiderMiddleware") == 60
+    assert OpicSpiderMiddleware not in spider_mws
+    assert own.getdict("EXTENSIONS") == {"scrapy_opic.OpicLogStats": None}

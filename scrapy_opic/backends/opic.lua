@@ -1,15 +1,22 @@
 -- The OPIC engine and frontier as one Redis script: every call is atomic on the server, so
 -- processes that visit and pay at once never create or lose cash, and the greedy pop is global.
 --
--- The formulas are those of scrapy_opic/core/engine.py (OpicEngine.visit, _distribute, _credit,
+-- The formulas are those of scrapy_opic/opic/engine.py (OpicEngine.visit, _distribute, _credit,
 -- payout, forfeit, transfer) and frontier.py (statuses, schedule, retry, redirect), in the same
 -- order and the same floating-point operations, so that a crawl on Redis and one on the embedded
--- engine agree to the last bits (tests/test_redis.py replays one against the other).
+-- engine agree to the last bits (tests/test_differential.py replays one random sequence of every
+-- operation on both and compares every number after every step).
+--
+-- The constants (SCALARS, N_PARAMS, PFMT, ST_FIELD, the statuses DISCOVERED..VISITED, the
+-- schedule codes DUPLICATE..LOCAL, ESTIMATORS, WIN_INTERPOLATION, VISIT_DECAY, RATE_DECAY,
+-- BLEND_LEMMA, SLOPE_NOISE) and unpack_page/pack_page are not written here: they are generated
+-- from Python (scrapy_opic/backends/redis.py, lua_constants) and prepended when the script loads.
 --
 -- KEYS[1] is the crawl's namespace, a Redis Cluster hash tag such as "{opic:site}". Every key
 -- below is built from it, so all of them live in the namespace's hash slot:
 --   <ns>:s            string: the parameters and global scalars (G, virtual cash, accumulators,
---                     status counts) packed as little-endian doubles, in the order of SCALARS
+--                     status counts, the wall clock of the last window step) packed as
+--                     little-endian doubles, in the order of SCALARS
 --   <ns>:g            hash: the parameters again, readable (written once, by init)
 --   <ns>:p:<fp>       hash per page (fp = the 20-byte request fingerprint): x (the page's numbers
 --                     packed: stored cash s, history h, G at last visit lg, received-cash
@@ -43,16 +50,7 @@ local ns = KEYS[1]
 local SK = ns .. ':s'
 local cmd = ARGV[1]
 
-local DISCOVERED, PENDING, IN_FLIGHT, VISITED = 0, 1, 2, 3
--- The packed globals, in order (redisstore.py's SCALARS is the same list).
-local SCALARS = {'eps', 'refresh', 'cont', 'win', 'est', 'T', 'wall', 'mom', 'n', 'G', 'greal',
-  'vcash', 'vhist', 'acca', 'accu', 'nunf', 'visits', 'ema', 'accba', 'accbu', 'accda', 'accdu',
-  'btot', 'dtot', 'rate', 'st0', 'st1', 'st2', 'st3', 'reclaimed', 'stale'}
 local GFMT = '<' .. string.rep('d', #SCALARS)
--- A page's x: s h lg b d lt as doubles, v as uint32, f and st as bytes: 54 bytes, under Redis's
--- hash-max-listpack-value (64), so that a page hash keeps the compact listpack encoding.
-local PFMT = '<ddddddIBB'
-local ESTIMATORS = {[0] = 'blend', [1] = 'lemma', [2] = 'paper', [3] = 'regression'}
 
 local g = {}
 local eps, refresh, cont, interp, wall, mom, T, estimator
@@ -64,12 +62,14 @@ end
 local function load_g()
   local blob = redis.call('GET', SK)
   if not blob then return false end
+  -- A crawl started by an older version packed fewer globals: the new ones start at 0.
+  if #blob < 8 * #SCALARS then blob = blob .. string.rep('\0', 8 * #SCALARS - #blob) end
   local vals = {struct.unpack(GFMT, blob)}
   for k, name in ipairs(SCALARS) do g[name] = vals[k] end
   eps = g.eps
   refresh = g.refresh
   cont = g.cont == 1
-  interp = g.win == 1
+  interp = g.win == WIN_INTERPOLATION
   wall = g.wall == 1
   mom = g.mom == 1
   T = g.T
@@ -88,11 +88,15 @@ local function server_time()
   return tonumber(t[1]) + tonumber(t[2]) / 1e6
 end
 
--- The clock of the window policy: G, or wall seconds.
+-- The clock of the window policy: G, or wall seconds (the server's, read once per call and
+-- recorded in g.clock, so that a replay can feed the embedded engine the same time).
 local now_cache
 local function now()
   if not wall then return g.G end
-  if not now_cache then now_cache = server_time() end
+  if not now_cache then
+    now_cache = server_time()
+    g.clock = now_cache
+  end
   return now_cache
 end
 
@@ -117,9 +121,8 @@ local function page(fp)
   if p then return p end
   local r = redis.call('HMGET', pkey(fp), 'x', 'pr', 'sl', 'w')
   if not r[1] then return nil end
-  local s, h, lg, b, d, lt, v, f, st = struct.unpack(PFMT, r[1])
-  p = {s = s, h = h, lg = lg, v = v, f = f, st = st, b = b, d = d, lt = lt, pr = r[2] or '0',
-    sl = r[3] or '', w = r[4]}
+  p = unpack_page(r[1])
+  p.pr, p.sl, p.w = r[2] or '0', r[3] or '', r[4]
   if p.st == PENDING then
     p.q0, p.h0, p.sl0 = qkey(p.pr, p.f == 0, p.sl), hkey(p.pr, p.f == 0), p.sl
   end
@@ -188,7 +191,7 @@ local function flush()
     local p = P[fp]
     if p.dirty then
       local key = pkey(fp)
-      local fields = {'x', struct.pack(PFMT, p.s, p.h, p.lg, p.b, p.d, p.lt, p.v, p.f, p.st)}
+      local fields = {'x', pack_page(p)}
       if p.req then
         redis.call('HSET', ns .. ':r', fp, p.req)
         fields[#fields + 1] = 'pr'; fields[#fields + 1] = p.pr
@@ -315,13 +318,13 @@ local function visit_take(p)
   g.G = g.G + c
   g.greal = g.greal + c
   g.visits = g.visits + 1
-  local w = 1.0 - 0.999
+  local w = 1.0 - VISIT_DECAY
   g.ema = g.ema + w * (c * g.n - g.ema)
   if first and interp then
     -- The learned default history: the rate of a page just visited for the first time (its
     -- interpolated estimate at dt = 0 is h / T).
     local rate = p.h / T
-    g.rate = g.rate + (1.0 - 0.99) * (rate - g.rate)
+    g.rate = g.rate + (1.0 - RATE_DECAY) * (rate - g.rate)
   end
   return c
 end
@@ -383,16 +386,17 @@ local function distribute(c, kids, weights, boosts, vweight)
 end
 
 -- ---------------------------------------------------------------- life cycle
--- Frontier.schedule: 1 scheduled, 0 duplicate, 2 new page but no request to fetch it with.
+-- MemoryFrontier.schedule: SCHEDULED, DUPLICATE, or NEEDS_PAYLOAD (schedulable, but no request
+-- came with it).
 local function schedule(p, pr, sl, req, again)
   local st = p.st
   if st == PENDING or st == IN_FLIGHT or (st == VISITED and not (cont or again)) then
-    return 0
+    return DUPLICATE
   end
-  if req == '' then return 2 end
+  if req == '' then return NEEDS_PAYLOAD end
   p.req, p.pr, p.sl, p.drop = req, pr, sl, nil
   set_status(p, PENDING)
-  return 1
+  return SCHEDULED
 end
 
 local function unlease(fp)
@@ -435,7 +439,7 @@ local function slope(b, d)
   local G = g.G
   if G <= 0 then return 0 end
   local spread = G * b - d
-  if spread > 1e-9 * G * b then return 6.0 * spread / (G * G * G) end
+  if spread > SLOPE_NOISE * G * b then return 6.0 * spread / (G * G * G) end
   return 0
 end
 
@@ -462,18 +466,18 @@ local function importance_of(p)
   end
   local x = received > 0 and est / received or est
   local y = slopes > 0 and sl / slopes or sl
-  return 0.5 * x + 0.5 * y
+  return BLEND_LEMMA * x + (1.0 - BLEND_LEMMA) * y
 end
 
 -- ---------------------------------------------------------------- commands
 if cmd == 'init' then
-  -- ARGV: eps refresh cont win est T wall mom (numbers; win 0 unbounded / 1 interpolation,
-  -- est 0 blend / 1 lemma / 2 paper / 3 regression). Creates the crawl if there is none;
+  -- ARGV: the N_PARAMS first SCALARS (numbers; win and est are ids in the generated WINDOWS
+  -- and ESTIMATORS orders). Creates the crawl if there is none;
   -- returns the crawl's parameters (a joining process compares them with its own).
   if redis.call('EXISTS', SK) == 0 then
     for k, name in ipairs(SCALARS) do g[name] = 0 end
     local readable = {}
-    for k = 1, 8 do
+    for k = 1, N_PARAMS do
       g[SCALARS[k]] = tonumber(ARGV[k + 1])
       readable[#readable + 1] = SCALARS[k]
       readable[#readable + 1] = ARGV[k + 1]
@@ -484,7 +488,7 @@ if cmd == 'init' then
   end
   load_g()
   local out = {}
-  for k = 1, 8 do out[k] = fmt(g[SCALARS[k]]) end
+  for k = 1, N_PARAMS do out[k] = fmt(g[SCALARS[k]]) end
   return out
 end
 
@@ -654,7 +658,7 @@ elseif cmd == 'redirect' then
     set_status(p, PENDING)
     flush()
     save_g()
-    return {1, 1}
+    return {1, SCHEDULED}
   end
   local c = empty(p)
   credit(q, c)
@@ -699,7 +703,7 @@ elseif cmd == 'renew' then
   local n = 0
   for k = 3, #ARGV, 2 do
     local r = redis.call('HMGET', pkey(ARGV[k]), 'x', 'w')
-    if r[1] and r[2] == ARGV[k + 1] and select(9, struct.unpack(PFMT, r[1])) == IN_FLIGHT then
+    if r[1] and r[2] == ARGV[k + 1] and select(ST_FIELD, struct.unpack(PFMT, r[1])) == IN_FLIGHT then
       redis.call('ZADD', ns .. ':leases', 'XX', until_ms, ARGV[k])
       n = n + 1
     end

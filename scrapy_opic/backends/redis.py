@@ -1,4 +1,4 @@
-"""The Redis store: one OPIC frontier that any number of crawling processes share.
+"""The Redis backend: one OPIC frontier that any number of crawling processes share.
 
 Redis is the engine here, not a cache of it: the cash, history and status of every page, the
 clock G, the virtual page and the pending queues live in Redis, and every change is one call of
@@ -11,84 +11,140 @@ one Lua script (``opic.lua``), which Redis runs atomically. So:
 * the virtual page's payout stays O(1): the same per-page accumulators as
   :class:`~scrapy_opic.opic.engine.OpicEngine`, so queue scores never move on a payout;
 * a popped page is *leased* for ``lease`` seconds (server time). Its process renews the leases
-  it holds (:meth:`RedisFrontier.renew`); a process that dies stops renewing, and the next pop
-  after expiry puts the page back in the queue with its cash intact (it kept growing meanwhile).
-  An outcome reported under an expired lease (``stale``) changes nothing.
+  it holds (:meth:`RedisFrontier.maintain`); a process that dies stops renewing, and the next
+  pop after expiry puts the page back in the queue with its cash intact (it kept growing
+  meanwhile). An outcome reported under an expired lease (``stale``) changes nothing.
 
-The script follows the embedded engine's formulas operation for operation, so a crawl replayed on
-both agrees to float rounding (tested). Window policies: the unbounded history (every estimator)
-and Interpolation (G or wall clock); the multi-measure windows (variable, fixed, improved) keep a
-list of measures per page and are embedded-store only.
+One source: the script runs the embedded engine's formulas operation for operation, and every
+number the two share (statuses, schedule codes, estimator ids, decay rates, the blend weight, the
+packed layouts of the globals and of a page) is generated into the script from Python
+(:func:`lua_constants`) when it is loaded, never copied by hand. ``tests/test_differential.py``
+replays one random sequence of every operation on this frontier and on the embedded one, for
+every window and estimator the script runs, and compares every number after every step.
+
+Window policies: the unbounded history (every estimator) and Interpolation (G or wall clock);
+the multi-measure windows (variable, fixed, improved) keep a list of measures per page and are
+embedded-store only. Selection: Greedy only.
 
 Keys (``ns`` is the crawl's key wrapped in a Redis Cluster hash tag, e.g. ``{opic:site}``): see
-the header of ``opic.lua``. Memory (``benchmarks/redis_perf.py``): about 300 bytes of Redis per
-visited page, about 760 per pending page with a 236-byte request.
+the header of ``opic.lua``. Memory per page and round trips per fetched page are measured by
+``benchmarks/redis_perf.py`` (README, "Figures"): a fetched page costs one call to pop it and
+one to visit it, which also schedules the links it pays; :attr:`RedisFrontier.round_trips`
+counts every call.
 
-Round trips: one per pop, one per visit (it also schedules the links it pays, so a fetched
-page costs two), one per start request batch, retry, redirect or failure, and one per lease
-renewal period per process. :attr:`RedisFrontier.round_trips` counts them.
-
-Nothing here knows Scrapy: requests are opaque bytes and slots plain strings.
+Nothing here knows Scrapy: payloads are encoded by the function the frontier is given, slots are
+strings.
 """
 
 from __future__ import annotations
 
 import json
-import re
+import os
+import socket
 import struct
 import time
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+import uuid
+from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
+from ..opic.constants import (
+    BLEND_LEMMA,
+    CODES,
+    DUPLICATE,
+    ESTIMATORS,
+    LOCAL,
+    NEEDS_PAYLOAD,
+    RATE_DECAY,
+    SCHEDULED,
+    SLOPE_NOISE,
+    STATUSES,
+    VISIT_DECAY,
+)
 from ..opic.engine import OpicEngine
+from ..opic.frontier import Entry, Lease, Link, Visit
 from ..opic.window import Interpolation, UnboundedHistory, parse_window
-from .sqlite import CHUNK, StoreError
+from ..series import FIELDS as SERIES_FIELDS
+from . import StoreError
+from .sqlite import CHUNK
 
-LUA = Path(__file__).with_name("opic.lua").read_text()
-
-#: The schemes of a Redis location (``redis://host:port/db#key``) that :func:`is_redis_location`
-#: recognises.
-SCHEMES = ("redis://", "rediss://", "unix://")
-
-#: Codes a schedule answers per request.
-DUPLICATE, SCHEDULED, NEEDS_REQUEST = 0, 1, 2
-
-#: The packed globals (``<ns>:s``), in the order of opic.lua's SCALARS.
+#: The packed globals of a crawl (``<ns>:s``, little-endian doubles), in order: the parameters
+#: first (:data:`PARAMS`), then the clock, the virtual page, the accumulators, the status counts
+#: and the clock time of the last wall-clock window step (``clock``).
 SCALARS = (
     "eps", "refresh", "cont", "win", "est", "T", "wall", "mom", "n", "G", "greal", "vcash",
     "vhist", "acca", "accu", "nunf", "visits", "ema", "accba", "accbu", "accda", "accdu", "btot",
-    "dtot", "rate", "st0", "st1", "st2", "st3", "reclaimed", "stale",
+    "dtot", "rate", "st0", "st1", "st2", "st3", "reclaimed", "stale", "clock",
 )  # fmt: skip
+PARAMS = SCALARS[:8]
 _GLOBALS = struct.Struct("<" + "d" * len(SCALARS))
-#: A page's ``x`` (54 bytes: under Redis's hash-max-listpack-value, so page hashes stay compact).
-_PAGE_DTYPE = np.dtype(
-    [("s", "<f8"), ("h", "<f8"), ("lg", "<f8"), ("b", "<f8"), ("d", "<f8"), ("lt", "<f8"),
-     ("v", "<u4"), ("f", "u1"), ("st", "u1")]
+
+
+def _unpack_globals(blob: bytes) -> dict[str, float]:
+    # A crawl started by an older version packed fewer globals: the new ones read as 0.
+    return dict(zip(SCALARS, _GLOBALS.unpack(blob.ljust(_GLOBALS.size, b"\0"))))
+
+
+#: A page's packed numbers (the ``x`` field of its hash): stored cash s, history h, G at the last
+#: visit lg, received-cash moments b and d, wall time of the last visit lt, visits v, flags f,
+#: status st. 54 bytes: under Redis's hash-max-listpack-value (64), so that a page hash keeps the
+#: compact listpack encoding.
+PAGE_FIELDS = (
+    ("s", "d"), ("h", "d"), ("lg", "d"), ("b", "d"), ("d", "d"), ("lt", "d"), ("v", "I"),
+    ("f", "B"), ("st", "B"),
 )  # fmt: skip
-_PAGE = struct.Struct("<6dI2B")
-_PARAMS = SCALARS[:8]
-ESTIMATORS = ("blend", "lemma", "paper", "regression")
+_PAGE = struct.Struct("<" + "".join(code for _, code in PAGE_FIELDS))
+_PAGE_DTYPE = np.dtype(
+    [(name, {"d": "<f8", "I": "<u4", "B": "u1"}[code]) for name, code in PAGE_FIELDS]
+)
+_ST = [name for name, _ in PAGE_FIELDS].index("st")
+#: Window policies the script runs, by id.
+WINDOWS = ("unbounded", "interpolation")
 
 
-def is_redis_location(location: Any) -> bool:
-    return isinstance(location, str) and location.startswith(SCHEMES)
+def lua_constants() -> str:
+    """The Lua definitions of every number the script shares with Python (prepended to
+    ``opic.lua`` when it is loaded)."""
+
+    def lua(x: Any) -> str:
+        return repr(x) if isinstance(x, (int, float)) else "'" + str(x) + "'"
+
+    def table(names: Sequence[str]) -> str:
+        return "{" + ", ".join(f"[{k}] = {lua(v)}" for k, v in enumerate(names)) + "}"
+
+    names = [name for name, _ in PAGE_FIELDS]
+    fields = ", ".join(names)
+    lines = [
+        "-- Generated from Python (scrapy_opic/backends/redis.py, scrapy_opic/opic/constants.py)",
+        "-- when the script is loaded: the one source of every number both sides share.",
+        "local SCALARS = {" + ", ".join(lua(x) for x in SCALARS) + "}",
+        f"local N_PARAMS = {len(PARAMS)}",
+        f"local PFMT = '<{''.join(code for _, code in PAGE_FIELDS)}'",
+        f"local ST_FIELD = {_ST + 1}",
+        *(f"local {name.upper()} = {k}" for k, name in enumerate(STATUSES)),
+        *(f"local {name.upper()} = {k}" for k, name in enumerate(CODES)),
+        f"local ESTIMATORS = {table(ESTIMATORS)}",
+        f"local WIN_INTERPOLATION = {WINDOWS.index('interpolation')}",
+        f"local VISIT_DECAY = {VISIT_DECAY!r}",
+        f"local RATE_DECAY = {RATE_DECAY!r}",
+        f"local BLEND_LEMMA = {BLEND_LEMMA!r}",
+        f"local SLOPE_NOISE = {SLOPE_NOISE!r}",
+        "local function unpack_page(x)",
+        f"  local {fields} = struct.unpack(PFMT, x)",
+        "  return {" + ", ".join(f"{n} = {n}" for n in names) + "}",
+        "end",
+        "local function pack_page(p)",
+        "  return struct.pack(PFMT, " + ", ".join(f"p.{n}" for n in names) + ")",
+        "end",
+    ]
+    return "\n".join(lines) + "\n"
 
 
-def masked_url(url: str) -> str:
-    """``url`` with any password hidden, for logs, errors and the settings kept in a state."""
-    return re.sub(r"^([a-z]+://)[^@/]*@", r"\1***@", url)
-
-
-def split_location(location: str) -> tuple[str, str]:
-    """``redis://host:port/db#key`` -> (server URL, crawl key). The key is required."""
-    url, _, key = location.partition("#")
-    if not key:
-        raise StoreError(f"{location}: name the crawl's key after '#' (redis://host:6379/0#KEY)")
-    return url, key
+def lua_script() -> str:
+    """The whole script: the generated constants, then ``opic.lua``."""
+    return lua_constants() + Path(__file__).with_name("opic.lua").read_text()
 
 
 def window_params(window: str) -> dict[str, float]:
@@ -97,7 +153,7 @@ def window_params(window: str) -> dict[str, float]:
     policy = parse_window(window)
     if isinstance(policy, UnboundedHistory):
         return {
-            "win": 0.0,
+            "win": float(WINDOWS.index("unbounded")),
             "est": float(ESTIMATORS.index(policy.estimator)),
             "T": 0.0,
             "wall": 0.0,
@@ -105,7 +161,7 @@ def window_params(window: str) -> dict[str, float]:
         }
     if isinstance(policy, Interpolation):
         return {
-            "win": 1.0,
+            "win": float(WINDOWS.index("interpolation")),
             "est": 0.0,
             "T": policy.T,
             "wall": 1.0 if policy.clock == "wall" else 0.0,
@@ -119,42 +175,10 @@ def window_params(window: str) -> dict[str, float]:
 
 def window_spec(g: dict[str, float]) -> str:
     """The window spec of a crawl's parameters (the inverse of :func:`window_params`)."""
-    if g["win"] == 1.0:
+    if WINDOWS[int(g["win"])] == "interpolation":
         return f"interpolation:{g['T']:g}" + (":wall" if g["wall"] == 1.0 else "")
     est = ESTIMATORS[int(g["est"])]
     return "unbounded" if est == "blend" else f"unbounded:{est}"
-
-
-class Popped(NamedTuple):
-    """A page leased to this process: its fingerprint, request bytes and download slot."""
-
-    fp: bytes
-    data: bytes
-    slot: str
-
-
-@dataclass
-class Visited:
-    """What a visit answered: ``ok`` false for a stale lease (nothing changed); ``codes`` per
-    link (:data:`SCHEDULED`, :data:`DUPLICATE`, :data:`NEEDS_REQUEST`); the page's importance
-    just after the visit (``None`` for windowed policies)."""
-
-    ok: bool
-    codes: list[int]
-    importance: float | None
-
-
-class Link(NamedTuple):
-    """A followed link of a visit: the child page and, to schedule it, its request."""
-
-    fp: bytes
-    url: str
-    weight: float = 1.0
-    boost: float = 0.0
-    again: bool = False  # fetch even if visited (dont_filter)
-    priority: int = 0
-    slot: str = ""
-    data: bytes = b""  # empty: the caller knows the page is no longer new
 
 
 def _glob(text: str) -> str:
@@ -166,45 +190,84 @@ def _f(x: float) -> str:
     return repr(float(x))
 
 
+#: Fingerprints a process remembers as no longer new (scheduled or fetched by someone): a visit
+#: sends no payload for them. Bounded: the set is emptied when it reaches this size, which only
+#: costs some encoding afterwards.
+KNOWN_LIMIT = 500_000
+
+
 class RedisFrontier:
-    """A crawl's OPIC frontier in Redis (see the module docstring).
+    """A crawl's OPIC frontier in Redis: the :class:`~scrapy_opic.opic.frontier.Frontier`
+    contract (see the module docstring).
 
     :param client: a ``redis.Redis`` client (``decode_responses`` must be off: fingerprints are
         raw bytes).
     :param key: the crawl's name on the server, e.g. ``opic:myspider``; several crawls share a
         server under different keys.
     :param lease: seconds a popped page stays leased without renewal.
+    :param encode: turns a payload into bytes (``None`` if it cannot): payloads travel to the
+        other processes as bytes.
+    :param series_seconds: seconds between two points of the crawl's time series (added by
+        :meth:`maintain`).
+    :param location: where readers find this crawl (``redis://host:port/db#key``).
     """
 
-    def __init__(self, client: Any, key: str, lease: float = 60.0) -> None:
+    shared = True
+
+    def __init__(
+        self,
+        client: Any,
+        key: str,
+        lease: float = 60.0,
+        encode: Callable[[Any], bytes | None] | None = None,
+        series_seconds: float = 10.0,
+        location: str | None = None,
+    ) -> None:
         self.client = client
         self.key = key
         self.ns = "{" + key + "}"
         self.lease_ms = max(1, int(lease * 1000))
-        self._script = client.register_script(LUA)
+        self._script = client.register_script(lua_script())
+        self._encode = encode or (lambda payload: None)
+        self.location = location
         self.round_trips = 0
+        self.continuous = False
+        self.maintain_interval = max(0.05, min(lease / 3.0, series_seconds))
+        self._series_seconds = series_seconds
+        self._last_point = 0.0
+        self._started = time.time()
+        #: This process in the crawl: host, pid and a random 64-bit tag (a pid can be reused).
+        self._tag = uuid.uuid4().hex[:16]
+        self.worker = f"{socket.gethostname()}:{os.getpid()}:{self._tag}"
+        self._seq = 0  # lease tokens are <tag>.<seq>: short, since a page keeps its last one
+        self._known: set[bytes] = set()
+        self._figures: dict[str, float] = {}
 
     @classmethod
-    def from_url(cls, url: str, key: str, **kw: Any) -> RedisFrontier:
+    def connect(cls, url: str, key: str, **kw: Any) -> RedisFrontier:
+        """A frontier on the server at ``url`` (the ``redis`` package's URL forms)."""
         import redis
 
+        kw.setdefault("location", f"{url}#{key}")
         return cls(redis.Redis.from_url(url), key, **kw)
 
     def _call(self, *args: Any) -> Any:
         self.round_trips += 1
         return self._script(keys=[self.ns], args=args)
 
-    # -- crawl ------------------------------------------------------------------------------
+    # -- the crawl ----------------------------------------------------------------------------
     def open(
         self,
         epsilon: float = 0.15,
         refresh: float = 1.0,
         continuous: bool = False,
         window: str = "unbounded",
+        meta: dict[str, Any] | None = None,
     ) -> bool:
-        """Join the crawl under this key, creating it if there is none. Returns whether this
-        call created it. :class:`ValueError` if the crawl was started with other parameters
-        (two processes running different formulas on one frontier would make no sense)."""
+        """Join the crawl under this key, creating it if there is none (with ``meta`` for its
+        readers: spider, settings). Returns whether this call created it. :class:`ValueError`
+        if the crawl was started with other parameters (two processes running different
+        formulas on one frontier would make no sense)."""
         mine = {
             "eps": float(epsilon),
             "refresh": float(refresh),
@@ -213,19 +276,25 @@ class RedisFrontier:
         }
         self.round_trips += 1
         existed = bool(self.client.exists(self.ns + ":s"))
-        stored = self._call("init", *(repr(mine[name]) for name in _PARAMS))
-        stored = dict(zip(_PARAMS, (float(v) for v in stored)))
-        differ = {k: (stored[k], mine[k]) for k in _PARAMS if stored[k] != mine[k]}
+        stored = self._call("init", *(repr(mine[name]) for name in PARAMS))
+        stored = dict(zip(PARAMS, (float(v) for v in stored)))
+        differ = {k: (stored[k], mine[k]) for k in PARAMS if stored[k] != mine[k]}
         if differ:
             what = ", ".join(f"{k}: crawl {a!r}, here {b!r}" for k, (a, b) in differ.items())
             raise ValueError(f"the OPIC crawl {self.key!r} in Redis has other parameters ({what})")
+        self.continuous = bool(continuous)
+        if not existed and meta is not None:
+            self.set_meta({**meta, "started": time.time()})
+        self._started = float(self.meta().get("started", time.time()))
+        self.heartbeat()
+        self._figures = self.status()
         return not existed
 
     def globals(self) -> dict[str, float] | None:
         """The crawl's parameters and global scalars (``None`` if there is no crawl)."""
         self.round_trips += 1
         blob = self.client.get(self.ns + ":s")
-        return None if blob is None else dict(zip(SCALARS, _GLOBALS.unpack(blob)))
+        return None if blob is None else _unpack_globals(blob)
 
     def clear(self) -> int:
         """Delete every key of this crawl; returns how many."""
@@ -241,147 +310,252 @@ class RedisFrontier:
             n += self.client.unlink(*batch)
         return n
 
-    # -- scheduling -------------------------------------------------------------------------
-    def schedule(
-        self, requests: Sequence[tuple[bytes, str, int, str, bytes]], again: bool = False
-    ) -> list[int]:
-        """Schedule ``(fp, url, priority, slot, request bytes)`` each; a code per request."""
-        if not requests:
+    # -- payloads ----------------------------------------------------------------------------
+    def _data(self, payload: Any) -> bytes | None:
+        if payload is None or isinstance(payload, bytes):
+            return payload
+        return self._encode(payload)
+
+    def _remember(self, fp: bytes) -> None:
+        if len(self._known) >= KNOWN_LIMIT:
+            self._known.clear()
+        self._known.add(fp)
+
+    def _token(self) -> str:
+        self._seq += 1
+        return f"{self._tag}.{self._seq:x}"
+
+    # -- the contract ---------------------------------------------------------------------------
+    def schedule(self, entries: Sequence[Entry], again: bool = False) -> list[int]:
+        if not entries:
             return []
         args: list[Any] = ["sched", "1" if again else "0"]
-        for fp, url, priority, slot, data in requests:
-            args += [fp, url, int(priority), slot, data]
-        return [int(c) for c in self._call(*args)]
+        local = []
+        for key, url, priority, slot, payload in entries:
+            data = self._data(payload)
+            local.append(payload is not None and data is None)
+            args += [key, url, int(priority), str(slot), data or b""]
+        codes = [int(c) for c in self._call(*args)]
+        out = []
+        for (key, *_rest), code, unencodable in zip(entries, codes, local):
+            if code == NEEDS_PAYLOAD and unencodable:
+                code = LOCAL
+            if code != NEEDS_PAYLOAD and code != LOCAL:
+                self._remember(key)
+            out.append(code)
+        return out
 
-    def pop(self, token: str, full_slots: Iterable[str] = ()) -> Popped | None:
-        """Lease the best page (greedy, global) whose slot is not in ``full_slots``."""
-        got = self._call("pop", token, self.lease_ms, *full_slots)
+    def pop(self, full_slots: Collection[Hashable] = ()) -> Lease | None:
+        token = self._token()
+        got = self._call("pop", token, self.lease_ms, *(str(s) for s in full_slots))
         if not got:
             return None
         fp, data, slot = got
-        return Popped(fp, data, slot.decode())
+        return Lease(fp, token, data, slot.decode())
 
-    # -- outcomes ---------------------------------------------------------------------------
     def visit(
         self,
-        fp: bytes,
-        token: str,
+        lease: Lease,
         links: Sequence[Link],
-        plain: bool = True,
-        boosts: bool = False,
         virtual_weight: float = 0.0,
-    ) -> Visited:
-        """The visit of leased page ``fp``: its cash goes into its history and is paid to
-        ``links`` (weights, boosts and ``virtual_weight`` as in :meth:`OpicEngine.visit`;
-        ``plain``: equal shares, weights ignored), and each link with request bytes is
-        scheduled, in one atomic step."""
+        importance: bool = False,
+    ) -> Visit | None:
+        plain = not virtual_weight and all(link.weight == 1.0 for link in links)
+        boosts = any(link.boost for link in links)
         args: list[Any] = [
             "visit",
-            fp,
-            token,
+            lease.key,
+            lease.token,
             "1" if plain else "0",
             "1" if boosts else "0",
             _f(virtual_weight),
         ]
+        local = []
         for link in links:
+            data = None
+            # (A page this process knows is no longer new gets no payload: the common case of
+            # a link to a known page costs no encoding and no bytes on the wire. Should it be
+            # schedulable all the same, its code says NEEDS_PAYLOAD.)
+            if link.payload is not None and (link.again or link.key not in self._known):
+                data = self._data(link.payload)
+                local.append(data is None)
+            else:
+                local.append(False)
             args += [
-                link.fp,
+                link.key,
                 link.url,
                 _f(link.weight),
                 _f(link.boost),
                 "1" if link.again else "0",
                 int(link.priority),
-                link.slot,
-                link.data,
+                str(link.slot),
+                data or b"",
             ]
         out = self._call(*args)
         if not int(out[0]):
-            return Visited(False, [], None)
+            return None
+        codes = []
+        for link, code, unencodable in zip(links, (int(c) for c in out[2:]), local):
+            if code == NEEDS_PAYLOAD and unencodable:
+                code = LOCAL
+            if code != NEEDS_PAYLOAD and code != LOCAL:
+                self._remember(link.key)
+            codes.append(code)
         imp = float(out[1])
-        return Visited(True, [int(c) for c in out[2:]], None if imp < 0 else imp)
+        return Visit(codes, None if imp < 0 or not importance else imp)
 
-    def fail(self, fp: bytes, token: str) -> bool:
-        """Fetched, nothing to follow: a visit with no out-links (cash to the virtual page)."""
-        return bool(int(self._call("fail", fp, token)[0]))
+    def fail(self, lease: Lease) -> bool:
+        return bool(int(self._call("fail", lease.key, lease.token)[0]))
 
-    def forfeit(self, fp: bytes, token: str = "", pending: bool = False) -> bool:
-        """Give the page up unfetched: its cash goes to the virtual page. With ``token``, a page
-        leased under it; without, a page never scheduled, or with ``pending`` also a pending
-        one (never one in flight or visited)."""
-        return bool(int(self._call("forfeit", fp, token, "1" if pending else "0")[0]))
+    def forfeit(self, lease: Lease) -> bool:
+        return bool(int(self._call("forfeit", lease.key, lease.token, "0")[0]))
 
-    def redirect(
-        self, fp: bytes, token: str, target: bytes, url: str, priority: int, slot: str, data: bytes
-    ) -> tuple[bool, int]:
-        """Leased page ``fp`` redirected to ``target``: the cash moves there and the target is
-        scheduled. Returns (lease was valid, schedule code)."""
-        out = self._call("redirect", fp, token, target, url, int(priority), slot, data)
-        return bool(int(out[0])), (int(out[1]) if len(out) > 1 else DUPLICATE)
+    def drop(self, key: Hashable) -> bool:
+        return bool(int(self._call("forfeit", key, "", "1")[0]))
 
-    def retry(self, fp: bytes, token: str, priority: int, slot: str, data: bytes) -> bool:
-        """Pending again with a new request; no money moves."""
-        return bool(int(self._call("retry", fp, token, int(priority), slot, data)[0]))
+    def retry(self, lease: Lease, entry: Entry) -> int | None:
+        data = self._data(entry.payload)
+        if data is None:  # cannot travel: this process fetches it, its cash goes
+            return LOCAL if self.forfeit(lease) else None
+        out = self._call(
+            "retry", lease.key, lease.token, int(entry.priority), str(entry.slot), data
+        )
+        return SCHEDULED if int(out[0]) else None
 
-    def release(self, leases: Iterable[tuple[bytes, str]]) -> int:
-        """Hand leased pages back (a process leaving the crawl): pending again, cash intact."""
+    def redirect(self, lease: Lease, entry: Entry) -> int | None:
+        data = self._data(entry.payload)
+        if data is None:
+            return LOCAL if self.forfeit(lease) else None
+        out = self._call(
+            "redirect",
+            lease.key,
+            lease.token,
+            entry.key,
+            entry.url,
+            int(entry.priority),
+            str(entry.slot),
+            data,
+        )
+        if not int(out[0]):
+            return None
+        code = int(out[1]) if len(out) > 1 else DUPLICATE
+        self._remember(entry.key)
+        return code
+
+    def release(self, leases: Iterable[Lease]) -> int:
         args: list[Any] = ["release"]
-        for fp, token in leases:
-            args += [fp, token]
+        for lease in leases:
+            args += [lease.key, lease.token]
         return int(self._call(*args)) if len(args) > 1 else 0
 
-    def renew(self, leases: Iterable[tuple[bytes, str]]) -> int:
+    def renew(self, leases: Iterable[Lease]) -> int:
         """Extend the leases still held under these tokens; returns how many."""
         args: list[Any] = ["renew", self.lease_ms]
-        for fp, token in leases:
-            args += [fp, token]
+        for lease in leases:
+            args += [lease.key, lease.token]
         return int(self._call(*args)) if len(args) > 2 else 0
 
-    # -- figures ----------------------------------------------------------------------------
+    def maintain(self, leases: Collection[Lease]) -> None:
+        """Renew this process's leases, mark it alive and, every ``series_seconds``, add a point
+        to the crawl's time series."""
+        if leases:
+            self.renew(leases)
+        self.heartbeat()
+        now = time.monotonic()
+        if now - self._last_point >= self._series_seconds:
+            self._last_point = now
+            f = self._figures = self.status()
+            point = {name: f[name] for name in SERIES_FIELDS if name in f}
+            self.add_point({**point, "elapsed": time.time() - self._started})
+
+    def close(self, leases: Collection[Lease]) -> None:
+        """Hand ``leases`` back (a process can leave a running crawl at any time) and leave."""
+        try:
+            if leases:
+                self.release(leases)
+            self.leave()
+        finally:
+            self.client.close()
+
+    def has_pending(self) -> bool:
+        f = self._figures = self.status()
+        return f["pending"] > 0 or f["leases"] > 0
+
+    def __len__(self) -> int:
+        return int(self._figures.get("pending", 0))
+
+    def figures(self) -> dict[str, float]:
+        self._figures = self.status()
+        return dict(self._figures)
+
+    def _page(self, key: Hashable) -> dict[str, float] | None:
+        self.round_trips += 1
+        x = self.client.hget((self.ns + ":p:").encode() + key, "x")
+        return None if x is None else dict(zip((n for n, _ in PAGE_FIELDS), _PAGE.unpack(x)))
+
+    def status_of(self, key: Hashable) -> str | None:
+        page = self._page(key)
+        return None if page is None else STATUSES[int(page["st"])]
+
+    def cash_of(self, key: Hashable) -> float | None:
+        page = self._page(key)
+        g = self.globals()
+        if page is None or g is None:
+            return None
+        return page["s"] + g["acca"] + (g["accu"] if page["f"] != 1 else 0.0)
+
+    def total_cash(self) -> float:
+        """All cash, virtual page included (1 up to rounding when no process is running).
+        O(pages)."""
+        return self.snapshot().engine().total_cash()
+
+    def top_page(self) -> tuple[str, float] | None:
+        return None  # O(pages) over the network: the export commands tell it
+
+    # -- figures and the crawl's records ------------------------------------------------------
     def status(self) -> dict[str, float]:
-        """The crawl's global figures (one round trip): pages, pending, in flight, leases...
+        """The crawl's global figures (one round trip): pages, pending, in flight, leases, the
+        processes that joined and have not left (``workers``: a killed one stays listed)...
         O(1)."""
         self.round_trips += 1
         pipe = self.client.pipeline(transaction=False)
         pipe.get(self.ns + ":s")
         pipe.zcard(self.ns + ":leases")
-        blob, leases = pipe.execute()
-        g = dict(zip(SCALARS, _GLOBALS.unpack(blob))) if blob else {}
+        pipe.hlen(self.ns + ":workers")
+        blob, leases, workers = pipe.execute()
+        g = _unpack_globals(blob) if blob else {}
 
         def num(name: str) -> float:
             return float(g.get(name, 0.0))
 
         G = num("G")
         n = int(num("n"))
+        visits = num("visits")
+        gathered = 1.0 - VISIT_DECAY**visits
         return {
             "pages": n,
             "fetched": n - int(num("nunf")),
             "unfetched": int(num("nunf")),
-            "visits": int(num("visits")),
+            "visits": int(visits),
             "G": G,
             "error_factor": 1.0 / G if G > 0 else float("inf"),
             "virtual_cash": num("vcash"),
-            "discovered": int(num("st0")),
-            "pending": int(num("st1")),
-            "in_flight": int(num("st2")),
-            "visited": int(num("st3")),
+            "cash_at_visit_x_n": num("ema") / gathered if gathered > 0 else 0.0,
+            **{name: int(num(f"st{k}")) for k, name in enumerate(STATUSES)},
             "leases": int(leases),
+            "workers": int(workers),
             "reclaimed": int(num("reclaimed")),
             "stale": int(num("stale")),
         }
 
-    def heartbeat(self, worker: str) -> None:
-        """Record that process ``worker`` is alive (its last beat, server-independent time)."""
+    def heartbeat(self) -> None:
+        """Record that this process is alive (its last beat, this machine's clock)."""
         self.round_trips += 1
-        self.client.hset(self.ns + ":workers", worker, time.time())
+        self.client.hset(self.ns + ":workers", self.worker, time.time())
 
-    def leave(self, worker: str) -> None:
+    def leave(self) -> None:
         self.round_trips += 1
-        self.client.hdel(self.ns + ":workers", worker)
-
-    def workers(self) -> int:
-        """Processes that joined the crawl and have not left (a killed one stays listed)."""
-        self.round_trips += 1
-        return int(self.client.hlen(self.ns + ":workers"))
+        self.client.hdel(self.ns + ":workers", self.worker)
 
     def add_point(self, point: dict[str, float], keep: int = 10_000) -> None:
         """Append a point of the crawl's time series (bounded to the last ``keep``)."""
@@ -450,8 +624,8 @@ class RedisFrontier:
             counts[st] += 1
             pr, sl, w, x = c.hmget(prefix + fp, "pr", "sl", "w", "x")
             r = c.hget(ns + ":r", fp)
-            fields = _PAGE.unpack(x)
-            s_, f = fields[0], fields[7]
+            fields = dict(zip((n for n, _ in PAGE_FIELDS), _PAGE.unpack(x)))
+            s_, f = fields["s"], fields["f"]
             where = queued.pop(fp, [])
             if st == 1:
                 side = "f" if f == 1 else "u"
@@ -476,11 +650,6 @@ class RedisFrontier:
         if stored != counts:
             problems.append(f"status counts {stored}, pages say {counts}")
         return problems
-
-    def total_cash(self) -> float:
-        """All cash, virtual page included (1 up to rounding when no process is running).
-        O(pages)."""
-        return self.snapshot().engine().total_cash()
 
 
 class RedisSnapshot:
@@ -590,15 +759,12 @@ class RedisSnapshot:
 
 
 __all__ = [
-    "DUPLICATE",
-    "NEEDS_REQUEST",
-    "SCHEDULED",
-    "Link",
-    "Popped",
+    "PAGE_FIELDS",
+    "SCALARS",
     "RedisFrontier",
     "RedisSnapshot",
-    "Visited",
-    "is_redis_location",
-    "split_location",
+    "lua_constants",
+    "lua_script",
     "window_params",
+    "window_spec",
 ]

@@ -1,6 +1,7 @@
-"""The embedded store: one sqlite file (through sqlitedict) holding a crawl's OPIC state.
+"""The embedded backend: a :class:`~scrapy_opic.opic.frontier.MemoryFrontier` checkpointed to one
+sqlite file (through sqlitedict), and a read-only view of that file for exports.
 
-Layout: one table, ``opic``, so that everything that must change together is written by one
+File layout: one table, ``opic``, so that everything that must change together is written by one
 connection and committed in one sqlite transaction:
 
 ``"engine"``
@@ -8,12 +9,12 @@ connection and committed in one sqlite transaction:
 ``"frontier"``
     each page's life-cycle status, the crawl mode and the number of pages;
 ``"meta"``
-    whatever the caller adds (spider name, settings, the time series of the crawl...);
+    what the crawl adds (spider name, settings, the time series of the crawl...);
 ``"pages/<c>"``
     the ``(key, url)`` of pages ``c*CHUNK .. (c+1)*CHUNK-1``: append-only, so a commit rewrites
     only the last chunk and the new ones;
 ``"req/<id>"``
-    one row per pending page: its serialized payload (the request).
+    one row per pending page: ``(priority, download slot, payload bytes)``.
 
 :meth:`SqliteStore.commit` writes a snapshot and commits it together with the request rows
 changed since the previous commit. A process killed at any moment (``kill -9``) leaves the last
@@ -27,37 +28,43 @@ a rollback journal: one file, with no ``-wal``/``-shm`` beside it. (The one wait
 starts on a closed state while a reader is inside it waits for that reader, up to
 :data:`BUSY_TIMEOUT`, to switch the file into WAL mode.)
 
-Cost: a snapshot writes the per-page arrays (~45 bytes per page) plus the new page rows, so commit
-every K visits or T seconds, not at every event; request rows are written as they change. At a
-million pages a periodic (non-blocking) commit costs its caller ~0.04 s of serialization; the
-write itself (~0.25 s) runs in sqlitedict's thread.
+Cost: a snapshot rewrites the per-page arrays plus the new page rows (``benchmarks/export_perf.py``
+measures it), so the frontier commits every K visits or T seconds, not at every event; request
+rows are written as they change. The snapshot is serialized in the caller's thread and written
+by sqlitedict's own thread: a periodic commit does not wait for the disk.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import pickle
 import sqlite3
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from sqlitedict import SqliteDict
 
+from ..opic.constants import PENDING, VISITED
 from ..opic.engine import OpicEngine
-from ..opic.frontier import Frontier
+from ..opic.frontier import Lease, MemoryFrontier
+from ..opic.window import parse_window
+from ..series import Series
+from . import StoreError
+
+logger = logging.getLogger(__name__)
 
 FORMAT = 2
 CHUNK = 4096  #: pages per ``pages/<c>`` row
 BUSY_TIMEOUT = 30.0  #: seconds a crawl starting on a state waits for a reader to finish
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
-
-class StoreError(Exception):
-    """The state file is missing, unreadable or not an OPIC state."""
+#: The in-memory payload of a page whose pending payload is only a row of the store.
+ON_DISK = "opic:on-disk"
 
 
 def _check_sqlite(path: Path) -> None:
@@ -80,6 +87,14 @@ class Saved:
 class SqliteStore:
     """Write (and reload) a crawl's OPIC state in ``path``, created if missing."""
 
+    #: The state files open in this process (two writers would overwrite each other).
+    _open: set[Path] = set()
+
+    @classmethod
+    def in_use(cls, path: str | os.PathLike) -> bool:
+        """Is ``path`` open by a store of this process?"""
+        return Path(path).resolve() in cls._open
+
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -100,6 +115,7 @@ class SqliteStore:
         except Exception as exc:  # sqlite3.DatabaseError, RuntimeError from sqlitedict...
             raise StoreError(f"cannot open OPIC state {self.path}: {exc}") from None
         self._pages_written = 0  # pages whose (key, url) rows are committed
+        self._open.add(self.path.resolve())
 
     def _check(self) -> None:
         """Raise :class:`StoreError` if sqlitedict's writer thread failed or died (a full disk,
@@ -136,22 +152,17 @@ class SqliteStore:
 
     # -- snapshots --------------------------------------------------------------------------
     def commit(
-        self,
-        frontier: Frontier,
-        urls: Sequence[str] = (),
-        meta: dict | None = None,
-        blocking: bool = True,
+        self, frontier: MemoryFrontier, meta: dict | None = None, blocking: bool = True
     ) -> None:
-        """Write a snapshot of ``frontier`` (its engine, statuses, the page keys and ``urls`` by
+        """Write a snapshot of ``frontier`` (its engine, statuses, the page keys and URLs by
         page id) and commit it with everything pending, in one transaction.
 
         The snapshot is taken (serialized) here, in the caller's thread; sqlitedict's writer
         thread writes it. ``blocking=False`` returns without waiting for the disk (a crawl's
-        periodic commits: at a million pages the write takes ~0.25 s that the Scrapy reactor
-        need not wait for); until the write lands, a reader or a crash sees the previous
-        commit, never part of this one."""
+        periodic commits: the Scrapy reactor need not wait for the write); until the write
+        lands, a reader or a crash sees the previous commit, never part of this one."""
         self._check()  # a previous (non-blocking) commit that failed stops the crawl here
-        engine = frontier.engine
+        engine, urls = frontier.engine, frontier.urls
         n = engine.n
         state = engine.state_dict(keys=False)
         self.db["engine"] = state
@@ -206,6 +217,7 @@ class SqliteStore:
         """Commit nothing more and close. The file goes back to a plain rollback journal, so a
         finished state is one self-contained file that readers open without creating the WAL's
         side files; if a reader is busy with it right now, it simply stays in WAL mode."""
+        self._open.discard(self.path.resolve())
         if not self.db.conn.is_alive():  # its writer died: nothing would answer a clean close
             self.db.close(do_log=False, force=True)
             return
@@ -333,4 +345,197 @@ class StateReader:
         self.close()
 
 
-__all__ = ["CHUNK", "Saved", "SqliteStore", "StateReader", "StoreError"]
+class SqliteFrontier(MemoryFrontier):
+    """The embedded frontier: a :class:`~scrapy_opic.opic.frontier.MemoryFrontier` whose state is
+    checkpointed to a sqlite file (:class:`SqliteStore`) every ``commit_visits`` visits or
+    ``commit_seconds`` seconds, and at close. Open one with :meth:`open`.
+
+    With ``persist_requests`` (a resumable crawl: Scrapy's JOBDIR), every pending payload is also
+    a row of the file, written as it changes, so that a resumed crawl finds its pending pages
+    again; up to ``memory_requests`` payloads also stay in memory (a pop from memory skips the
+    row read and the decoding), the others are handed out as the bytes of their row. A payload
+    that ``encode`` cannot serialize (it returns ``None``) stays in memory only: it does not
+    survive a restart. Without ``persist_requests``, payloads live in memory only and each crawl
+    starts afresh; the checkpoints are there for the export commands.
+
+    A kill -9 loses at most the visits since the last committed checkpoint: on resume those
+    pages are pending again (their fetches are repeated) and the total cash is 1.
+    """
+
+    def __init__(
+        self,
+        engine: OpicEngine,
+        store: SqliteStore,
+        *,
+        strategy: str = "greedy",
+        continuous: bool = False,
+        seed: int | None = None,
+        persist_requests: bool = False,
+        memory_requests: int = 50_000,
+        encode: Callable[[Any], bytes | None] = lambda payload: None,
+        commit_visits: int = 500,
+        commit_seconds: float = 10.0,
+        meta: dict | None = None,
+    ) -> None:
+        super().__init__(engine, strategy, continuous, seed)
+        self.store = store
+        self.location = str(store.path)
+        self.maintain_interval = max(0.05, commit_seconds / 2)
+        self._persist = persist_requests
+        self._memory_requests = memory_requests
+        self._encode = encode
+        self._cached: set[int] = set()  # pending pages whose payload is also in memory
+        self._commit_visits = commit_visits
+        self._commit_seconds = commit_seconds
+        self._meta = dict(meta or {})
+        self._last_commit = (engine.visit_count, time.monotonic())
+        self.series = Series()
+        self._started = time.monotonic()
+        self._elapsed_before = 0.0  # crawl time of the runs this one resumes
+        self._next_point = 0  # visit count at which the next series point is due
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike,
+        *,
+        resume: bool,
+        epsilon: float,
+        refresh: float,
+        window: str,
+        **kw: Any,
+    ) -> SqliteFrontier:
+        """The frontier of the state file ``path``: the state saved there if ``resume`` and there
+        is one (its engine parameters are the saved ones), else a new frontier (``epsilon``,
+        ``refresh``, ``window``) over an emptied file. ``kw``: see the class."""
+        store = SqliteStore(path)
+        try:
+            saved = store.load() if resume else None
+            if saved is None:
+                store.clear()
+                engine = OpicEngine(epsilon=epsilon, refresh=refresh, window=parse_window(window))
+                return cls(engine, store, **kw)
+            frontier = cls(saved.engine, store, **kw)
+            frontier._resume(saved)
+            return frontier
+        except BaseException:
+            store.close()
+            raise
+
+    def _resume(self, saved: Saved) -> None:
+        payloads: dict[int, Any] = {}
+        slots: dict[int, tuple[int, Hashable]] = {}
+        # The payloads stay on disk: only their page ids and slots come back into memory.
+        for i, (priority, slot, _data) in self.store.requests():
+            payloads[i] = ON_DISK
+            slots[i] = (priority, slot)
+        back = self.restore(saved.status, payloads, slots, saved.urls)
+        self.series = Series.from_list(saved.meta.get("series", []))
+        self._elapsed_before = self.series.last_elapsed()
+        engine = self.engine
+        total = self.total_cash()
+        logger.info(
+            "OPIC state resumed: %d pages known, %d pending (%d were in flight), %d visited; "
+            "total cash %.12f",
+            engine.n,
+            self.counts[PENDING],
+            back,
+            self.counts[VISITED],
+            total,
+        )
+        if abs(total - 1.0) > 1e-6:
+            logger.warning("OPIC state %s: total cash is %.12f, not 1", self.store.path, total)
+
+    # -- payloads: rows of the store ---------------------------------------------------------
+    def _keep(self, i: int, payload: Any) -> None:
+        if not self._persist:
+            self.payloads[i] = payload
+            return
+        data = self._encode(payload)
+        if data is None:  # cannot be serialized: in memory only (lost on restart)
+            self.payloads[i] = payload
+            self._cached.discard(i)
+            self.store.del_request(i)  # (an older row would come back on resume)
+            return
+        priority, slot = self._slots[i]
+        self.store.put_request(i, (priority, slot, data))
+        if i in self._cached or len(self._cached) < self._memory_requests:
+            self._cached.add(i)
+            self.payloads[i] = payload
+        else:
+            self.payloads[i] = ON_DISK
+
+    def _payload(self, i: int) -> Any:
+        payload = self.payloads[i]
+        if payload is ON_DISK:
+            return self.store.get_request(i)[2]
+        if not self.continuous:  # handed out for good: its memory place can serve another
+            self._cached.discard(i)
+        return payload
+
+    def _forget(self, i: int) -> None:
+        self.payloads.pop(i, None)
+        self._cached.discard(i)
+        if self._persist:
+            self.store.del_request(i)
+
+    # -- checkpoints -----------------------------------------------------------------------------
+    def _visited(self, i: int) -> None:
+        visits = self.engine.visit_count
+        if visits >= self._next_point:
+            self._record_point()
+        if visits - self._last_commit[0] >= self._commit_visits:
+            self.commit()
+
+    def maintain(self, leases: Collection[Lease]) -> None:
+        if time.monotonic() - self._last_commit[1] >= self._commit_seconds:
+            self.commit()
+
+    def commit(self, wait: bool = False) -> None:
+        """Write a checkpoint (one sqlite transaction), with a point of the crawl's time series
+        (what ``scrapy opic-report`` plots). Without ``wait`` (the periodic ones) the snapshot
+        is serialized here and written by the store's thread: until it lands, a reader or a
+        crash sees the previous checkpoint, never part of this one."""
+        self._record_point()
+        meta = {**self._meta, "series": self.series.as_list()}
+        self.store.commit(self, meta, blocking=wait)
+        self._last_commit = (self.engine.visit_count, time.monotonic())
+
+    def _record_point(self, last: bool = False) -> None:
+        """One point of the time series (O(1)); the series thins itself to a bounded length.
+        ``last``: the crawl's final point, kept whatever the thinning stride."""
+        e = self.engine
+        if self.series.points and self.series.points[-1][1] == e.visit_count:
+            return
+        self.series.add(
+            force=last,
+            elapsed=self._elapsed_before + time.monotonic() - self._started,
+            visits=e.visit_count,
+            G=e.G,
+            error_factor=e.error_factor,
+            pages=e.n,
+            fetched=e.n - e.n_unfetched,
+            pending=self.counts[PENDING],
+            virtual_cash=e.virtual_cash,
+        )
+        # About 50 points per tenfold growth of the crawl, whatever its length.
+        self._next_point = e.visit_count + max(10, e.visit_count // 50)
+
+    def close(self, leases: Collection[Lease]) -> None:
+        try:
+            self.release(leases)
+            self._record_point(last=True)
+            self.commit(wait=True)
+        finally:
+            self.store.close()
+
+
+__all__ = [
+    "CHUNK",
+    "ON_DISK",
+    "Saved",
+    "SqliteFrontier",
+    "SqliteStore",
+    "StateReader",
+    "StoreError",
+]

@@ -13,7 +13,7 @@ from typing import Any
 
 from scrapy.commands import ScrapyCommand
 
-from ..backends.sqlite import StoreError
+from ..backends import StoreError
 
 
 class StateCommand(ScrapyCommand):
@@ -38,14 +38,17 @@ class StateCommand(ScrapyCommand):
         )
 
     def state_file(self, args: list[str], opts: argparse.Namespace) -> str | None:
-        from ..scheduler import state_location
+        from ..settings import OpicSettings
+        from ..state import state_location
 
         if opts.state:
             return opts.state
         if len(args) != 1:
             self.fail("give one spider name (or --state PATH)", code=2)
             return None
-        return state_location(self.settings, args[0])
+        return self.guarded(
+            lambda: state_location(OpicSettings.from_settings(self.settings), args[0])
+        )
 
     def fail(self, message: str, code: int = 1) -> None:
         print(f"error: {message}", file=sys.stderr)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..export import open_state, output_format, write_export
+from ..export import open_state, write_export
+from ..formats import output_format
 from . import StateCommand
 
 

@@ -1,11 +1,18 @@
-"""The pure OPIC core: engine, window policies, selection strategies, graphs and PageRank.
+"""The OPIC algorithm as the paper defines it: no I/O, no Scrapy.
 
-Nothing in this package imports Scrapy; the Scrapy adapters translate requests and responses into
-calls on :class:`OpicEngine`.
+* :mod:`~scrapy_opic.opic.engine`: cash, history, the clock G and the virtual page
+  (:class:`OpicEngine`);
+* :mod:`~scrapy_opic.opic.window`: the history window policies of Adaptive OPIC;
+* :mod:`~scrapy_opic.opic.selection`: Greedy, Random and Cycle page selection (and Greedy across
+  download slots and priorities);
+* :mod:`~scrapy_opic.opic.frontier`: the :class:`Frontier` contract (a page's life in a crawl and
+  the cash on every exit path) and :class:`MemoryFrontier`, its in-memory implementation;
+* :mod:`~scrapy_opic.opic.constants`: the numbers shared with every backend.
 """
 
-from .engine import FETCHED, INITIAL, OpicEngine
-from .frontier import Frontier
+from .constants import FETCHED, INITIAL
+from .engine import OpicEngine
+from .frontier import Entry, Frontier, Lease, Link, MemoryFrontier, Visit
 from .selection import (
     CycleSelection,
     GreedySelection,
@@ -29,11 +36,15 @@ __all__ = [
     "FETCHED",
     "INITIAL",
     "CycleSelection",
+    "Entry",
     "FixedWindow",
     "Frontier",
     "GreedySelection",
     "ImprovedFixedWindow",
     "Interpolation",
+    "Lease",
+    "Link",
+    "MemoryFrontier",
     "OpicEngine",
     "RandomSelection",
     "Selection",
@@ -41,6 +52,7 @@ __all__ = [
     "TieredSelection",
     "UnboundedHistory",
     "VariableWindow",
+    "Visit",
     "WindowPolicy",
     "make_selection",
     "parse_window",

@@ -1,53 +1,262 @@
-"""The crawl frontier: an OPIC engine plus every page's place in the crawl and its pending payload.
+"""The crawl frontier: the contract every backend implements, and the in-memory frontier.
 
-A page (one key: in Scrapy, a request fingerprint) lives through::
+A frontier is an OPIC engine (cash, history, the clock G, the virtual page) plus every page's
+place in the crawl and what to fetch it with. The Scrapy scheduler drives any frontier through
+the :class:`Frontier` contract below; two backends implement it:
 
-    DISCOVERED --schedule--> PENDING --pop--> IN_FLIGHT --complete/fail--> VISITED
-                                 ^                |                           |
-                                 +----retry-------+     (continuous mode) ----+
+* :class:`MemoryFrontier` (here): the pages in this process's memory, as numpy arrays. The
+  embedded store, :class:`~scrapy_opic.backends.sqlite.SqliteFrontier`, is this frontier with
+  its state checkpointed to a sqlite file.
+* :class:`~scrapy_opic.backends.redis.RedisFrontier`: the same engine run by a Lua script in a
+  Redis server, shared by every process of a crawl.
 
-* ``DISCOVERED``: known (it has cash: links paid it) but nothing asked to fetch it yet.
-* ``PENDING``: a payload (the request) waits; the selection strategy may pop it.
+Pages and their life cycle
+--------------------------
+A page is a *key* (in Scrapy, a request fingerprint: bytes) with a URL. It lives through::
+
+    DISCOVERED --schedule--> PENDING --pop--> IN_FLIGHT --visit/fail--> VISITED
+                                ^                 |                        |
+                                +------retry------+   (continuous crawl) --+
+
+* ``DISCOVERED``: known (a link paid it cash) but nothing asked to fetch it yet.
+* ``PENDING``: a *payload* (the request, opaque to the frontier) waits; :meth:`Frontier.pop`
+  may hand it out.
 * ``IN_FLIGHT``: popped, not answered yet. Never popped again meanwhile; its cash keeps growing
-  and the visit takes all of it at completion.
-* ``VISITED``: fetched. In a one-pass crawl it is never scheduled again (a new link to it still
-  pays it cash: the money is kept, the fetch is not repeated); in a continuous crawl it goes back
-  to ``PENDING`` at once and waits until its cash makes it the best choice again.
+  and the visit takes all of it at that moment.
+* ``VISITED``: fetched, or given up. In a one-pass crawl a visited page is never scheduled again
+  (a new link to it still pays it cash: the money stays, the fetch is not repeated) unless a
+  schedule says ``again``; in a continuous crawl a visited page is pending again at once, with
+  the same payload, and waits until its cash makes it the best choice.
 
-Every exit path moves money somewhere (``Frontier.total_cash()`` stays 1):
+Money on every path
+-------------------
+Every outcome moves the page's cash somewhere, so that the sum of all cash, the virtual page's
+included, stays 1 (:meth:`Frontier.total_cash`):
 
-==========================  ==================================================================
-``complete(i, children)``   a visit: history absorbs the cash, out-links and virtual page share it
-``fail(i)``                 fetched but useless (error, non-2xx): a visit with no out-links, all
-                            the cash goes to the virtual page
-``redirect(i, key, ...)``   the cash moves to the target page (same money, new key)
-``retry(i, ...)``           nothing moves: the page was not visited
-``forfeit(i)``              given up unfetched (dropped request): cash to the virtual page
-==========================  ==================================================================
+=======================  =========================================================================
+``visit(lease, links)``  history absorbs the cash; the links and the virtual page share it
+``fail(lease)``          fetched but nothing to follow (an error): a visit with no links, so all
+                         of the cash goes to the virtual page
+``redirect(lease, e)``   the cash moves to the target page ``e`` (same money, another key)
+``retry(lease, e)``      nothing moves: the page was not visited; pending again with ``e``
+``forfeit(lease)``       given up unfetched (robots.txt...): its cash goes to the virtual page
+``drop(key)``            a page refused before its fetch (a dupefilter): same as ``forfeit``
+``release(leases)``      nothing moves: pending again (a process leaving the crawl)
+=======================  =========================================================================
 
-Nothing here knows Scrapy: payloads are opaque objects and download slots opaque keys.
+Leases
+------
+:meth:`Frontier.pop` hands a page out under a :class:`Lease`; every outcome names the lease it
+settles. An outcome under a lease that is no longer current (already settled, or, in a shared
+frontier, expired and handed to another process) changes nothing: the method returns ``None``
+or ``False`` ("stale"). A lease is settled exactly once: by ``visit``, ``fail``, ``forfeit``,
+``retry``, ``redirect`` or ``release``.
+
+Selection
+---------
+``pop`` pays the virtual page's cash out first (O(1): accumulators, see
+:class:`~scrapy_opic.opic.engine.OpicEngine`), then hands out the pending page with the most cash
+(Greedy) among those of the highest priority whose download slot is not full. A tie between
+pages with the same cash may go either way; backends need not break ties alike.
+
+Nothing here knows Scrapy or does I/O: payloads are opaque objects, download slots opaque keys.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Sequence
-from typing import Any
+from collections.abc import Collection, Hashable, Iterable, Sequence
+from typing import Any, NamedTuple, Protocol
 
+import numpy as np
+
+from .constants import (
+    DISCOVERED,
+    DUPLICATE,
+    IN_FLIGHT,
+    NEEDS_PAYLOAD,
+    PENDING,
+    SCHEDULED,
+    STATUSES,
+    VISITED,
+)
 from .engine import OpicEngine
 from .selection import Selection, TieredSelection, make_selection
 
-DISCOVERED, PENDING, IN_FLIGHT, VISITED = 0, 1, 2, 3
-STATUS_NAMES = ("discovered", "pending", "in flight", "visited")
+
+class Entry(NamedTuple):
+    """A page to schedule: its key and URL, and what to fetch it with (``payload``) through which
+    download ``slot``, at which ``priority`` (higher first)."""
+
+    key: Hashable
+    url: str
+    priority: int = 0
+    slot: Hashable = ""
+    payload: Any = None
 
 
-class Frontier:
-    """Pages, their life-cycle status, their pending payloads and the OPIC money between them.
+class Link(NamedTuple):
+    """A link that a visited page follows. ``weight`` sets its share of the page's cash (shares
+    are proportional to weights); ``boost`` asks for that many times its share *extra*, from the
+    virtual page; ``again`` schedules it even if visited (Scrapy's ``dont_filter``). With a
+    ``payload`` the visit also schedules the page (the code says how it went)."""
 
-    :param engine: the OPIC engine holding cash and history.
-    :param strategy: ``greedy`` (slot-aware: the page with the most cash among download slots
-        with room), ``random`` or ``cycle``.
-    :param continuous: re-pend every visited page (refresh crawl) instead of fetching it once.
+    key: Hashable
+    url: str
+    weight: float = 1.0
+    boost: float = 0.0
+    again: bool = False
+    priority: int = 0
+    slot: Hashable = ""
+    payload: Any = None
+
+
+class Lease(NamedTuple):
+    """A page handed out by :meth:`Frontier.pop`: its key, the lease's token, its payload and
+    download slot. A payload that the backend keeps serialized comes back as ``bytes``."""
+
+    key: Hashable
+    token: Any
+    payload: Any
+    slot: Hashable
+
+
+class Visit(NamedTuple):
+    """What a visit answers: a schedule code per link (:data:`SCHEDULED`, :data:`DUPLICATE`,
+    :data:`NEEDS_PAYLOAD`...) and, if asked, the page's importance just after the visit
+    (``None`` if the backend cannot tell it cheaply)."""
+
+    codes: list[int]
+    importance: float | None
+
+
+class Frontier(Protocol):
+    """The contract of a crawl frontier (see the module docstring for the life cycle, the money
+    and the leases). Methods that settle a lease return ``None``/``False`` for a stale one."""
+
+    #: Visited pages wait again at once (a refresh crawl) instead of being fetched once.
+    continuous: bool
+    #: Other processes use this frontier too: payloads must travel as bytes, and a page in
+    #: flight may belong to another process.
+    shared: bool
+    #: Where a reader finds this frontier's state (a file path, ``redis://...#key``), or None.
+    location: str | None
+    #: Seconds between two calls of :meth:`maintain` that the backend needs.
+    maintain_interval: float
+    #: Requests this process sent to the frontier's server (0 for an in-process frontier).
+    round_trips: int
+
+    def schedule(self, entries: Sequence[Entry], again: bool = False) -> list[int]:
+        """Ask for each page to be fetched with its entry's payload; a code per entry:
+        :data:`SCHEDULED`, :data:`DUPLICATE` (pending or in flight, or visited in a one-pass
+        crawl and not ``again``: its cash stays), :data:`NEEDS_PAYLOAD` (schedulable but the
+        entry has no payload) or, from a shared frontier, :data:`LOCAL` (a payload it cannot
+        encode: fetch it in this process). A new key becomes a page, cash 0."""
+        ...
+
+    def pop(self, full_slots: Collection[Hashable] = ()) -> Lease | None:
+        """Pay the virtual page out, then lease the best pending page whose download slot is not
+        in ``full_slots``; ``None`` if there is none."""
+        ...
+
+    def visit(
+        self,
+        lease: Lease,
+        links: Sequence[Link],
+        virtual_weight: float = 0.0,
+        importance: bool = False,
+    ) -> Visit | None:
+        """The page was fetched and parsed, and follows ``links`` (self-links are not paid):
+        its cash moves into its history and is paid out, ``epsilon`` to the virtual page and
+        the rest over the links by weight, with ``virtual_weight`` the total weight of links
+        that will not be followed (their share goes to the virtual page). Links with a payload
+        are scheduled in the same step."""
+        ...
+
+    def fail(self, lease: Lease) -> bool:
+        """The page was fetched but gives nothing to follow: a visit with no links."""
+        ...
+
+    def forfeit(self, lease: Lease) -> bool:
+        """The page is given up unfetched: its cash goes to the virtual page; visited."""
+        ...
+
+    def drop(self, key: Hashable) -> bool:
+        """A page not in flight (discovered or pending) is given up before its fetch: its cash
+        goes to the virtual page. False if the page is unknown, in flight or visited."""
+        ...
+
+    def retry(self, lease: Lease, entry: Entry) -> int | None:
+        """Pending again with ``entry``'s payload, priority and slot (same key: no money
+        moves). :data:`SCHEDULED`, or :data:`LOCAL` from a shared frontier that cannot encode
+        the payload (the page is then forfeited: fetch it in this process)."""
+        ...
+
+    def redirect(self, lease: Lease, entry: Entry) -> int | None:
+        """The page redirected to ``entry`` (another key): its cash moves there and the target
+        is scheduled; the schedule code of the target (a redirect to its own key is a retry)."""
+        ...
+
+    def release(self, leases: Iterable[Lease]) -> int:
+        """Hand leased pages back (pending again, cash intact); returns how many."""
+        ...
+
+    def maintain(self, leases: Collection[Lease]) -> None:
+        """Periodic upkeep, every :attr:`maintain_interval` seconds, with the leases this process
+        holds: renew them (a shared frontier), write a checkpoint that is due..."""
+        ...
+
+    def close(self, leases: Collection[Lease]) -> None:
+        """Hand ``leases`` back and make everything durable; the frontier is unusable after."""
+        ...
+
+    def has_pending(self) -> bool:
+        """Is any page pending (or, in a shared frontier, in flight in any process)?"""
+        ...
+
+    def __len__(self) -> int:
+        """Pages pending (a shared frontier may answer from its last figures)."""
+        ...
+
+    def figures(self) -> dict[str, float]:
+        """The frontier's figures: pages, fetched, visits, G, error_factor, virtual_cash,
+        cash_at_visit_x_n, and the pages per status (discovered, pending, in_flight,
+        visited)."""
+        ...
+
+    def status_of(self, key: Hashable) -> str | None:
+        """The page's status name (:data:`~scrapy_opic.opic.constants.STATUSES`), or None."""
+        ...
+
+    def cash_of(self, key: Hashable) -> float | None:
+        """The page's cash now, or None for an unknown key."""
+        ...
+
+    def total_cash(self) -> float:
+        """All cash, the virtual page's included: 1 up to float rounding. O(pages)."""
+        ...
+
+    def top_page(self) -> tuple[str, float] | None:
+        """The URL and importance of the most important page (None if unknown or too costly to
+        tell). O(pages)."""
+        ...
+
+
+class MemoryFrontier:
+    """A :class:`Frontier` whose pages live in this process's memory (see the module docstring).
+
+    :param engine: the OPIC engine holding cash and history (keys: the pages' keys).
+    :param strategy: ``greedy`` (the page with the most cash among slots with room, by
+        priority), ``random`` or ``cycle`` (those two ignore priorities and slots).
+    :param continuous: re-pend every visited page (a refresh crawl).
+
+    Subclasses that keep payloads elsewhere (the sqlite backend: on disk) override
+    :meth:`_keep`, :meth:`_payload` and :meth:`_forget`.
     """
+
+    shared = False
+    location: str | None = None
+    maintain_interval = 10.0
+    round_trips = 0
 
     def __init__(
         self,
@@ -59,19 +268,23 @@ class Frontier:
         self.engine = engine
         self.continuous = continuous
         self.status = bytearray()
+        #: The URL of each page, by id.
+        self.urls: list[str | None] = []
+        #: The payload of each pending or in-flight page, by id.
         self.payloads: dict[int, Any] = {}
         self._slots: dict[int, tuple[int, Hashable]] = {}  # (priority, download slot)
+        self._tokens: dict[int, int] = {}  # in-flight page -> its lease token
+        self._seq = 0
         self.selection: Selection = (
             TieredSelection(engine)
             if strategy == "greedy"
             else make_selection(strategy, engine, seed)
         )
+        self._tiered = isinstance(self.selection, TieredSelection)
         self.counts = [0, 0, 0, 0]  # pages per status
-        self._in_flight: dict[Hashable, int] = {}  # download slot -> pages in flight
-        #: called with a page id when its payload is dropped (it left pending/in flight for
-        #: good): a store deletes the page's request row then.
-        self.on_dropped: Callable[[int], None] | None = None
         engine.add_observer(self)
+        self.counts[DISCOVERED] = engine.n
+        self._grow_urls()
 
     # -- engine observer: only growth matters here ----------------------------------------
     def grow(self, capacity: int) -> None:
@@ -87,83 +300,67 @@ class Frontier:
     def taken(self, ids: Iterable[int]) -> None:
         pass
 
-    # -- helpers ------------------------------------------------------------------------------
-    def _set(self, i: int, status: int) -> None:
-        old = self.status[i]
-        self.counts[old] -= 1
-        self.status[i] = status
-        self.counts[status] += 1
-        if old == IN_FLIGHT or status == IN_FLIGHT:
-            slot = self._slots.get(i, (0, None))[1]
-            n = self._in_flight.get(slot, 0) + (status == IN_FLIGHT) - (old == IN_FLIGHT)
-            if n:
-                self._in_flight[slot] = n
-            else:
-                self._in_flight.pop(slot, None)
+    # -- payloads (overridden by backends that keep them elsewhere) ---------------------------
+    def _keep(self, i: int, payload: Any) -> None:
+        """Page ``i`` waits with ``payload`` (new, or replacing its previous one)."""
+        self.payloads[i] = payload
 
-    def in_flight(self, slot: Hashable) -> int:
-        """Pages of download ``slot`` handed out and not finished yet (O(1)). Unlike the
-        downloader's own count, it includes requests still on their way through the
-        middlewares, which is what keeps a run of pops from piling onto one host."""
-        return self._in_flight.get(slot, 0)
+    def _payload(self, i: int) -> Any:
+        """The payload of page ``i``, which is being handed out."""
+        return self.payloads[i]
 
-    def _push(self, i: int) -> None:
-        if isinstance(self.selection, TieredSelection):
-            self.selection.push(i, self._slots.get(i, (0, None)))
-        else:
-            self.selection.push(i)
+    def _forget(self, i: int) -> None:
+        """Page ``i`` will not be fetched again: its payload can go."""
+        self.payloads.pop(i, None)
 
-    def discover(self, key: Hashable) -> int:
-        """Id of the page with ``key``, creating it (``DISCOVERED``, no cash) if new."""
-        before = self.engine.n
-        i = self.engine.page(key)
-        if self.engine.n > before:
+    # -- pages --------------------------------------------------------------------------------
+    def _grow_urls(self) -> None:
+        if len(self.urls) < self.engine.n:
+            self.urls.extend([None] * (self.engine.n - len(self.urls)))
+
+    def page(self, key: Hashable, url: str | None = None) -> int:
+        """The id of the page with ``key``, created (``DISCOVERED``, no cash) if new."""
+        engine = self.engine
+        i = engine.id_of(key)
+        if i is None:
+            self._grow_urls()
+            i = engine.page(key)
+            self.urls.append(url)
             self.counts[DISCOVERED] += 1
         return i
 
-    def __len__(self) -> int:
-        """Pages waiting to be fetched."""
-        return self.counts[PENDING]
+    def _set(self, i: int, status: int) -> None:
+        self.counts[self.status[i]] -= 1
+        self.status[i] = status
+        self.counts[status] += 1
 
-    def status_of(self, key: Hashable) -> str | None:
-        i = self.engine.id_of(key)
-        return None if i is None else STATUS_NAMES[self.status[i]]
+    def _push(self, i: int) -> None:
+        if self._tiered:
+            self.selection.push(i, self._slots.get(i, (0, "")))
+        else:
+            self.selection.push(i)
 
-    # -- scheduling -----------------------------------------------------------------------
-    def schedule(
-        self,
-        key: Hashable,
-        payload: Any,
-        slot: Hashable = None,
-        priority: int = 0,
-        again: bool = False,
-    ) -> bool:
-        """Ask for page ``key`` to be fetched with ``payload`` through download ``slot``; with the
-        greedy strategy a higher ``priority`` is served first. Returns ``False`` for a duplicate:
-        the page is already pending or in flight, or was visited in a one-pass crawl (unless
-        ``again``: fetch a visited page once more). (Links that led here have already paid the
-        page: a duplicate keeps its money.)"""
-        i = self.discover(key)
-        status = self.status[i]
-        if status in (PENDING, IN_FLIGHT) or (status == VISITED and not (self.continuous or again)):
+    def _schedulable(self, i: int, again: bool) -> bool:
+        st = self.status[i]
+        if st in (PENDING, IN_FLIGHT):
             return False
-        self.payloads[i] = payload
+        return st != VISITED or self.continuous or again
+
+    def _pend(self, i: int, payload: Any, priority: int, slot: Hashable) -> None:
         self._slots[i] = (priority, slot)
+        self._keep(i, payload)
         self._set(i, PENDING)
         self._push(i)
-        return True
 
-    def pop(self, has_room: Callable[[Hashable], bool] | None = None) -> tuple[int, Any] | None:
-        """Next page to fetch (``IN_FLIGHT`` from now on) and its payload, or ``None``.
-        ``has_room(slot)`` says whether a download slot can take one more request."""
-        sel = self.selection
-        i = sel.pop(has_room) if isinstance(sel, TieredSelection) else sel.pop()
-        if i is None:
+    def _held(self, lease: Lease) -> int | None:
+        """The id of the page ``lease`` holds, if the lease is current."""
+        i = self.engine.id_of(lease.key)
+        if i is None or self.status[i] != IN_FLIGHT or self._tokens.get(i) != lease.token:
             return None
-        self._set(i, IN_FLIGHT)
-        return i, self.payloads[i]
+        return i
 
     def _done(self, i: int) -> None:
+        """After a visit: pending again (continuous crawl), else visited for good."""
         if self.continuous and i in self.payloads:
             self._set(i, PENDING)
             self._push(i)
@@ -173,119 +370,220 @@ class Frontier:
     def _retire(self, i: int) -> None:
         self._set(i, VISITED)
         if i in self.payloads:
-            del self.payloads[i]
+            self._forget(i)
             self._slots.pop(i, None)
-            if self.on_dropped is not None:
-                self.on_dropped(i)
 
-    # -- outcomes -------------------------------------------------------------------------
-    def complete(
+    # -- the contract ---------------------------------------------------------------------------
+    def schedule(self, entries: Sequence[Entry], again: bool = False) -> list[int]:
+        out = []
+        for key, url, priority, slot, payload in entries:
+            i = self.page(key, url)
+            if not self._schedulable(i, again):
+                out.append(DUPLICATE)
+            elif payload is None:
+                out.append(NEEDS_PAYLOAD)
+            else:
+                self._pend(i, payload, priority, slot)
+                out.append(SCHEDULED)
+        return out
+
+    def pop(self, full_slots: Collection[Hashable] = ()) -> Lease | None:
+        # The payout comes first even when no page can be popped (the selection pays out only
+        # when it has candidates): every backend's pop moves the same money.
+        self.engine.payout()
+        sel = self.selection
+        if self._tiered:
+            i = sel.pop((lambda slot: slot not in full_slots) if full_slots else None)
+        else:
+            i = sel.pop()
+        if i is None:
+            return None
+        self._set(i, IN_FLIGHT)
+        self._seq += 1
+        self._tokens[i] = self._seq
+        slot = self._slots.get(i, (0, ""))[1]
+        return Lease(self.engine.key_of(i), self._seq, self._payload(i), slot)
+
+    def visit(
         self,
-        i: int,
-        children: Sequence[int],
-        weights: Sequence[float] | None = None,
-        boosts: Sequence[float] | None = None,
+        lease: Lease,
+        links: Sequence[Link],
         virtual_weight: float = 0.0,
-    ) -> float:
-        """Page ``i`` was fetched and parsed; ``children`` are the pages it links to (ids from
-        :meth:`discover`); see :meth:`OpicEngine.visit` for the other arguments. Returns the
-        cash its visit absorbed."""
-        c = self.engine.visit(i, children, weights, boosts, virtual_weight)
+        importance: bool = False,
+    ) -> Visit | None:
+        i = self._held(lease)
+        if i is None:
+            return None
+        children = [self.page(link.key, link.url) for link in links]
+        weights = boosts = None
+        if virtual_weight or any(link.weight != 1.0 for link in links):
+            weights = [link.weight for link in links]
+        if any(link.boost for link in links):
+            boosts = [link.boost for link in links]
+        self.engine.visit(i, children, weights, boosts, virtual_weight)
+        del self._tokens[i]
         self._done(i)
-        return c
+        codes = []
+        for link, j in zip(links, children):
+            if not self._schedulable(j, link.again):
+                codes.append(DUPLICATE)
+            elif link.payload is None:
+                codes.append(NEEDS_PAYLOAD)
+            else:
+                self._pend(j, link.payload, link.priority, link.slot)
+                codes.append(SCHEDULED)
+        visit = Visit(codes, self.engine.importance_of(i) if importance else None)
+        self._visited(i)
+        return visit
 
-    def fail(self, i: int) -> float:
-        """Page ``i`` was fetched but gave nothing to follow (download error, non-2xx status,
-        callback error): a visit with no out-links, its cash goes to the virtual page."""
-        return self.complete(i, ())
+    def _visited(self, i: int) -> None:
+        """Hook: page ``i`` was just visited (a backend counts visits for its checkpoints)."""
 
-    def redirect(
-        self, i: int, key: Hashable, payload: Any, slot: Hashable = None, priority: int = 0
-    ) -> tuple[int, bool]:
-        """Page ``i`` redirected to page ``key``: its cash moves there and the target is
-        scheduled with ``payload`` (unless it is a duplicate: then it keeps the cash).
-        Returns the target's id and whether it was scheduled."""
-        j = self.discover(key)
-        if j == i:  # redirect to itself: a retry in disguise
-            self.retry(i, payload, slot, priority)
-            return i, True
-        self.engine.transfer(i, j)
+    def fail(self, lease: Lease) -> bool:
+        i = self._held(lease)
+        if i is None:
+            return False
+        self.engine.visit(i, ())
+        del self._tokens[i]
+        self._done(i)
+        self._visited(i)
+        return True
+
+    def forfeit(self, lease: Lease) -> bool:
+        i = self._held(lease)
+        if i is None:
+            return False
+        del self._tokens[i]
         self._retire(i)
-        return j, self.schedule(key, payload, slot, priority)
+        self.engine.forfeit(i)
+        return True
 
-    def retry(
-        self, i: int, payload: Any = None, slot: Hashable = None, priority: int | None = None
-    ) -> None:
-        """Page ``i`` goes back to ``PENDING`` without a visit (no money moves), with a new
-        ``payload`` and, if given, a new ``priority`` (Scrapy lowers a retry's) and ``slot``."""
-        if self.status[i] != IN_FLIGHT:
-            return
-        if payload is not None:
-            self.payloads[i] = payload
-        self._set(i, PENDING)  # (uncounts the in-flight page under its old slot)
-        if priority is not None:
-            self._slots[i] = (priority, slot)
-        self._push(i)
-
-    def forfeit(self, i: int) -> float:
-        """Give page ``i`` up without fetching it: its cash goes to the virtual page."""
+    def drop(self, key: Hashable) -> bool:
+        i = self.engine.id_of(key)
+        if i is None or self.status[i] not in (DISCOVERED, PENDING):
+            return False
         if self.status[i] == PENDING:
             self.selection.discard(i)
         self._retire(i)
-        return self.engine.forfeit(i)
+        self.engine.forfeit(i)
+        return True
 
-    def release_in_flight(self) -> int:
-        """Put every ``IN_FLIGHT`` page back to ``PENDING`` (a resumed crawl); returns how many."""
-        back = [i for i in range(self.engine.n) if self.status[i] == IN_FLIGHT]
-        for i in back:
-            self.retry(i)
-        return len(back)
+    def retry(self, lease: Lease, entry: Entry) -> int | None:
+        i = self._held(lease)
+        if i is None:
+            return None
+        del self._tokens[i]
+        payload = self.payloads[i] if entry.payload is None else entry.payload
+        self._pend(i, payload, entry.priority, entry.slot)
+        return SCHEDULED
 
-    @classmethod
-    def restore(
-        cls,
-        engine: OpicEngine,
-        status: bytes,
-        payloads: dict[int, Any],
-        slots: dict[int, tuple[int, Hashable]] | None = None,
-        strategy: str = "greedy",
-        continuous: bool = False,
-        seed: int | None = None,
-    ) -> Frontier:
-        """A frontier over a reloaded engine: ``status`` per page as saved, ``payloads`` of the
-        pending (and in-flight) pages, ``slots`` their ``(priority, download slot)``. In-flight
-        pages become pending again: their fetch may not have happened, and their cash is still
-        theirs."""
-        f = cls(engine, strategy, continuous, seed)
-        f.grow(engine.capacity)
-        f.status[: len(status)] = status
-        f.counts = [0, 0, 0, 0]
-        for st in status:
-            f.counts[st] += 1
-        slots = slots or {}
-        for i in range(len(status)):
-            if status[i] in (PENDING, IN_FLIGHT):
-                if i in payloads:
-                    f.payloads[i] = payloads[i]
-                    f._slots[i] = slots.get(i, (0, None))
-                if status[i] == IN_FLIGHT:  # counted so that _set can uncount it
-                    slot = f._slots.get(i, (0, None))[1]
-                    f._in_flight[slot] = f._in_flight.get(slot, 0) + 1
-                f._set(i, PENDING)
-                if i not in payloads:  # nothing to fetch it with: give it up
-                    f.forfeit(i)
-                    continue
-                f._push(i)
-        return f
+    def redirect(self, lease: Lease, entry: Entry) -> int | None:
+        i = self._held(lease)
+        if i is None:
+            return None
+        j = self.page(entry.key, entry.url)
+        if j == i:  # a redirect to itself: a retry in disguise
+            return self.retry(lease, entry)
+        del self._tokens[i]
+        self.engine.transfer(i, j)
+        self._retire(i)
+        return self.schedule([entry])[0]
 
-    def total_cash(self) -> float:
-        """All cash, virtual page included: 1 up to rounding."""
-        return self.engine.total_cash()
+    def release(self, leases: Iterable[Lease]) -> int:
+        n = 0
+        for lease in leases:
+            i = self._held(lease)
+            if i is not None:
+                del self._tokens[i]
+                self._set(i, PENDING)
+                self._push(i)
+                n += 1
+        return n
 
-    def stats(self) -> dict[str, float]:
+    def maintain(self, leases: Collection[Lease]) -> None:
+        pass
+
+    def close(self, leases: Collection[Lease]) -> None:
+        self.release(leases)
+
+    def has_pending(self) -> bool:
+        return self.counts[PENDING] > 0
+
+    def __len__(self) -> int:
+        return self.counts[PENDING]
+
+    def figures(self) -> dict[str, float]:
         out = self.engine.stats()
-        out.update({name.replace(" ", "_"): n for name, n in zip(STATUS_NAMES, self.counts)})
+        out.update(zip(STATUSES, self.counts))
         return out
 
+    def status_of(self, key: Hashable) -> str | None:
+        i = self.engine.id_of(key)
+        return None if i is None else STATUSES[self.status[i]]
 
-__all__ = ["DISCOVERED", "IN_FLIGHT", "PENDING", "STATUS_NAMES", "VISITED", "Frontier"]
+    def cash_of(self, key: Hashable) -> float | None:
+        i = self.engine.id_of(key)
+        return None if i is None else self.engine.cash_of(i)
+
+    def total_cash(self) -> float:
+        return self.engine.total_cash()
+
+    def top_page(self) -> tuple[str, float] | None:
+        engine = self.engine
+        if not engine.n:
+            return None
+        x = engine.importance()
+        top = int(x.argmax())
+        url = self.urls[top] if top < len(self.urls) else None
+        return (url if url is not None else str(top)), float(x[top])
+
+    # -- resuming --------------------------------------------------------------------------
+    def restore(
+        self,
+        status: bytes,
+        payloads: dict[int, Any],
+        slots: dict[int, tuple[int, Hashable]],
+        urls: Sequence[str | None],
+    ) -> int:
+        """Take the statuses, payloads (of pending and in-flight pages), their ``(priority,
+        slot)`` and the URLs of a saved frontier over this frontier's (reloaded) engine. Pages
+        that were in flight are pending again (their fetch may not have happened; their cash is
+        still theirs); a pending page without a payload is given up (cash to the virtual page).
+        Returns how many pages were in flight."""
+        n = len(status)
+        self.grow(self.engine.capacity)
+        self.status[:n] = status
+        codes = np.frombuffer(bytes(status), np.uint8)
+        self.counts = [int(c) for c in np.bincount(codes, minlength=len(STATUSES))]
+        self.urls = list(urls) + [None] * max(0, n - len(urls))
+        back = 0
+        for i in np.flatnonzero((codes == PENDING) | (codes == IN_FLIGHT)).tolist():
+            if status[i] == IN_FLIGHT:
+                back += 1
+                self._set(i, PENDING)
+            if i not in payloads:  # nothing to fetch it with: give it up
+                self._retire(i)
+                self.engine.forfeit(i)
+                continue
+            self.payloads[i] = payloads[i]
+            self._slots[i] = slots.get(i, (0, ""))
+            self._push(i)
+        return back
+
+
+__all__ = [
+    "DISCOVERED",
+    "DUPLICATE",
+    "IN_FLIGHT",
+    "NEEDS_PAYLOAD",
+    "PENDING",
+    "SCHEDULED",
+    "STATUSES",
+    "VISITED",
+    "Entry",
+    "Frontier",
+    "Lease",
+    "Link",
+    "MemoryFrontier",
+    "Visit",
+]

@@ -46,8 +46,8 @@ def default_batch(n: int) -> int:
 def top_k(key: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
     """Indices of the ``k`` largest values of ``key`` (any order among ties).
 
-    A full ``argpartition`` of a million values costs ~8 ms; instead a threshold is guessed from a
-    random sample so that ~1.5 k values pass it, and only those are partitioned (~2 ms). When the
+    Rather than a full ``argpartition`` of every value, a threshold is guessed from a random
+    sample so that about 1.5 k values pass it, and only those are partitioned. When the
     guess lets fewer than ``k`` through, the full partition runs, so the result is always exact:
     every value >= the threshold is a candidate, and with at least ``k`` candidates the k-th
     largest value is >= the threshold.

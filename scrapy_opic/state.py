@@ -1,0 +1,170 @@
+"""Where a spider's OPIC state lives, and opening the frontier backend the settings ask for.
+
+The scheduler and the export commands find a crawl's state by the same rules:
+
+* ``OPIC_STORE = "redis"``: the crawl ``OPIC_REDIS_KEY`` on ``OPIC_REDIS_URL``
+  (``redis://host:port/db#key``);
+* else ``JOBDIR/opic.sqlite`` when Scrapy's ``JOBDIR`` is set (a resumable crawl);
+* else ``OPIC_STATE_PATH`` (``{spider}`` replaced), or ``.scrapy/opic/<spider>.sqlite`` in the
+  project's data directory: written afresh by each crawl, kept for the export commands.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .backends import masked_url
+from .opic.frontier import Frontier
+from .settings import OpicSettings
+
+logger = logging.getLogger(__name__)
+
+
+def state_path(settings: OpicSettings, spider_name: str, create: bool = True) -> Path:
+    """The state file of a spider's embedded frontier. ``create=False`` (readers) creates no
+    directory on the way."""
+    if settings.jobdir:
+        if create:
+            Path(settings.jobdir).mkdir(parents=True, exist_ok=True)
+        return Path(settings.jobdir) / "opic.sqlite"
+    if settings.state_path:
+        return Path(settings.state_path.replace("{spider}", spider_name))
+    if create:
+        from scrapy.utils.project import data_path
+
+        return Path(data_path("opic", createdir=True)) / f"{spider_name}.sqlite"
+    return _project_data_dir() / "opic" / f"{spider_name}.sqlite"
+
+
+def state_location(settings: OpicSettings, spider_name: str) -> str:
+    """Where the export commands read a spider's state: the file of :func:`state_path`, or the
+    crawl in Redis (``OPIC_REDIS_URL#KEY``)."""
+    if settings.store == "redis":
+        return f"{settings.redis_url}#{settings.redis_crawl_key(spider_name)}"
+    return str(state_path(settings, spider_name, create=False))
+
+
+def _project_data_dir() -> Path:
+    """Where ``data_path`` puts a project's data (``.scrapy`` beside scrapy.cfg, or the cfg's
+    ``[datadir]``), without creating it as ``data_path`` would: readers create nothing."""
+    from scrapy.utils.conf import closest_scrapy_cfg, get_config
+    from scrapy.utils.project import inside_project
+
+    if not inside_project():
+        return Path(".scrapy")
+    cfg = get_config()
+    if cfg.has_option("datadir", "default"):
+        return Path(cfg.get("datadir", "default"))
+    scrapy_cfg = closest_scrapy_cfg()
+    return Path(scrapy_cfg).parent.resolve() / ".scrapy" if scrapy_cfg else Path(".scrapy")
+
+
+def open_frontier(
+    settings: OpicSettings,
+    spider_name: str,
+    encode: Callable[[Any], bytes | None],
+    meta: dict[str, Any],
+) -> Frontier:
+    """Open the frontier of a spider's crawl as ``settings`` say: the embedded one (resumed from
+    its JOBDIR state, or started afresh) or the crawl in Redis (created or joined).
+    ``encode`` turns a payload into bytes for a backend that stores it; ``meta`` is kept with
+    the state for its readers."""
+    if settings.store == "redis":
+        return _open_redis(settings, spider_name, encode, meta)
+    return _open_sqlite(settings, spider_name, encode, meta)
+
+
+def _open_sqlite(
+    settings: OpicSettings, spider_name: str, encode: Callable, meta: dict[str, Any]
+) -> Frontier:
+    from .backends.sqlite import SqliteFrontier, SqliteStore
+
+    path = state_path(settings, spider_name)
+    if SqliteStore.in_use(path):
+        # Another crawl in this process (the same spider twice) writes that state: two writers
+        # would overwrite each other's snapshots. This one gets a file of its own.
+        k = 2
+        while SqliteStore.in_use(alt := path.with_name(f"{path.stem}-{k}{path.suffix}")):
+            k += 1
+        logger.warning(
+            "OPIC state %s is in use by another crawl in this process; this crawl keeps its "
+            "state in %s (set OPIC_STATE_PATH or JOBDIR per crawl to choose)",
+            path,
+            alt,
+        )
+        path = alt
+    resumable = settings.jobdir is not None
+    return SqliteFrontier.open(
+        path,
+        resume=resumable,
+        epsilon=settings.epsilon,
+        refresh=settings.refresh,
+        window=settings.window,
+        strategy=settings.strategy,
+        continuous=settings.continuous,
+        seed=settings.seed,
+        persist_requests=resumable,
+        memory_requests=settings.memory_requests,
+        encode=encode,
+        commit_visits=settings.commit_visits,
+        commit_seconds=settings.commit_seconds,
+        meta=meta,
+    )
+
+
+def _open_redis(
+    settings: OpicSettings, spider_name: str, encode: Callable, meta: dict[str, Any]
+) -> Frontier:
+    try:
+        import redis  # noqa: F401
+    except ImportError:
+        raise ImportError(
+            "OPIC_STORE = 'redis' needs the redis package: pip install 'scrapy-opic[redis]'"
+        ) from None
+    from .backends.redis import RedisFrontier
+
+    key = settings.redis_crawl_key(spider_name)
+    frontier = RedisFrontier.connect(
+        settings.redis_url,
+        key,
+        lease=settings.redis_lease,
+        encode=encode,
+        series_seconds=settings.commit_seconds,
+    )
+    try:
+        if settings.redis_reset:
+            n = frontier.clear()
+            logger.info("OPIC_REDIS_RESET: deleted the %d keys of the crawl %r", n, key)
+        created = frontier.open(
+            epsilon=settings.epsilon,
+            refresh=settings.refresh,
+            continuous=settings.continuous,
+            window=settings.window,
+            meta=meta,
+        )
+    except BaseException:
+        frontier.client.close()
+        raise
+    if settings.item_field and not settings.window.startswith("unbounded"):
+        logger.warning(
+            "OPIC_ITEM_FIELD with the Redis store needs an unbounded window (a windowed "
+            "estimate is normalised over all pages): items will not carry importance"
+        )
+    f = frontier.figures()
+    logger.info(
+        "OPIC crawl %r on Redis %s, worker %s: %s; %d pages known, %d pending, %d leased",
+        key,
+        masked_url(settings.redis_url),
+        frontier.worker,
+        "started the crawl" if created else "joined the crawl",
+        f["pages"],
+        f["pending"],
+        f["leases"],
+    )
+    return frontier
+
+
+__all__ = ["open_frontier", "state_location", "state_path"]
