@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import logging
 import pickle
+import weakref
 from collections import defaultdict, deque
 from collections.abc import Collection, Hashable
 from typing import TYPE_CHECKING, Any
@@ -91,13 +92,16 @@ class OutcomeErrback:
     download slot counted busy for good."""
 
     def __init__(self, scheduler: OpicScheduler, original: Any) -> None:
-        self.scheduler = scheduler
+        # A weak reference: a request must not keep its scheduler (and, through it, every
+        # request of the crawl) alive in a reference cycle that only the cyclic GC can free.
+        self.scheduler = weakref.ref(scheduler)
         self.original = original
 
     def __call__(self, failure: Any) -> Any:
         request = getattr(failure, "request", None)
-        if request is not None:
-            self.scheduler.settle_failure(request, failure.value)
+        scheduler = self.scheduler()
+        if request is not None and scheduler is not None:
+            scheduler.settle_failure(request, failure.value)
         return failure if self.original is None else self.original(failure)
 
 
@@ -126,6 +130,7 @@ class OpicScheduler(BaseScheduler):
         self._codes: WeakKeyDictionary[Request, int] = WeakKeyDictionary()
         self._default_concurrency = 8  # CONCURRENT_REQUESTS_PER_DOMAIN (see from_crawler)
         self._slot_concurrency: dict[str, int] = {}
+        self._limits: dict[Hashable, int] = {}  # download slot -> leases it may hold (cached)
         self._tick: task.LoopingCall | None = None
         self._enqueued_where = self._dequeued_where = ""  # (set by open)
 
@@ -223,6 +228,7 @@ class OpicScheduler(BaseScheduler):
         """Every ``frontier.maintain_interval`` seconds: the frontier's upkeep (lease renewal,
         a checkpoint that is due) and the stats. An error is logged and retried at the next
         tick: a Redis hiccup must not stop the loop that renews the leases."""
+        self._limits.clear()
         try:
             self.frontier.maintain(list(self._leases.values()))
             self.update_stats()
@@ -306,7 +312,7 @@ class OpicScheduler(BaseScheduler):
         self._leases[lease.key] = lease
         slot = lease.slot
         n = self._slot_load[slot] = self._slot_load.get(slot, 0) + 1
-        if n >= 2 * self._concurrency(slot):
+        if n >= self._limit(slot):
             self._full.add(slot)
 
     def _end(self, key: Hashable) -> Lease | None:
@@ -319,7 +325,7 @@ class OpicScheduler(BaseScheduler):
                 self._slot_load[slot] = n
             else:
                 self._slot_load.pop(slot, None)
-            if slot in self._full and n < 2 * self._concurrency(slot):
+            if slot in self._full and n < self._limit(slot):
                 self._full.discard(slot)
         return lease
 
@@ -332,11 +338,18 @@ class OpicScheduler(BaseScheduler):
             return None
         return lease
 
-    def _concurrency(self, slot: Any) -> int:
-        downloader_slot = self.crawler.engine.downloader.slots.get(slot)
-        if downloader_slot is not None:
-            return downloader_slot.concurrency
-        return self._slot_concurrency.get(slot, self._default_concurrency)
+    def _limit(self, slot: Any) -> int:
+        """Two rounds of the slot's concurrency (see :meth:`_full_slots`); cached, and the cache
+        emptied at each upkeep tick, in case the downloader's slots changed meanwhile."""
+        limit = self._limits.get(slot)
+        if limit is None:
+            downloader_slot = self.crawler.engine.downloader.slots.get(slot)
+            if downloader_slot is not None:
+                concurrency = downloader_slot.concurrency
+            else:
+                concurrency = self._slot_concurrency.get(slot, self._default_concurrency)
+            limit = self._limits[slot] = 2 * concurrency
+        return limit
 
     def _full_slots(self) -> Collection[Hashable]:
         """The download slots that have no room. A slot has room while it holds fewer than two
@@ -364,7 +377,7 @@ class OpicScheduler(BaseScheduler):
         if lease is not None:
             return self._follow_up(request, lease)
         again = self._again(request)
-        code = self._codes.pop(request, None)
+        code = self._codes.pop(request, None) if self._codes else None
         if code is None or code == NEEDS_PAYLOAD:  # not filed by a visit: file it now
             code = self.frontier.schedule([self._entry(request)], again=again)[0]
         if code == SCHEDULED:

@@ -358,16 +358,13 @@ def test_invalid_parameters_are_refused():
 
 
 def test_memory_per_page_is_bounded():
-    e = OpicEngine(capacity=1)  # default estimator: blend, with two moments per page
-    e.reserve(100_000)
+    e = OpicEngine(capacity=100_000)  # default estimator: blend, with two moments per page
     e.add_pages(100_000)
     assert e.nbytes() / e.n == 45
-    lean = OpicEngine(window="unbounded:lemma", capacity=1)
-    lean.reserve(1000)
+    lean = OpicEngine(window="unbounded:lemma", capacity=1000)
     lean.add_pages(1000)
     assert lean.nbytes() / lean.n == 29
-    w = OpicEngine(window="interpolation:10:wall", capacity=1)
-    w.reserve(1000)
+    w = OpicEngine(window="interpolation:10:wall", capacity=1000)
     w.add_pages(1000)
     assert w.nbytes() / w.n == 37
 

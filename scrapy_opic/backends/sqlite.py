@@ -528,6 +528,7 @@ class SqliteFrontier(MemoryFrontier):
             self.commit(wait=True)
         finally:
             self.store.close()
+            self._drop_payloads()
 
 
 __all__ = [

@@ -204,10 +204,6 @@ class OpicEngine:
         for obs in self._observers:
             obs.grow(cap)
 
-    def reserve(self, n: int) -> None:
-        """Make room for ``n`` pages in total (avoids doubling overshoot for a known size)."""
-        self._grow(n)
-
     def add_observer(self, obs: CashObserver) -> None:
         obs.grow(self.capacity)
         self._observers.append(obs)

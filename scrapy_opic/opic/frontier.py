@@ -505,6 +505,11 @@ class MemoryFrontier:
 
     def close(self, leases: Collection[Lease]) -> None:
         self.release(leases)
+        self._drop_payloads()
+
+    def _drop_payloads(self) -> None:
+        """The frontier is closed: its payloads (requests) can go at once."""
+        self.payloads.clear()
 
     def has_pending(self) -> bool:
         return self.counts[PENDING] > 0

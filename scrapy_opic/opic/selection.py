@@ -288,18 +288,6 @@ class SlottedGreedySelection(Selection):
         pages = self._pos.itemsize * len(self._pos) + self._heap_of.itemsize * len(self._heap_of)
         return pages + sum(h.nbytes() for h in self._heaps) + 200 * len(self._slots)
 
-    def slot_of(self, i: int) -> Hashable | None:
-        """The slot a candidate was pushed with (``None`` if ``i`` is not a candidate)."""
-        h = self._heap_of[i] - 1 if i < len(self._heap_of) else -1
-        return self._slots[h // 2] if h >= 0 else None
-
-    def slot_sizes(self) -> dict[Hashable, int]:
-        """Candidates per slot."""
-        return {
-            slot: len(self._heaps[2 * k]) + len(self._heaps[2 * k + 1])
-            for k, slot in enumerate(self._slots)
-        }
-
     def _slot(self, slot: Hashable) -> int:
         k = self._slot_index.get(slot)
         if k is None:
