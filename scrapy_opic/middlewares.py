@@ -128,8 +128,6 @@ class OpicSpiderMiddleware:
         for o in out:
             if not isinstance(o, Request):
                 continue
-            o.meta.pop("opic_id", None)  # a copied meta must not pass for a retry or redirect
-            o.meta.pop("opic_lease", None)
             internal = urlparse_cached(o).hostname == host
             weight = s.internal_weight if internal else s.external_weight
             if not self._follows(o):

@@ -367,13 +367,22 @@ class OpicScheduler(BaseScheduler):
     def __len__(self) -> int:
         return len(self._extra) + len(self.frontier)
 
-    def enqueue_request(self, request: Request) -> bool:
-        if isinstance(request.errback, OutcomeErrback):  # a retry or redirect copies it
+    @staticmethod
+    def detach(request: Request) -> None:
+        """Take out what the scheduler put into a request it handed out (its lease in meta, the
+        errback wrapper), so that a copy of it (a retry, a redirect, a callback's
+        ``response.request.replace(...)``) is filed as a request of its own: no request in a
+        queue carries a lease, and the wrapper never reaches a serializer."""
+        if isinstance(request.errback, OutcomeErrback):
             request.errback = request.errback.original
-        lease = self._held(request)
-        # Taken out, so that no request in a queue carries a stale lease.
-        request.meta.pop("opic_id", None)
-        request.meta.pop("opic_lease", None)
+        meta = request.meta
+        if "opic_id" in meta:
+            del meta["opic_id"]
+            meta.pop("opic_lease", None)
+
+    def enqueue_request(self, request: Request) -> bool:
+        lease = self._held(request)  # a retry or redirect of a page in flight here?
+        self.detach(request)
         if lease is not None:
             return self._follow_up(request, lease)
         again = self._again(request)
@@ -464,6 +473,10 @@ class OpicScheduler(BaseScheduler):
         of the links it will not follow. The links are filed in the same frontier call.
         Returns the page's importance just after the visit if ``OPIC_ITEM_FIELD`` asks for it
         (else, or if the page was not in flight here, ``None``)."""
+        for o in followed:
+            # A copy of the page's own request (pagination by response.request.replace) must
+            # not pass for a retry or redirect of it, nor carry the errback wrapper.
+            self.detach(o)
         lease = self._held(request)
         if lease is None:
             return None

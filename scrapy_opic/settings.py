@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
@@ -52,6 +53,8 @@ def _number(low: float, high: float = math.inf, *, open_low: bool = False) -> Ca
     allowed = f"a number in {bounds}" if bounds else f"a number {'>' if open_low else '>='} {low:g}"
 
     def parse(value: Any) -> float:
+        if isinstance(value, bool):  # True is an int to Python, not a number to a reader
+            raise ValueError(allowed)
         try:
             x = float(value)
         except (TypeError, ValueError):
@@ -114,14 +117,20 @@ def _json(value: Any) -> Any:
 
 def _patterns(value: Any) -> list[re.Pattern]:
     value = _json(value)
-    if isinstance(value, str):
-        value = [value]  # one pattern (a comma is part of a regex: {1,3})
+    if isinstance(value, (str, re.Pattern)):
+        # One pattern (a comma is part of a regex: {1,3}); an empty string is none.
+        value = [value] if value != "" else []
     if not isinstance(value, (list, tuple)):
         raise ValueError("a list of regular expressions (JSON on the command line)")
     out = []
     for pattern in value:
+        if isinstance(pattern, re.Pattern):
+            out.append(pattern)
+            continue
+        if not isinstance(pattern, str) or not pattern:
+            raise ValueError(f"regular expressions, not {pattern!r}")
         try:
-            out.append(re.compile(str(pattern)))
+            out.append(re.compile(pattern))
         except re.error as exc:
             raise ValueError(f"regular expressions ({pattern!r}: {exc})") from None
     return out
@@ -137,7 +146,7 @@ def _export(value: Any) -> dict[str, dict[str, Any]]:
     allowed += "by_site}} (JSON on the command line)"
     if not value:
         return {}
-    if isinstance(value, str):
+    if isinstance(value, (str, os.PathLike)):
         value = {value: {}}
     elif isinstance(value, (list, tuple)):
         value = {v: {} for v in value}
@@ -145,8 +154,11 @@ def _export(value: Any) -> dict[str, dict[str, Any]]:
         raise ValueError(allowed)
     out = {}
     for path, options in value.items():
-        if not isinstance(options, (Mapping, type(None))):
+        if not isinstance(path, (str, os.PathLike)) or not isinstance(
+            options, (Mapping, type(None))
+        ):
             raise ValueError(allowed)
+        path = os.fspath(path)
         options = dict(options or {})
         unknown = sorted(set(options) - set(EXPORT_OPTIONS))
         if unknown:

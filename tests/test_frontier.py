@@ -128,6 +128,17 @@ def test_a_redirect_moves_the_cash_to_the_target(frontiers):
     assert f.pop().payload == b"again"
 
 
+def test_a_retry_or_redirect_needs_a_payload(frontiers):
+    f = frontiers.make()
+    f.schedule([entry(0)])
+    lease = f.pop()
+    for outcome in (f.retry, f.redirect):
+        with pytest.raises(ValueError, match="needs the request"):
+            outcome(lease, Entry(key(1), "http://h/1"))
+    assert f.status_of(key(0)) == "in_flight"  # nothing happened
+    assert f.retry(lease, entry(0)) == SCHEDULED
+
+
 def test_fail_forfeit_and_drop_send_the_cash_to_the_virtual_page(frontiers):
     f = frontiers.make()
     f.schedule([entry(0), entry(1), entry(2)])

@@ -15,7 +15,7 @@ from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.test import get_crawler
 
 from scrapy_opic.backends.sqlite import ON_DISK
-from scrapy_opic.scheduler import OpicScheduler
+from scrapy_opic.scheduler import OpicScheduler, OutcomeErrback
 
 URLS = [f"http://host{i % 3}.example/page/{i}" for i in range(12)]
 BACKENDS = ["sqlite", "sqlite-jobdir", "redis"]
@@ -135,6 +135,24 @@ def test_a_visit_files_its_links_and_the_scheduler_answers_for_them(schedulers):
         assert s.frontier.check() == []
     f = s.frontier.figures()
     assert f["pending"] == 3 and f["visited"] == 1
+    assert total_cash(s) == pytest.approx(1.0, abs=1e-12)
+
+
+def test_a_copy_of_the_popped_request_is_a_request_of_its_own(schedulers):
+    """Pagination by ``response.request.replace(url=next_page)``: the copy carries the lease in
+    its meta and the scheduler's errback wrapper; it must be filed, fetched and paid as any new
+    page (not taken for a redirect, not refused by a serializer)."""
+    s = schedulers.make()
+    s.enqueue_request(Request(URLS[0], callback=s.spider.parse))
+    page = s.next_request()
+    following = page.replace(url=URLS[1])
+    assert isinstance(following.errback, OutcomeErrback) and "opic_lease" in following.meta
+    visit(s, page, [following])
+    assert s.enqueue_request(following)
+    assert s.counts["opic/extra_fetches"] == 0 and s.counts["opic/redirected"] == 0
+    again = s.next_request()
+    assert again.url == URLS[1] and "opic_lease" in again.meta
+    assert s.frontier.cash_of(again.meta["opic_id"]) > 0  # the visit paid it
     assert total_cash(s) == pytest.approx(1.0, abs=1e-12)
 
 

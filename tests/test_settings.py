@@ -44,6 +44,7 @@ def test_defaults_depend_on_the_crawl_mode():
         ("OPIC_EPSILON", "2", "(0, 1]"),
         ("OPIC_EPSILON", "abc", "(0, 1]"),
         ("OPIC_EPSILON", 0, "(0, 1]"),
+        ("OPIC_EPSILON", True, "(0, 1]"),
         ("OPIC_REFRESH", 5, "[0, 1]"),
         ("OPIC_INTERNAL_WEIGHT", -1, ">= 0"),
         ("OPIC_EXTERNAL_WEIGHT", "nan", ">= 0"),
@@ -62,6 +63,7 @@ def test_defaults_depend_on_the_crawl_mode():
         ("OPIC_REFUSED_LINKS", "drop", "'ignore', 'virtual'"),
         ("OPIC_BOOST_PATTERNS", "(unclosed", "regular expressions"),
         ("OPIC_BOOST_PATTERNS", '["ok", "[bad"]', "regular expressions"),
+        ("OPIC_BOOST_PATTERNS", '["ok", ""]', "regular expressions"),
         ("OPIC_STORE", "mongo", "'sqlite', 'redis'"),
         ("OPIC_EXPORT", "out.xyz", ".csv"),
         ("OPIC_EXPORT", 3, ".csv"),
@@ -102,6 +104,21 @@ def test_list_and_dict_settings_accept_json_from_the_command_line():
         "a.csv": {"top": 5, "fetched_only": False, "by_site": False},
         "b.jl": {"top": None, "fetched_only": False, "by_site": False},
     }
+
+
+def test_python_values_a_settings_module_holds_are_taken_as_they_are():
+    from pathlib import Path
+
+    compiled = re.compile(r"/news/\d+")
+    s = OpicSettings.from_settings(
+        {"OPIC_BOOST_PATTERNS": [compiled, "/blog/"], "OPIC_EXPORT": Path("out/imp.csv")}
+    )
+    assert s.boost_patterns[0] is compiled and s.boost_patterns[1].search("/blog/x")
+    assert list(s.export) == ["out/imp.csv"]
+    assert OpicSettings.from_settings({"OPIC_BOOST_PATTERNS": ""}).boost_patterns == []  # -s X=
+    assert OpicSettings.from_settings({"OPIC_BOOST_PATTERNS": compiled}).boost_patterns == [
+        compiled
+    ]
 
 
 def test_export_setting_forms():

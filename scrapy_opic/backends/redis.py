@@ -64,7 +64,7 @@ from ..opic.constants import (
     VISIT_DECAY,
 )
 from ..opic.engine import OpicEngine
-from ..opic.frontier import Entry, Lease, Link, Visit
+from ..opic.frontier import Entry, Lease, Link, Visit, require_payload
 from ..opic.window import Interpolation, UnboundedHistory, parse_window
 from ..series import FIELDS as SERIES_FIELDS
 from . import StoreError
@@ -414,6 +414,7 @@ class RedisFrontier:
         return bool(int(self._call("forfeit", key, "", "1")[0]))
 
     def retry(self, lease: Lease, entry: Entry) -> int | None:
+        require_payload(entry)
         data = self._data(entry.payload)
         if data is None:  # cannot travel: this process fetches it, its cash goes
             return LOCAL if self.forfeit(lease) else None
@@ -423,6 +424,7 @@ class RedisFrontier:
         return SCHEDULED if int(out[0]) else None
 
     def redirect(self, lease: Lease, entry: Entry) -> int | None:
+        require_payload(entry)
         data = self._data(entry.payload)
         if data is None:
             return LOCAL if self.forfeit(lease) else None

@@ -186,14 +186,16 @@ class Frontier(Protocol):
         ...
 
     def retry(self, lease: Lease, entry: Entry) -> int | None:
-        """Pending again with ``entry``'s payload, priority and slot (same key: no money
-        moves). :data:`SCHEDULED`, or :data:`LOCAL` from a shared frontier that cannot encode
-        the payload (the page is then forfeited: fetch it in this process)."""
+        """Pending again with ``entry``'s payload (required: :class:`ValueError` without one),
+        priority and slot (same key: no money moves). :data:`SCHEDULED`, or :data:`LOCAL` from
+        a shared frontier that cannot encode the payload (the page is then forfeited: fetch it
+        in this process)."""
         ...
 
     def redirect(self, lease: Lease, entry: Entry) -> int | None:
-        """The page redirected to ``entry`` (another key): its cash moves there and the target
-        is scheduled; the schedule code of the target (a redirect to its own key is a retry)."""
+        """The page redirected to ``entry`` (another key; a payload is required, as for
+        :meth:`retry`): its cash moves there and the target is scheduled; the schedule code of
+        the target (a redirect to its own key is a retry)."""
         ...
 
     def release(self, leases: Iterable[Lease]) -> int:
@@ -239,6 +241,13 @@ class Frontier(Protocol):
         """The URL and importance of the most important page (None if unknown or too costly to
         tell). O(pages)."""
         ...
+
+
+def require_payload(entry: Entry) -> None:
+    """:class:`ValueError` for an entry without a payload where the contract needs one (a retry
+    or a redirect: the request to fetch the page with)."""
+    if entry.payload is None:
+        raise ValueError(f"a retry or redirect needs the request to fetch, none for {entry.url}")
 
 
 class MemoryFrontier:
@@ -469,15 +478,16 @@ class MemoryFrontier:
         return True
 
     def retry(self, lease: Lease, entry: Entry) -> int | None:
+        require_payload(entry)
         i = self._held(lease)
         if i is None:
             return None
         del self._tokens[i]
-        payload = self.payloads[i] if entry.payload is None else entry.payload
-        self._pend(i, payload, entry.priority, entry.slot)
+        self._pend(i, entry.payload, entry.priority, entry.slot)
         return SCHEDULED
 
     def redirect(self, lease: Lease, entry: Entry) -> int | None:
+        require_payload(entry)
         i = self._held(lease)
         if i is None:
             return None
@@ -591,4 +601,5 @@ __all__ = [
     "Link",
     "MemoryFrontier",
     "Visit",
+    "require_payload",
 ]
