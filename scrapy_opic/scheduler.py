@@ -201,8 +201,7 @@ class OpicScheduler(BaseScheduler):
                 self._full.clear()
                 if leases and frontier.release(leases):
                     logger.info("OPIC: %d pages in flight handed back", len(leases))
-                self.update_stats(closing=True)
-                f = frontier.figures()
+                f = self.update_stats(closing=True)
                 logger.info(
                     "OPIC scheduler closed (%s): %s%d pages known, %d visited, %d pending%s",
                     reason,
@@ -558,27 +557,29 @@ class OpicScheduler(BaseScheduler):
                 extra={"spider": self.spider},
             )
 
-    def update_stats(self, closing: bool = False) -> None:
+    def update_stats(self, closing: bool = False) -> dict[str, float]:
         """Add the event counters to Scrapy's stats and set the frontier's figures
-        (``opic/...``; ``opic/crawl/...`` for a frontier shared by several processes). O(pages)
-        for the embedded frontier (its top page): called periodically and at close, never per
-        request."""
+        (``opic/...``; ``opic/crawl/...`` for a frontier shared by several processes), which it
+        returns. O(pages) for the embedded frontier (its top page): called periodically and at
+        close, never per request."""
         counts, self.counts = self.counts, defaultdict(int)
         for name, n in counts.items():
             self.stats.inc_value(name, n)
         frontier = self.frontier
         prefix = "opic/crawl/" if frontier.shared else "opic/"
-        for name, value in frontier.figures().items():
+        figures = frontier.figures()
+        for name, value in figures.items():
             self.stats.set_value(prefix + name, value)
         if frontier.shared:
             self.stats.set_value("opic/round_trips", frontier.round_trips)
-            return
+            return figures
         top = frontier.top_page()
         if top is not None:
             self.stats.set_value("opic/top_page", top[0])
             self.stats.set_value("opic/top_importance", top[1])
         if closing:
             self.stats.set_value("opic/total_cash", frontier.total_cash())
+        return figures
 
     def status_line(self) -> str:
         """The periodic OPIC log line (:class:`~scrapy_opic.extensions.OpicLogStats`)."""

@@ -625,14 +625,14 @@ elseif cmd == 'fail' then
   return {1}
 
 elseif cmd == 'forfeit' then
-  -- ARGV: fp token pending_ok. Given up unfetched: cash to the virtual page. With an empty
-  -- token (a request a dupefilter refused), only a page not scheduled yet, or with pending_ok
-  -- one that is pending (scheduled by the visit that paid it) but not in flight.
+  -- ARGV: fp token. Given up unfetched: cash to the virtual page. With an empty token (a
+  -- request a dupefilter refused: Frontier.drop), only a page discovered or pending, never one
+  -- in flight or visited.
   local fp, token = ARGV[2], ARGV[3]
   local p
   if token == '' then
     p = page(fp)
-    if not p or not (p.st == DISCOVERED or (p.st == PENDING and ARGV[4] == '1')) then
+    if not p or not (p.st == DISCOVERED or p.st == PENDING) then
       return {0}
     end
   else

@@ -321,6 +321,18 @@ class RedisFrontier:
             self._known.clear()
         self._known.add(fp)
 
+    def _codes(self, keys: Iterable[bytes], codes: Iterable[Any], unencodable: list[bool]):
+        """The script's schedule codes, with LOCAL for a page whose payload could not be
+        encoded; remembers the pages that are no longer new."""
+        out = []
+        for key, code, local in zip(keys, (int(c) for c in codes), unencodable):
+            if code == NEEDS_PAYLOAD and local:
+                code = LOCAL
+            if code != NEEDS_PAYLOAD and code != LOCAL:
+                self._remember(key)
+            out.append(code)
+        return out
+
     def _token(self) -> str:
         self._seq += 1
         return f"{self._tag}.{self._seq:x}"
@@ -335,15 +347,7 @@ class RedisFrontier:
             data = self._data(payload)
             local.append(payload is not None and data is None)
             args += [key, url, int(priority), str(slot), data or b""]
-        codes = [int(c) for c in self._call(*args)]
-        out = []
-        for (key, *_rest), code, unencodable in zip(entries, codes, local):
-            if code == NEEDS_PAYLOAD and unencodable:
-                code = LOCAL
-            if code != NEEDS_PAYLOAD and code != LOCAL:
-                self._remember(key)
-            out.append(code)
-        return out
+        return self._codes((e.key for e in entries), self._call(*args), local)
 
     def pop(self, full_slots: Collection[Hashable] = ()) -> Lease | None:
         token = self._token()
@@ -394,13 +398,7 @@ class RedisFrontier:
         out = self._call(*args)
         if not int(out[0]):
             return None
-        codes = []
-        for link, code, unencodable in zip(links, (int(c) for c in out[2:]), local):
-            if code == NEEDS_PAYLOAD and unencodable:
-                code = LOCAL
-            if code != NEEDS_PAYLOAD and code != LOCAL:
-                self._remember(link.key)
-            codes.append(code)
+        codes = self._codes((link.key for link in links), out[2:], local)
         imp = float(out[1])
         return Visit(codes, None if imp < 0 or not importance else imp)
 
@@ -408,10 +406,10 @@ class RedisFrontier:
         return bool(int(self._call("fail", lease.key, lease.token)[0]))
 
     def forfeit(self, lease: Lease) -> bool:
-        return bool(int(self._call("forfeit", lease.key, lease.token, "0")[0]))
+        return bool(int(self._call("forfeit", lease.key, lease.token)[0]))
 
     def drop(self, key: Hashable) -> bool:
-        return bool(int(self._call("forfeit", key, "", "1")[0]))
+        return bool(int(self._call("forfeit", key, "")[0]))
 
     def retry(self, lease: Lease, entry: Entry) -> int | None:
         require_payload(entry)

@@ -355,6 +355,15 @@ class MemoryFrontier:
             return False
         return st != VISITED or self.continuous or again
 
+    def _file(self, i: int, payload: Any, priority: int, slot: Hashable, again: bool) -> int:
+        """Schedule page ``i`` if it may be (the schedule code of the contract)."""
+        if not self._schedulable(i, again):
+            return DUPLICATE
+        if payload is None:
+            return NEEDS_PAYLOAD
+        self._pend(i, payload, priority, slot)
+        return SCHEDULED
+
     def _pend(self, i: int, payload: Any, priority: int, slot: Hashable) -> None:
         self._slots[i] = (priority, slot)
         self._keep(i, payload)
@@ -384,17 +393,10 @@ class MemoryFrontier:
 
     # -- the contract ---------------------------------------------------------------------------
     def schedule(self, entries: Sequence[Entry], again: bool = False) -> list[int]:
-        out = []
-        for key, url, priority, slot, payload in entries:
-            i = self.page(key, url)
-            if not self._schedulable(i, again):
-                out.append(DUPLICATE)
-            elif payload is None:
-                out.append(NEEDS_PAYLOAD)
-            else:
-                self._pend(i, payload, priority, slot)
-                out.append(SCHEDULED)
-        return out
+        return [
+            self._file(self.page(key, url), payload, priority, slot, again)
+            for key, url, priority, slot, payload in entries
+        ]
 
     def pop(self, full_slots: Collection[Hashable] = ()) -> Lease | None:
         # The payout comes first even when no page can be popped (the selection pays out only
@@ -432,15 +434,10 @@ class MemoryFrontier:
         self.engine.visit(i, children, weights, boosts, virtual_weight)
         del self._tokens[i]
         self._done(i)
-        codes = []
-        for link, j in zip(links, children):
-            if not self._schedulable(j, link.again):
-                codes.append(DUPLICATE)
-            elif link.payload is None:
-                codes.append(NEEDS_PAYLOAD)
-            else:
-                self._pend(j, link.payload, link.priority, link.slot)
-                codes.append(SCHEDULED)
+        codes = [
+            self._file(j, link.payload, link.priority, link.slot, link.again)
+            for link, j in zip(links, children)
+        ]
         visit = Visit(codes, self.engine.importance_of(i) if importance else None)
         self._visited(i)
         return visit
