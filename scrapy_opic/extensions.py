@@ -16,8 +16,7 @@ from scrapy import signals
 from scrapy.exceptions import NotConfigured
 from twisted.internet import task
 
-from .scheduler import OpicScheduler
-from .settings import OpicSettings
+from .scheduler import OpicScheduler, prepare
 
 if TYPE_CHECKING:  # pragma: no cover
     from scrapy import Spider
@@ -36,7 +35,7 @@ class OpicLogStats:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> OpicLogStats:
-        interval = OpicSettings.from_crawler(crawler).logstats_interval
+        interval = prepare(crawler).logstats_interval
         if interval <= 0:
             raise NotConfigured
         ext = cls(crawler, interval)

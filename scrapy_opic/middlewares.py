@@ -27,7 +27,7 @@ from scrapy import Request, signals
 from scrapy.downloadermiddlewares.offsite import OffsiteMiddleware
 from scrapy.utils.httpobj import urlparse_cached
 
-from .scheduler import OpicScheduler
+from .scheduler import OpicScheduler, prepare
 from .settings import OpicSettings
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -54,7 +54,7 @@ class OpicSpiderMiddleware:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> OpicSpiderMiddleware:
-        return cls(crawler, OpicSettings.from_crawler(crawler))
+        return cls(crawler, prepare(crawler))
 
     # The whole output is buffered: the visit pays all the followed links at once. If the
     # callback raises part-way, what it yielded before still goes on (as without OPIC) and is
@@ -177,6 +177,7 @@ class OpicDownloaderMiddleware:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> OpicDownloaderMiddleware:
+        prepare(crawler)
         return cls(crawler)
 
     def process_exception(

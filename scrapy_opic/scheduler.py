@@ -67,10 +67,11 @@ from scrapy.utils.misc import build_from_crawler, load_object
 from scrapy.utils.request import request_from_dict
 from twisted.internet import task
 
-from .backends import masked_url
+from .backends import StoreError, masked_url
+from .errors import raise_in_one_line
 from .opic.constants import DUPLICATE, LOCAL, NEEDS_PAYLOAD, SCHEDULED
 from .opic.frontier import Entry, Frontier, Lease, Link
-from .settings import OpicSettings
+from .settings import OpicSettings, OpicSettingsError
 from .state import open_frontier
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -81,6 +82,40 @@ logger = logging.getLogger(__name__)
 
 #: The OPIC scheduler of each running crawler (the middlewares' and the extension's way in).
 _RUNNING: WeakKeyDictionary[Any, OpicScheduler] = WeakKeyDictionary()
+
+
+#: The scheduler that :func:`prepare` built for each crawler, its frontier open.
+_PREPARED: WeakKeyDictionary[Any, OpicScheduler] = WeakKeyDictionary()
+
+
+def prepare(crawler: Crawler) -> OpicSettings:
+    """Read and check the crawl's ``OPIC_*`` settings and, if its ``SCHEDULER`` is an
+    :class:`OpicScheduler`, build it and open its frontier (state file or Redis), once per
+    crawler. Every OPIC component calls this from its ``from_crawler``; the first to run (the
+    extension, or the downloader middleware) does it while Scrapy builds the crawl, before the
+    engine exists and before any request. A bad value, a damaged, foreign or busy state, an
+    unreachable Redis server: the crawl fails to start with one error line (see
+    :mod:`scrapy_opic.errors`), and nothing was written."""
+    try:
+        settings = OpicSettings.from_crawler(crawler)
+    except OpicSettingsError as exc:
+        raise_in_one_line(exc)
+    spider = getattr(crawler, "spider", None)
+    if spider is None or crawler in _PREPARED or crawler in _RUNNING:
+        return settings
+    cls = load_object(crawler.settings["SCHEDULER"])
+    # (Not issubclass: Scrapy's BaseScheduler answers it by duck typing, any scheduler passes.)
+    if not (isinstance(cls, type) and OpicScheduler in cls.__mro__):
+        return settings
+    scheduler = cls._build(crawler, settings)
+    try:
+        scheduler._open_frontier(spider)
+    except StoreError as exc:
+        if scheduler.df is not None:
+            scheduler.df.close("opic_failed")
+        raise_in_one_line(exc)
+    _PREPARED[crawler] = scheduler
+    return settings
 
 
 class OutcomeErrback:
@@ -133,10 +168,22 @@ class OpicScheduler(BaseScheduler):
         self._limits: dict[Hashable, int] = {}  # download slot -> leases it may hold (cached)
         self._tick: task.LoopingCall | None = None
         self._enqueued_where = self._dequeued_where = ""  # (set by open)
+        self._claimed = False  # a prepared scheduler handed to Scrapy's engine
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> OpicScheduler:
-        scheduler = cls(crawler, OpicSettings.from_crawler(crawler))
+        """The scheduler of ``crawler``: the one :func:`prepare` built (its frontier already
+        open) if any, else a new one."""
+        settings = prepare(crawler)
+        prepared = _PREPARED.get(crawler)
+        if prepared is not None and type(prepared) is cls and not prepared._claimed:
+            prepared._claimed = True
+            return prepared
+        return cls._build(crawler, settings)
+
+    @classmethod
+    def _build(cls, crawler: Crawler, settings: OpicSettings) -> OpicScheduler:
+        scheduler = cls(crawler, settings)
         cs = crawler.settings
         # Scrapy's own RFPDupeFilter filters by fingerprint, which the frontier already does
         # (without a second set of fingerprints, or a requests.seen file). Any other
@@ -161,11 +208,15 @@ class OpicScheduler(BaseScheduler):
         return _RUNNING.get(crawler)
 
     # -- lifecycle -------------------------------------------------------------------------
-    def open(self, spider: Spider) -> Any:
+    def _open_frontier(self, spider: Spider) -> None:
         self.spider = spider
+        meta = {"spider": spider.name, "settings": self.settings.as_dict()}
+        self.frontier = open_frontier(self.settings, spider.name, self._encode, meta)
+
+    def open(self, spider: Spider) -> Any:
+        if self.frontier is None:  # (else prepare() opened it before Scrapy's engine existed)
+            self._open_frontier(spider)
         s = self.settings
-        meta = {"spider": spider.name, "settings": s.as_dict()}
-        self.frontier = open_frontier(s, spider.name, self._encode, meta)
         # Where Scrapy's stats say a request waits: memory, disk (JOBDIR) or redis.
         where = "redis" if self.frontier.shared else "disk" if s.jobdir else "memory"
         self._enqueued_where = f"scheduler/enqueued/{where}"
@@ -183,6 +234,12 @@ class OpicScheduler(BaseScheduler):
             "continuous" if s.continuous else "one-pass",
             masked_url(self.frontier.location or "in memory"),
         )
+        if s.boost_patterns:
+            logger.info(
+                "OPIC boosts URLs matching %s (OPIC_BOOST=%s)",
+                ", ".join(repr(p.pattern) for p in s.boost_patterns),
+                s.boost,
+            )
         return opened
 
     def close(self, reason: str) -> Any:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .backends import masked_url
+from .backends import StoreError, masked_url
 from .opic.frontier import Frontier
 from .settings import OpicSettings
 
@@ -77,56 +77,108 @@ def open_frontier(
     return _open_sqlite(settings, spider_name, encode, meta)
 
 
+#: The settings a saved crawl must be resumed with: they are the formulas its numbers were
+#: computed by (the others, such as link weights, boosts or the strategy, apply from now on).
+RESUME_SETTINGS = {
+    "epsilon": "OPIC_EPSILON",
+    "continuous": "OPIC_CONTINUOUS",
+    "refresh": "OPIC_REFRESH",
+    "window": "OPIC_WINDOW",
+}
+
+
+def check_resume(
+    settings: OpicSettings, spider_name: str, meta: dict[str, Any], where: str
+) -> None:
+    """Refuse (:class:`StoreError`, one line) to resume the saved crawl at ``where`` for another
+    spider, or with other values of :data:`RESUME_SETTINGS` than it was made with."""
+    saved_spider = meta.get("spider")
+    if saved_spider is not None and saved_spider != spider_name:
+        raise StoreError(
+            f"{where} holds the crawl of spider {saved_spider!r}, not {spider_name!r}: give this "
+            "spider its own (another JOBDIR, OPIC_STATE_PATH or OPIC_REDIS_KEY)"
+        )
+    saved = meta.get("settings") or {}
+    mine = settings.as_dict()
+    differ = [
+        f"{name}={saved[field]!r} there, {mine[field]!r} here"
+        for field, name in RESUME_SETTINGS.items()
+        if field in saved and saved[field] != mine[field]
+    ]
+    if differ:
+        raise StoreError(
+            f"{where} holds a crawl made with other settings ({'; '.join(differ)}): resume it "
+            "with its own values, or start afresh elsewhere (another JOBDIR or OPIC_REDIS_KEY, "
+            "or OPIC_REDIS_RESET)"
+        )
+
+
 def _open_sqlite(
     settings: OpicSettings, spider_name: str, encode: Callable, meta: dict[str, Any]
 ) -> Frontier:
-    from .backends.sqlite import SqliteFrontier, SqliteStore
+    from .backends.sqlite import SqliteFrontier, StateInUse
 
     path = state_path(settings, spider_name)
-    if SqliteStore.in_use(path):
-        # Another crawl in this process (the same spider twice) writes that state: two writers
-        # would overwrite each other's snapshots. This one gets a file of its own.
-        k = 2
-        while SqliteStore.in_use(alt := path.with_name(f"{path.stem}-{k}{path.suffix}")):
-            k += 1
-        logger.warning(
-            "OPIC state %s is in use by another crawl in this process; this crawl keeps its "
-            "state in %s (set OPIC_STATE_PATH or JOBDIR per crawl to choose)",
-            path,
-            alt,
-        )
-        path = alt
     resumable = settings.jobdir is not None
-    return SqliteFrontier.open(
-        path,
-        resume=resumable,
-        epsilon=settings.epsilon,
-        refresh=settings.refresh,
-        window=settings.window,
-        strategy=settings.strategy,
-        continuous=settings.continuous,
-        seed=settings.seed,
-        persist_requests=resumable,
-        memory_requests=settings.memory_requests,
-        encode=encode,
-        commit_visits=settings.commit_visits,
-        commit_seconds=settings.commit_seconds,
-        meta=meta,
-    )
+    where = f"JOBDIR {settings.jobdir}" if resumable else str(path)
+
+    def accept(saved_meta: dict[str, Any]) -> None:
+        check_resume(settings, spider_name, saved_meta, where)
+
+    first, k = path, 1
+    while True:
+        try:
+            frontier = SqliteFrontier.open(
+                path,
+                resume=resumable,
+                epsilon=settings.epsilon,
+                refresh=settings.refresh,
+                window=settings.window,
+                accept=accept,
+                strategy=settings.strategy,
+                continuous=settings.continuous,
+                seed=settings.seed,
+                persist_requests=resumable,
+                memory_requests=settings.memory_requests,
+                encode=encode,
+                commit_visits=settings.commit_visits,
+                commit_seconds=settings.commit_seconds,
+                meta=meta,
+            )
+        except StateInUse:
+            if resumable:
+                raise StoreError(
+                    f"{where} is in use by another running crawl (a JOBDIR serves one crawl "
+                    "at a time): wait for it to finish, or give this crawl another JOBDIR"
+                ) from None
+            # Another crawl (of this spider, in this process or another) writes that state:
+            # two writers would overwrite each other's snapshots. This one takes the next name.
+            k += 1
+            path = first.with_name(f"{first.stem}-{k}{first.suffix}")
+            continue
+        if path != first:
+            logger.warning(
+                "OPIC state %s is in use by another running crawl; this crawl keeps its state "
+                "in %s (set OPIC_STATE_PATH or JOBDIR per crawl to choose)",
+                first,
+                path,
+            )
+        return frontier
 
 
 def _open_redis(
     settings: OpicSettings, spider_name: str, encode: Callable, meta: dict[str, Any]
 ) -> Frontier:
     try:
-        import redis  # noqa: F401
+        import redis
     except ImportError:
-        raise ImportError(
-            "OPIC_STORE = 'redis' needs the redis package: pip install 'scrapy-opic[redis]'"
+        raise StoreError(
+            "OPIC_STORE='redis' needs the redis package: pip install 'scrapy-opic[redis]'"
         ) from None
     from .backends.redis import RedisFrontier
 
     key = settings.redis_crawl_key(spider_name)
+    shown = masked_url(settings.redis_url)
     frontier = RedisFrontier.connect(
         settings.redis_url,
         key,
@@ -138,6 +190,9 @@ def _open_redis(
         if settings.redis_reset:
             n = frontier.clear()
             logger.info("OPIC_REDIS_RESET: deleted the %d keys of the crawl %r", n, key)
+        saved = frontier.meta()
+        if saved:
+            check_resume(settings, spider_name, saved, f"the crawl {key!r} on Redis {shown}")
         created = frontier.open(
             epsilon=settings.epsilon,
             refresh=settings.refresh,
@@ -145,6 +200,12 @@ def _open_redis(
             window=settings.window,
             meta=meta,
         )
+    except (redis.RedisError, ValueError) as exc:
+        frontier.client.close()
+        detail = " ".join(str(exc).split())
+        raise StoreError(
+            f"OPIC_STORE='redis': cannot use the Redis server OPIC_REDIS_URL={shown!r} ({detail})"
+        ) from None
     except BaseException:
         frontier.client.close()
         raise
@@ -167,4 +228,4 @@ def _open_redis(
     return frontier
 
 
-__all__ = ["open_frontier", "state_location", "state_path"]
+__all__ = ["RESUME_SETTINGS", "check_resume", "open_frontier", "state_location", "state_path"]

@@ -14,6 +14,7 @@ from scrapy import Request, Spider
 from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.test import get_crawler
 
+from scrapy_opic.backends import StoreError
 from scrapy_opic.backends.sqlite import ON_DISK
 from scrapy_opic.scheduler import OpicScheduler, OutcomeErrback
 
@@ -358,7 +359,7 @@ def test_two_crawls_of_one_spider_in_a_process_do_not_share_a_state(tmp_path, ca
     second = schedulers.make()
     assert first.frontier.location != second.frontier.location
     assert second.frontier.location.endswith("state-2.sqlite")
-    assert "in use by another crawl" in caplog.text
+    assert "in use by another running crawl" in caplog.text
     first.enqueue_request(Request(URLS[0]))
     second.enqueue_request(Request(URLS[1]))
     assert first.next_request().url == URLS[0] and second.next_request().url == URLS[1]
@@ -383,7 +384,7 @@ def test_unserializable_requests_are_fetched_by_the_process_that_made_them(on_re
 
 def test_a_process_with_other_parameters_cannot_join(on_redis):
     on_redis.make()
-    with pytest.raises(ValueError, match="other parameters"):
+    with pytest.raises(StoreError, match=r"other settings \(OPIC_EPSILON=0.15 there, 0.3 here\)"):
         on_redis.make(OPIC_EPSILON=0.3)
 
 

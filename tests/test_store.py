@@ -46,7 +46,7 @@ def crawl_some(f, steps: int, seed: int = 0) -> None:
 def crash(f: SqliteFrontier) -> None:
     """What a kill leaves: no close, no last commit."""
     f.store.db.close(do_log=False, force=True)
-    SqliteStore._open.discard(f.store.path.resolve())
+    f.store.lock.release()  # (the kernel's part of a kill)
 
 
 def test_a_checkpoint_round_trips_and_resumes(tmp_path):
@@ -244,9 +244,14 @@ def test_a_failed_background_commit_stops_the_crawl_with_an_error_not_a_hang(tmp
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
         for k in range(20000):
             f.page(f"key-{{k}}-" + "x" * 40, "u")
-        store.commit(f, {{"big": "y" * 200000}}, blocking=False)
+        early = False
+        try:  # (the writer may fail while this call still queues the snapshot's rows)
+            store.commit(f, {{"big": "y" * 200000}}, blocking=False)
+        except StoreError as exc:
+            early = True
+            print("early", exc)
         deadline = time.monotonic() + 30  # until the writer thread has failed
-        while store.db.conn.is_alive() and not store.db.conn.exception:
+        while not early and store.db.conn.is_alive() and not store.db.conn.exception:
             assert time.monotonic() < deadline
             time.sleep(0.01)
         resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY,) * 2)
@@ -265,3 +270,84 @@ def test_a_failed_background_commit_stops_the_crawl_with_an_error_not_a_hang(tmp
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = proc.stdout.splitlines()
     assert lines[-1] == "closed" and sum(ln.startswith("StoreError") for ln in lines) == 3
+
+
+def test_a_row_changed_on_disk_fails_its_checksum(tmp_path):
+    """A byte of a row changed in place (a URL's character: still valid UTF-8, still a valid
+    pickle, the file's structure intact) is refused at load, not resumed with a wrong URL;
+    and the refused file is left as it was."""
+    path = tmp_path / "s.sqlite"
+    f = frontier_at(path)
+    f.schedule([Entry(key(0), "http://h/unique-marker", 0, "h", b"req")])
+    f.close([])
+    data = path.read_bytes()
+    assert data.count(b"unique-marker") == 1
+    path.write_bytes(data.replace(b"unique-marker", b"unique-markes"))
+    before = path.read_bytes()
+    with pytest.raises(StoreError, match="damaged .*checksum"):
+        frontier_at(path, resume=True)
+    assert path.read_bytes() == before
+    with pytest.raises(StoreError, match="checksum"), StateReader(path) as reader:
+        list(reader.page_chunks())
+
+
+def test_a_state_is_locked_against_a_second_writer(tmp_path):
+    """Another process holding the state (here: a lock taken in a subprocess) makes the open
+    fail at once with StateInUse; a kill -9 of the holder frees it."""
+    from scrapy_opic.backends.sqlite import StateInUse
+
+    path = tmp_path / "l.sqlite"
+    frontier_at(path).close([])
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import sys, time; sys.path.insert(0, {os.getcwd()!r});"
+            "from scrapy_opic.backends.sqlite import StateLock;"
+            f"lock = StateLock({str(path)!r}); print('held', flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(StateInUse, match="in use by another running crawl"):
+            frontier_at(path, resume=True)
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    frontier_at(path, resume=True).close([])  # the kernel dropped the lock with its holder
+
+
+def test_a_fresh_crawl_keeps_the_previous_state_until_its_first_commit(tmp_path):
+    path = tmp_path / "p.sqlite"
+    f = frontier_at(path, persist_requests=False)
+    f.schedule([entry(0)])
+    f.close([])
+    g = frontier_at(path, persist_requests=False)  # a new crawl: not a resume
+    g.schedule([entry(5), entry(6)])
+    with StateReader(path) as reader:
+        assert reader.n == 1  # still the previous crawl's
+    crash(g)  # killed before its first commit
+    with StateReader(path) as reader:
+        assert reader.n == 1
+    h = frontier_at(path, persist_requests=False)
+    h.schedule([entry(5), entry(6)])
+    lease = h.pop()
+    h.visit(lease, [])  # the first visit commits at once
+    h.store.db.commit(blocking=True)
+    with StateReader(path) as reader:
+        assert reader.n == 2
+    h.close([])
+
+
+def test_the_first_checkpoints_come_after_1_2_4_visits(tmp_path):
+    f = frontier_at(tmp_path / "c.sqlite", commit_visits=10, commit_seconds=3600)
+    f.schedule([entry(i) for i in range(40)])
+    commits = []
+    real = f.commit
+    f.commit = lambda wait=False: (commits.append(f.engine.visit_count), real(wait))
+    for _ in range(40):
+        f.visit(f.pop(), [])
+    assert commits == [1, 2, 4, 8, 16, 26, 36]
+    f.close([])

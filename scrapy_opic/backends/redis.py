@@ -268,6 +268,10 @@ class RedisFrontier:
         readers: spider, settings). Returns whether this call created it. :class:`ValueError`
         if the crawl was started with other parameters (two processes running different
         formulas on one frontier would make no sense)."""
+        if not 0.0 < epsilon <= 1.0:
+            raise ValueError(f"epsilon must be in (0, 1], not {epsilon!r}")
+        if not 0.0 <= refresh <= 1.0:
+            raise ValueError(f"refresh must be in [0, 1], not {refresh!r}")
         mine = {
             "eps": float(epsilon),
             "refresh": float(refresh),

@@ -37,11 +37,14 @@ by sqlitedict's own thread: a periodic commit does not wait for the disk.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
+import math
 import os
 import pickle
 import sqlite3
 import time
+import zlib
 from collections.abc import Callable, Collection, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,7 +52,7 @@ from typing import Any
 
 from sqlitedict import SqliteDict
 
-from ..opic.constants import PENDING, VISITED
+from ..opic.constants import PENDING, STATUSES, VISITED
 from ..opic.engine import OpicEngine
 from ..opic.frontier import Lease, MemoryFrontier
 from ..opic.window import parse_window
@@ -71,7 +74,44 @@ def _check_sqlite(path: Path) -> None:
     if path.exists() and path.stat().st_size:
         with open(path, "rb") as fh:
             if fh.read(16) != _SQLITE_MAGIC:
-                raise StoreError(f"{path} is not an OPIC state (not a sqlite file)")
+                raise StoreError(
+                    f"{path} is not an OPIC state (not a sqlite file): nothing was changed; "
+                    "move it away (or choose another JOBDIR or OPIC_STATE_PATH)"
+                )
+
+
+# Rows are pickles behind a magic and a CRC-32 of the pickle: a page of the file overwritten
+# in the middle of a row (a bad disk, a stray write) is an error at load, never silently wrong
+# numbers. Rows without the magic (written before checksums) are plain pickles.
+_ROW_MAGIC = b"OPC\x01"
+
+
+def encode_row(obj: Any) -> bytes:
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    return _ROW_MAGIC + zlib.crc32(data).to_bytes(4, "big") + data
+
+
+def decode_row(blob: Any) -> Any:
+    blob = bytes(blob)
+    if blob[:4] == _ROW_MAGIC:
+        data = blob[8:]
+        if zlib.crc32(data) != int.from_bytes(blob[4:8], "big"):
+            raise ValueError("a row fails its checksum")
+        return pickle.loads(data)
+    return pickle.loads(blob)
+
+
+def damaged(path: Path, exc: BaseException) -> StoreError:
+    """The one-line error of a state that cannot be read back."""
+    return StoreError(
+        f"the OPIC state {path} is damaged ({_one_line(exc)}): nothing was changed; move it "
+        "away (or delete the JOBDIR) to start afresh"
+    )
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text[:200]
 
 
 @dataclass
@@ -84,22 +124,75 @@ class Saved:
     meta: dict = field(default_factory=dict)
 
 
-class SqliteStore:
-    """Write (and reload) a crawl's OPIC state in ``path``, created if missing."""
+class StateLock:
+    """An exclusive lock on a state file between crawls, in this process or any other (an
+    advisory ``flock`` on the file: the kernel drops it when its process ends, even by
+    ``kill -9``, so a crashed crawl never leaves a stale lock). Readers do not take it.
 
-    #: The state files open in this process (two writers would overwrite each other).
-    _open: set[Path] = set()
-
-    @classmethod
-    def in_use(cls, path: str | os.PathLike) -> bool:
-        """Is ``path`` open by a store of this process?"""
-        return Path(path).resolve() in cls._open
+    The file is created (empty) if it does not exist; :meth:`release` with ``discard`` removes
+    it again if this lock created it and nothing was written to it since."""
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        _check_sqlite(self.path)
+        existed = self.path.exists()
         try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fd: int | None = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StoreError(f"cannot open the OPIC state {self.path}: {exc.strerror}") from None
+        self.created = not existed
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(self._fd)
+            self._fd = None
+            raise StateInUse(
+                f"the OPIC state {self.path} is in use by another running crawl"
+            ) from None
+
+    @classmethod
+    def held(cls, path: str | os.PathLike) -> bool:
+        """Does some crawl hold the lock of ``path`` right now?"""
+        try:
+            cls(path).release(discard=True)
+        except StateInUse:
+            return True
+        except StoreError:
+            return False
+        return False
+
+    def release(self, discard: bool = False) -> None:
+        if self._fd is None:
+            return
+        try:
+            if discard and self.created and os.fstat(self._fd).st_size == 0:
+                with contextlib.suppress(OSError):
+                    self.path.unlink()
+        finally:
+            os.close(self._fd)
+            self._fd = None
+
+
+class StateInUse(StoreError):
+    """The state file is locked by another running crawl."""
+
+
+class SqliteStore:
+    """Write a crawl's OPIC state in ``path`` (created if missing), holding its
+    :class:`StateLock` (taken here unless given) until :meth:`close`.
+
+    ``fresh``: the state starts empty, but the rows already there (a previous crawl's state) are
+    deleted in the same transaction as the first commit: a crawl that fails before its first
+    commit, or is killed, leaves the previous state as it was."""
+
+    def __init__(
+        self, path: str | os.PathLike, lock: StateLock | None = None, fresh: bool = False
+    ) -> None:
+        self.path = Path(path)
+        self._failed = ""
+        self.lock = lock or StateLock(self.path)
+        try:
+            _check_sqlite(self.path)
             # Into WAL mode first, on a connection of our own: a reader still inside a read
             # transaction of the closed state (an export) makes the switch wait for it, up to
             # BUSY_TIMEOUT seconds, instead of failing at once.
@@ -110,39 +203,67 @@ class SqliteStore:
                 flag="c",
                 autocommit=False,
                 journal_mode="WAL",  # already so: a no-op that takes no lock
+                encode=encode_row,
+                decode=decode_row,
                 outer_stack=False,
             )
+        except StoreError:
+            if lock is None:
+                self.lock.release()
+            raise
         except Exception as exc:  # sqlite3.DatabaseError, RuntimeError from sqlitedict...
-            raise StoreError(f"cannot open OPIC state {self.path}: {exc}") from None
+            if lock is None:
+                self.lock.release()
+            raise StoreError(f"cannot open OPIC state {self.path}: {_one_line(exc)}") from None
+        if fresh:
+            # Queued, not committed: it lands with the first commit's rows, in one transaction.
+            self.db.conn.execute('DELETE FROM "opic"')
         self._pages_written = 0  # pages whose (key, url) rows are committed
-        self._open.add(self.path.resolve())
 
     def _check(self) -> None:
         """Raise :class:`StoreError` if sqlitedict's writer thread failed or died (a full disk,
-        an I/O error): every later call that waits for it would otherwise hang for good."""
+        an I/O error): every later call that waits for it would otherwise hang for good. Once
+        a write has failed, every later call fails the same way (the transaction is lost)."""
+        if self._failed:
+            raise StoreError(self._failed)
         conn = self.db.conn
         try:
             conn.check_raise_error()
         except Exception as exc:
-            raise StoreError(f"OPIC state {self.path}: a write failed: {exc}") from None
+            self._fail(exc)
         if not conn.is_alive():
-            raise StoreError(f"OPIC state {self.path}: its writer thread has stopped")
+            self._failed = f"OPIC state {self.path}: its writer thread has stopped"
+            raise StoreError(self._failed)
+
+    def _fail(self, exc: BaseException) -> None:
+        self._failed = f"OPIC state {self.path}: a write failed: {_one_line(exc)}"
+        raise StoreError(self._failed) from None
+
+    @contextlib.contextmanager
+    def _io(self) -> Iterator[None]:
+        """Around every call into sqlitedict: its writer thread's failure (which sqlitedict
+        re-raises in whichever call comes next) is a :class:`StoreError`."""
+        self._check()
+        try:
+            yield
+        except (sqlite3.Error, RuntimeError) as exc:
+            self._fail(exc)
 
     # -- requests ---------------------------------------------------------------------------
     def put_request(self, i: int, data: Any) -> None:
-        self._check()
-        self.db[f"req/{i}"] = data
+        with self._io():
+            self.db[f"req/{i}"] = data
 
     def get_request(self, i: int) -> Any:
         """The payload row of page ``i`` (:class:`KeyError` if none)."""
-        self._check()
-        return self.db[f"req/{i}"]
+        with self._io():
+            return self.db[f"req/{i}"]
 
     def del_request(self, i: int) -> None:
         # A plain DELETE, queued: sqlitedict's ``del`` first asks whether the key exists, which
         # would wait behind a snapshot still being written.
-        self._check()
-        self.db.conn.execute('DELETE FROM "opic" WHERE key = ?', (f"req/{i}",))
+        with self._io():
+            self.db.conn.execute('DELETE FROM "opic" WHERE key = ?', (f"req/{i}",))
 
     def requests(self) -> Iterator[tuple[int, Any]]:
         self._check()
@@ -161,7 +282,10 @@ class SqliteStore:
         thread writes it. ``blocking=False`` returns without waiting for the disk (a crawl's
         periodic commits: the Scrapy reactor need not wait for the write); until the write
         lands, a reader or a crash sees the previous commit, never part of this one."""
-        self._check()  # a previous (non-blocking) commit that failed stops the crawl here
+        with self._io():  # a previous (non-blocking) commit that failed stops the crawl here
+            self._commit(frontier, meta, blocking)
+
+    def _commit(self, frontier: MemoryFrontier, meta: dict | None, blocking: bool) -> None:
         engine, urls = frontier.engine, frontier.urls
         n = engine.n
         state = engine.state_dict(keys=False)
@@ -183,51 +307,32 @@ class SqliteStore:
         self.db.commit(blocking=blocking)
         self._pages_written = n
 
-    def load(self, **engine_kw) -> Saved | None:
+    def load(self, **engine_kw: Any) -> Saved | None:
         """The last committed snapshot, or ``None`` for an empty store."""
-        try:
-            if "engine" not in self.db:
-                return None
-            fr = self.db["frontier"]
-            _check_format(self.path, fr)
-            n = fr["n"]
-            keys: list = []
-            urls: list = []
-            for c in range((n + CHUNK - 1) // CHUNK):
-                for key, url in self.db[f"pages/{c}"]:
-                    keys.append(key)
-                    urls.append(url)
-            state = dict(self.db["engine"])
-            state["keys"] = keys[:n]
-            engine = OpicEngine.from_state(state, **engine_kw)
-            meta = self.db.get("meta", {})
-        except StoreError:
-            raise
-        except Exception as exc:
-            raise StoreError(f"cannot read OPIC state {self.path}: {exc}") from None
-        self._pages_written = n
-        return Saved(engine, fr["status"], urls[:n], meta)
-
-    def clear(self) -> None:
-        self.db.clear()
-        self.db.commit(blocking=True)
-        self._pages_written = 0
+        with StateReader(self.path, empty_ok=True) as reader:
+            saved = reader.saved(**engine_kw)
+        if saved is not None:
+            self._pages_written = saved.engine.n
+        return saved
 
     def close(self) -> None:
-        """Commit nothing more and close. The file goes back to a plain rollback journal, so a
-        finished state is one self-contained file that readers open without creating the WAL's
-        side files; if a reader is busy with it right now, it simply stays in WAL mode."""
-        self._open.discard(self.path.resolve())
-        if not self.db.conn.is_alive():  # its writer died: nothing would answer a clean close
-            self.db.close(do_log=False, force=True)
-            return
-        self.db.close()
-        with contextlib.suppress(sqlite3.Error):
-            con = sqlite3.connect(str(self.path), timeout=0.5)
-            try:
-                con.execute("PRAGMA journal_mode=DELETE")
-            finally:
-                con.close()
+        """Commit nothing more, close, and release the lock. The file goes back to a plain
+        rollback journal, so a finished state is one self-contained file that readers open
+        without creating the WAL's side files; if a reader is busy with it right now, it simply
+        stays in WAL mode."""
+        try:
+            if not self.db.conn.is_alive():  # its writer died: nothing would answer a clean close
+                self.db.close(do_log=False, force=True)
+                return
+            self.db.close()
+            with contextlib.suppress(sqlite3.Error):
+                con = sqlite3.connect(str(self.path), timeout=0.5)
+                try:
+                    con.execute("PRAGMA journal_mode=DELETE")
+                finally:
+                    con.close()
+        finally:
+            self.lock.release()
 
 
 def _into_wal(path: Path) -> None:
@@ -255,56 +360,81 @@ def _check_format(path: Path, fr: Any) -> None:
 
 
 class StateReader:
-    """Read-only view of one committed snapshot of a state file, for exports and reports.
+    """Read-only view of one committed snapshot of a state file: for exports and reports, and
+    for a crawl that resumes (which reads its state here, then opens it for writing).
 
     Opens the file read-only (``mode=ro``: this connection cannot write it) and reads every row
     inside one read transaction, so the engine, the statuses and the page rows all come from the
     same commit even while a crawl keeps committing (WAL mode: the crawl is not blocked either).
-    Use as a context manager, or call :meth:`close`.
+    ``check`` first runs SQLite's ``quick_check`` over the whole file (a resume: a damaged page
+    anywhere is refused before anything is written). ``empty_ok``: a file with no committed
+    state is not an error (:attr:`n` is then ``None``). A damaged or foreign file raises
+    :class:`StoreError`. Use as a context manager, or call :meth:`close`.
     """
 
-    def __init__(self, path: str | os.PathLike) -> None:
+    def __init__(
+        self, path: str | os.PathLike, check: bool = False, empty_ok: bool = False
+    ) -> None:
         self.path = Path(path)
+        self.n: int | None = None
         if not self.path.is_file():
+            if empty_ok and not self.path.exists():
+                return
             raise StoreError(f"no OPIC state at {self.path}")
         _check_sqlite(self.path)
+        if empty_ok and self.path.stat().st_size == 0:
+            return
         try:
             self._con = sqlite3.connect(
                 f"{self.path.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None
             )
+            if check:
+                rows = self._con.execute("PRAGMA quick_check").fetchall()
+                if rows != [("ok",)]:
+                    raise sqlite3.DatabaseError(rows[0][0])
             self._con.execute("BEGIN")  # one snapshot for every read below
+            tables = self._con.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'"
+            ).fetchall()
+            if ("opic",) not in tables:
+                if empty_ok and not tables:
+                    self.close()
+                    return
+                raise StoreError(f"{self.path} is not an OPIC state (another kind of sqlite file)")
             fr = self._get("frontier")
         except Exception as exc:
             self.close()
             if isinstance(exc, StoreError):
                 raise
-            raise StoreError(f"cannot read OPIC state {self.path}: {exc}") from None
+            raise damaged(self.path, exc) from None
         if fr is None:
             self.close()
+            if empty_ok:
+                return
             raise StoreError(f"{self.path} holds no OPIC state yet")
         try:
             _check_format(self.path, fr)
         except StoreError:
             self.close()
             raise
-        self.n: int = fr["n"]
+        self.n = fr["n"]
         self.status: bytes = fr["status"]
         self.continuous: bool = fr["continuous"]
 
     def _get(self, key: str) -> Any:
         try:
             row = self._con.execute("SELECT value FROM opic WHERE key = ?", (key,)).fetchone()
-            return None if row is None else pickle.loads(bytes(row[0]))
-        except Exception as exc:  # sqlite3.DatabaseError ("no such table"...), unpickling
-            raise StoreError(f"cannot read OPIC state {self.path}: {exc}") from None
+            return None if row is None else decode_row(row[0])
+        except Exception as exc:  # sqlite3.DatabaseError, a checksum, unpickling
+            raise damaged(self.path, exc) from None
 
-    def engine(self, **engine_kw) -> OpicEngine:
+    def engine(self, **engine_kw: Any) -> OpicEngine:
         """The engine of the snapshot, without page keys (ids only)."""
         state = self._get("engine")
         try:
             return OpicEngine.from_state(state, **engine_kw)
         except Exception as exc:
-            raise StoreError(f"cannot read OPIC state {self.path}: {exc}") from None
+            raise damaged(self.path, exc) from None
 
     def meta(self) -> dict:
         return self._get("meta") or {}
@@ -315,7 +445,7 @@ class StateReader:
         for c in range(first, (self.n + CHUNK - 1) // CHUNK):
             rows = self._get(f"pages/{c}")
             if rows is None:
-                raise StoreError(f"{self.path}: page rows {c} missing")
+                raise damaged(self.path, ValueError(f"page rows {c} missing"))
             lo = c * CHUNK
             yield lo, rows[: max(0, self.n - lo)]
 
@@ -332,11 +462,48 @@ class StateReader:
                 out[i] = rows[j][1] if j < len(rows) else None
         return out
 
+    def requests(self) -> Iterator[tuple[int, Any]]:
+        """``(page id, row)`` of every stored request (a JOBDIR crawl's pending pages)."""
+        try:
+            cursor = self._con.execute("SELECT key, value FROM opic WHERE key LIKE 'req/%'")
+            for key, value in cursor:
+                yield int(key[4:]), decode_row(value)
+        except Exception as exc:
+            raise damaged(self.path, exc) from None
+
+    def saved(self, **engine_kw: Any) -> Saved | None:
+        """The whole snapshot, checked (``None`` if the file holds none yet)."""
+        if self.n is None:
+            return None
+        n = self.n
+        keys: list = []
+        urls: list = []
+        for _lo, rows in self.page_chunks():
+            for key, url in rows:
+                keys.append(key)
+                urls.append(url)
+        state = self._get("engine")
+        try:
+            state = dict(state)
+            state["keys"] = keys[:n]
+            engine = OpicEngine.from_state(state, **engine_kw)
+            if engine.n != n or len(self.status) != n or len(keys) < n:
+                raise ValueError(f"{n} pages in the frontier, {engine.n} in the engine")
+            if max(self.status, default=0) >= len(STATUSES):
+                raise ValueError("a page status out of range")
+            cash = engine.total_cash()
+            if not math.isfinite(cash) or abs(cash - 1.0) > 1e-3:
+                raise ValueError(f"total cash {cash!r}, not 1")
+        except Exception as exc:
+            raise damaged(self.path, exc) from None
+        return Saved(engine, self.status, urls[:n], self.meta())
+
     def close(self) -> None:
         con = getattr(self, "_con", None)
         if con is not None:
             with contextlib.suppress(Exception):
                 con.close()
+            self._con = None
 
     def __enter__(self) -> StateReader:
         return self
@@ -388,7 +555,8 @@ class SqliteFrontier(MemoryFrontier):
         self._commit_visits = commit_visits
         self._commit_seconds = commit_seconds
         self._meta = dict(meta or {})
-        self._last_commit = (engine.visit_count, time.monotonic())
+        self._last_commit = time.monotonic()
+        self._next_commit = self._commit_after(engine.visit_count)
         self.series = Series()
         self._started = time.monotonic()
         self._elapsed_before = 0.0  # crawl time of the runs this one resumes
@@ -403,36 +571,52 @@ class SqliteFrontier(MemoryFrontier):
         epsilon: float,
         refresh: float,
         window: str,
+        accept: Callable[[dict], None] | None = None,
         **kw: Any,
     ) -> SqliteFrontier:
-        """The frontier of the state file ``path``: the state saved there if ``resume`` and there
-        is one (its engine parameters are the saved ones), else a new frontier (``epsilon``,
-        ``refresh``, ``window``) over an emptied file. ``kw``: see the class."""
-        store = SqliteStore(path)
+        """The frontier of the state file ``path``, holding its :class:`StateLock`
+        (:class:`StateInUse` if another crawl holds it): the state saved there if ``resume``
+        and there is one (its engine parameters are the saved ones), else a new frontier
+        (``epsilon``, ``refresh``, ``window``) whose first commit replaces what the file held.
+
+        A saved state is read and checked (read-only: SQLite's ``quick_check``, each row's
+        checksum, the cash) and ``accept(meta)`` may refuse it by raising, all before the file
+        is opened for writing: a state that is refused, damaged or foreign is left as it was.
+        ``kw``: see the class."""
+        lock = StateLock(path)
         try:
-            saved = store.load() if resume else None
+            saved, rows = None, {}
+            if resume:
+                with StateReader(path, check=True, empty_ok=True) as reader:
+                    saved = reader.saved()
+                    if saved is not None:
+                        if accept is not None:
+                            accept(saved.meta)
+                        # Only the ids and slots come into memory: the payloads stay rows.
+                        rows = {i: (row[0], row[1]) for i, row in reader.requests()}
+            store = SqliteStore(path, lock, fresh=saved is None)
+        except BaseException:
+            lock.release(discard=True)
+            raise
+        try:
             if saved is None:
-                store.clear()
                 engine = OpicEngine(epsilon=epsilon, refresh=refresh, window=parse_window(window))
                 return cls(engine, store, **kw)
+            store._pages_written = saved.engine.n
             frontier = cls(saved.engine, store, **kw)
-            frontier._resume(saved)
+            frontier._resume(saved, rows)
             return frontier
         except BaseException:
             store.close()
             raise
 
-    def _resume(self, saved: Saved) -> None:
-        payloads: dict[int, Any] = {}
-        slots: dict[int, tuple[int, Hashable]] = {}
-        # The payloads stay on disk: only their page ids and slots come back into memory.
-        for i, (priority, slot, _data) in self.store.requests():
-            payloads[i] = ON_DISK
-            slots[i] = (priority, slot)
-        back = self.restore(saved.status, payloads, slots, saved.urls)
+    def _resume(self, saved: Saved, rows: dict[int, tuple[int, Hashable]]) -> None:
+        payloads = dict.fromkeys(rows, ON_DISK)
+        back = self.restore(saved.status, payloads, rows, saved.urls)
         self.series = Series.from_list(saved.meta.get("series", []))
         self._elapsed_before = self.series.last_elapsed()
         engine = self.engine
+        self._next_commit = self._commit_after(engine.visit_count)
         total = self.total_cash()
         logger.info(
             "OPIC state resumed: %d pages known, %d pending (%d were in flight), %d visited; "
@@ -480,15 +664,21 @@ class SqliteFrontier(MemoryFrontier):
             self.store.del_request(i)
 
     # -- checkpoints -----------------------------------------------------------------------------
+    def _commit_after(self, visits: int) -> int:
+        """The visit count of the next checkpoint after one at ``visits``: the first visits
+        double the count between checkpoints (1, 2, 4...) up to ``commit_visits``, so a crawl
+        killed in its first seconds loses little; then every ``commit_visits``."""
+        return visits + min(self._commit_visits, max(1, visits))
+
     def _visited(self, i: int) -> None:
         visits = self.engine.visit_count
         if visits >= self._next_point:
             self._record_point()
-        if visits - self._last_commit[0] >= self._commit_visits:
+        if visits >= self._next_commit:
             self.commit()
 
     def maintain(self, leases: Collection[Lease]) -> None:
-        if time.monotonic() - self._last_commit[1] >= self._commit_seconds:
+        if time.monotonic() - self._last_commit >= self._commit_seconds:
             self.commit()
 
     def commit(self, wait: bool = False) -> None:
@@ -499,7 +689,8 @@ class SqliteFrontier(MemoryFrontier):
         self._record_point()
         meta = {**self._meta, "series": self.series.as_list()}
         self.store.commit(self, meta, blocking=wait)
-        self._last_commit = (self.engine.visit_count, time.monotonic())
+        self._last_commit = time.monotonic()
+        self._next_commit = self._commit_after(self.engine.visit_count)
 
     def _record_point(self, last: bool = False) -> None:
         """One point of the time series (O(1)); the series thins itself to a bounded length.

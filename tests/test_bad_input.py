@@ -1,0 +1,305 @@
+"""Bad input, as a user gives it: every bad ``OPIC_*`` value, a state of another spider or made
+with other settings, a damaged state, a state in use. Each run is a real ``scrapy crawl`` in a
+fresh project; each must end with exit code 1 and one error line that names the problem, no
+traceback, no request to the site, and not a byte of the project's files changed."""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from scrapy_opic.simulator.graph import power_law_graph
+from tests.project import Project
+from tests.sites import Site
+
+pytestmark = pytest.mark.slow
+
+#: (setting, bad value): each must be refused at start, naming the setting.
+BAD_VALUES = [
+    ("OPIC_EPSILON", "2"),
+    ("OPIC_EPSILON", "abc"),
+    ("OPIC_EPSILON", "0"),
+    ("OPIC_EPSILON", "nan"),
+    ("OPIC_INTERNAL_WEIGHT", "-1"),
+    ("OPIC_EXTERNAL_WEIGHT", "nan"),
+    ("OPIC_BOOST", "-1"),
+    ("OPIC_BOOST", "nan"),
+    ("OPIC_WINDOW", "fixed:10:wall:extra"),
+    ("OPIC_WINDOW", "garbage"),
+    ("OPIC_CONTINUOUS", "maybe"),
+    ("OPIC_COMMIT_VISITS", "0"),
+    ("OPIC_COMMIT_SECONDS", "0"),
+    ("OPIC_REFRESH", "5"),
+    ("OPIC_STRATEGY", "foo"),
+    ("OPIC_BOOST_PATTERNS", "/p/(1"),
+    ("OPIC_BOOST_PATTERNS", '["/p/1", "[x"]'),
+    ("OPIC_BOOST_PATTERNS", '["/p/1"'),
+    ("OPIC_REFUSED_LINKS", "drop"),
+    ("OPIC_MEMORY_REQUESTS", "-1"),
+    ("OPIC_SEED", "-3"),
+    ("OPIC_LOGSTATS", "perhaps"),
+    ("OPIC_STORE", "mongo"),
+    ("OPIC_EXPORT", "out.xyz"),
+    ("OPIC_EXPORT", '{"out.csv": {"top": -1}}'),
+    ("OPIC_EXPORT", '{"out.csv": {"colour": "red"}}'),
+    ("OPIC_REDIS_LEASE", "0"),
+]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """A project, a site, and the states of one good crawl: JOBDIR and default location."""
+    root = tmp_path_factory.mktemp("bad-input")
+    project = Project(root / "proj")
+    graph = power_law_graph(150, seed=3)
+    with Site(graph) as site:
+        start = site.url(0)
+        for extra in ((), ("-s", "JOBDIR=job")):
+            run = project.scrapy("crawl", "site", "-a", f"start_url={start}", *extra)
+            assert run.returncode == 0, run.out[-3000:]
+        assert (project.root / "job" / "opic.sqlite").exists()
+        assert (project.root / ".scrapy" / "opic" / "site.sqlite").exists()
+        yield project, site, start
+
+
+def refused(world, *args: str) -> str:
+    """Run ``scrapy crawl`` with ``args``; assert it was refused cleanly; return the line."""
+    project, site, start = world
+    before, hits = project.files(), len(site.hits)
+    run = project.scrapy("crawl", *args)
+    errors = run.errors()
+    assert run.returncode == 1, run.out[-3000:]
+    assert len(errors) == 1, run.out[-3000:]
+    assert "Traceback" not in run.out, run.out[-3000:]
+    assert len(site.hits) == hits  # not a request made
+    assert project.files() == before  # not a byte changed, no file created
+    return errors[0]
+
+
+def crawl_args(world, *settings: str) -> list[str]:
+    args = ["site", "-a", f"start_url={world[2]}"]
+    for s in settings:
+        args += ["-s", s]
+    return args
+
+
+def test_every_bad_value_is_one_line_naming_the_setting(world):
+    def check(case):
+        name, value = case
+        for jobdir in ((), ("JOBDIR=job",)):
+            line = refused(world, *crawl_args(world, f"{name}={value}", *jobdir))
+            assert f"{name}=" in line and "expected" in line, line
+        return line
+
+    with ThreadPoolExecutor(4) as pool:
+        lines = list(pool.map(check, BAD_VALUES))
+    assert len(set(lines)) == len(lines)  # each names its own value
+
+
+def test_an_unreachable_redis_server_is_one_line(world):
+    line = refused(
+        world,
+        *crawl_args(world, "OPIC_STORE=redis", "OPIC_REDIS_URL=redis://:secret@127.0.0.1:1/0"),
+    )
+    assert "OPIC_REDIS_URL" in line and "secret" not in line, line
+
+
+def test_a_jobdir_of_another_spider_is_refused(world):
+    line = refused(world, "other", "-a", f"start_url={world[2]}", "-s", "JOBDIR=job")
+    assert "spider 'site', not 'other'" in line, line
+
+
+@pytest.mark.parametrize(
+    "settings, named",
+    [
+        (("OPIC_EPSILON=0.3",), "OPIC_EPSILON=0.15 there, 0.3 here"),
+        (("OPIC_CONTINUOUS=True",), "OPIC_CONTINUOUS=False there, True here"),
+        (("OPIC_WINDOW=interpolation:10",), "OPIC_WINDOW='unbounded' there"),
+    ],
+)
+def test_resuming_with_other_settings_is_refused(world, settings, named):
+    line = refused(world, *crawl_args(world, "JOBDIR=job", *settings))
+    assert named in line, line
+
+
+def test_settings_from_the_command_line_take_json(world, tmp_path):
+    """-s takes JSON lists and dicts (as Scrapy does for FEEDS): a list of patterns is a list,
+    a regex with a comma is one pattern, an export dict is a dict; the patterns are logged."""
+    project, site, start = world
+    out = tmp_path / "top.jsonl"
+    run = project.scrapy(
+        "crawl",
+        *crawl_args(
+            world,
+            'OPIC_BOOST_PATTERNS=["/p/1\\\\.html", "/p/\\\\d{1,2}\\\\.html"]',
+            "OPIC_EXPORT=" + json.dumps({str(out): {"top": 3}}),
+            f"OPIC_STATE_PATH={tmp_path / 'json.sqlite'}",
+        ),
+    )
+    assert run.returncode == 0, run.out[-3000:]
+    assert "OPIC boosts URLs matching '/p/1\\\\.html', '/p/\\\\d{1,2}\\\\.html'" in run.out, run.out
+    assert len(out.read_text().splitlines()) == 3
+
+
+CORPUS = """
+import json, shutil, sys, time
+from pathlib import Path
+from scrapy_opic.backends import StoreError
+from scrapy_opic.backends.sqlite import SqliteFrontier
+
+src, work = Path(sys.argv[1]), Path(sys.argv[2])
+size = src.stat().st_size
+variants = [("header", 0, 100), ("truncated", None, size // 2)]
+variants += [(f"page {p}", p * 4096 + 60, 4000) for p in range(size // 4096)]
+for name, offset, length in variants:
+    path = work / "opic.sqlite"
+    shutil.copyfile(src, path)
+    with open(path, "r+b") as fh:
+        if offset is None:
+            fh.truncate(length)
+        else:
+            fh.seek(offset)
+            fh.write(b"\\xff" * length)
+    before = path.read_bytes()
+    t0 = time.monotonic()
+    try:
+        f = SqliteFrontier.open(path, resume=True, epsilon=0.15, refresh=0.0, window="unbounded",
+                                persist_requests=True)
+    except StoreError as exc:
+        out = {"refused": str(exc), "unchanged": path.read_bytes() == before,
+               "others": sorted(p.name for p in work.iterdir() if p != path)}
+    else:
+        out = {"opened": f.engine.n, "cash": f.total_cash(), "pending": len(f)}
+        f.close([])
+    out.update(name=name, seconds=time.monotonic() - t0)
+    print(json.dumps(out), flush=True)
+    for p in work.iterdir():
+        p.unlink()
+"""
+
+
+@pytest.fixture(scope="module")
+def stopped_job(world):
+    """A JOBDIR crawl stopped half-way (pending pages with their request rows)."""
+    project, site, start = world
+    run = project.scrapy("crawl", *crawl_args(world, "JOBDIR=job2", "CLOSESPIDER_PAGECOUNT=30"))
+    assert run.returncode == 0, run.out[-3000:]
+    return project.root / "job2" / "opic.sqlite"
+
+
+def test_every_damaged_page_of_a_state_is_refused_or_harmless(stopped_job, tmp_path):
+    """Each page of a small state overwritten in turn (and its header, and the file cut in
+    half): opening it for a resume either refuses it, one line, file unchanged, nothing
+    created beside it, or (a page holding no live data) resumes the very same crawl."""
+    import subprocess
+    import sys
+
+    with SqliteFrontierOf(stopped_job) as (n, pending):
+        pass
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = subprocess.run(
+        [sys.executable, "-c", CORPUS, str(stopped_job), str(work)],
+        capture_output=True,
+        text=True,
+        timeout=120,  # a hang fails here
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    outcomes = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert len(outcomes) >= 5
+    refused = [o for o in outcomes if "refused" in o]
+    assert {o["name"] for o in refused} >= {"header", "truncated", "page 0"}
+    for o in refused:
+        assert o["unchanged"] and o["others"] == [], o
+        assert "\n" not in o["refused"] and str(work) in o["refused"], o
+    for o in outcomes:
+        if "opened" in o:
+            assert (o["opened"], o["pending"]) == (n, pending), o
+            assert o["cash"] == pytest.approx(1.0, abs=1e-9), o
+
+
+class SqliteFrontierOf:
+    """The intact state's page count and pending count (a copy opened and closed)."""
+
+    def __init__(self, path) -> None:
+        self.path = path
+
+    def __enter__(self):
+        import shutil
+        import tempfile
+
+        from scrapy_opic.backends.sqlite import StateReader
+
+        with tempfile.TemporaryDirectory() as d:
+            copy = shutil.copyfile(self.path, f"{d}/s.sqlite")
+            with StateReader(copy, check=True) as reader:
+                pending = sum(1 for _ in reader.requests())
+                return reader.n, pending
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+
+@pytest.mark.parametrize("damage", ["header", "middle", "truncated"])
+def test_a_damaged_jobdir_is_one_line_and_left_as_it_was(world, stopped_job, damage):
+    project = world[0]
+    job = project.root / f"damaged-{damage}"
+    job.mkdir()
+    data = bytearray(stopped_job.read_bytes())
+    if damage == "header":
+        data[:100] = b"\xff" * 100
+    elif damage == "middle":
+        mid = len(data) // 2 // 4096 * 4096
+        data[mid : mid + 4000] = b"\xff" * 4000
+    else:
+        data = data[: len(data) // 2]
+    (job / "opic.sqlite").write_bytes(bytes(data))
+    line = refused(world, *crawl_args(world, f"JOBDIR={job}"))
+    assert "opic.sqlite" in line and ("damaged" in line or "not an OPIC state" in line), line
+
+
+def hold(path):
+    """A process holding the lock of the state ``path`` (a crawl running elsewhere)."""
+    import subprocess
+    import sys
+
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import time; from scrapy_opic.backends.sqlite import StateLock;"
+            f"lock = StateLock({str(path)!r}); print('held', flush=True); time.sleep(120)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout.readline().strip() == "held"
+    return holder
+
+
+def test_a_jobdir_in_use_by_another_crawl_is_refused(world):
+    holder = hold(world[0].root / "job" / "opic.sqlite")
+    try:
+        line = refused(world, *crawl_args(world, "JOBDIR=job"))
+    finally:
+        holder.kill()
+        holder.wait()
+    assert "in use by another running crawl" in line and "another JOBDIR" in line, line
+
+
+def test_a_default_state_in_use_gives_this_crawl_its_own_file(world):
+    project = world[0]
+    state = project.root / ".scrapy" / "opic" / "site.sqlite"
+    before = project.files(".scrapy/opic/site.sqlite")
+    holder = hold(state)
+    try:
+        run = project.scrapy("crawl", *crawl_args(world, "CLOSESPIDER_PAGECOUNT=5"))
+    finally:
+        holder.kill()
+        holder.wait()
+    assert run.returncode == 0, run.out[-3000:]
+    assert "is in use by another running crawl; this crawl keeps its state in" in run.out
+    assert (state.parent / "site-2.sqlite").exists()
+    assert project.files(".scrapy/opic/site.sqlite") == before
