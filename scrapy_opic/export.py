@@ -24,6 +24,7 @@ import csv
 import json
 import os
 import re
+import stat
 import sys
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -342,23 +343,58 @@ def _write_rows(
 
 @contextlib.contextmanager
 def output_file(out: str | os.PathLike) -> Iterator[IO[str]]:
-    """A text handle for ``out`` (``-``: stdout). A file is written under a temporary name and
-    renamed when the block ends without error, so a failed export or report never leaves a
-    truncated file behind (nor the temporary one)."""
+    """A text handle for ``out`` (``-``: stdout).
+
+    A regular file (or a new one) is written under a temporary name in its directory and
+    renamed over it when the block ends without error, so a failed export or report never
+    leaves a truncated file behind (nor the temporary one); it keeps the permissions of the file
+    it replaces. A symbolic link is followed: its target is the file written, the link stays.
+    Anything else (a device such as ``/dev/stdout`` or ``/dev/null``, a FIFO) is written
+    through, as ``open(out, "w")`` would. Errors name ``out``, never the temporary file."""
     if str(out) == "-":
         yield sys.stdout
         sys.stdout.flush()
         return
-    target = Path(out)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or ".")
+    if str(out).endswith(("/", os.sep)) or os.path.isdir(out):
+        raise ValueError(f"{out}: a directory, expected a file name")
     try:
-        with os.fdopen(fd, "w", newline="", encoding="utf-8") as fh:
-            yield fh
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
+        mode = os.stat(out)  # (through any symlinks)
+    except FileNotFoundError:
+        mode = None
+    except OSError as exc:
+        raise _cannot_write(out, exc) from None
+    if mode is not None and not stat.S_ISREG(mode.st_mode):
+        try:
+            with open(out, "w", newline="", encoding="utf-8") as fh:
+                yield fh
+        except OSError as exc:
+            raise _cannot_write(out, exc) from None
+        return
+    target = Path(os.path.realpath(out))  # a symlink's target is replaced, not the link
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    except OSError as exc:
+        raise _cannot_write(out, exc) from None
+    try:
+        try:
+            with os.fdopen(fd, "w", newline="", encoding="utf-8") as fh:
+                yield fh
+            if mode is not None:
+                os.chmod(tmp, stat.S_IMODE(mode.st_mode))
+            else:
+                umask = os.umask(0)
+                os.umask(umask)
+                os.chmod(tmp, 0o666 & ~umask)
+            os.replace(tmp, target)
+        except OSError as exc:
+            raise _cannot_write(out, exc) from None
     finally:
         if os.path.exists(tmp):  # not renamed: failed, or the rename itself failed
             os.unlink(tmp)
+
+
+def _cannot_write(out: Any, exc: OSError) -> OSError:
+    return OSError(f"cannot write {out}: {exc.strerror or exc}")
 
 
 def write_export(

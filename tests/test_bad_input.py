@@ -6,6 +6,7 @@ traceback, no request to the site, and not a byte of the project's files changed
 from __future__ import annotations
 
 import json
+import os
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -303,3 +304,70 @@ def test_a_default_state_in_use_gives_this_crawl_its_own_file(world):
     assert "is in use by another running crawl; this crawl keeps its state in" in run.out
     assert (state.parent / "site-2.sqlite").exists()
     assert project.files(".scrapy/opic/site.sqlite") == before
+
+
+# -- the commands, as a hostile user runs them ------------------------------------------------
+def test_commands_name_an_unknown_spider_and_refuse_bad_counts(world):
+    project = world[0]
+    run = project.scrapy("opic-export", "nosuch", "-o", "x.csv")
+    assert run.returncode == 1 and "unknown spider 'nosuch'" in run.out, run.out
+    assert "site" in run.out  # the spiders it has
+    for args in (("opic-top", "site", "-n", "-3"), ("opic-export", "site", "-o", "x.csv/")):
+        run = project.scrapy(*args)
+        assert run.returncode == 2 and run.out.startswith("error: "), run.out
+        assert "Traceback" not in run.out
+    assert not (project.root / "x.csv").exists()
+
+
+@pytest.mark.parametrize("args", [("opic-top", "site"), ("opic-export", "site", "-o", "-")])
+def test_a_reader_that_goes_away_ends_the_command_quietly(world, args):
+    """``scrapy opic-top site | head``: the reader closes the pipe before the command writes;
+    the command ends with 0 and says nothing."""
+    import subprocess
+    import sys
+
+    project = world[0]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "scrapy", *args],
+        cwd=project.root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    proc.stdout.close()  # the reader is gone before the first line
+    err = proc.stderr.read()
+    assert proc.wait(timeout=60) == 0, err
+    assert err == "", err
+
+
+def test_export_writes_through_special_files_and_follows_symlinks(world, tmp_path):
+    import threading
+
+    project = world[0]
+    # /dev/full: a device stays a device; the error names it, one line.
+    run = project.scrapy("opic-export", "site", "-o", "/dev/full", "--format", "csv")
+    assert run.returncode == 1 and run.out.strip() == (
+        "error: cannot write /dev/full: No space left on device"
+    ), run.out
+    assert os.path.exists("/dev/full") and not os.path.isfile("/dev/full")
+    # A symlink: its target gets the rows, the link stays a link.
+    target, link = tmp_path / "real.csv", tmp_path / "link.csv"
+    target.write_text("old\n")
+    link.symlink_to(target)
+    run = project.scrapy("opic-export", "site", "-o", str(link))
+    assert run.returncode == 0, run.out
+    assert link.is_symlink() and target.read_text().startswith("url,importance")
+    # A FIFO: written through to its reader (which would block for good on a replaced file).
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got: list[str] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_text()))
+    reader.start()
+    run = project.scrapy("opic-export", "site", "-o", str(fifo), "--format", "jsonl")
+    reader.join(timeout=60)
+    assert run.returncode == 0, run.out
+    assert fifo.is_fifo() and len(got[0].splitlines()) > 10
+    # A directory that does not exist: the error names the file asked for, no temporary name.
+    run = project.scrapy("opic-export", "site", "-o", str(tmp_path / "nope" / "x.csv"))
+    assert run.returncode == 1 and run.out.count("\n") == 1, run.out
+    assert "nope/x.csv" in run.out and ".x.csv." not in run.out

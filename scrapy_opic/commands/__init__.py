@@ -7,6 +7,7 @@ one given with ``--state`` (a file, or ``redis://host:port/db#KEY``), read-only.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -46,19 +47,45 @@ class StateCommand(ScrapyCommand):
         if len(args) != 1:
             self.fail("give one spider name (or --state PATH)", code=2)
             return None
+        self._spider = args[0]
         return self.guarded(
             lambda: state_location(OpicSettings.from_settings(self.settings), args[0])
         )
+
+    def explain(self, exc: StoreError) -> str:
+        """The message of a missing state, saying so when the spider is not one of the
+        project's (a typo) rather than only that its state is missing."""
+        spider = getattr(self, "_spider", None)
+        if spider is None or "no OPIC state at" not in str(exc):
+            return str(exc)
+        try:
+            from scrapy.spiderloader import get_spider_loader
+
+            known = sorted(get_spider_loader(self.settings).list())
+        except Exception:  # not in a project, or its spiders do not import: say what we know
+            return str(exc)
+        if spider in known:
+            return str(exc)
+        return f"unknown spider {spider!r} (this project's spiders: {', '.join(known) or 'none'})"
 
     def fail(self, message: str, code: int = 1) -> None:
         print(f"error: {message}", file=sys.stderr)
         self.exitcode = code
 
     def guarded(self, action: Callable[[], Any]) -> Any:
-        """Run ``action``; turn the errors a user can cause into one line and an exit code."""
+        """Run ``action``; turn the errors a user can cause into one line and an exit code. A
+        reader that went away (``| head``) ends the command quietly, as it would ``cat``."""
         try:
             return action()
-        except (StoreError, ValueError, OSError) as exc:
+        except BrokenPipeError:
+            # Nothing more can reach the reader; Python's final flush of stdout must not
+            # complain about it either.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+        except StoreError as exc:
+            self.fail(self.explain(exc))
+        except (ValueError, OSError) as exc:
             self.fail(str(exc))
         except ImportError as exc:
             self.fail(f"{exc} (pip install 'scrapy-opic[report]')")

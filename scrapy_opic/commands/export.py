@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from ..export import open_state, write_export
@@ -32,11 +33,14 @@ class Command(StateCommand):
         )
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
+        if opts.top is not None and opts.top < 0:
+            self.fail("--top must be 0 or more", code=2)
+            return
+        if opts.output != "-" and opts.output.endswith(("/", os.sep)):
+            self.fail(f"-o {opts.output}: a directory, expected a file name", code=2)
+            return
         path = self.state_file(args, opts)
         if path is None:
-            return
-        if opts.top is not None and opts.top < 0:
-            self.fail("--top must be positive", code=2)
             return
         # Check the format before reading anything: a typo costs nothing.
         if self.guarded(lambda: output_format(opts.output, opts.format)) is None:

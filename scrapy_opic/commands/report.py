@@ -21,6 +21,9 @@ class Command(StateCommand):
         parser.add_argument("--top", type=int, default=25, metavar="N", help="rows per table")
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
+        if opts.top < 0:
+            self.fail("--top must be 0 or more", code=2)
+            return
         path = self.state_file(args, opts)
         if path is None:
             return

@@ -18,6 +18,9 @@ class Command(StateCommand):
         parser.add_argument("--fetched-only", action="store_true", help="only fetched pages")
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
+        if opts.top < 0:
+            self.fail("-n/--top must be 0 or more", code=2)
+            return
         path = self.state_file(args, opts)
         if path is None:
             return
@@ -34,4 +37,4 @@ class Command(StateCommand):
 
         out = self.guarded(table)
         if out is not None:
-            print(out)
+            self.guarded(lambda: print(out, flush=True))
