@@ -178,3 +178,35 @@ def test_a_batch_larger_than_the_graph_visits_every_page_once_per_step(strategy)
     sim.run(30)
     assert (sim.engine.visits[: g.n] == 3).all()
     assert abs(sim.engine.total_cash() - 1.0) < 1e-12
+
+
+@pytest.mark.parametrize(
+    "args, named",
+    [
+        (["--passes", "-1"], "--passes -1.0: expected a number > 0"),
+        (["--passes", "nan"], "--passes nan"),
+        (["--epsilon", "0"], "--epsilon 0.0: expected a number in (0, 1]"),
+        (["--epsilon", "1.5"], "--epsilon 1.5"),
+        (["--refresh", "2"], "--refresh 2.0: expected a number in [0, 1]"),
+        (["--batch", "0"], "--batch 0"),
+    ],
+)
+def test_cli_refuses_bad_options_in_one_line(tmp_path, capsys, args, named):
+    out = tmp_path / "x.csv"
+    assert main(["--graph", "powerlaw:50", "--out", str(out), *args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and named in err, err
+    assert not out.exists()
+
+
+def test_cli_refuses_weighted_edge_lists_and_graphs_of_self_links_only(tmp_path, capsys):
+    weighted = tmp_path / "w.txt"
+    weighted.write_text("# a weighted list\na b 0.5\nb c 0.25\n")
+    assert main(["--graph", str(weighted), "--out", str(tmp_path / "x.csv")]) == 2
+    err = capsys.readouterr().err
+    assert "data line 1 has 3 columns ('a b 0.5')" in err and err.count("\n") == 1, err
+    loops = tmp_path / "s.txt"
+    loops.write_text("a a\nb b\n")
+    assert main(["--graph", str(loops), "--out", str(tmp_path / "x.csv")]) == 2
+    err = capsys.readouterr().err
+    assert "no links between two different pages" in err and "nan" not in err, err

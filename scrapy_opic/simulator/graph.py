@@ -99,10 +99,16 @@ def load_edge_list(path: str | Path, self_links: bool = False) -> Graph:
     if b"#" in data:
         data = b"\n".join(line for line in data.splitlines() if not line.lstrip().startswith(b"#"))
     tokens = data.split()
-    if len(tokens) % 2:
-        raise ValueError(f"{path}: odd number of node ids; every line needs 'src dst'")
     if not tokens:
         raise ValueError(f"{path}: no edges")
+    lines = [line for line in data.splitlines() if line.strip()]
+    if len(tokens) != 2 * len(lines):
+        k, bad = next((k, ln) for k, ln in enumerate(lines, 1) if len(ln.split()) != 2)
+        shown = bad.decode(errors="replace")
+        raise ValueError(
+            f"{path}: data line {k} has {len(bad.split())} columns ({shown!r}): every line "
+            "must be 'src dst' (weights are not read)"
+        )
     arr = np.array(tokens)
     try:
         keys = arr.astype(np.int64)

@@ -20,6 +20,7 @@ batches the ``B`` pages the strategy ranks first are visited together through th
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from collections.abc import Sequence
@@ -231,12 +232,32 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _check_args(args: argparse.Namespace) -> None:
+    """:class:`ValueError` naming the first option with a value the simulation cannot use."""
+    checks = (
+        ("--passes", args.passes, math.isfinite(args.passes) and args.passes > 0, "a number > 0"),
+        ("--epsilon", args.epsilon, 0 < args.epsilon <= 1, "a number in (0, 1]"),
+        ("--refresh", args.refresh, 0 <= args.refresh <= 1, "a number in [0, 1]"),
+        ("--batch", args.batch, args.batch is None or args.batch >= 1, "a whole number >= 1"),
+        ("--seed", args.seed, args.seed >= 0, "a whole number >= 0"),
+    )
+    for name, value, ok, allowed in checks:
+        if not ok:
+            raise ValueError(f"{name} {value}: expected {allowed}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        _check_args(args)
         window = parse_window(args.window)
         t0 = time.perf_counter()
         graph = load_graph(args.graph, self_links=args.keep_self_links)
+        if graph.n_edges == 0:
+            raise ValueError(
+                f"{args.graph}: no links between two different pages (self-links are dropped "
+                "unless --keep-self-links): nothing to compute"
+            )
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
