@@ -163,6 +163,9 @@ class OpicScheduler(BaseScheduler):
         self._full: set[Hashable] = set()  # the download slots without room (see _full_slots)
         #: The schedule code of each request that the visit that paid it already filed.
         self._codes: WeakKeyDictionary[Request, int] = WeakKeyDictionary()
+        #: Requests a visit paid that have not reached enqueue_request yet (a request dropped
+        #: on its way is collected, and leaves the set by itself).
+        self._unfiled: weakref.WeakSet[Request] = weakref.WeakSet()
         self._default_concurrency = 8  # CONCURRENT_REQUESTS_PER_DOMAIN (see from_crawler)
         self._slot_concurrency: dict[str, int] = {}
         self._limits: dict[Hashable, int] = {}  # download slot -> leases it may hold (cached)
@@ -216,6 +219,9 @@ class OpicScheduler(BaseScheduler):
     def open(self, spider: Spider) -> Any:
         if self.frontier is None:  # (else prepare() opened it before Scrapy's engine existed)
             self._open_frontier(spider)
+        if hasattr(self.frontier, "ready"):  # checkpoints wait for the links visits paid
+            unfiled = self._unfiled  # (not self: no cycle through the frontier)
+            self.frontier.ready = lambda: not unfiled
         s = self.settings
         # Where Scrapy's stats say a request waits: memory, disk (JOBDIR) or redis.
         where = "redis" if self.frontier.shared else "disk" if s.jobdir else "memory"
@@ -437,6 +443,8 @@ class OpicScheduler(BaseScheduler):
             meta.pop("opic_lease", None)
 
     def enqueue_request(self, request: Request) -> bool:
+        if self._unfiled:
+            self._unfiled.discard(request)
         lease = self._held(request)  # a retry or redirect of a page in flight here?
         self.detach(request)
         if lease is not None:
@@ -566,6 +574,8 @@ class OpicScheduler(BaseScheduler):
         self.counts["opic/visits"] += 1
         for o, code in zip(followed, visit.codes):
             self._codes[o] = code
+            if code == NEEDS_PAYLOAD:
+                self._unfiled.add(o)
         return visit.importance
 
     def settle_callback_error(self, request: Request) -> None:

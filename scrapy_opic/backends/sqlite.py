@@ -54,7 +54,7 @@ from sqlitedict import SqliteDict
 
 from ..opic.constants import PENDING, STATUSES, VISITED
 from ..opic.engine import OpicEngine
-from ..opic.frontier import Lease, MemoryFrontier
+from ..opic.frontier import Entry, Lease, MemoryFrontier
 from ..opic.window import parse_window
 from ..series import Series
 from . import StoreError
@@ -557,6 +557,12 @@ class SqliteFrontier(MemoryFrontier):
         self._meta = dict(meta or {})
         self._last_commit = time.monotonic()
         self._next_commit = self._commit_after(engine.visit_count)
+        #: Whether a checkpoint may be taken now. The scheduler answers no while links that a
+        #: visit paid still have to come back with their requests: a checkpoint taken then
+        #: would hold those pages without a request, and a crawl resumed from it could never
+        #: fetch them.
+        self.ready: Callable[[], bool] = lambda: True
+        self._due_since: float | None = None  # a checkpoint waits for ready() since then
         self.series = Series()
         self._started = time.monotonic()
         self._elapsed_before = 0.0  # crawl time of the runs this one resumes
@@ -674,12 +680,38 @@ class SqliteFrontier(MemoryFrontier):
         visits = self.engine.visit_count
         if visits >= self._next_point:
             self._record_point()
-        if visits >= self._next_commit:
+        if visits >= self._next_commit and self._due_since is None:
+            # Due, taken at the next call once ready(): not inside the visit, whose links are
+            # still on their way back to be filed.
+            self._due_since = time.monotonic()
+
+    def _commit_when_ready(self) -> None:
+        """A checkpoint now if :attr:`ready`, else as soon as it is (the next schedule or
+        upkeep); after ``commit_seconds`` of waiting, at once all the same (links that never
+        came back, dropped on their way to the scheduler, must not stop the checkpoints)."""
+        now = time.monotonic()
+        if self._due_since is None:
+            self._due_since = now
+        if self.ready() or now - self._due_since >= self._commit_seconds:
             self.commit()
 
+    def schedule(self, entries: Sequence[Entry], again: bool = False) -> list[int]:
+        codes = super().schedule(entries, again)
+        if self._due_since is not None:
+            self._commit_when_ready()
+        return codes
+
+    def pop(self, full_slots: Collection[Hashable] = ()) -> Lease | None:
+        if self._due_since is not None:
+            self._commit_when_ready()
+        return super().pop(full_slots)
+
     def maintain(self, leases: Collection[Lease]) -> None:
-        if time.monotonic() - self._last_commit >= self._commit_seconds:
-            self.commit()
+        if (
+            self._due_since is not None
+            or time.monotonic() - self._last_commit >= self._commit_seconds
+        ):
+            self._commit_when_ready()
 
     def commit(self, wait: bool = False) -> None:
         """Write a checkpoint (one sqlite transaction), with a point of the crawl's time series
@@ -689,6 +721,7 @@ class SqliteFrontier(MemoryFrontier):
         self._record_point()
         meta = {**self._meta, "series": self.series.as_list()}
         self.store.commit(self, meta, blocking=wait)
+        self._due_since = None
         self._last_commit = time.monotonic()
         self._next_commit = self._commit_after(self.engine.visit_count)
 
