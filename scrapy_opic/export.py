@@ -181,8 +181,9 @@ class OpicState:
         imp = self.importance()[lo:hi].tolist()
         cash = e.cash(ids).tolist()
         hist = e.hist[lo:hi].tolist()
-        visits = e.visits[lo:hi].tolist()
-        last = e.last_g[lo:hi].tolist()
+        seen = e.visits[lo:hi]
+        visits = seen.tolist()
+        last = np.where(seen > 0, e.last_g[lo:hi], 0.0).tolist()  # never visited: 0
         fetched = ((e.flags[lo:hi] & FETCHED) != 0).tolist()
         if None in urls:  # a page whose URL was never recorded: name it by its id
             urls = [u if u is not None else str(lo + k) for k, u in enumerate(urls)]
@@ -433,12 +434,37 @@ def write_importance(state: OpicState, out: str) -> int:
     return write_export(state, out)
 
 
+_ENCODED_UTF8 = re.compile(r"(?:%[89A-Fa-f][0-9A-Fa-f])+")
+
+
+def display_url(url: str) -> str:
+    """``url`` as a person reads it: percent-encoded UTF-8 (``%C3%A9``) and IDNA host names
+    (``xn--...``) shown as their characters; ASCII escapes (``%2F``, ``%20``) kept, so the
+    text still names the same URL."""
+
+    def decode(m: re.Match) -> str:
+        try:
+            return bytes.fromhex(m.group().replace("%", "")).decode("utf-8")
+        except UnicodeDecodeError:
+            return m.group()
+
+    text = _ENCODED_UTF8.sub(decode, url)
+    if "xn--" in text:
+        scheme, sep, rest = text.partition("://")
+        host, slash, path = rest.partition("/")
+        with contextlib.suppress(UnicodeError, ValueError):
+            host = host.encode("ascii").decode("idna")
+        text = scheme + sep + host + slash + path
+    return text
+
+
 def format_table(pages: list[Page], width: int = 100) -> str:
     """The pages as a plain-text table (rank, importance, visits, fetched, URL)."""
     lines = [f"{'rank':>4}  {'importance':>10}  {'visits':>6}  {'fetched':>7}  url"]
     room = max(20, width - 36)
     for rank, p in enumerate(pages, 1):
-        url = p.url if len(p.url) <= room else p.url[: room - 1] + "…"
+        url = display_url(p.url)
+        url = url if len(url) <= room else url[: room - 1] + "…"
         lines.append(
             f"{rank:>4}  {p.importance:>10.6f}  {p.visits:>6}  {'yes' if p.fetched else 'no':>7}"
             f"  {url}"
@@ -453,6 +479,7 @@ __all__ = [
     "Page",
     "Site",
     "StoreError",
+    "display_url",
     "format_table",
     "host_of",
     "open_state",

@@ -84,6 +84,13 @@ logger = logging.getLogger(__name__)
 _RUNNING: WeakKeyDictionary[Any, OpicScheduler] = WeakKeyDictionary()
 
 
+def _url(request: Request) -> str:
+    """The URL a page is known by: its request's, without a fragment (the fingerprint ignores
+    it, so the first link's ``#section`` would otherwise name the page for good)."""
+    url = request.url
+    return url[: url.index("#")] if "#" in url else url
+
+
 #: The scheduler that :func:`prepare` built for each crawler, its frontier open.
 _PREPARED: WeakKeyDictionary[Any, OpicScheduler] = WeakKeyDictionary()
 
@@ -266,11 +273,13 @@ class OpicScheduler(BaseScheduler):
                     logger.info("OPIC: %d pages in flight handed back", len(leases))
                 f = self.update_stats(closing=True)
                 logger.info(
-                    "OPIC scheduler closed (%s): %s%d pages known, %d visited, %d pending%s",
+                    "OPIC scheduler closed (%s): %s%d pages known, %d fetched, %d visits, "
+                    "%d pending%s",
                     reason,
                     "the crawl has " if frontier.shared else "",
                     f["pages"],
-                    f["visited"],
+                    f.get("fetched", 0),
+                    f.get("visits", 0),
                     f["pending"],
                     f"; this process made {frontier.round_trips} round trips"
                     if frontier.shared
@@ -325,7 +334,7 @@ class OpicScheduler(BaseScheduler):
 
     def _entry(self, request: Request) -> Entry:
         return Entry(
-            self._key(request), request.url, request.priority, self._slot(request), request
+            self._key(request), _url(request), request.priority, self._slot(request), request
         )
 
     @staticmethod
@@ -552,7 +561,7 @@ class OpicScheduler(BaseScheduler):
         links = [
             Link(
                 self._key(o),
-                o.url,
+                _url(o),
                 weights[k] if weights is not None else 1.0,
                 boosts[k] if boosts is not None else 0.0,
                 self._again(o),

@@ -512,3 +512,12 @@ def test_frozen_items_keep_flowing_with_one_warning(caplog):
         mw._stamp(out, 0.5)
     assert out[2]["importance"] == 0.5 and out[0].importance == 0.0
     assert sum("OPIC_ITEM_FIELD" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_display_url_shows_characters_and_keeps_ascii_escapes():
+    from scrapy_opic.export import display_url
+
+    assert display_url("http://xn--caf-dma.example/%C3%A9t%C3%A9%20x%2F?q=%E4%B8%AD") == (
+        "http://café.example/été%20x%2F?q=中"
+    )
+    assert display_url("http://h/%FF%FE") == "http://h/%FF%FE"  # not UTF-8: as it was

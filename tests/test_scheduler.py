@@ -423,3 +423,16 @@ def test_a_page_popped_again_after_its_lease_lapsed_is_held_once(on_redis):
     assert s.frontier.figures()["visits"] == 0 and len(s._leases) == 1
     visit(s, second)
     assert s.frontier.figures()["visits"] == 1 and not s._leases and not s._slot_load
+
+
+def test_a_page_is_known_by_its_url_without_the_fragment(schedulers):
+    s = schedulers.make()
+    assert s.enqueue_request(Request(URLS[0] + "#section-2"))
+    assert not s.enqueue_request(Request(URLS[0] + "#other"))  # the same page
+    if hasattr(s.frontier, "commit"):  # (the embedded one: a checkpoint for the reader)
+        s.frontier.commit(wait=True)
+    from scrapy_opic.export import open_state
+
+    with open_state(s.frontier.location) as state:
+        (page,) = state.top(5)
+    assert page.url == URLS[0] and page.last_visit == 0.0  # never visited: 0

@@ -60,6 +60,8 @@ from ..series import Series
 from . import StoreError
 
 logger = logging.getLogger(__name__)
+# sqlitedict logs each open and close at DEBUG, which Scrapy's default LOG_LEVEL shows.
+logging.getLogger("sqlitedict").setLevel(logging.INFO)
 
 FORMAT = 2
 CHUNK = 4096  #: pages per ``pages/<c>`` row
