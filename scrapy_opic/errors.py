@@ -41,11 +41,8 @@ def raise_in_one_line(exc: Exception) -> NoReturn:
 def _install_asyncio_handler() -> None:
     try:
         loop = asyncio.get_running_loop()
-    except RuntimeError:
-        try:
-            loop = asyncio.get_event_loop_policy().get_event_loop()
-        except Exception:  # no loop in this thread: nothing will log through one
-            return
+    except RuntimeError:  # no running loop (Twisted's CrawlerProcess): the log filter's case
+        return
     previous = loop.get_exception_handler()
     if getattr(previous, "_opic", False):
         return

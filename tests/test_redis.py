@@ -227,3 +227,11 @@ def test_a_password_never_reaches_logs_errors_or_stored_settings():
     with pytest.raises(OpicSettingsError) as bad:
         OpicSettings.from_settings({"OPIC_REDIS_URL": "http://:s3cret@db:6379/0"})
     assert "s3cret" not in str(bad.value)
+
+
+@pytest.mark.parametrize("kw", [{"epsilon": 2.0}, {"epsilon": 0.0}, {"refresh": 5.0}])
+def test_a_crawl_with_impossible_parameters_is_never_created(frontier, kw):
+    """epsilon 2 would create cash at every visit: refused before anything reaches Redis."""
+    with pytest.raises(ValueError, match="must be in"):
+        frontier.open(**kw)
+    assert frontier.globals() is None
