@@ -81,7 +81,8 @@ def test_uncommitted_changes_are_not_in_the_file(tmp_path):
     crash(f)
     g = frontier_at(path, resume=True)
     assert g.engine.n == 1 and g.status_of(key(0)) == "pending"
-    assert dict(g.store.requests()) == {0: (0, "h0", b"req0")}
+    with StateReader(path) as reader:
+        assert dict(reader.requests()) == {0: (0, "h0", b"req0")}
     g.close([])
 
 
@@ -120,7 +121,8 @@ def test_kill_9_mid_crawl_leaves_a_consistent_checkpoint(tmp_path):
     assert f.engine.visit_count >= 200  # what was committed before the kill is there
     # The request rows and the snapshot were committed together: exactly the pending pages.
     pending = {i for i in range(f.engine.n) if f.status[i] == 1}
-    assert pending == {i for i, _row in f.store.requests()}
+    with StateReader(path) as reader:
+        assert pending == {i for i, _row in reader.requests()}
     assert f.figures()["in_flight"] == 0
     f.close([])
 
@@ -163,7 +165,8 @@ def test_page_rows_are_chunked_and_append_only(tmp_path):
     finally:
         store.db.__class__.__setitem__ = real_set
     store.close()
-    saved = SqliteStore(tmp_path / "c.sqlite").load()
+    with StateReader(tmp_path / "c.sqlite") as reader:
+        saved = reader.saved()
     assert saved.urls == urls
     assert [saved.engine.key_of(i) for i in range(len(urls))] == [f"k{i}" for i in range(len(urls))]
     with StateReader(tmp_path / "c.sqlite") as reader:
@@ -211,7 +214,8 @@ def test_a_crawl_starting_on_a_state_waits_for_its_reader(tmp_path):
 
     def start_crawl() -> None:
         store = SqliteStore(path)  # must wait for the reader, then succeed
-        opened.append(store.load().urls)
+        with StateReader(path) as saved:
+            opened.append(saved.saved().urls)
         store.close()
 
     crawl = threading.Thread(target=start_crawl)

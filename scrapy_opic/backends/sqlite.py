@@ -152,17 +152,6 @@ class StateLock:
                 f"the OPIC state {self.path} is in use by another running crawl"
             ) from None
 
-    @classmethod
-    def held(cls, path: str | os.PathLike) -> bool:
-        """Does some crawl hold the lock of ``path`` right now?"""
-        try:
-            cls(path).release(discard=True)
-        except StateInUse:
-            return True
-        except StoreError:
-            return False
-        return False
-
     def release(self, discard: bool = False) -> None:
         if self._fd is None:
             return
@@ -267,12 +256,6 @@ class SqliteStore:
         with self._io():
             self.db.conn.execute('DELETE FROM "opic" WHERE key = ?', (f"req/{i}",))
 
-    def requests(self) -> Iterator[tuple[int, Any]]:
-        self._check()
-        for key, value in self.db.items():
-            if key.startswith("req/"):
-                yield int(key[4:]), value
-
     # -- snapshots --------------------------------------------------------------------------
     def commit(
         self, frontier: MemoryFrontier, meta: dict | None = None, blocking: bool = True
@@ -308,14 +291,6 @@ class SqliteStore:
             self.db["meta"] = meta
         self.db.commit(blocking=blocking)
         self._pages_written = n
-
-    def load(self, **engine_kw: Any) -> Saved | None:
-        """The last committed snapshot, or ``None`` for an empty store."""
-        with StateReader(self.path, empty_ok=True) as reader:
-            saved = reader.saved(**engine_kw)
-        if saved is not None:
-            self._pages_written = saved.engine.n
-        return saved
 
     def close(self) -> None:
         """Commit nothing more, close, and release the lock. The file goes back to a plain
