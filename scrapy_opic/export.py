@@ -57,9 +57,10 @@ class Page(NamedTuple):
     """One page of a state.
 
     ``importance`` sums to 1 over all known pages; ``cash`` is what the page holds now (sums to 1
-    with the virtual page's cash); ``history`` is the cash the page absorbed at its visits (within
-    the window, for windowed policies); ``last_visit`` is the clock G at its last visit (0 if
-    never fetched).
+    with the virtual page's cash); ``history`` is the link credit the page absorbed at its visits
+    (within the window, for windowed policies: what its importance is measured on, see
+    :mod:`scrapy_opic.opic.engine`); ``last_visit`` is the clock G at its last visit (0 if never
+    fetched).
     """
 
     url: str

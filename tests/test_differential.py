@@ -47,10 +47,10 @@ SCALARS = {
     "n_unfetched": "nunf",
     "visit_count": "visits",
     "_cash_at_visit_ema": "ema",
-    "accb_all": "accba",
-    "accb_unfetched": "accbu",
-    "accd_all": "accda",
-    "accd_unfetched": "accdu",
+    "acc_credit": "accc",
+    "credit_total": "ctot",
+    "credit_passed": "cpass",
+    "credit_dangling": "cdang",
     "b_total": "btot",
     "d_total": "dtot",
     "default_rate": "rate",
@@ -223,7 +223,7 @@ class Pair:
         g = self.red.globals()
         for name, red_name in SCALARS.items():
             assert getattr(mem, name) == g[red_name], (name, where)
-        for name in ("_s", "hist", "last_g", "visits", "flags"):
+        for name in ("_s", "hist", "_cb", "_lc", "last_g", "visits", "flags"):
             got = getattr(red, name)[: red.n]
             want = getattr(mem, name)[ids]
             np.testing.assert_array_equal(got, want, err_msg=f"{name} {where}")

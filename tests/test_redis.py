@@ -14,7 +14,7 @@ import uuid
 import pytest
 
 from scrapy_opic.backends import StoreError
-from scrapy_opic.backends.redis import SCALARS, RedisFrontier, lua_constants
+from scrapy_opic.backends.redis import LAYOUTS, SCALARS, RedisFrontier, lua_constants
 from scrapy_opic.opic.constants import SCHEDULED
 from scrapy_opic.opic.frontier import Entry, Link
 from scrapy_opic.simulator.graph import power_law_graph
@@ -172,7 +172,9 @@ def test_a_crawl_started_by_the_previous_version_is_read_and_joined(frontier):
 def test_the_scripts_constants_are_generated_from_python():
     text = lua_constants()
     assert "local SCALARS = {'eps', 'refresh'," in text
-    assert f"local PFMT = '<{'d' * 6}IBB'" in text and "local SCHEDULED = 1" in text
+    assert f"fmt = '<{'d' * 7}IBB'" in text and "local SCHEDULED = 1" in text
+    # Every layout fits Redis's listpack values (64 bytes): a page hash stays compact.
+    assert all(struct.calcsize("<" + "".join(c for _, c in f)) <= 64 for f in LAYOUTS)
     assert struct.calcsize("<" + "d" * len(SCALARS)) == 8 * len(SCALARS)
 
 

@@ -59,42 +59,50 @@ def test_interpolation_estimate_is_the_rate_over_the_last_T():
 
 
 def test_interpolation_visits_through_the_engine_use_the_g_clock():
+    # The window measures the link credit a page received; the clock is G (cash).
     e = OpicEngine(window="interpolation:4", epsilon=0.5)
     e.add_pages(2)
-    e.payout()  # the virtual page pays 0.5 to each page: G = 1
-    e.visit(0, [1])  # G - G[0] = 1 < 4:  0 * 3/4 + 0.5
+    e.payout()  # the virtual page pays 0.5 to each page: G = 1; teleport credit 1 each
+    e.visit(1, [0])  # page 1 passes (1 - eps) of its credit 1 to page 0: 0.5
+    assert e.link_credit([0])[0] == pytest.approx(0.5)
+    e.visit(0, [1])  # at G = 1.5 (page 1 took 0.5), G - G[0] = 1.5 < 4:  0 * 2.5/4 + 0.5
     assert e.hist[0] == pytest.approx(0.5)
-    assert e.last_g[0] == pytest.approx(1.0)
-    e.payout()  # 0.25 back, half of it to page 0: G = 1.75
-    assert e.cash_of(0) == pytest.approx(0.125)
-    e.visit(0, [1])  # G - G[0] = 0.75 < 4:  0.5 * 3.25/4 + 0.125
-    assert e.hist[0] == pytest.approx(0.5 * 3.25 / 4 + 0.125)
+    assert e.last_g[0] == pytest.approx(1.5)
+    # Page 0 passed its teleport credit 1 and link credit 0.5: 0.75 to page 1, which passes
+    # (teleport 0 since its visit) 0.375 back.
+    e.visit(1, [0])
+    dt = e.G - 1.5  # (the cash page 0 took, 0.75, then page 1's 0.375)
+    assert dt == pytest.approx(1.125)
+    e.visit(0, [1])  # dt < 4:  0.5 * (4 - dt)/4 + 0.375
+    assert e.hist[0] == pytest.approx(0.5 * (4 - dt) / 4 + 0.375)
 
 
-def test_windows_do_not_count_the_initial_cash_as_received():
+def test_windows_count_received_credit_not_the_initial_cash():
     e = OpicEngine(window="interpolation:100", epsilon=0.5)
     e.add_pages(2)
-    e.init_uniform()  # C0 = 0.5 each
-    e.visit(1, [0])  # page 0 receives 0.25
-    e.visit(0, [1])  # absorbs 0.75, of which 0.25 was received
-    assert e.hist[0] == pytest.approx(0.25)
-    assert e.G == pytest.approx(0.5 + 0.75)  # the clock still counts all absorbed cash
+    e.init_uniform()  # C0 = 0.5 each; the endowment is every page's prior credit 1
+    e.visit(1, [0])  # page 0 receives credit 0.5 (and cash 0.25)
+    e.visit(0, [1])  # absorbs cash 0.75; its window gets the link credit 0.5 only
+    assert e.hist[0] == pytest.approx(0.5)
+    assert e.G == pytest.approx(0.5 + 0.75)  # the clock counts all absorbed cash
 
 
 def test_wall_clock_interpolation():
     now = [1000.0]
     e = OpicEngine(window="interpolation:100:wall", epsilon=0.5, time_fn=lambda: now[0])
     e.add_pages(2)
-    e.payout()
+    e.payout()  # teleport credit 1 each
+    e.visit(1, [0])  # page 0 receives link credit 0.5
     now[0] = 1050.0
     e.visit(0, [1])  # 50 s after arrival, prior history 0
     assert e.hist[0] == pytest.approx(0.5)
     assert e.last_t[0] == 1050.0
-    e.payout()
-    c = e.cash_of(0)
+    e.visit(1, [0])
+    k = e.link_credit([0])[0]
+    assert k > 0
     now[0] = 1250.0
-    e.visit(0, [1])  # 200 s >= T: C * 100 / 200
-    assert e.hist[0] == pytest.approx(c / 2)
+    e.visit(0, [1])  # 200 s >= T: credit * 100 / 200
+    assert e.hist[0] == pytest.approx(k / 2)
 
 
 def feed(w, e, measures):

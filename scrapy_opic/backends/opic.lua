@@ -7,7 +7,7 @@
 -- engine agree to the last bits (tests/test_differential.py replays one random sequence of every
 -- operation on both and compares every number after every step).
 --
--- The constants (SCALARS, N_PARAMS, PFMT, ST_FIELD, the statuses DISCOVERED..VISITED, the
+-- The constants (SCALARS, N_PARAMS, LAYOUTS, the statuses DISCOVERED..VISITED, the
 -- schedule codes DUPLICATE..LOCAL, ESTIMATORS, WIN_INTERPOLATION, VISIT_DECAY, RATE_DECAY,
 -- BLEND_LEMMA, SLOPE_NOISE) and unpack_page/pack_page are not written here: they are generated
 -- from Python (scrapy_opic/backends/redis.py, lua_constants) and prepended when the script loads.
@@ -72,6 +72,7 @@ local function load_g()
   interp = g.win == WIN_INTERPOLATION
   wall = g.wall == 1
   mom = g.mom == 1
+  layout = LAYOUTS[mom and 1 or (wall and 2 or 0)]
   T = g.T
   estimator = ESTIMATORS[g.est]
   return true
@@ -140,12 +141,9 @@ end
 
 -- OpicEngine.add_page (+ the window's on_new): a new page with no cash.
 local function new_page(fp, url)
-  local p = {s = -(g.acca + g.accu), h = 0, lg = g.G, v = 0, f = 0, st = DISCOVERED,
-    b = 0, d = 0, lt = 0, pr = '0', sl = '', dirty = true}
-  if mom then
-    p.b = -(g.accba + g.accbu)
-    p.d = -(g.accda + g.accdu)
-  end
+  -- (cb = 0: back pay, the teleport credit given before the page joined.)
+  local p = {s = -(g.acca + g.accu), h = 0, cb = 0, lc = 0, lg = g.G, v = 0, f = 0,
+    st = DISCOVERED, b = 0, d = 0, lt = 0, pr = '0', sl = '', dirty = true}
   if interp then
     p.h = g.rate * T
     if wall then p.lt = now() end
@@ -230,18 +228,24 @@ local function flush()
 end
 
 -- ---------------------------------------------------------------- cash movements
--- OpicEngine._credit: cash taken from elsewhere (the caller books the debit).
-local function credit(p, x)
+-- OpicEngine._credit: cash taken from elsewhere (the caller books the debit) and, with y,
+-- link credit.
+local function credit(p, x, y)
   p.s = p.s + x
-  if mom then
-    local t = g.G
-    p.b = p.b + x * t
-    p.d = p.d + x * (t * t)
+  if y then
+    p.lc = p.lc + y
+    if mom then
+      local t = g.G
+      p.b = p.b + y * t
+      p.d = p.d + y * (t * t)
+    end
   end
   p.dirty = true
 end
 
+-- The totals of the link credit just paid (after the pages', as in OpicEngine._credit).
 local function credit_total(total)
+  g.ctot = g.ctot + total
   if mom then
     local t = g.G
     g.btot = g.btot + total * t
@@ -258,10 +262,6 @@ local function take(p)
     c = p.s + g.acca + g.accu
     p.f = 1
     g.nunf = g.nunf - 1
-    if mom then
-      p.b = p.b + g.accbu
-      p.d = p.d + g.accdu
-    end
   end
   p.s = -g.acca
   p.dirty = true
@@ -293,25 +293,19 @@ local function payout()
   g.vcash = 0
   g.vhist = g.vhist + v
   g.G = g.G + v
-  if mom then
-    local t = g.G
-    g.accba = g.accba + (v - to_unf) / g.n * t
-    g.accda = g.accda + (v - to_unf) / g.n * t * t
-    if to_unf ~= 0 then
-      g.accbu = g.accbu + to_unf / g.nunf * t
-      g.accdu = g.accdu + to_unf / g.nunf * t * t
-    end
-    g.btot = g.btot + v * t
-    g.dtot = g.dtot + v * t * t
-  end
+  g.accc = g.accc + v  -- teleport credit: the same to every page, known or not yet
 end
 
--- OpicEngine.visit up to the payout to children: returns the cash taken.
+-- OpicEngine.visit up to the payout to children: returns the cash and the credit taken.
 local function visit_take(p)
   local first = p.f == 0
   local c = take(p)
   local t = now()
-  absorb(p, c, t)
+  local received = p.lc
+  local k = g.accc - p.cb + received
+  p.cb = g.accc
+  p.lc = 0
+  absorb(p, received, t)
   p.lg = g.G
   if wall then p.lt = t end
   p.v = p.v + 1
@@ -323,25 +317,29 @@ local function visit_take(p)
   if first and interp then
     -- The learned default history: the rate of a page just visited for the first time (its
     -- interpolated estimate at dt = 0 is h / T).
-    local rate = p.h / T
+    local rate = (p.h * T / T) / T  -- (the same operations as the embedded estimate at dt = 0)
     g.rate = g.rate + (1.0 - RATE_DECAY) * (rate - g.rate)
   end
-  return c
+  return c, k
 end
 
--- OpicEngine._distribute over child pages (self-links already left out by the caller).
-local function distribute(c, kids, weights, boosts, vweight)
+-- OpicEngine._distribute over child pages (self-links already left out by the caller): the
+-- cash c and the credit kc in the same shares.
+local function distribute(c, kc, kids, weights, boosts, vweight)
   local d = #kids
-  if d == 0 or c == 0 then
+  g.cpass = g.cpass + kc
+  if d == 0 then
     g.vcash = g.vcash + c
+    g.cdang = g.cdang + kc
     return
   end
   local to_virtual = eps * c
   local rest = c - to_virtual
-  local shares = {}
+  local k_rest = kc - eps * kc
+  local shares, credits = {}, {}
   if not weights and vweight == 0 then
-    local each = rest / d
-    for k = 1, d do shares[k] = each end
+    local each, each_k = rest / d, k_rest / d
+    for k = 1, d do shares[k] = each; credits[k] = each_k end
   else
     local total_w = 0
     if not weights then
@@ -352,15 +350,19 @@ local function distribute(c, kids, weights, boosts, vweight)
     total_w = total_w + vweight
     if not (total_w > 0) then
       g.vcash = g.vcash + c
+      g.cdang = g.cdang + kc
       return
     end
-    for k = 1, d do shares[k] = rest * weights[k] / total_w end
+    for k = 1, d do
+      shares[k] = rest * weights[k] / total_w
+      credits[k] = k_rest * weights[k] / total_w
+    end
     to_virtual = to_virtual + rest * vweight / total_w
   end
   local paid = 0
   for k = 1, d do
-    credit(kids[k], shares[k])
-    paid = paid + shares[k]
+    credit(kids[k], shares[k], credits[k])
+    paid = paid + credits[k]
   end
   credit_total(paid)
   g.vcash = g.vcash + to_virtual
@@ -373,12 +375,9 @@ local function distribute(c, kids, weights, boosts, vweight)
     end
     if want > 0 and g.vcash > 0 then
       local scale = math.min(1.0, g.vcash / want)
-      local moved = 0
       for k = 1, d do
         credit(kids[k], extra[k] * scale)
-        moved = moved + extra[k] * scale
       end
-      credit_total(moved)
       g.vcash = g.vcash - want * scale
       if g.vcash < 0 then g.vcash = 0 end
     end
@@ -443,30 +442,29 @@ local function slope(b, d)
   return 0
 end
 
+-- (OpicEngine.importance_of: a / n for the teleport, the rest by the page's share of the link
+-- credit received.)
 local function importance_of(p)
   if interp then return -1 end
-  local c = cash_of(p)
-  local received = g.greal + (1.0 - g.vcash)
-  local est = p.h + c
-  if estimator == 'paper' then
-    return received > 0 and est / received or 0
+  local received = g.ctot
+  local lemma = p.h + p.lc
+  local est, total
+  local slopes = slope(g.btot, g.dtot)
+  if estimator == 'paper' or estimator == 'lemma' then
+    est, total = lemma, received
+  elseif estimator == 'regression' then
+    est, total = slope(p.b, p.d), slopes
+  else
+    local x = received > 0 and lemma / received or lemma
+    local sl = slope(p.b, p.d)
+    local y = slopes > 0 and sl / slopes or sl
+    est, total = BLEND_LEMMA * x + (1.0 - BLEND_LEMMA) * y, 1.0
   end
-  if est < 0 then est = 0 end
-  if estimator == 'lemma' then
-    return received > 0 and est / received or 0
-  end
-  local b, d = p.b + g.accba, p.d + g.accda
-  if p.f == 0 then
-    b = b + g.accbu
-    d = d + g.accdu
-  end
-  local sl, slopes = slope(b, d), slope(g.btot, g.dtot)
-  if estimator == 'regression' then
-    return slopes > 0 and sl / slopes or 0
-  end
-  local x = received > 0 and est / received or est
-  local y = slopes > 0 and sl / slopes or sl
-  return BLEND_LEMMA * x + (1.0 - BLEND_LEMMA) * y
+  if not (total > 0) then return 1.0 / g.n end
+  local dangling = 0
+  if g.cpass > 0 then dangling = g.cdang / g.cpass end
+  local a = eps + (1.0 - eps) * dangling
+  return a / g.n + (1.0 - a) / total * est
 end
 
 -- ---------------------------------------------------------------- commands
@@ -589,7 +587,7 @@ elseif cmd == 'visit' then
       w = tonumber(ARGV[k + 2]), boost = tonumber(ARGV[k + 3]), again = ARGV[k + 4] == '1',
       pr = ARGV[k + 5], sl = ARGV[k + 6], req = ARGV[k + 7]}
   end
-  local c = visit_take(p)
+  local c, kc = visit_take(p)
   local kids, weights, boosts = {}, nil, nil
   if not plain then weights = {} end
   if has_boosts then boosts = {} end
@@ -600,7 +598,7 @@ elseif cmd == 'visit' then
       if boosts then boosts[#boosts + 1] = l.boost end
     end
   end
-  distribute(c, kids, weights, boosts, vweight)
+  distribute(c, kc, kids, weights, boosts, vweight)
   unlease(fp)
   done(p)
   local out = {1, fmt(importance_of(p))}
@@ -616,8 +614,8 @@ elseif cmd == 'fail' then
   local fp = ARGV[2]
   local p = leased(fp, ARGV[3])
   if not p then return stale() end
-  local c = visit_take(p)
-  distribute(c, {}, nil, nil, 0)
+  local c, kc = visit_take(p)
+  distribute(c, kc, {}, nil, nil, 0)
   unlease(fp)
   done(p)
   flush()
@@ -661,8 +659,14 @@ elseif cmd == 'redirect' then
     return {1, SCHEDULED}
   end
   local c = empty(p)
-  credit(q, c)
-  credit_total(c)
+  -- The credit goes with the cash: the target receives all that the source held.
+  local held = p.lc
+  local kc = g.accc - p.cb + held
+  p.cb = g.accc
+  p.lc = 0
+  g.ctot = g.ctot - held
+  credit(q, c, kc)
+  credit_total(kc)
   retire(p)
   local code = schedule(q, ARGV[6], ARGV[7], ARGV[8], false)
   flush()
@@ -703,7 +707,7 @@ elseif cmd == 'renew' then
   local n = 0
   for k = 3, #ARGV, 2 do
     local r = redis.call('HMGET', pkey(ARGV[k]), 'x', 'w')
-    if r[1] and r[2] == ARGV[k + 1] and select(ST_FIELD, struct.unpack(PFMT, r[1])) == IN_FLIGHT then
+    if r[1] and r[2] == ARGV[k + 1] and select(layout.st, struct.unpack(layout.fmt, r[1])) == IN_FLIGHT then
       redis.call('ZADD', ns .. ':leases', 'XX', until_ms, ARGV[k])
       n = n + 1
     end

@@ -74,11 +74,15 @@ from .sqlite import CHUNK
 #: first (:data:`PARAMS`), then the clock, the virtual page, the accumulators, the status counts
 #: and the clock time of the last wall-clock window step (``clock``).
 SCALARS = (
-    "eps", "refresh", "cont", "win", "est", "T", "wall", "mom", "n", "G", "greal", "vcash",
-    "vhist", "acca", "accu", "nunf", "visits", "ema", "accba", "accbu", "accda", "accdu", "btot",
-    "dtot", "rate", "st0", "st1", "st2", "st3", "reclaimed", "stale", "clock",
+    "eps", "refresh", "cont", "win", "est", "T", "wall", "mom", "layout", "n", "G", "greal",
+    "vcash", "vhist", "acca", "accu", "nunf", "visits", "ema", "accc", "ctot", "cpass", "cdang",
+    "btot", "dtot", "rate", "st0", "st1", "st2", "st3", "reclaimed", "stale", "clock",
 )  # fmt: skip
-PARAMS = SCALARS[:8]
+PARAMS = SCALARS[:9]
+#: The version of the crawl's layout in Redis (globals and page fields), a parameter that every
+#: process compares with its own: a crawl started by a version that stored pages otherwise is
+#: refused instead of misread. (A date: no count from an older layout can take its value.)
+LAYOUT = 20261123.0
 _GLOBALS = struct.Struct("<" + "d" * len(SCALARS))
 
 
@@ -87,19 +91,46 @@ def _unpack_globals(blob: bytes) -> dict[str, float]:
     return dict(zip(SCALARS, _GLOBALS.unpack(blob.ljust(_GLOBALS.size, b"\0"))))
 
 
-#: A page's packed numbers (the ``x`` field of its hash): stored cash s, history h, G at the last
-#: visit lg, received-cash moments b and d, wall time of the last visit lt, visits v, flags f,
-#: status st. 54 bytes: under Redis's hash-max-listpack-value (64), so that a page hash keeps the
-#: compact listpack encoding.
-PAGE_FIELDS = (
-    ("s", "d"), ("h", "d"), ("lg", "d"), ("b", "d"), ("d", "d"), ("lt", "d"), ("v", "I"),
-    ("f", "B"), ("st", "B"),
-)  # fmt: skip
-_PAGE = struct.Struct("<" + "".join(code for _, code in PAGE_FIELDS))
-_PAGE_DTYPE = np.dtype(
-    [(name, {"d": "<f8", "I": "<u4", "B": "u1"}[code]) for name, code in PAGE_FIELDS]
-)
-_ST = [name for name, _ in PAGE_FIELDS].index("st")
+def page_fields(mom: bool, wall: bool) -> tuple[tuple[str, str], ...]:
+    """A page's packed numbers (the ``x`` field of its hash): stored cash s, (credit) history h,
+    teleport-credit baseline cb, link credit held lc, G at the last visit lg, then the
+    received-credit moments b and d (estimators that need them) or the wall time of the last
+    visit lt (wall-clock windows), visits v, flags f, status st. At most 62 bytes: under Redis's
+    hash-max-listpack-value (64), so that a page hash keeps the compact listpack encoding."""
+    extra = (("b", "d"), ("d", "d")) if mom else (("lt", "d"),) if wall else ()
+    return (
+        (("s", "d"), ("h", "d"), ("cb", "d"), ("lc", "d"), ("lg", "d"))
+        + extra
+        + (("v", "I"), ("f", "B"), ("st", "B"))
+    )
+
+
+#: The three layouts, by the script's id: 0 plain, 1 with moments, 2 with a wall clock.
+LAYOUTS = (page_fields(False, False), page_fields(True, False), page_fields(False, True))
+
+
+class PageLayout:
+    """The packing of one crawl's pages (moments and wall clock are crawl parameters)."""
+
+    def __init__(self, mom: bool, wall: bool) -> None:
+        self.fields = page_fields(mom, wall)
+        self.names = tuple(name for name, _ in self.fields)
+        self.struct = struct.Struct("<" + "".join(code for _, code in self.fields))
+        self.dtype = np.dtype(
+            [(name, {"d": "<f8", "I": "<u4", "B": "u1"}[code]) for name, code in self.fields]
+        )
+
+    @classmethod
+    def of(cls, g: dict[str, float]) -> PageLayout:
+        return cls(g["mom"] == 1.0, g["wall"] == 1.0)
+
+    def unpack(self, x: bytes) -> dict[str, float]:
+        out = dict(zip(self.names, self.struct.unpack(x)))
+        for name in ("b", "d", "lt"):
+            out.setdefault(name, 0.0)
+        return out
+
+
 #: Window policies the script runs, by id.
 WINDOWS = ("unbounded", "interpolation")
 
@@ -114,15 +145,20 @@ def lua_constants() -> str:
     def table(names: Sequence[str]) -> str:
         return "{" + ", ".join(f"[{k}] = {lua(v)}" for k, v in enumerate(names)) + "}"
 
-    names = [name for name, _ in PAGE_FIELDS]
-    fields = ", ".join(names)
+    def layout(fields: tuple[tuple[str, str], ...]) -> str:
+        fmt = "<" + "".join(code for _, code in fields)
+        st = [name for name, _ in fields].index("st") + 1
+        return f"{{fmt = '{fmt}', st = {st}, names = {{{', '.join(repr(n) for n, _ in fields)}}}}}"
+
     lines = [
         "-- Generated from Python (scrapy_opic/backends/redis.py, scrapy_opic/opic/constants.py)",
         "-- when the script is loaded: the one source of every number both sides share.",
         "local SCALARS = {" + ", ".join(lua(x) for x in SCALARS) + "}",
         f"local N_PARAMS = {len(PARAMS)}",
-        f"local PFMT = '<{''.join(code for _, code in PAGE_FIELDS)}'",
-        f"local ST_FIELD = {_ST + 1}",
+        "local LAYOUTS = {"
+        + ", ".join(f"[{k}] = {layout(f)}" for k, f in enumerate(LAYOUTS))
+        + "}",
+        f"local LAYOUT = {LAYOUT!r}",
         *(f"local {name.upper()} = {k}" for k, name in enumerate(STATUSES)),
         *(f"local {name.upper()} = {k}" for k, name in enumerate(CODES)),
         f"local ESTIMATORS = {table(ESTIMATORS)}",
@@ -131,12 +167,18 @@ def lua_constants() -> str:
         f"local RATE_DECAY = {RATE_DECAY!r}",
         f"local BLEND_LEMMA = {BLEND_LEMMA!r}",
         f"local SLOPE_NOISE = {SLOPE_NOISE!r}",
+        # (layout: the crawl's, set when its globals load; fields it lacks read as 0.)
+        "local layout",
         "local function unpack_page(x)",
-        f"  local {fields} = struct.unpack(PFMT, x)",
-        "  return {" + ", ".join(f"{n} = {n}" for n in names) + "}",
+        "  local vals = {struct.unpack(layout.fmt, x)}",
+        "  local p = {b = 0, d = 0, lt = 0}",
+        "  for k, name in ipairs(layout.names) do p[name] = vals[k] end",
+        "  return p",
         "end",
         "local function pack_page(p)",
-        "  return struct.pack(PFMT, " + ", ".join(f"p.{n}" for n in names) + ")",
+        "  local vals = {}",
+        "  for k, name in ipairs(layout.names) do vals[k] = p[name] end",
+        "  return struct.pack(layout.fmt, unpack(vals))",
         "end",
     ]
     return "\n".join(lines) + "\n"
@@ -277,16 +319,24 @@ class RedisFrontier:
             "refresh": float(refresh),
             "cont": 1.0 if continuous else 0.0,
             **window_params(window),
+            "layout": LAYOUT,
         }
         self.round_trips += 1
         existed = bool(self.client.exists(self.ns + ":s"))
         stored = self._call("init", *(repr(mine[name]) for name in PARAMS))
         stored = dict(zip(PARAMS, (float(v) for v in stored)))
+        if stored["layout"] != LAYOUT:
+            raise ValueError(
+                f"the OPIC crawl {self.key!r} in Redis was started by an older scrapy-opic, "
+                "which stored its pages otherwise: finish it with that version, or start afresh "
+                "(OPIC_REDIS_RESET=True)"
+            )
         differ = {k: (stored[k], mine[k]) for k in PARAMS if stored[k] != mine[k]}
         if differ:
             what = ", ".join(f"{k}: crawl {a!r}, here {b!r}" for k, (a, b) in differ.items())
             raise ValueError(f"the OPIC crawl {self.key!r} in Redis has other parameters ({what})")
         self.continuous = bool(continuous)
+        self.layout = PageLayout(mine["mom"] == 1.0, mine["wall"] == 1.0)
         if not existed and meta is not None:
             self.set_meta({**meta, "started": time.time()})
         self._started = float(self.meta().get("started", time.time()))
@@ -495,7 +545,7 @@ class RedisFrontier:
     def _page(self, key: Hashable) -> dict[str, float] | None:
         self.round_trips += 1
         x = self.client.hget((self.ns + ":p:").encode() + key, "x")
-        return None if x is None else dict(zip((n for n, _ in PAGE_FIELDS), _PAGE.unpack(x)))
+        return None if x is None else self.layout.unpack(x)
 
     def status_of(self, key: Hashable) -> str | None:
         page = self._page(key)
@@ -597,6 +647,7 @@ class RedisFrontier:
         c, ns = self.client, self.ns
         problems: list[str] = []
         snap = self.snapshot()
+        layout = PageLayout.of(self.globals())
         prefix = (ns + ":p:").encode()
         queued: dict[bytes, list[tuple[str, float]]] = {}
         heads: dict[str, dict[str, float]] = {}  # head index key -> slot -> best stored cash
@@ -628,7 +679,7 @@ class RedisFrontier:
             counts[st] += 1
             pr, sl, w, x = c.hmget(prefix + fp, "pr", "sl", "w", "x")
             r = c.hget(ns + ":r", fp)
-            fields = dict(zip((n for n, _ in PAGE_FIELDS), _PAGE.unpack(x)))
+            fields = layout.unpack(x)
             s_, f = fields["s"], fields["f"]
             where = queued.pop(fp, [])
             if st == 1:
@@ -667,6 +718,12 @@ class RedisSnapshot:
         g = frontier.globals()
         if g is None:
             raise StoreError(f"no OPIC crawl under the key {frontier.key!r} in Redis")
+        if g["layout"] != LAYOUT:
+            raise StoreError(
+                f"the OPIC crawl {frontier.key!r} in Redis was started by an older scrapy-opic, "
+                "which stored its pages otherwise: read it with that version"
+            )
+        layout = PageLayout.of(g)
         self._meta = frontier.meta()
         self._meta.setdefault("series", frontier.series())
         n = int(g["n"])
@@ -680,28 +737,29 @@ class RedisSnapshot:
         n = len(keys)
         packed = bytearray()
         prefix = (ns + ":p:").encode()
-        blank = bytes(_PAGE.size)
+        blank = bytes(layout.struct.size)
         for lo in range(0, n, CHUNK):
             pipe = client.pipeline(transaction=False)
             for fp in keys[lo : lo + CHUNK]:
                 pipe.hget(prefix + fp, "x")
             for x in pipe.execute():
                 packed += x if x is not None else blank
-        cols = np.frombuffer(bytes(packed), dtype=_PAGE_DTYPE, count=n)
-        s_, h, lg, b, d, lt = (cols[k].astype(float) for k in ("s", "h", "lg", "b", "d", "lt"))
+        cols = np.frombuffer(bytes(packed), dtype=layout.dtype, count=n)
         v, st = cols["v"], cols["st"]
         flags = cols["f"].astype(np.uint8)
         arrays = {
-            "s": s_,
-            "hist": h,
-            "last_g": lg,
+            "s": cols["s"].astype(float),
+            "hist": cols["h"].astype(float),
+            "cb": cols["cb"].astype(float),
+            "lc": cols["lc"].astype(float),
+            "last_g": cols["lg"].astype(float),
             "visits": v.astype(np.uint32),
             "flags": flags,
         }
         if g["wall"] == 1.0:
-            arrays["last_t"] = lt
+            arrays["last_t"] = cols["lt"].astype(float)
         if g["mom"] == 1.0:
-            arrays["b"], arrays["d"] = b, d
+            arrays["b"], arrays["d"] = cols["b"].astype(float), cols["d"].astype(float)
         self._state = {
             "params": {
                 "epsilon": g["eps"],
@@ -722,10 +780,10 @@ class RedisSnapshot:
                 "c0": 0.0,
                 "visit_count": int(g["visits"]),
                 "_cash_at_visit_ema": g["ema"],
-                "accb_all": g["accba"],
-                "accb_unfetched": g["accbu"],
-                "accd_all": g["accda"],
-                "accd_unfetched": g["accdu"],
+                "acc_credit": g["accc"],
+                "credit_total": g["ctot"],
+                "credit_passed": g["cpass"],
+                "credit_dangling": g["cdang"],
                 "b_total": g["btot"],
                 "d_total": g["dtot"],
                 "default_rate": g["rate"],
@@ -763,7 +821,8 @@ class RedisSnapshot:
 
 
 __all__ = [
-    "PAGE_FIELDS",
+    "LAYOUT",
+    "PageLayout",
     "SCALARS",
     "RedisFrontier",
     "RedisSnapshot",

@@ -2,8 +2,8 @@
 
 The model (Abiteboul, Preda, Cobena, "Adaptive On-Line Page Importance Computation", WWW 2003):
 
-* every page ``i`` holds *cash* ``C[i]`` and a *history* ``H[i]``; the clock ``G`` is the total
-  history, so it grows by the cash every visit absorbs;
+* every page ``i`` holds *cash* ``C[i]``; a visit absorbs it (into the paper's history ``H[i]``);
+  the clock ``G`` is the total history, so it grows by the cash every visit absorbs;
 * a *visit* of ``i`` moves ``C[i]`` into ``H[i]`` (through the window policy), resets ``C[i]`` to 0
   and pays the cash out: a share ``epsilon`` to the *virtual page* (the paper's "small edges") and
   ``1 - epsilon`` split over the out-links (equally, or by link weights). A dangling page pays
@@ -31,18 +31,45 @@ which is exactly PageRank with damping ``alpha = 1 - eps`` and dangling mass spr
 ``networkx.pagerank(G, alpha=1 - eps)``. (Giving the virtual page an equal ``1 / (d + 1)`` share
 instead makes the teleport probability depend on the out-degree: that is not PageRank.)
 
+Importance: the credit. Cash orders the crawl, but it is a poor measure of importance in a crawl
+that discovers its graph: all of it starts with the seed (its first visit absorbs the whole
+endowment, which the seed's children then share), and the virtual page pays it to the few pages
+known early. So importance is measured on a second flow, the *credit*, that moves with the cash
+but has a uniform source:
+
+* every payout of the virtual page gives every page, known or not yet, the same *teleport
+  credit* (the amount paid; the endowment is the first such payout, i.e. a uniform prior, as in
+  the paper's ``C[i] = 1/n`` start): a running total ``acc_credit``, and per page the total at its
+  last visit (``cb``, 0 for a new page: *back pay*, so a page discovered late holds the same
+  teleport credit as one known from the start);
+* a visit passes the credit the page holds (teleport credit since its last visit plus the *link
+  credit* received since) over its links in the same shares as its cash, ``1 - epsilon`` of it;
+  the epsilon share, a dangling page's credit, boosts and forfeits are spent (the teleport is
+  given uniformly instead);
+* the window policy measures each page's *link credit* (its history ``hist``; ``H`` in the
+  paper's formulas), and a page's importance is PageRank's decomposition::
+
+      x_j = a / n + (1 - a) * est_j / sum(est),    a = eps + (1 - eps) * D
+
+  with ``D`` the share of the credit flow that passed through dangling pages. A page no one
+  links to gets ``a / n``, PageRank's teleport share, whatever the crawl's start: the endowment
+  is a uniform prior, never a page's importance. At a stationary crawl (each page visited at
+  its rate) the link credit rates solve ``h = tau + (1 - eps) P^T h`` with a uniform ``tau``:
+  ``x`` is exactly the PageRank above.
+
 Invariants (tested):
 
 * **cash is conserved**: ``sum(C) + virtual_cash == 1`` after every public operation (up to float
-  rounding); nothing here creates or destroys cash;
+  rounding); nothing here creates or destroys cash (the credit is a measure, not money);
 * ``G`` never decreases, and grows by exactly the cash absorbed by visits and virtual payouts;
-* with the unbounded history, Lemma 2.3 holds: ``H + C - C0 = sum_{i -> j} share(i, j) * H[i]``
-  plus the virtual page's payouts.
+* with the unbounded history, Lemma 2.3 holds for the credit: what a page received through links
+  is ``sum_{i -> j} share(i, j) * K[i]``, ``K[i]`` the credit page ``i`` passed on.
 
 Storage. Pages are dense integer ids ``0..n-1`` (an optional key map turns request fingerprints into
-ids). Per page the engine keeps five numpy arrays: stored cash (8 bytes), history (8), G-time of the
-last visit (8), visit count (4) and flags (1): 29 bytes, plus what the window policy adds: 16 for
-the default unbounded estimator (two moments of the received cash, see
+ids). Per page the engine keeps seven numpy arrays: stored cash (8 bytes), link-credit history (8),
+teleport-credit baseline (8), link credit held (8), G-time of the last visit (8), visit count (4)
+and flags (1): 45 bytes, plus what the window policy adds: 16 for the default unbounded
+estimator (two moments of the received credit, see
 :class:`~scrapy_opic.opic.window.UnboundedHistory`), 0 for ``unbounded:lemma`` and G-clock
 interpolation, 8 for wall-clock interpolation.
 
@@ -145,15 +172,23 @@ class OpicEngine:
         self.c0 = 0.0  #: initial cash of pages flagged INITIAL
         self.visit_count = 0
         self._cash_at_visit_ema = 0.0  # see cash_at_visit_x_n
-        # First and second G-moments of the cash every page received (for the regression
-        # estimator): per-page stored values plus broadcast accumulators, like the cash.
+        # Credit (see "Importance" in the module docstring): the teleport credit every page has
+        # been given so far, the link credit received by all pages, and the credit that passed
+        # through visits (all of them / dangling ones: the flow share of dangling pages).
+        self.acc_credit = 0.0
+        self.credit_total = 0.0
+        self.credit_passed = 0.0
+        self.credit_dangling = 0.0
+        # First and second G-moments of the link credit every page received (for the regression
+        # estimator), per page and in total.
         self._moments = getattr(self.window, "needs_moments", False)
-        self.accb_all = self.accb_unfetched = self.accd_all = self.accd_unfetched = 0.0
         self.b_total = self.d_total = 0.0
 
         self.capacity = 0
         self._s = np.zeros(0)
         self.hist = np.zeros(0)
+        self._cb = np.zeros(0)
+        self._lc = np.zeros(0)
         self.last_g = np.zeros(0)
         self.visits = np.zeros(0, dtype=np.uint32)
         self.flags = np.zeros(0, dtype=np.uint8)
@@ -182,6 +217,8 @@ class OpicEngine:
 
         self._s = grown(self._s)
         self.hist = grown(self.hist)
+        self._cb = grown(self._cb)
+        self._lc = grown(self._lc)
         self.last_g = grown(self.last_g)
         self.visits = grown(self.visits)
         self.flags = grown(self.flags)
@@ -196,6 +233,8 @@ class OpicEngine:
         # memoryviews give the per-event path Python floats/ints without numpy scalar overhead.
         self._s_mv = memoryview(self._s)
         self._hist_mv = memoryview(self.hist)
+        self._cb_mv = memoryview(self._cb)
+        self._lc_mv = memoryview(self._lc)
         self._last_g_mv = memoryview(self.last_g)
         self._visits_mv = memoryview(self.visits)
         self._flags_mv = memoryview(self.flags)
@@ -210,7 +249,10 @@ class OpicEngine:
 
     def nbytes(self) -> int:
         """Bytes held by the per-page arrays (engine + window policy), at current capacity."""
-        own = sum(a.nbytes for a in (self._s, self.hist, self.last_g, self.visits, self.flags))
+        own = sum(
+            a.nbytes
+            for a in (self._s, self.hist, self._cb, self._lc, self.last_g, self.visits, self.flags)
+        )
         own += self._b.nbytes + self._d.nbytes
         return own + (self.last_t.nbytes if self._wall else 0) + self.window.nbytes()
 
@@ -225,9 +267,11 @@ class OpicEngine:
         ids = np.arange(start, start + count)
         self._s[ids] = -(self.acc_all + self.acc_unfetched)
         if self._moments:
-            self._b[ids] = -(self.accb_all + self.accb_unfetched)
-            self._d[ids] = -(self.accd_all + self.accd_unfetched)
+            self._b[ids] = 0.0
+            self._d[ids] = 0.0
         self.hist[ids] = 0.0
+        self._cb[ids] = 0.0  # back pay: the teleport credit given before it joined
+        self._lc[ids] = 0.0
         self.last_g[ids] = self.G
         self.visits[ids] = 0
         self.flags[ids] = 0
@@ -248,9 +292,11 @@ class OpicEngine:
             self._grow(i + 1)
         self._s_mv[i] = -(self.acc_all + self.acc_unfetched)
         if self._moments:
-            self._b_mv[i] = -(self.accb_all + self.accb_unfetched)
-            self._d_mv[i] = -(self.accd_all + self.accd_unfetched)
+            self._b_mv[i] = 0.0
+            self._d_mv[i] = 0.0
         self._hist_mv[i] = 0.0
+        self._cb_mv[i] = 0.0  # back pay: the teleport credit given before it joined
+        self._lc_mv[i] = 0.0
         self._last_g_mv[i] = self.G
         self._visits_mv[i] = 0
         self._flags_mv[i] = 0
@@ -297,6 +343,7 @@ class OpicEngine:
         self._s[:n] += self.c0
         self.flags[:n] |= INITIAL
         self.n_initial = n
+        self.acc_credit += self.virtual_cash  # the endowment as every page's prior credit
         self.virtual_cash = 0.0
 
     # ------------------------------------------------------------------ reading cash
@@ -321,15 +368,27 @@ class OpicEngine:
         """``(sum a*t, sum a*t^2)`` over the cash ``a`` each page received at G-time ``t``
         (needs an estimator that tracks them, e.g. ``unbounded:regression``)."""
         if not self._moments:
-            raise RuntimeError("this engine does not track received-cash moments")
-        unf = (self.flags[ids] & FETCHED) == 0
-        b = self._b[ids] + self.accb_all + self.accb_unfetched * unf
-        d = self._d[ids] + self.accd_all + self.accd_unfetched * unf
-        return b, d
+            raise RuntimeError("this engine does not track received-credit moments")
+        return self._b[ids], self._d[ids]
 
     def received_total(self) -> float:
-        """Cash received by all real pages so far, ``sum(H + C - C0)``, in O(1)."""
-        return self.g_real + (1.0 - self.virtual_cash) - self.c0 * self.n_initial
+        """Link credit received by all pages so far (``sum(hist + link credit held)`` for the
+        unbounded history), in O(1)."""
+        return self.credit_total
+
+    def link_credit(self, ids: np.ndarray | Sequence[int] | None = None) -> np.ndarray:
+        """Link credit each page received since its last visit (what the window policy will
+        absorb at the next one)."""
+        ids = np.arange(self.n) if ids is None else np.asarray(ids, dtype=np.int64)
+        return self._lc[ids]
+
+    def teleport_share(self) -> float:
+        """PageRank's uniform share ``a = eps + (1 - eps) * D`` (``D``: the share of the credit
+        flow that passed through dangling pages): a page with no in-link has importance
+        ``a / n``."""
+        passed = self.credit_passed
+        dangling = self.credit_dangling / passed if passed > 0 else 0.0
+        return self.epsilon + (1.0 - self.epsilon) * dangling
 
     def slope_total(self) -> float:
         """Sum over pages of the regression slope of their received cash, in O(1)."""
@@ -355,9 +414,6 @@ class OpicEngine:
             c = self._s_mv[i] + self.acc_all + self.acc_unfetched
             self._flags_mv[i] = fl | FETCHED
             self.n_unfetched -= 1
-            if self._moments:  # leaving the unfetched set: keep the moments it received
-                self._b_mv[i] += self.accb_unfetched
-                self._d_mv[i] += self.accd_unfetched
         self._s_mv[i] = -self.acc_all
         return c
 
@@ -388,12 +444,14 @@ class OpicEngine:
             obs.taken((i,))
         now = self._now()
         last = self._last_g_mv[i] if not self._wall else float(self.last_t[i])
-        if first and self._windowed and self._flags_mv[i] & INITIAL:
-            # A window measures the cash a page *received*; its initial cash C0 was not
-            # received from anyone (the same correction the Lemma 2.3 estimate makes).
-            self.window.absorb_one(self._hist_mv, i, max(c - self.c0, 0.0), now, last)
-        else:
-            self.window.absorb_one(self._hist_mv, i, c, now, last)
+        # The credit the page holds: its teleport credit since its last visit (since the start
+        # for a new page: back pay) and the link credit received since, which the window
+        # absorbs as the page's measure.
+        received = self._lc_mv[i]
+        k = self.acc_credit - self._cb_mv[i] + received
+        self._cb_mv[i] = self.acc_credit
+        self._lc_mv[i] = 0.0
+        self.window.absorb_one(self._hist_mv, i, received, now, last)
         self._last_g_mv[i] = self.G
         if self._wall:
             self.last_t[i] = now
@@ -403,33 +461,40 @@ class OpicEngine:
         self._record_visit(c, 1)
         if first and self._learn_default and self._windowed:
             self._learn_rate(self.window.estimate_one(i, 0.0, now), 1)
-        self._distribute(i, c, children, weights, boosts, virtual_weight)
+        self._distribute(i, c, k, children, weights, boosts, virtual_weight)
         return c
 
-    def _distribute(self, i, c, children, weights, boosts, virtual_weight=0.0) -> None:
+    def _distribute(self, i, c, k, children, weights, boosts, virtual_weight=0.0) -> None:
+        """Pay cash ``c`` and credit ``k`` of page ``i`` over its links, in the same shares."""
         if not self.self_links and i in children:
-            keep = [k for k, j in enumerate(children) if j != i]
-            children = [children[k] for k in keep]
-            weights = None if weights is None else [weights[k] for k in keep]
-            boosts = None if boosts is None else [boosts[k] for k in keep]
+            keep = [m for m, j in enumerate(children) if j != i]
+            children = [children[m] for m in keep]
+            weights = None if weights is None else [weights[m] for m in keep]
+            boosts = None if boosts is None else [boosts[m] for m in keep]
         d = len(children)
-        if d == 0 or c == 0.0:
+        self.credit_passed += k
+        if d == 0:  # dangling: the cash goes to the virtual page, the credit is spent
             self.virtual_cash += c
+            self.credit_dangling += k
             return
         to_virtual = self.epsilon * c
         rest = c - to_virtual
+        k_rest = k - self.epsilon * k
         if weights is None and not virtual_weight:
             shares = [rest / d] * d
+            credits = [k_rest / d] * d
         else:
             if weights is None:
                 weights = [1.0] * d
             total_w = float(sum(weights)) + virtual_weight
             if not total_w > 0:  # no usable weight: behave as a dangling page
                 self.virtual_cash += c
+                self.credit_dangling += k
                 return
             shares = [rest * w / total_w for w in weights]
+            credits = [k_rest * w / total_w for w in weights]
             to_virtual += rest * virtual_weight / total_w
-        self._credit(children, shares)
+        self._credit(children, shares, credits)
         self.virtual_cash += to_virtual
         if boosts is not None:
             extra = [b * x for b, x in zip(boosts, shares)]
@@ -441,29 +506,37 @@ class OpicEngine:
                 if self.virtual_cash < 0:  # rounding when scale == V / want
                     self.virtual_cash = 0.0
 
-    def _credit(self, ids: Sequence[int], amounts: Sequence[float]) -> None:
-        """Add cash taken from elsewhere (the caller books the debit). Observers hear about each
-        credit right after it, so a heap sifts one changed key at a time."""
+    def _credit(
+        self,
+        ids: Sequence[int],
+        amounts: Sequence[float],
+        credits: Sequence[float] | None = None,
+    ) -> None:
+        """Add cash taken from elsewhere (the caller books the debit) and, with ``credits``,
+        link credit. Observers hear about each credit right after it, so a heap sifts one
+        changed key at a time."""
         s, observers = self._s_mv, self._observers
-        if not self._moments:
-            for j, x in zip(ids, amounts):
-                s[j] += x
-                for obs in observers:
-                    obs.raised(j)
-            return
-        t = self.G
-        tt = t * t
-        b, d = self._b_mv, self._d_mv
-        total = 0.0
         for j, x in zip(ids, amounts):
             s[j] += x
-            b[j] += x * t
-            d[j] += x * tt
-            total += x
             for obs in observers:
                 obs.raised(j)
-        self.b_total += total * t
-        self.d_total += total * tt
+        if credits is None:
+            return
+        lc = self._lc_mv
+        total = 0.0
+        for j, y in zip(ids, credits):
+            lc[j] += y
+            total += y
+        self.credit_total += total
+        if self._moments:
+            t = self.G
+            tt = t * t
+            b, d = self._b_mv, self._d_mv
+            for j, y in zip(ids, credits):
+                b[j] += y * t
+                d[j] += y * tt
+            self.b_total += total * t
+            self.d_total += total * tt
 
     def visit_batch(
         self,
@@ -491,17 +564,14 @@ class OpicEngine:
         c = self._s[ids] + self.acc_all + self.acc_unfetched * first
         self.flags[ids] = flags | FETCHED
         self.n_unfetched -= int(first.sum())
-        if self._moments:
-            self._b[ids] += self.accb_unfetched * first
-            self._d[ids] += self.accd_unfetched * first
         self._s[ids] = -self.acc_all
+        received = self._lc[ids]
+        k = self.acc_credit - self._cb[ids] + received
+        self._cb[ids] = self.acc_credit
+        self._lc[ids] = 0.0
         now = self._now()
         last = (self.last_t if self._wall else self.last_g)[ids]
-        if self._windowed and self.n_initial:
-            received = np.maximum(c - self.initial_cash(ids) * first, 0.0)
-            self.window.absorb(self.hist, ids, received, now, last)
-        else:
-            self.window.absorb(self.hist, ids, c, now, last)
+        self.window.absorb(self.hist, ids, received, now, last)
         self.last_g[ids] = self.G
         if self._wall:
             self.last_t[ids] = now
@@ -529,19 +599,26 @@ class OpicEngine:
             wsum = np.bincount(row, weights=w, minlength=ids.size)
         live = wsum > 0
         to_virtual = float(c[~live].sum()) + self.epsilon * float(c[live].sum())
+        self.credit_passed += float(k.sum())
+        self.credit_dangling += float(k[~live].sum())
         if children.size:
             per_weight = np.zeros(ids.size)
             per_weight[live] = (1.0 - self.epsilon) * c[live] / wsum[live]
             share = per_weight[row] if w is None else per_weight[row] * w
+            per_weight[live] = (1.0 - self.epsilon) * k[live] / wsum[live]
+            got = per_weight[row] if w is None else per_weight[row] * w
             if children.size * 8 < self.n:
                 np.add.at(self._s, children, share)
+                np.add.at(self._lc, children, got)
             else:
                 self._s[: self.n] += np.bincount(children, weights=share, minlength=self.n)
+                self._lc[: self.n] += np.bincount(children, weights=got, minlength=self.n)
+            paid = float(got.sum())
+            self.credit_total += paid
             if self._moments:
                 t = self.G
-                np.add.at(self._b, children, share * t)
-                np.add.at(self._d, children, share * (t * t))
-                paid = float(share.sum())
+                np.add.at(self._b, children, got * t)
+                np.add.at(self._d, children, got * (t * t))
                 self.b_total += paid * t
                 self.d_total += paid * t * t
             if self._observers:
@@ -573,7 +650,13 @@ class OpicEngine:
         self._s_mv[src] = -off
         for obs in self._observers:
             obs.taken((src,))
-        self._credit((dst,), (c,))
+        # The credit goes with the cash: the target receives all that the source held.
+        held = self._lc_mv[src]
+        k = self.acc_credit - self._cb_mv[src] + held
+        self._cb_mv[src] = self.acc_credit
+        self._lc_mv[src] = 0.0
+        self.credit_total -= held
+        self._credit((dst,), (c,), (k,))
         return c
 
     def boost(self, ids: Sequence[int], amount: float) -> float:
@@ -602,15 +685,8 @@ class OpicEngine:
         self.virtual_cash = 0.0
         self.virtual_history += v
         self.G += v
-        if self._moments:
-            t = self.G
-            self.accb_all += (v - to_unfetched) / self.n * t
-            self.accd_all += (v - to_unfetched) / self.n * t * t
-            if to_unfetched:
-                self.accb_unfetched += to_unfetched / self.n_unfetched * t
-                self.accd_unfetched += to_unfetched / self.n_unfetched * t * t
-            self.b_total += v * t
-            self.d_total += v * t * t
+        # Teleport credit: the same to every page, known or not yet (see the docstring).
+        self.acc_credit += v
         return v
 
     # ------------------------------------------------------------------ persistence
@@ -627,10 +703,10 @@ class OpicEngine:
         "c0",
         "visit_count",
         "_cash_at_visit_ema",
-        "accb_all",
-        "accb_unfetched",
-        "accd_all",
-        "accd_unfetched",
+        "acc_credit",
+        "credit_total",
+        "credit_passed",
+        "credit_dangling",
         "b_total",
         "d_total",
         "default_rate",
@@ -640,6 +716,8 @@ class OpicEngine:
         out = {
             "s": self._s,
             "hist": self.hist,
+            "cb": self._cb,
+            "lc": self._lc,
             "last_g": self.last_g,
             "visits": self.visits,
             "flags": self.flags,
@@ -676,10 +754,16 @@ class OpicEngine:
         engine = cls(capacity=max(1, state["scalars"]["n"]), **params)
         engine._grow(state["scalars"]["n"])
         for k, v in state["scalars"].items():
-            setattr(engine, k, type(getattr(engine, k))(v))
+            if k in cls._SCALARS:  # (a state from before the credit kept a few others)
+                setattr(engine, k, type(getattr(engine, k))(v))
         n = engine.n
+        saved = state["arrays"]
+        # A state saved before the credit existed: its history was cash, not credit; the
+        # credit starts from nothing (importance is then measured from the resume on).
+        credit = "cb" in saved
         for k, a in engine._arrays().items():
-            a[:n] = state["arrays"][k]
+            if credit or k in ("s", "last_g", "visits", "flags", "last_t"):
+                a[:n] = saved[k]
         engine.window.load_state(state["window"], n)
         keys = state["keys"]
         if keys:
@@ -715,20 +799,25 @@ class OpicEngine:
         """Importance of ``ids`` (all pages if ``None``), normalised to sum 1 over all pages."""
         n = self.n
         all_ids = np.arange(n)
-        est = self.window.estimate(all_ids, self.cash(all_ids), self._now())
+        est = self.window.estimate(all_ids, self._lc[:n], self._now())
         total = float(est.sum())
         if total <= 0:
             out = np.full(n, 1.0 / n) if n else est
         else:
-            out = est / total
+            a = self.teleport_share()
+            out = a / n + (1.0 - a) / total * est
         return out if ids is None else out[np.asarray(ids, dtype=np.int64)]
 
     def importance_of(self, i: int) -> float:
         """Importance of one page. O(1) for the unbounded history; windowed policies reuse a
         normaliser that is refreshed whenever the clock or the page count moved by 1%."""
         now = self._now()
-        est = self.window.estimate_one(i, self.cash_of(i), now)
-        return est / self._normaliser(now) if est > 0 else 0.0
+        est = self.window.estimate_one(i, self._lc_mv[i], now)
+        total = self._normaliser(now)
+        if not total > 0:
+            return 1.0 / self.n
+        a = self.teleport_share()
+        return a / self.n + (1.0 - a) / total * est
 
     def _normaliser(self, now: float) -> float:
         w = self.window
@@ -742,7 +831,7 @@ class OpicEngine:
             or abs(self.n - cached[1]) > 0.01 * self.n
         ):
             all_ids = np.arange(self.n)
-            total = float(w.estimate(all_ids, self.cash(all_ids), now).sum())
+            total = float(w.estimate(all_ids, self._lc[: self.n], now).sum())
             self._norm_cache = cached = (self.G, self.n, total)
         return cached[2]
 

@@ -1,4 +1,8 @@
-"""History window policies: how a page's history H absorbs the cash C taken at a visit.
+"""History window policies: how a page's history H absorbs what it received at a visit.
+
+What a page receives and the window measures is its *link credit* (the engine's docstring says
+why: the cash a crawl starts with is not importance); the formulas are the paper's, with ``C`` the
+link credit received since the last visit, and the clock ``G`` (the cash absorbed) or wall time.
 
 Section 3.3 of the paper (Abiteboul, Preda, Cobena, WWW 2003) defines Adaptive OPIC by the *window*
 over which a page's history is kept. Each policy here implements one of them:
@@ -22,11 +26,11 @@ over which a page's history is kept. Each policy here implements one of them:
 Time is the G-clock (total history, the paper's choice) or wall-clock seconds (``clock="wall"``),
 which is what a crawl that is paused and resumed usually wants.
 
-Every policy estimates a page's importance as its *share of the cash flow*: the cash it received in
-its window divided by the window's length (a rate), normalised over pages by the engine. For the
-unbounded history the estimate is ``H + C - C0`` (Lemma 2.3: one exact power-iteration step applied
-to ``H``), the paper's ``H + C``, or the slope of the received cash over time (see
-:class:`UnboundedHistory`).
+Every policy estimates a page's *share of the link-credit flow*: what it received in its window
+divided by the window's length (a rate); the engine adds PageRank's teleport share and
+normalises. For the unbounded history the estimate is ``H + C`` (Lemma 2.3: one exact
+power-iteration step applied to what the parents passed on) or the slope of the received credit
+over time (see :class:`UnboundedHistory`).
 
 Policies hold per-page arrays that the engine grows with its own capacity; ``absorb`` and
 ``estimate`` are vectorised over arrays of page ids, so the engine's per-event path and its batch
@@ -55,10 +59,6 @@ class EngineView(Protocol):
     last_g: np.ndarray
     last_t: np.ndarray
     default_rate: float
-    c0: float
-    n_initial: int
-
-    def initial_cash(self, ids: np.ndarray) -> np.ndarray: ...
 
     def received_moments(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
 
@@ -164,19 +164,19 @@ class UnboundedHistory(WindowPolicy):
     Estimators of a page's importance (all normalised over pages by the engine):
 
     ``lemma``
-        ``H + C - C0``, the cash the page received. By Lemma 2.3 it equals
-        ``sum_i L[i, j] H[i] / out[i]``, one exact power step applied to the history, and it
-        removes the ``C0`` bias of the paper's estimate.
+        ``H + C``, the link credit the page received. By Lemma 2.3 it equals one exact power
+        step applied to what its parents passed on.
     ``paper``
-        The paper's ``(H + C) / (G + 1)``.
+        The paper's ``(H + C) / (G + 1)``: on the credit, which has no initial ``C0`` in what
+        pages receive, the same estimate as ``lemma`` (kept as a name for existing settings).
     ``regression``
-        The slope of the page's received cash over G-time, fitted by least squares over
+        The slope of the page's received credit over G-time, fitted by least squares over
         ``[0, G]``: ``6 * sum_k a_k t_k (G - t_k) / G^3`` for the amounts ``a_k`` received at
-        times ``t_k``. Cash reaches a page in lumps, when its parents are visited; what the
-        parents still hold is a lag below the true inflow. That lag biases ``H + C - C0`` by
+        times ``t_k``. Credit reaches a page in lumps, when its parents are visited; what the
+        parents still hold is a lag below the true inflow. That lag biases ``H + C`` by
         ``O(1/G)`` but shifts the fitted line without tilting it, and the fit also gives the
         start-up transient little weight. Needs two more floats per page (the moments
-        ``sum a t`` and ``sum a t^2``, kept O(1) under payouts like the cash).
+        ``sum a t`` and ``sum a t^2``).
     ``blend`` (default)
         The mean of the normalised ``lemma`` and ``regression`` estimates, with equal weights:
         ``lemma`` is the better one in the first passes, ``regression`` once pages have been
@@ -209,11 +209,7 @@ class UnboundedHistory(WindowPolicy):
     def estimate(self, ids: np.ndarray, cash: np.ndarray, now: float) -> np.ndarray:
         e = self.engine
         est = e.hist[ids] + cash
-        if self.estimator == "paper":
-            return est
-        est -= e.initial_cash(ids)
-        np.maximum(est, 0.0, out=est)  # rounding only: received cash is never negative
-        if self.estimator == "lemma":
+        if self.estimator in ("lemma", "paper"):
             return est
         slope = self._slope(*e.received_moments(ids))
         if self.estimator == "regression":
@@ -240,8 +236,7 @@ class UnboundedHistory(WindowPolicy):
             return 1.0
         if self.estimator == "regression":
             return e.slope_total()
-        total = e.received_total()
-        return total + e.c0 * e.n_initial if self.estimator == "paper" else total
+        return e.received_total()
 
     def measures_per_page(self, now: float) -> float:
         return 1.0
