@@ -166,6 +166,8 @@ class OpicScheduler(BaseScheduler):
         self._warned_unserializable = False
         self._extra: deque[Request] = deque()  # fetched outside the frontier (dont_filter...)
         self._leases: dict[Hashable, Lease] = {}  # page key -> the lease this process holds
+        #: page key -> the priority its leased request was filed at (its follow-ups keep it)
+        self._priority: dict[Hashable, int] = {}
         self._slot_load: dict[Hashable, int] = {}  # download slot -> leases held in it
         self._full: set[Hashable] = set()  # the download slots without room (see _full_slots)
         #: The schedule code of each request that the visit that paid it already filed.
@@ -267,6 +269,7 @@ class OpicScheduler(BaseScheduler):
                 # What this process still holds goes back, cash intact.
                 leases = list(self._leases.values())
                 self._leases.clear()
+                self._priority.clear()
                 self._slot_load.clear()
                 self._full.clear()
                 if leases and frontier.release(leases):
@@ -333,9 +336,8 @@ class OpicScheduler(BaseScheduler):
         return self.crawler.engine.downloader.get_slot_key(request)
 
     def _entry(self, request: Request) -> Entry:
-        return Entry(
-            self._key(request), _url(request), request.priority, self._slot(request), request
-        )
+        priority = request.meta.get("opic_priority", request.priority)
+        return Entry(self._key(request), _url(request), priority, self._slot(request), request)
 
     @staticmethod
     def _again(request: Request) -> bool:
@@ -389,6 +391,7 @@ class OpicScheduler(BaseScheduler):
     def _end(self, key: Hashable) -> Lease | None:
         """This process's lease of page ``key`` ends (its outcome is being reported)."""
         lease = self._leases.pop(key, None)
+        self._priority.pop(key, None)
         if lease is not None:
             slot = lease.slot
             n = self._slot_load.get(slot, 0) - 1
@@ -486,7 +489,19 @@ class OpicScheduler(BaseScheduler):
         return False
 
     def _follow_up(self, request: Request, lease: Lease) -> bool:
-        """A retry (same fingerprint) or a redirect (another one) of a page leased here."""
+        """A retry (same fingerprint) or a redirect (another one) of a page leased here.
+
+        It waits at the priority its page's request had: Scrapy's retry (-1) and redirect (+2)
+        adjustments order a FIFO or LIFO queue, where they are all a request has; here cash
+        orders a priority, and a tier of its own would make the adjustment the page's for good
+        (a retried page starved below every refetch of a continuous crawl, a redirect target
+        refetched ahead of every page). The request itself keeps its priority attribute."""
+        base = self._priority.get(lease.key)
+        if base is not None and request.priority != base:
+            # (In meta, so that the follow-up, stored or shared, still knows its page's
+            # priority when it is popped, and its own follow-ups keep it too.)
+            request.meta["opic_priority"] = base
+            self.counts["opic/priority_adjustments_ignored"] += 1
         entry = self._entry(request)
         self._end(lease.key)
         if entry.key == lease.key:
@@ -522,6 +537,7 @@ class OpicScheduler(BaseScheduler):
                 self.counts["opic/undecodable"] += 1
                 continue
             self._hold(lease)
+            self._priority[lease.key] = request.meta.get("opic_priority", request.priority)
             request.meta["opic_id"] = lease.key
             request.meta["opic_lease"] = lease.token
             request.errback = OutcomeErrback(self, request.errback)

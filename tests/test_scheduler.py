@@ -184,6 +184,35 @@ def test_a_retry_and_a_redirect_of_a_page_in_flight(schedulers):
     assert total_cash(s) == pytest.approx(1.0, abs=1e-12)
 
 
+def test_a_priority_adjustment_belongs_to_one_request(schedulers):
+    """Scrapy's retry (-1) and redirect (+2) adjustments: the follow-up waits at its page's
+    priority, so that cash orders it, and the page's later fetches never inherit them (before:
+    in a continuous crawl a retried page never came back, below every refetch; a redirect
+    target was refetched ahead of every page, for good)."""
+    s = schedulers.make(OPIC_CONTINUOUS=True)
+    for url in URLS[:4]:
+        s.enqueue_request(Request(url))
+    first = s.next_request()
+    assert s.enqueue_request(first.replace(priority=first.priority - 1, dont_filter=True))
+    fetched = []
+    for _ in range(8):
+        r = s.next_request()
+        fetched.append(r.url)
+        if r.url == first.url:
+            assert r.priority == -1  # the retry itself, as Scrapy made it
+            # Its follow-up, a redirect adjusted +2, then waits at priority 0 as well.
+            assert s.enqueue_request(r.replace(url=URLS[5], priority=r.priority + 2))
+            continue
+        visit(s, r)
+    assert first.url in fetched  # the retry came back among the refetches
+    target = fetched.index(URLS[5]) if URLS[5] in fetched else None
+    assert target is not None
+    # The target, once visited, waits with the others: fetched again only as its cash says.
+    assert fetched.count(URLS[5]) <= 2
+    assert s.counts["opic/priority_adjustments_ignored"] == 2
+    assert total_cash(s) == pytest.approx(1.0, abs=1e-12)
+
+
 def test_request_priority_comes_before_cash(schedulers):
     s = schedulers.make()
     for i, url in enumerate(URLS[:6]):
