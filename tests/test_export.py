@@ -272,9 +272,10 @@ def test_items_carry_their_pages_importance(crawled):
     _tmp, items, _stats = crawled
     values = [r["importance"] for r in items]
     assert len(values) == len(items) and all(0 < v < 1 for v in values)
-    # The start page collects the most cash early: its items report a larger importance than
-    # the median page's did at its own visit.
-    assert values[0] > np.median(values)
+    # The start page held all the cash at its visit, but cash is not importance: with nothing
+    # linking to it yet, its items report its teleport share, well below the pages that links
+    # pointed to (it reported the largest importance of all when importance was cash).
+    assert values[0] < 0.5 * max(values)
 
 
 @pytest.mark.slow

@@ -377,6 +377,8 @@ class StateReader:
                 if empty_ok and not tables:
                     self.close()
                     return
+                if not tables:  # an empty database: a crawl creating its state this moment
+                    raise StoreError(f"{self.path} holds no OPIC state yet")
                 raise StoreError(f"{self.path} is not an OPIC state (another kind of sqlite file)")
             fr = self._get("frontier")
         except Exception as exc:
