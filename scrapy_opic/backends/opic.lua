@@ -296,15 +296,22 @@ local function payout()
   g.accc = g.accc + v  -- teleport credit: the same to every page, known or not yet
 end
 
+-- OpicEngine._take_credit: the link credit received since the last visit, and all the credit
+-- the page holds (with its teleport credit since then); both taken.
+local function take_credit(p)
+  local received = p.lc
+  local k = g.accc - p.cb + received
+  p.cb = g.accc
+  p.lc = 0
+  return received, k
+end
+
 -- OpicEngine.visit up to the payout to children: returns the cash and the credit taken.
 local function visit_take(p)
   local first = p.f == 0
   local c = take(p)
   local t = now()
-  local received = p.lc
-  local k = g.accc - p.cb + received
-  p.cb = g.accc
-  p.lc = 0
+  local received, k = take_credit(p)
   absorb(p, received, t)
   p.lg = g.G
   if wall then p.lt = t end
@@ -660,10 +667,7 @@ elseif cmd == 'redirect' then
   end
   local c = empty(p)
   -- The credit goes with the cash: the target receives all that the source held.
-  local held = p.lc
-  local kc = g.accc - p.cb + held
-  p.cb = g.accc
-  p.lc = 0
+  local held, kc = take_credit(p)
   g.ctot = g.ctot - held
   credit(q, c, kc)
   credit_total(kc)

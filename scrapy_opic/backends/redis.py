@@ -146,9 +146,18 @@ def lua_constants() -> str:
         return "{" + ", ".join(f"[{k}] = {lua(v)}" for k, v in enumerate(names)) + "}"
 
     def layout(fields: tuple[tuple[str, str], ...]) -> str:
+        # Straight-line unpack and pack per layout: they run for every page a call touches.
+        names = [name for name, _ in fields]
         fmt = "<" + "".join(code for _, code in fields)
-        st = [name for name, _ in fields].index("st") + 1
-        return f"{{fmt = '{fmt}', st = {st}, names = {{{', '.join(repr(n) for n, _ in fields)}}}}}"
+        absent = [f"{n} = 0" for n in ("b", "d", "lt") if n not in names]
+        record = ", ".join([f"{n} = {n}" for n in names] + absent)
+        return (
+            f"{{fmt = '{fmt}', st = {names.index('st') + 1},\n"
+            f"  unpack = function(x) local {', '.join(names)} = struct.unpack('{fmt}', x) "
+            f"return {{{record}}} end,\n"
+            f"  pack = function(p) return struct.pack('{fmt}', "
+            f"{', '.join('p.' + n for n in names)}) end}}"
+        )
 
     lines = [
         "-- Generated from Python (scrapy_opic/backends/redis.py, scrapy_opic/opic/constants.py)",
@@ -169,17 +178,8 @@ def lua_constants() -> str:
         f"local SLOPE_NOISE = {SLOPE_NOISE!r}",
         # (layout: the crawl's, set when its globals load; fields it lacks read as 0.)
         "local layout",
-        "local function unpack_page(x)",
-        "  local vals = {struct.unpack(layout.fmt, x)}",
-        "  local p = {b = 0, d = 0, lt = 0}",
-        "  for k, name in ipairs(layout.names) do p[name] = vals[k] end",
-        "  return p",
-        "end",
-        "local function pack_page(p)",
-        "  local vals = {}",
-        "  for k, name in ipairs(layout.names) do vals[k] = p[name] end",
-        "  return struct.pack(layout.fmt, unpack(vals))",
-        "end",
+        "local function unpack_page(x) return layout.unpack(x) end",
+        "local function pack_page(p) return layout.pack(p) end",
     ]
     return "\n".join(lines) + "\n"
 

@@ -444,13 +444,7 @@ class OpicEngine:
             obs.taken((i,))
         now = self._now()
         last = self._last_g_mv[i] if not self._wall else float(self.last_t[i])
-        # The credit the page holds: its teleport credit since its last visit (since the start
-        # for a new page: back pay) and the link credit received since, which the window
-        # absorbs as the page's measure.
-        received = self._lc_mv[i]
-        k = self.acc_credit - self._cb_mv[i] + received
-        self._cb_mv[i] = self.acc_credit
-        self._lc_mv[i] = 0.0
+        received, k = self._take_credit(i)  # the window absorbs what the links brought
         self.window.absorb_one(self._hist_mv, i, received, now, last)
         self._last_g_mv[i] = self.G
         if self._wall:
@@ -463,6 +457,16 @@ class OpicEngine:
             self._learn_rate(self.window.estimate_one(i, 0.0, now), 1)
         self._distribute(i, c, k, children, weights, boosts, virtual_weight)
         return c
+
+    def _take_credit(self, i: int) -> tuple[float, float]:
+        """Take all of page ``i``'s credit: returns the link credit it received since its last
+        visit and the credit it holds (that, plus its teleport credit since its last visit, or
+        since the start for a new page: back pay)."""
+        received = self._lc_mv[i]
+        k = self.acc_credit - self._cb_mv[i] + received
+        self._cb_mv[i] = self.acc_credit
+        self._lc_mv[i] = 0.0
+        return received, k
 
     def _distribute(self, i, c, k, children, weights, boosts, virtual_weight=0.0) -> None:
         """Pay cash ``c`` and credit ``k`` of page ``i`` over its links, in the same shares."""
@@ -516,27 +520,38 @@ class OpicEngine:
         link credit. Observers hear about each credit right after it, so a heap sifts one
         changed key at a time."""
         s, observers = self._s_mv, self._observers
-        for j, x in zip(ids, amounts):
-            s[j] += x
-            for obs in observers:
-                obs.raised(j)
         if credits is None:
+            for j, x in zip(ids, amounts):
+                s[j] += x
+                for obs in observers:
+                    obs.raised(j)
             return
+        # One pass per link (the per-visit hot path).
         lc = self._lc_mv
         total = 0.0
-        for j, y in zip(ids, credits):
+        if not self._moments:
+            for j, x, y in zip(ids, amounts, credits):
+                s[j] += x
+                lc[j] += y
+                total += y
+                for obs in observers:
+                    obs.raised(j)
+            self.credit_total += total
+            return
+        t = self.G
+        tt = t * t
+        b, d = self._b_mv, self._d_mv
+        for j, x, y in zip(ids, amounts, credits):
+            s[j] += x
             lc[j] += y
+            b[j] += y * t
+            d[j] += y * tt
             total += y
+            for obs in observers:
+                obs.raised(j)
         self.credit_total += total
-        if self._moments:
-            t = self.G
-            tt = t * t
-            b, d = self._b_mv, self._d_mv
-            for j, y in zip(ids, credits):
-                b[j] += y * t
-                d[j] += y * tt
-            self.b_total += total * t
-            self.d_total += total * tt
+        self.b_total += total * t
+        self.d_total += total * tt
 
     def visit_batch(
         self,
@@ -651,10 +666,7 @@ class OpicEngine:
         for obs in self._observers:
             obs.taken((src,))
         # The credit goes with the cash: the target receives all that the source held.
-        held = self._lc_mv[src]
-        k = self.acc_credit - self._cb_mv[src] + held
-        self._cb_mv[src] = self.acc_credit
-        self._lc_mv[src] = 0.0
+        held, k = self._take_credit(src)
         self.credit_total -= held
         self._credit((dst,), (c,), (k,))
         return c
@@ -801,11 +813,7 @@ class OpicEngine:
         all_ids = np.arange(n)
         est = self.window.estimate(all_ids, self._lc[:n], self._now())
         total = float(est.sum())
-        if total <= 0:
-            out = np.full(n, 1.0 / n) if n else est
-        else:
-            a = self.teleport_share()
-            out = a / n + (1.0 - a) / total * est
+        out = self._mix(est, total) if total > 0 else (np.full(n, 1.0 / n) if n else est)
         return out if ids is None else out[np.asarray(ids, dtype=np.int64)]
 
     def importance_of(self, i: int) -> float:
@@ -814,8 +822,11 @@ class OpicEngine:
         now = self._now()
         est = self.window.estimate_one(i, self._lc_mv[i], now)
         total = self._normaliser(now)
-        if not total > 0:
-            return 1.0 / self.n
+        return self._mix(est, total) if total > 0 else 1.0 / self.n
+
+    def _mix(self, est, total: float):
+        """PageRank's split: the teleport share ``a / n`` plus ``1 - a`` by share of the link
+        credit (``est / total``; arrays or floats)."""
         a = self.teleport_share()
         return a / self.n + (1.0 - a) / total * est
 
