@@ -27,6 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 from types import SimpleNamespace
+from urllib.parse import urldefrag
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the test sites (tests/sites.py)
 
@@ -92,7 +93,8 @@ def crawl(start_url: str, order: str, workdir: Path, **settings) -> tuple[list[d
 
 
 def crawled_graph(crawls: list[list[dict]]) -> tuple[Graph, dict[str, int]]:
-    """The graph the crawls saw: fetched pages, their in-site links, redirects folded in."""
+    """The graph the crawls saw: fetched pages, their in-site links, redirects folded in. A link
+    is to a page (its URL without the fragment, as the request fingerprint sees it), once."""
     node: dict[str, int] = {}
     pages = 0  # dense ids: aliases share their page's id
     for rows in crawls:
@@ -107,7 +109,7 @@ def crawled_graph(crawls: list[list[dict]]) -> tuple[Graph, dict[str, int]]:
     for r in crawls[0]:
         i = node[r["url"]]
         for url in r["links"]:
-            j = node.get(url)
+            j = node.get(urldefrag(url)[0])
             if j is not None:
                 src.append(i)
                 dst.append(j)

@@ -7,9 +7,10 @@ requests that go on to the scheduler). It buffers the callback's output, turns e
 into a page (its fingerprint), and pays the parent's cash out over them in one step: the visit.
 Requests to hosts the spider does not allow (Scrapy's OffsiteMiddleware drops them before the
 scheduler sees them) are left out of the out-degree (``OPIC_REFUSED_LINKS = "ignore"``) or give
-their share to the virtual page (``"virtual"``). A callback error or an HTTP error response
-(``HttpError`` from Scrapy's HttpErrorMiddleware) is a visit with no out-links: the cash goes to
-the virtual page.
+their share to the virtual page (``"virtual"``). A page links to another page once, however
+many of its requests lead there (the scheduler merges them by fingerprint). A callback error
+or an HTTP error response (``HttpError`` from Scrapy's HttpErrorMiddleware) is a visit with no
+out-links: the cash goes to the virtual page.
 
 ``OpicDownloaderMiddleware`` (downloader middleware, below RetryMiddleware, 550, so that it only
 sees errors that will not be retried) handles requests that never produce a response: a download
@@ -124,14 +125,16 @@ class OpicSpiderMiddleware:
         followed: list[Request] = []
         weights: list[float] = []
         boosts: list[float] = []
-        refused = 0.0
+        refused: list[tuple[Request, float]] = []
+        virtual = s.refused_links == "virtual"
         for o in out:
             if not isinstance(o, Request):
                 continue
             internal = urlparse_cached(o).hostname == host
             weight = s.internal_weight if internal else s.external_weight
             if not self._follows(o):
-                refused += weight
+                if virtual:
+                    refused.append((o, weight))
                 continue
             followed.append(o)
             weights.append(weight)
@@ -142,7 +145,7 @@ class OpicSpiderMiddleware:
             followed,
             weights=None if plain else weights,
             boosts=boosts if s.boost_patterns else None,
-            virtual_weight=refused if s.refused_links == "virtual" else 0.0,
+            refused=refused,
         )
         if s.item_field and importance is not None:
             self._stamp(out, importance)

@@ -554,12 +554,18 @@ class OpicScheduler(BaseScheduler):
         followed: list[Request],
         weights: list[float] | None,
         boosts: list[float] | None,
-        virtual_weight: float,
+        refused: list[tuple[Request, float]] | None = None,
     ) -> float | None:
         """The visit of ``request``'s page, which links to ``followed`` (the requests its
         callback yielded that Scrapy will follow): one payout over them, with ``weights`` and
-        ``boosts`` aligned with them (``None``: all 1, all 0) and ``virtual_weight`` the weight
-        of the links it will not follow. The links are filed in the same frontier call.
+        ``boosts`` aligned with them (``None``: all 1, all 0); ``refused`` are the links it
+        will not follow with their weights (their share goes to the virtual page). The links
+        are filed in the same frontier call.
+
+        A page links to another page once, however many of its requests lead there: requests
+        with one fingerprint (``a.html#x`` and ``a.html#y``, a link in the menu and in the
+        text) are one link, with the largest of their weights and boosts, as in PageRank's
+        graph of pages. Counting each would weigh a page's links by how many anchors it has.
         Returns the page's importance just after the visit if ``OPIC_ITEM_FIELD`` asks for it
         (else, or if the page was not in flight here, ``None``)."""
         for o in followed:
@@ -574,19 +580,44 @@ class OpicScheduler(BaseScheduler):
         # enqueue_request, so that a request dropped on its way there (by a middleware below
         # ours, a request_scheduled handler, the project's dupefilter) is never fetched.
         filed = self.frontier.shared
-        links = [
-            Link(
-                self._key(o),
-                _url(o),
-                weights[k] if weights is not None else 1.0,
-                boosts[k] if boosts is not None else 0.0,
-                self._again(o),
-                o.priority,
-                self._slot(o) if filed else "",
-                o if filed else None,
+        links: list[Link] = []
+        owners: list[Request] = []  # the first request of each link's key
+        first: dict[Hashable, int] = {}  # key -> its link's index
+        repeats: list[tuple[Request, int]] = []  # (request, index of its key's link)
+        for k, o in enumerate(followed):
+            key = self._key(o)
+            w = weights[k] if weights is not None else 1.0
+            b = boosts[k] if boosts is not None else 0.0
+            m = first.get(key)
+            if m is not None:
+                repeats.append((o, m))
+                if w > links[m].weight or b > links[m].boost:
+                    links[m] = links[m]._replace(
+                        weight=max(w, links[m].weight), boost=max(b, links[m].boost)
+                    )
+                continue
+            first[key] = len(links)
+            owners.append(o)
+            links.append(
+                Link(
+                    key,
+                    _url(o),
+                    w,
+                    b,
+                    self._again(o),
+                    o.priority,
+                    self._slot(o) if filed else "",
+                    o if filed else None,
+                )
             )
-            for k, o in enumerate(followed)
-        ]
+        virtual_weight = 0.0
+        if refused:
+            most: dict[Hashable, float] = {}
+            for o, w in refused:
+                key = self._key(o)
+                if w > most.get(key, -1.0):
+                    most[key] = w
+            virtual_weight = float(sum(most.values()))
         # The lease ends here whatever the call does: if the frontier fails now, the page is
         # not renewed any more (with Redis it goes back to the frontier when its lease expires).
         self._end(lease.key)
@@ -597,10 +628,18 @@ class OpicScheduler(BaseScheduler):
             self.counts["opic/stale"] += 1
             return None
         self.counts["opic/visits"] += 1
-        for o, code in zip(followed, visit.codes):
+        for o, code in zip(owners, visit.codes):
             self._codes[o] = code
             if code == NEEDS_PAYLOAD:
                 self._unfiled.add(o)
+        for o, m in repeats:
+            # Its page is filed by its key's first request: this one is a duplicate of it
+            # (or, not filed yet, it is when it reaches enqueue_request after the first).
+            code = visit.codes[m]
+            self._codes[o] = code if code == NEEDS_PAYLOAD else DUPLICATE
+            if code == NEEDS_PAYLOAD:
+                self._unfiled.add(o)
+        return visit.importance
         return visit.importance
 
     def settle_callback_error(self, request: Request) -> None:

@@ -234,6 +234,12 @@ SETTINGS: tuple[Setting, ...] = (
         _optional(_number(0.0, 1.0)),
     ),
     Setting(
+        "OPIC_DISCOVERY",
+        0.5,
+        "continuous crawls: the share of fetches owed to pages never fetched while there are any",
+        _number(0.0, 1.0),
+    ),
+    Setting(
         "OPIC_WINDOW",
         None,
         "history window spec; None = 'unbounded' (one-pass) or 'interpolation:30' (continuous)",
@@ -356,6 +362,7 @@ class OpicSettings:
     epsilon: float
     continuous: bool
     refresh: float
+    discovery: float
     window: str
     refused_links: str
     internal_weight: float

@@ -156,6 +156,7 @@ def _open_sqlite(
             k += 1
             path = first.with_name(f"{first.stem}-{k}{first.suffix}")
             continue
+        frontier.discovery = settings.discovery
         if path != first:
             logger.warning(
                 "OPIC state %s is in use by another running crawl; this crawl keeps its state "
@@ -209,6 +210,7 @@ def _open_redis(
     except BaseException:
         frontier.client.close()
         raise
+    frontier.discovery = settings.discovery
     if settings.item_field and not settings.window.startswith("unbounded"):
         logger.warning(
             "OPIC_ITEM_FIELD with the Redis store needs an unbounded window (a windowed "

@@ -83,6 +83,8 @@ class Pair:
         client = redis.Redis.from_url(redis_url)
         self.red = RedisFrontier(client, f"opic:diff:{uuid.uuid4().hex}", lease=600)
         self.red.open(epsilon=0.15, refresh=refresh, continuous=continuous, window=window)
+        # The discovery share (continuous crawls): a debt the two must carry alike.
+        self.mem.discovery = self.red.discovery = rng.choice([0.0, 0.3, 0.5, 1.0])
         self.rng = rng
         self.leases: dict[bytes, tuple] = {}  # key -> (embedded lease, Redis lease)
         self.settled: list[tuple] = []  # leases already settled (for stale outcomes)
@@ -158,6 +160,7 @@ class Pair:
         slots = {slot(i) for i in range(N_KEYS)}
         full = set(self.rng.sample(sorted(slots), self.rng.randint(0, 8)))
         red = self.red.pop(full)
+        debt = self.mem.discovery_debt
         mem = self.mem.pop(full)
         if red is None or mem is None:
             assert red is None and mem is None
@@ -165,6 +168,7 @@ class Pair:
         if mem.key != red.key:  # a tie, broken differently: let the embedded one follow
             assert self.mem.cash_of(mem.key) == self.mem.cash_of(red.key)
             assert self.mem.release([mem]) == 1
+            self.mem.discovery_debt = debt
             mem = self.mem.pop(SLOTS - {red.slot})
             assert mem.key == red.key
         assert mem.payload == red.payload and mem.slot == red.slot
@@ -223,6 +227,7 @@ class Pair:
         g = self.red.globals()
         for name, red_name in SCALARS.items():
             assert getattr(mem, name) == g[red_name], (name, where)
+        assert self.mem.discovery_debt == g["debt"], where
         for name in ("_s", "hist", "_cb", "_lc", "last_g", "visits", "flags"):
             got = getattr(red, name)[: red.n]
             want = getattr(mem, name)[ids]

@@ -112,6 +112,37 @@ def test_a_continuous_crawl_puts_visited_pages_back_in_line(frontiers):
     assert f.pop() is None
 
 
+@pytest.mark.parametrize("share", [0.0, 0.5, 1.0])
+def test_pages_never_fetched_get_the_discovery_share_of_a_continuous_crawl(frontiers, share):
+    """Two hubs pay each other nearly all their cash; the 20 leaves they found get crumbs. By
+    cash alone the hubs would take turns for a long time; the leaves are owed ``share`` of the
+    pops while they last (and the pops follow cash among the leaves)."""
+    f = frontiers.make(continuous=True, refresh=1.0)
+    f.discovery = share
+    f.schedule([entry(0)])
+    leaves = [link(100 + j, weight=0.001) for j in range(20)]
+    seen, order = set(), []
+    for _ in range(40):
+        lease = f.pop()
+        i = lease.key
+        order.append(i not in seen)  # a page never fetched before?
+        seen.add(i)
+        hub = key(0) if i == key(1) else key(1)
+        out = [Link(hub, "http://h/hub", payload=b"hub")] if i in (key(0), key(1)) else []
+        if i == key(0) and len(seen) == 1:
+            out += leaves
+        assert f.visit(lease, out) is not None
+    found = sum(order[2:22])  # the 20 pops after both hubs were fetched
+    if share == 0.0:
+        assert found < 5  # the hubs keep outbidding the leaves
+    else:
+        assert found >= min(20, int(share * 20))
+        # While leaves remained, no run of pops without one was longer than the share allows.
+        gaps = "".join("n" if new else "o" for new in order[2 : 2 + found * 2])
+        assert "o" * (int(1 / share) + 1) not in gaps.rstrip("o")
+    assert f.total_cash() == pytest.approx(1.0, abs=TOL)
+
+
 def test_a_redirect_moves_the_cash_to_the_target(frontiers):
     f = frontiers.make()
     f.schedule([entry(0)])

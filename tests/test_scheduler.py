@@ -81,7 +81,7 @@ def schedulers(request, tmp_path):
 
 def visit(s: OpicScheduler, request: Request, links=()) -> None:
     """What the spider middleware reports for a parsed page."""
-    s.settle_visit(request, list(links), None, None, 0.0)
+    s.settle_visit(request, list(links), None, None)
 
 
 def total_cash(s: OpicScheduler) -> float:
@@ -136,6 +136,25 @@ def test_a_visit_files_its_links_and_the_scheduler_answers_for_them(schedulers):
         assert s.frontier.check() == []
     f = s.frontier.figures()
     assert f["pending"] == 3 and f["visited"] == 1
+    assert total_cash(s) == pytest.approx(1.0, abs=1e-12)
+
+
+def test_a_page_links_to_another_page_once(schedulers):
+    """Two requests with one fingerprint (``a#x`` and ``a#y``, a menu link and a text link) are
+    one link of the page: its children get equal shares, as in PageRank's graph of pages, and
+    the repeat is a duplicate. The same holds for the links it will not follow."""
+    s = schedulers.make(OPIC_REFUSED_LINKS="virtual", OPIC_EPSILON=0.15)
+    s.enqueue_request(Request(URLS[0]))
+    parent = s.next_request()
+    kids = [Request(URLS[1] + "#a"), Request(URLS[1] + "#b"), Request(URLS[2]), Request(URLS[1])]
+    offsite = Request("http://elsewhere.example/x")
+    cash = s.frontier.cash_of(parent.meta["opic_id"])
+    s.settle_visit(parent, kids, None, None, refused=[(offsite, 1.0), (offsite, 1.0)])
+    assert [s.enqueue_request(k) for k in kids] == [True, False, True, False]
+    assert s.counts["opic/duplicates"] == 2
+    one, two = (s.frontier.cash_of(s._key(Request(u))) for u in URLS[1:3])
+    # Three links (two followed, one refused): a third of what the parent passes on each.
+    assert one == pytest.approx(0.85 * cash / 3) and two == pytest.approx(one)
     assert total_cash(s) == pytest.approx(1.0, abs=1e-12)
 
 
@@ -299,7 +318,7 @@ def test_a_failure_settles_once_and_a_stale_outcome_changes_nothing(schedulers):
     for r in (a, b, c):  # every outcome again: the leases are settled already
         s.settle_failure(r, OSError())
         s.settle_callback_error(r)
-        assert s.settle_visit(r, [], None, None, 0.0) is None
+        assert s.settle_visit(r, [], None, None) is None
     assert s.counts["opic/failed"] == 2 and s.counts["opic/ignored"] == 1
     f = s.frontier.figures()
     assert f["visits"] == 2 and f["visited"] == 3 and f["in_flight"] == 0
@@ -325,7 +344,7 @@ def test_the_item_field_gets_the_importance_the_visit_returns(schedulers):
     for url in URLS[:3]:
         s.enqueue_request(Request(url))
     r = s.next_request()
-    importance = s.settle_visit(r, [Request(URLS[5])], None, None, 0.0)
+    importance = s.settle_visit(r, [Request(URLS[5])], None, None)
     assert 0 < importance <= 1
 
 

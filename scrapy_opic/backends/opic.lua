@@ -514,13 +514,16 @@ if cmd == 'sched' then
   return out
 
 elseif cmd == 'pop' then
-  -- ARGV: token lease_ms full-slot... Reclaims expired leases, pays the virtual page out, then
-  -- leases the pending page with the most cash (highest priority first) whose download slot is
-  -- not full. Returns {fp, request, slot} or {}.
-  local token, lease_ms = ARGV[2], tonumber(ARGV[3])
+  -- ARGV: token lease_ms share full-slot... Reclaims expired leases, pays the virtual page
+  -- out, then leases the pending page with the most cash (highest priority first) whose
+  -- download slot is not full; when the discovery debt is due (share > 0: frontier.py,
+  -- discovery_step), the best page never fetched in that tier if it has one. Returns
+  -- {fp, request, slot} or {}.
+  local token, lease_ms, share = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+  local discover = share > 0 and g.debt + share >= 1.0
   local full = {}
   local n_full = 0
-  for k = 4, #ARGV do
+  for k = 5, #ARGV do
     full[ARGV[k]] = true
     n_full = n_full + 1
   end
@@ -554,7 +557,7 @@ elseif cmd == 'pop' then
     local su, cu = best_head(true)
     local sf, cf = best_head(false)
     local unfetched = nil
-    if su and (not sf or cu + g.accu >= cf) then
+    if su and (discover or not sf or cu + g.accu >= cf) then
       unfetched = true
     elseif sf then
       unfetched = false
@@ -573,6 +576,10 @@ elseif cmd == 'pop' then
     return {}
   end
   local p = page(best)
+  if share > 0 then
+    g.debt = math.min(g.debt + share, 1.0)
+    if p.f == 0 then g.debt = math.max(g.debt - 1.0, 0.0) end
+  end
   set_status(p, IN_FLIGHT)
   p.token = token
   redis.call('ZADD', lk, ms + lease_ms, best)

@@ -76,7 +76,7 @@ from .sqlite import CHUNK
 SCALARS = (
     "eps", "refresh", "cont", "win", "est", "T", "wall", "mom", "layout", "n", "G", "greal",
     "vcash", "vhist", "acca", "accu", "nunf", "visits", "ema", "accc", "ctot", "cpass", "cdang",
-    "btot", "dtot", "rate", "st0", "st1", "st2", "st3", "reclaimed", "stale", "clock",
+    "btot", "dtot", "rate", "st0", "st1", "st2", "st3", "reclaimed", "stale", "clock", "debt",
 )  # fmt: skip
 PARAMS = SCALARS[:9]
 #: The version of the crawl's layout in Redis (globals and page fields), a parameter that every
@@ -274,6 +274,9 @@ class RedisFrontier:
         self.location = location
         self.round_trips = 0
         self.continuous = False
+        #: The share of pops owed to pages never fetched in a continuous crawl (the debt is the
+        #: crawl's, in Redis; each process's pops add its own share).
+        self.discovery = 0.0
         self.maintain_interval = max(0.05, min(lease / 3.0, series_seconds))
         self._series_seconds = series_seconds
         self._last_point = 0.0
@@ -405,7 +408,8 @@ class RedisFrontier:
 
     def pop(self, full_slots: Collection[Hashable] = ()) -> Lease | None:
         token = self._token()
-        got = self._call("pop", token, self.lease_ms, *(str(s) for s in full_slots))
+        share = _f(self.discovery if self.continuous else 0.0)
+        got = self._call("pop", token, self.lease_ms, share, *(str(s) for s in full_slots))
         if not got:
             return None
         fp, data, slot = got

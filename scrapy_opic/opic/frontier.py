@@ -57,7 +57,10 @@ Selection
 ``pop`` pays the virtual page's cash out first (O(1): accumulators, see
 :class:`~scrapy_opic.opic.engine.OpicEngine`), then hands out the pending page with the most cash
 (Greedy) among those of the highest priority whose download slot is not full. A tie between
-pages with the same cash may go either way; backends need not break ties alike.
+pages with the same cash may go either way; backends need not break ties alike. In a continuous
+crawl with a *discovery share* the pages never fetched get at least that share of the pops while
+there are any (:func:`discovery_step`): else the pages already fetched, paid again and again by
+the links between them, would outbid the new ones found at the edge of the crawl for a long time.
 
 Nothing here knows Scrapy or does I/O: payloads are opaque objects, download slots opaque keys.
 """
@@ -72,6 +75,7 @@ import numpy as np
 from .constants import (
     DISCOVERED,
     DUPLICATE,
+    FETCHED,
     IN_FLIGHT,
     NEEDS_PAYLOAD,
     PENDING,
@@ -250,6 +254,19 @@ def require_payload(entry: Entry) -> None:
         raise ValueError(f"a retry or redirect needs the request to fetch, none for {entry.url}")
 
 
+def discovery_step(debt: float, share: float, fetched: bool) -> float:
+    """The discovery debt after a pop (a continuous crawl's rule, the same in every backend).
+
+    Each pop adds ``share`` to the debt, capped at 1; a pop of a page never fetched pays 1 back
+    (floored at 0). A pop made while the debt is 1 or more prefers the best page never fetched
+    (among the slots with room, in the first priority tier that has a candidate) to the best
+    page. So while there are pages never fetched they get at least ``share`` of the pops, and
+    greedy picks more of them when their cash is the highest anyway; the cap keeps a long spell
+    without new pages from turning into a burst of them later."""
+    debt = min(debt + share, 1.0)
+    return debt if fetched else max(debt - 1.0, 0.0)
+
+
 class MemoryFrontier:
     """A :class:`Frontier` whose pages live in this process's memory (see the module docstring).
 
@@ -273,9 +290,13 @@ class MemoryFrontier:
         strategy: str = "greedy",
         continuous: bool = False,
         seed: int | None = None,
+        discovery: float = 0.0,
     ) -> None:
         self.engine = engine
         self.continuous = continuous
+        #: The share of pops owed to pages never fetched (see :func:`discovery_step`).
+        self.discovery = discovery
+        self.discovery_debt = 0.0
         self.status = bytearray()
         #: The URL of each page, by id.
         self.urls: list[str | None] = []
@@ -404,7 +425,12 @@ class MemoryFrontier:
         self.engine.payout()
         sel = self.selection
         if self._tiered:
-            i = sel.pop((lambda slot: slot not in full_slots) if full_slots else None)
+            share = self.discovery if self.continuous else 0.0
+            room = (lambda slot: slot not in full_slots) if full_slots else None
+            i = sel.pop(room, share and self.discovery_debt + share >= 1.0)
+            if i is not None and share:
+                fetched = bool(self.engine._flags_mv[i] & FETCHED)
+                self.discovery_debt = discovery_step(self.discovery_debt, share, fetched)
         else:
             i = sel.pop()
         if i is None:

@@ -355,9 +355,12 @@ class SlottedGreedySelection(Selection):
             heap.heapify()
             self._refresh_head(h)
 
-    def pop(self, has_room: Callable[[Hashable], bool] | None = None) -> int | None:
+    def pop(
+        self, has_room: Callable[[Hashable], bool] | None = None, unfetched: bool = False
+    ) -> int | None:
         """Remove and return the candidate with the most cash among the slots for which
-        ``has_room(slot)`` is true (all slots if ``None``); ``None`` if there is none."""
+        ``has_room(slot)`` is true (all slots if ``None``); ``None`` if there is none. With
+        ``unfetched``, the best candidate never fetched (``None`` if there is none)."""
         e = self.engine
         e.payout()
         keys_f, keys_u = self._head_key
@@ -365,7 +368,7 @@ class SlottedGreedySelection(Selection):
         set_aside: list[int] = []
         try:
             while True:
-                kf = tops_f[0] if tops_f else -1
+                kf = tops_f[0] if tops_f and not unfetched else -1
                 ku = tops_u[0] if tops_u else -1
                 if kf < 0 and ku < 0:
                     return None
@@ -432,11 +435,18 @@ class TieredSelection(Selection):
         if tier is not None:
             tier.discard(i)
 
-    def pop(self, has_room: Callable[[Hashable], bool] | None = None) -> int | None:
+    def pop(
+        self, has_room: Callable[[Hashable], bool] | None = None, discover: bool = False
+    ) -> int | None:
+        """The best candidate of the highest tier that has one in a slot with room; with
+        ``discover``, the best one never fetched in that tier if there is one (a priority still
+        comes before discovery, as it comes before cash)."""
         for priority in self._order:
             tier = self._tiers[priority]
             if len(tier):
-                i = tier.pop(has_room)
+                i = tier.pop(has_room, True) if discover else None
+                if i is None:
+                    i = tier.pop(has_room)
                 if i is not None:
                     del self._tier_of[i]
                     return i
