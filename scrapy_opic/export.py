@@ -36,7 +36,7 @@ import numpy as np
 from .backends import StoreError, is_redis_location, masked_url, split_location
 from .backends.sqlite import StateReader
 from .formats import output_format
-from .opic.constants import FETCHED, IN_FLIGHT, PENDING
+from .opic.constants import FETCHED, IN_FLIGHT, OK, OUTCOMES, PENDING, outcome_name
 from .opic.engine import OpicEngine
 from .series import Series
 
@@ -48,6 +48,7 @@ PAGE_COLUMNS = (
     "visits",
     "last_visit",
     "fetched",
+    "status",
     "host",
 )
 SITE_COLUMNS = ("level", "site", "importance", "pages", "fetched")
@@ -60,7 +61,12 @@ class Page(NamedTuple):
     with the virtual page's cash); ``history`` is the link credit the page absorbed at its visits
     (within the window, for windowed policies: what its importance is measured on, see
     :mod:`scrapy_opic.opic.engine`); ``last_visit`` is the clock G at its last visit (0 if never
-    fetched).
+    fetched); ``fetched`` says that the page's last fetch gave a response that was parsed, and
+    ``status`` how that fetch ended: ``ok``, ``http_<code>`` (an error response), ``dns``,
+    ``timeout``, ``error`` (another download error), ``spider_error`` (the callback raised),
+    ``forbidden`` (robots.txt), ``offsite``, ``filtered`` (a dupefilter), ``ignored`` (another
+    IgnoreRequest), or empty if it was never fetched. A page whose status is not ``ok`` is
+    closed: links to it pay it nothing.
     """
 
     url: str
@@ -70,6 +76,7 @@ class Page(NamedTuple):
     visits: int
     last_visit: float
     fetched: bool
+    status: str
     host: str
 
 
@@ -83,6 +90,7 @@ class Site(NamedTuple):
     fetched: int
 
 
+_STATUS_NAMES = dict(enumerate(OUTCOMES))  # (the common codes, without a call per page)
 _NETLOC = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://([^/?#]*)")
 _HOSTS: dict[str, str] = {}  # netloc -> host: a crawl has far fewer hosts than pages
 
@@ -144,6 +152,9 @@ class OpicState:
             self._reader.close()
             raise
         self.status = self._reader.status
+        # Outcome codes by id (a state saved before outcomes has none: fetched is its flag).
+        raw = getattr(self._reader, "outcome", b"")
+        self.outcome: np.ndarray | None = np.frombuffer(raw, np.uint16) if raw else None
         self._importance: np.ndarray | None = None
 
     # -- figures ----------------------------------------------------------------------------
@@ -165,6 +176,9 @@ class OpicState:
         return sum(self.status.count(st) for st in (PENDING, IN_FLIGHT))
 
     def fetched_mask(self) -> np.ndarray:
+        """Pages whose last fetch was parsed."""
+        if self.outcome is not None:
+            return self.outcome[: self.n] == OK
         return (self.engine.flags[: self.n] & FETCHED) != 0
 
     def stats(self) -> dict[str, float]:
@@ -185,11 +199,18 @@ class OpicState:
         seen = e.visits[lo:hi]
         visits = seen.tolist()
         last = np.where(seen > 0, e.last_g[lo:hi], 0.0).tolist()  # never visited: 0
-        fetched = ((e.flags[lo:hi] & FETCHED) != 0).tolist()
+        if self.outcome is not None:
+            codes = self.outcome[lo:hi]
+            fetched = (codes == OK).tolist()
+            status = [_STATUS_NAMES.get(c) or outcome_name(c) for c in codes.tolist()]
+        else:
+            fetched = ((e.flags[lo:hi] & FETCHED) != 0).tolist()
+            status = [""] * (hi - lo)
         if None in urls:  # a page whose URL was never recorded: name it by its id
             urls = [u if u is not None else str(lo + k) for k, u in enumerate(urls)]
         hosts = [host_of(u) for u in urls]
-        return list(map(Page._make, zip(urls, imp, cash, hist, visits, last, fetched, hosts)))
+        rows = zip(urls, imp, cash, hist, visits, last, fetched, status, hosts)
+        return list(map(Page._make, rows))
 
     def page_chunks(self, fetched_only: bool = False) -> Iterator[list[Page]]:
         """Pages in id (discovery) order, one stored chunk at a time."""
@@ -307,15 +328,16 @@ def _fast_page_lines(chunk: list[Page], fmt: str) -> list[str] | None:
         if _CSV_SPECIAL.search(urls):
             return None
         return [
-            f"{u},{i!r},{c!r},{h!r},{v},{t!r},{f},{host}\n" for u, i, c, h, v, t, f, host in chunk
+            f"{u},{i!r},{c!r},{h!r},{v},{t!r},{f},{st},{host}\n"
+            for u, i, c, h, v, t, f, st, host in chunk
         ]
     if _JSON_SPECIAL.search(urls):
         return None
     return [
         f'{{"url": "{u}", "importance": {i!r}, "cash": {c!r}, "history": {h!r}, '
         f'"visits": {v}, "last_visit": {t!r}, "fetched": {"true" if f else "false"}, '
-        f'"host": "{host}"}}\n'
-        for u, i, c, h, v, t, f, host in chunk
+        f'"status": "{st}", "host": "{host}"}}\n'
+        for u, i, c, h, v, t, f, st, host in chunk
     ]
 
 

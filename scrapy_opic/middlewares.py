@@ -106,7 +106,7 @@ class OpicSpiderMiddleware:
             return
         scheduler = OpicScheduler.of(self.crawler)
         if scheduler is not None:
-            scheduler.settle_callback_error(response.request)
+            scheduler.settle_callback_error(response.request, exception)
 
     def _follows(self, request: Request) -> bool:
         return bool(

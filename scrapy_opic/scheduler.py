@@ -59,17 +59,31 @@ from collections.abc import Collection, Hashable
 from typing import TYPE_CHECKING, Any
 from weakref import WeakKeyDictionary
 
+from scrapy import exceptions as scrapy_exceptions
 from scrapy.core.scheduler import BaseScheduler
 from scrapy.dupefilters import RFPDupeFilter
 from scrapy.exceptions import IgnoreRequest
 from scrapy.spidermiddlewares.httperror import HttpError
 from scrapy.utils.misc import build_from_crawler, load_object
 from scrapy.utils.request import request_from_dict
-from twisted.internet import task
+from twisted.internet import defer, task
+from twisted.internet import error as twisted_error
 
 from .backends import StoreError, masked_url
 from .errors import raise_in_one_line
-from .opic.constants import DUPLICATE, LOCAL, NEEDS_PAYLOAD, SCHEDULED
+from .opic.constants import (
+    DNS,
+    DUPLICATE,
+    ERROR,
+    FORBIDDEN,
+    IGNORED,
+    LOCAL,
+    NEEDS_PAYLOAD,
+    OFFSITE,
+    SCHEDULED,
+    SPIDER_ERROR,
+    TIMEOUT,
+)
 from .opic.frontier import Entry, Frontier, Lease, Link
 from .settings import OpicSettings, OpicSettingsError
 from .state import open_frontier
@@ -79,6 +93,49 @@ if TYPE_CHECKING:  # pragma: no cover
     from scrapy.crawler import Crawler
 
 logger = logging.getLogger(__name__)
+
+
+# Exceptions by outcome. (Scrapy 2.13+ wraps download errors in its own classes; older
+# handlers and other download handlers raise Twisted's.)
+_DNS_ERRORS = tuple(
+    c
+    for c in (
+        getattr(scrapy_exceptions, "CannotResolveHostError", None),
+        twisted_error.DNSLookupError,
+    )
+    if c is not None
+)
+_TIMEOUTS = tuple(
+    c
+    for c in (
+        getattr(scrapy_exceptions, "DownloadTimeoutError", None),
+        twisted_error.TimeoutError,
+        twisted_error.TCPTimedOutError,
+        defer.TimeoutError,
+        TimeoutError,
+    )
+    if c is not None
+)
+
+
+def outcome_of(exception: BaseException) -> int:
+    """The outcome code of a request that ended in ``exception``: the HTTP status of an
+    ``HttpError``; ``forbidden`` (robots.txt), ``offsite`` or ``ignored`` for an
+    ``IgnoreRequest`` (Scrapy gives robots.txt and offsite refusals no class of their own: their
+    messages tell them apart); ``dns``, ``timeout``, else ``error``."""
+    if isinstance(exception, HttpError):
+        return int(exception.response.status)
+    if isinstance(exception, IgnoreRequest):
+        text = str(exception)
+        if "robots.txt" in text:
+            return FORBIDDEN
+        return OFFSITE if "offsite" in text.lower() else IGNORED
+    if isinstance(exception, _DNS_ERRORS):
+        return DNS
+    if isinstance(exception, _TIMEOUTS):
+        return TIMEOUT
+    return ERROR
+
 
 #: The OPIC scheduler of each running crawler (the middlewares' and the extension's way in).
 _RUNNING: WeakKeyDictionary[Any, OpicScheduler] = WeakKeyDictionary()
@@ -533,7 +590,7 @@ class OpicScheduler(BaseScheduler):
                 return None
             request = self._decode(lease.payload)
             if request is None:
-                self.frontier.forfeit(lease)
+                self.frontier.forfeit(lease, ERROR)
                 self.counts["opic/undecodable"] += 1
                 continue
             self._hold(lease)
@@ -640,31 +697,37 @@ class OpicScheduler(BaseScheduler):
             if code == NEEDS_PAYLOAD:
                 self._unfiled.add(o)
         return visit.importance
-        return visit.importance
 
-    def settle_callback_error(self, request: Request) -> None:
-        """The callback of ``request``'s page raised before yielding anything: a visit with no
-        out-links."""
+    def settle_callback_error(self, request: Request, exception: BaseException) -> None:
+        """The callback of ``request``'s page raised before yielding anything (or Scrapy's
+        HttpErrorMiddleware refused the response: ``HttpError``): a visit with no out-links,
+        with the outcome ``http_<status>`` or ``spider_error``."""
         lease = self._held(request)
         if lease is not None:
             self._end(lease.key)
-            if self.frontier.fail(lease):
+            outcome = outcome_of(exception)
+            if self.frontier.fail(lease, SPIDER_ERROR if outcome == ERROR else outcome):
                 self.counts["opic/failed"] += 1
 
     def settle_failure(self, request: Request, exception: BaseException) -> None:
         """The outcome of an in-flight request that ends in ``exception`` instead of a response
-        to parse (the downloader middleware's and the errback's one rule). An HTTP error status
-        was fetched: a visit with no out-links, like a download error. Any other
-        ``IgnoreRequest`` (robots.txt, too many redirects...) fetched nothing: the page is given
-        up and its cash goes to the virtual page. A page not in flight here is left alone."""
+        to parse (the downloader middleware's and the errback's one rule), named by
+        :func:`outcome_of`. An HTTP error status or a download error (after Scrapy's retries)
+        was a fetch: a visit with no out-links. Any other ``IgnoreRequest`` (robots.txt,
+        offsite, too many redirects...) fetched nothing: the page is given up and its cash goes
+        to the virtual page. Either way the frontier closes the page (its later links pay it
+        nothing), except a failed fetch in a continuous crawl that the frontier will try again
+        (see :data:`~.opic.constants.FINAL_OUTCOMES`). A page not in flight here is left
+        alone."""
         lease = self._held(request)
         if lease is None:
             return
         self._end(lease.key)
+        outcome = outcome_of(exception)
         if isinstance(exception, IgnoreRequest) and not isinstance(exception, HttpError):
-            if self.frontier.forfeit(lease):
+            if self.frontier.forfeit(lease, outcome):
                 self.counts["opic/ignored"] += 1
-        elif self.frontier.fail(lease):
+        elif self.frontier.fail(lease, outcome):
             self.counts["opic/failed"] += 1
 
     # -- stats and logs ------------------------------------------------------------------------

@@ -62,6 +62,8 @@ class Site(_LoopbackServer):
     ``redirects`` maps a node to another: its URL answers 301 to the other's. ``errors`` lists
     nodes that answer 500. ``offsite`` lists nodes whose pages also link to an external host.
     ``loops`` lists nodes whose pages also link into an endless chain of redirects.
+    ``forbidden`` lists nodes that ``/robots.txt`` disallows; ``gone`` nodes that answer 404;
+    ``fail_once`` nodes whose first request answers 503.
     """
 
     def __init__(
@@ -75,8 +77,14 @@ class Site(_LoopbackServer):
         host_of: Callable[[int], str] | None = None,
         addresses: tuple[str, ...] = ("127.0.0.1",),
         loops: set[int] | None = None,
+        forbidden: set[int] | None = None,
+        gone: set[int] | None = None,
+        fail_once: set[int] | None = None,
     ) -> None:
         self.graph = graph
+        self.forbidden = forbidden or set()
+        self.gone = gone or set()
+        self.fail_once = set(fail_once or ())
         self.loops = loops or set()
         self.delay = delay
         self.trap = trap
@@ -121,6 +129,9 @@ class Site(_LoopbackServer):
         return f"http://{self.host_of(i)}:{self.port}/p/{i}.html"
 
     def respond(self, path: str) -> tuple[int, dict[str, str], bytes]:
+        if path == "/robots.txt":
+            rules = "".join(f"Disallow: /p/{i}.html\n" for i in sorted(self.forbidden))
+            return 200, {"Content-Type": "text/plain"}, f"User-agent: *\n{rules}".encode()
         if path.startswith("/cal/"):
             return self._calendar(path)
         if path.startswith("/loop/"):  # an endless chain of redirects: /loop/i-k -> /loop/i-k+1
@@ -136,6 +147,12 @@ class Site(_LoopbackServer):
             return 301, {"Location": self.url(self.redirects[i])}, b""
         if i in self.errors:
             return 500, {}, b"boom"
+        if i in self.gone:
+            return 404, {}, b"not found"
+        with self._lock:
+            if i in self.fail_once:
+                self.fail_once.discard(i)
+                return 503, {}, b"busy"
         links = "".join(
             f'<a href="{self.url(int(j))}">{int(j)}</a> ' for j in self.graph.children(i)
         )

@@ -21,7 +21,7 @@ import uuid
 import numpy as np
 import pytest
 
-from scrapy_opic.opic.constants import STATUSES
+from scrapy_opic.opic.constants import DNS, ERROR, FORBIDDEN, STATUSES, TIMEOUT
 from scrapy_opic.opic.engine import OpicEngine
 from scrapy_opic.opic.frontier import Entry, Link, MemoryFrontier
 from tests.frontiers import key
@@ -45,6 +45,7 @@ SCALARS = {
     "acc_all": "acca",
     "acc_unfetched": "accu",
     "n_unfetched": "nunf",
+    "n_dead": "ndead",
     "visit_count": "visits",
     "_cash_at_visit_ema": "ema",
     "acc_credit": "accc",
@@ -56,6 +57,8 @@ SCALARS = {
     "default_rate": "rate",
 }
 N_KEYS = 40
+#: Outcomes of fail, forfeit and drop: final ones (forbidden, 404, 410) and others.
+OUTCOME_CHOICES = (ERROR, DNS, TIMEOUT, 503, FORBIDDEN, 404, 410)
 
 
 SLOTS: set[str] = set()
@@ -127,7 +130,7 @@ class Pair:
         elif op == "pop":
             self.pop()
         elif op == "drop":
-            mem, red = self.both("drop", key(rng.randrange(N_KEYS)))
+            mem, red = self.both("drop", key(rng.randrange(N_KEYS)), rng.choice(OUTCOME_CHOICES))
             assert mem == red
         elif op == "stale" and self.settled:
             lease_mem, lease_red = rng.choice(self.settled)
@@ -142,7 +145,9 @@ class Pair:
             if op == "visit":
                 self.visit(lease_mem, lease_red)
             elif op in ("fail", "forfeit"):
-                mem, red = self.both(op, lease_mem, red_args=(lease_red,))
+                # Final outcomes close the page; the others keep it in a continuous crawl.
+                o = rng.choice(OUTCOME_CHOICES)
+                mem, red = self.both(op, lease_mem, o, red_args=(lease_red, o))
                 assert mem is True and red is True
             elif op == "release":
                 mem, red = self.both("release", [lease_mem], red_args=([lease_red],))
@@ -238,6 +243,8 @@ class Pair:
         if mem._wall:
             np.testing.assert_array_equal(red.last_t[: red.n], mem.last_t[ids], err_msg=where)
         assert bytes(snap.status) == bytes(self.mem.status[i] for i in ids), where
+        outcome = np.frombuffer(snap.outcome, np.uint16)
+        assert outcome.tolist() == [self.mem.outcome[i] for i in ids], where
         mine, theirs = self.mem.figures(), self.red.figures()
         for name in ("pages", "fetched", "visits", "G", "virtual_cash", *STATUSES):
             assert mine[name] == theirs[name], (name, where)
@@ -260,6 +267,7 @@ def test_the_embedded_and_the_redis_frontier_agree_on_every_number(redis_url, wi
             pair.step()
         figures = pair.red.figures()
         assert figures["visits"] > 20 and figures["pages"] > 20  # the sequence did crawl
+        assert figures["closed"] > 0  # and closed pages (which links and payouts skip)
         assert pair.red.check() == []  # and Redis's queues, tiers and leases are consistent
     finally:
         pair.close()

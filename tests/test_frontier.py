@@ -12,8 +12,10 @@ from hypothesis import strategies as st
 
 from scrapy_opic.opic import OpicEngine
 from scrapy_opic.opic.constants import (
+    DEAD,
     DISCOVERED,
     DUPLICATE,
+    ERROR,
     IN_FLIGHT,
     NEEDS_PAYLOAD,
     PENDING,
@@ -276,9 +278,11 @@ def test_every_path_conserves_cash_and_the_life_cycle_holds(ops, continuous, str
         slot = f"h{r % 3}"
         if kind <= 1:
             before = f.status_of(k)
+            i = f.engine.id_of(k)
+            closed = i is not None and f.engine.flags[i] & DEAD
             code = f.schedule([Entry(k, "u", 0, slot, {"key": k})], again=kind == 1)[0]
             if before in ("pending", "in_flight") or (
-                before == "visited" and not continuous and kind == 0
+                (closed or (before == "visited" and not continuous)) and kind == 0
             ):
                 assert code == DUPLICATE
             else:
@@ -299,7 +303,7 @@ def test_every_path_conserves_cash_and_the_life_cycle_holds(ops, continuous, str
                 links = [Link(key((r >> j) % 25), "u") for j in range(r % 4)]
                 assert f.visit(lease, links) is not None
             elif kind == 4:
-                assert f.fail(lease)
+                assert f.fail(lease, (ERROR, 404)[r % 2])
             elif kind == 5:
                 target = key((r >> 3) % 25)
                 f.redirect(lease, Entry(target, "u", 0, slot, {"key": target}))
@@ -317,6 +321,11 @@ def test_every_path_conserves_cash_and_the_life_cycle_holds(ops, continuous, str
         assert all(j in f.payloads for j in range(n) if f.status[j] in (PENDING, IN_FLIGHT))
         assert all(j not in f.payloads for j in range(n) if f.status[j] in (DISCOVERED, VISITED))
         assert {f.engine.key_of(j) for j in range(n) if f.status[j] == IN_FLIGHT} == set(leases)
+        # A closed page holds no cash, whatever links and payouts came since, and waits for
+        # nothing.
+        dead = np.flatnonzero(f.engine.flags[:n] & DEAD)
+        assert (f.engine.cash(dead) == 0.0).all()
+        assert all(f.status[j] == VISITED for j in dead.tolist())
 
 
 def test_a_restored_frontier_has_its_in_flight_pages_pending_again():

@@ -314,10 +314,10 @@ def test_a_failure_settles_once_and_a_stale_outcome_changes_nothing(schedulers):
     from scrapy.exceptions import IgnoreRequest
 
     s.settle_failure(b, IgnoreRequest("robots.txt"))  # fetched nothing: given up
-    s.settle_callback_error(c)
+    s.settle_callback_error(c, ValueError("a callback that fails"))
     for r in (a, b, c):  # every outcome again: the leases are settled already
         s.settle_failure(r, OSError())
-        s.settle_callback_error(r)
+        s.settle_callback_error(r, ValueError("a callback that fails"))
         assert s.settle_visit(r, [], None, None) is None
     assert s.counts["opic/failed"] == 2 and s.counts["opic/ignored"] == 1
     f = s.frontier.figures()

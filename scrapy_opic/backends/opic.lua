@@ -117,15 +117,24 @@ local function hkey(pr, unfetched)
   return ns .. ':h:' .. pr .. (unfetched and ':u' or ':f')
 end
 
+-- The page's flags (OpicEngine.flags): fetched once, closed for good.
+local function unfetched(p) return bit.band(p.f, FETCHED) == 0 end
+local function dead(p) return bit.band(p.f, DEAD) ~= 0 end
+
 local function page(fp)
   local p = P[fp]
   if p then return p end
-  local r = redis.call('HMGET', pkey(fp), 'x', 'pr', 'sl', 'w')
+  local r = redis.call('HMGET', pkey(fp), 'x', 'pr', 'sl', 'w', 'o')
   if not r[1] then return nil end
   p = unpack_page(r[1])
   p.pr, p.sl, p.w = r[2] or '0', r[3] or '', r[4]
+  -- o: the outcome of the page's last fetch, kept only when it is not OK (a fetched page
+  -- without it was fetched OK); o0 what the hash holds.
+  p.o = tonumber(r[5] or (unfetched(p) and 0 or OK))
+  p.o0 = r[5] and p.o or nil
   if p.st == PENDING then
-    p.q0, p.h0, p.sl0 = qkey(p.pr, p.f == 0, p.sl), hkey(p.pr, p.f == 0), p.sl
+    local u = unfetched(p)
+    p.q0, p.h0, p.sl0 = qkey(p.pr, u, p.sl), hkey(p.pr, u), p.sl
   end
   P[fp] = p
   order[#order + 1] = fp
@@ -143,7 +152,7 @@ end
 local function new_page(fp, url)
   -- (cb = 0: back pay, the teleport credit given before the page joined.)
   local p = {s = -(g.acca + g.accu), h = 0, cb = 0, lc = 0, lg = g.G, v = 0, f = 0,
-    st = DISCOVERED, b = 0, d = 0, lt = 0, pr = '0', sl = '', dirty = true}
+    st = DISCOVERED, b = 0, d = 0, lt = 0, pr = '0', sl = '', o = 0, dirty = true}
   if interp then
     p.h = g.rate * T
     if wall then p.lt = now() end
@@ -165,7 +174,8 @@ end
 
 -- What the accumulators add to the page's stored cash: its true cash is s + offset.
 local function offset(p)
-  if p.f == 1 then return g.acca end
+  if dead(p) then return 0 end
+  if not unfetched(p) then return g.acca end
   return g.acca + g.accu
 end
 
@@ -180,6 +190,27 @@ local function empty(p)
   p.s = -off
   p.dirty = true
   return c
+end
+
+local revive
+-- OpicEngine.kill: closed for good; its cash to the virtual page, nothing received from now on.
+local function kill(p)
+  if dead(p) then return end
+  g.vcash = g.vcash + empty(p)
+  p.s = 0
+  if unfetched(p) then g.nunf = g.nunf - 1 end
+  p.f = bit.bor(p.f, DEAD)
+  g.ndead = g.ndead + 1
+end
+
+-- OpicEngine.revive: open again, with no cash.
+revive = function(p)
+  if not dead(p) then return end
+  p.f = bit.band(p.f, bit.bnot(DEAD))
+  g.ndead = g.ndead - 1
+  if unfetched(p) then g.nunf = g.nunf + 1 end
+  p.s = -offset(p)
+  p.dirty = true
 end
 
 -- Write back every page this call touched, and keep the queues in step with status and cash.
@@ -198,12 +229,18 @@ local function flush()
       if p.token then
         fields[#fields + 1] = 'w'; fields[#fields + 1] = p.token
       end
+      local o = p.o ~= OK and p.o ~= 0 and p.o or nil
+      if o and o ~= p.o0 then
+        fields[#fields + 1] = 'o'; fields[#fields + 1] = o
+      end
       redis.call('HSET', key, unpack(fields))
+      if p.o0 and not o then redis.call('HDEL', key, 'o') end
+      p.o0 = o
       if p.drop then redis.call('HDEL', ns .. ':r', fp) end
     end
     local q1 = nil
     local h1 = nil
-    if p.st == PENDING then q1, h1 = qkey(p.pr, p.f == 0, p.sl), hkey(p.pr, p.f == 0) end
+    if p.st == PENDING then q1, h1 = qkey(p.pr, unfetched(p), p.sl), hkey(p.pr, unfetched(p)) end
     if p.q0 and p.q0 ~= q1 then
       redis.call('ZREM', p.q0, fp)
       -- The slot's head may have been this page: the index takes the queue's new head.
@@ -256,11 +293,12 @@ end
 -- OpicEngine._take: all of the page's cash, the page marked fetched.
 local function take(p)
   local c
-  if p.f == 1 then
+  if dead(p) then revive(p) end
+  if not unfetched(p) then
     c = p.s + g.acca
   else
     c = p.s + g.acca + g.accu
-    p.f = 1
+    p.f = bit.bor(p.f, FETCHED)
     g.nunf = g.nunf - 1
   end
   p.s = -g.acca
@@ -285,10 +323,11 @@ end
 -- OpicEngine.payout: the virtual page pays out (before every selection).
 local function payout()
   local v = g.vcash
-  if v <= 0 or g.n == 0 then return end
+  local live = g.n - g.ndead  -- closed pages receive nothing
+  if v <= 0 or live == 0 then return end
   local to_unf = 0
   if g.nunf > 0 then to_unf = (1 - refresh) * v end
-  g.acca = g.acca + (v - to_unf) / g.n
+  g.acca = g.acca + (v - to_unf) / live
   if to_unf ~= 0 then g.accu = g.accu + to_unf / g.nunf end
   g.vcash = 0
   g.vhist = g.vhist + v
@@ -308,7 +347,7 @@ end
 
 -- OpicEngine.visit up to the payout to children: returns the cash and the credit taken.
 local function visit_take(p)
-  local first = p.f == 0
+  local first = unfetched(p)
   local c = take(p)
   local t = now()
   local received, k = take_credit(p)
@@ -396,10 +435,14 @@ end
 -- came with it).
 local function schedule(p, pr, sl, req, again)
   local st = p.st
-  if st == PENDING or st == IN_FLIGHT or (st == VISITED and not (cont or again)) then
+  if st == PENDING or st == IN_FLIGHT then return DUPLICATE end
+  if dead(p) then  -- closed for good: only asked for explicitly
+    if not again then return DUPLICATE end
+  elseif st == VISITED and not (cont or again) then
     return DUPLICATE
   end
   if req == '' then return NEEDS_PAYLOAD end
+  revive(p)
   p.req, p.pr, p.sl, p.drop = req, pr, sl, nil
   set_status(p, PENDING)
   return SCHEDULED
@@ -578,7 +621,7 @@ elseif cmd == 'pop' then
   local p = page(best)
   if share > 0 then
     g.debt = math.min(g.debt + share, 1.0)
-    if p.f == 0 then g.debt = math.max(g.debt - 1.0, 0.0) end
+    if unfetched(p) then g.debt = math.max(g.debt - 1.0, 0.0) end
   end
   set_status(p, IN_FLIGHT)
   p.token = token
@@ -606,13 +649,15 @@ elseif cmd == 'visit' then
   if not plain then weights = {} end
   if has_boosts then boosts = {} end
   for _, l in ipairs(links) do
-    if l.fp ~= fp then  -- a self-link is not an endorsement
+    -- A self-link is not an endorsement; a link to a closed page is no link.
+    if l.fp ~= fp and not dead(l.p) then
       kids[#kids + 1] = l.p
       if weights then weights[#weights + 1] = l.w end
       if boosts then boosts[#boosts + 1] = l.boost end
     end
   end
   distribute(c, kc, kids, weights, boosts, vweight)
+  p.o = OK
   unlease(fp)
   done(p)
   local out = {1, fmt(importance_of(p))}
@@ -624,22 +669,30 @@ elseif cmd == 'visit' then
   return out
 
 elseif cmd == 'fail' then
-  -- ARGV: fp token. Fetched but nothing to follow: a visit with no out-links.
+  -- ARGV: fp token outcome. Fetched but nothing to follow: a visit with no out-links; closed,
+  -- unless the crawl is continuous and the outcome not final.
   local fp = ARGV[2]
   local p = leased(fp, ARGV[3])
   if not p then return stale() end
+  local o = tonumber(ARGV[4])
   local c, kc = visit_take(p)
   distribute(c, kc, {}, nil, nil, 0)
+  p.o = o
   unlease(fp)
-  done(p)
+  if cont and not FINAL_OUTCOMES[o] then
+    done(p)
+  else
+    retire(p)
+    kill(p)
+  end
   flush()
   save_g()
   return {1}
 
 elseif cmd == 'forfeit' then
-  -- ARGV: fp token. Given up unfetched: cash to the virtual page. With an empty token (a
-  -- request a dupefilter refused: Frontier.drop), only a page discovered or pending, never one
-  -- in flight or visited.
+  -- ARGV: fp token outcome. Given up unfetched: cash to the virtual page, closed. With an
+  -- empty token (a request a dupefilter refused: Frontier.drop), only a page discovered or
+  -- pending, never one in flight or visited.
   local fp, token = ARGV[2], ARGV[3]
   local p
   if token == '' then
@@ -652,8 +705,9 @@ elseif cmd == 'forfeit' then
     if not p then return stale() end
     unlease(fp)
   end
-  g.vcash = g.vcash + empty(p)
   retire(p)
+  p.o = tonumber(ARGV[4])
+  kill(p)
   flush()
   save_g()
   return {1}

@@ -53,10 +53,17 @@ import numpy as np
 from ..opic.constants import (
     BLEND_LEMMA,
     CODES,
+    DEAD,
     DUPLICATE,
+    ERROR,
     ESTIMATORS,
+    FETCHED,
+    FILTERED,
+    FINAL_OUTCOMES,
+    FORBIDDEN,
     LOCAL,
     NEEDS_PAYLOAD,
+    OK,
     RATE_DECAY,
     SCHEDULED,
     SLOPE_NOISE,
@@ -77,6 +84,7 @@ SCALARS = (
     "eps", "refresh", "cont", "win", "est", "T", "wall", "mom", "layout", "n", "G", "greal",
     "vcash", "vhist", "acca", "accu", "nunf", "visits", "ema", "accc", "ctot", "cpass", "cdang",
     "btot", "dtot", "rate", "st0", "st1", "st2", "st3", "reclaimed", "stale", "clock", "debt",
+    "ndead",
 )  # fmt: skip
 PARAMS = SCALARS[:9]
 #: The version of the crawl's layout in Redis (globals and page fields), a parameter that every
@@ -170,6 +178,10 @@ def lua_constants() -> str:
         f"local LAYOUT = {LAYOUT!r}",
         *(f"local {name.upper()} = {k}" for k, name in enumerate(STATUSES)),
         *(f"local {name.upper()} = {k}" for k, name in enumerate(CODES)),
+        f"local FETCHED, DEAD, OK = {FETCHED}, {DEAD}, {OK}",
+        "local FINAL_OUTCOMES = {"
+        + ", ".join(f"[{k}] = true" for k in sorted(FINAL_OUTCOMES))
+        + "}",
         f"local ESTIMATORS = {table(ESTIMATORS)}",
         f"local WIN_INTERPOLATION = {WINDOWS.index('interpolation')}",
         f"local VISIT_DECAY = {VISIT_DECAY!r}",
@@ -460,14 +472,14 @@ class RedisFrontier:
         imp = float(out[1])
         return Visit(codes, None if imp < 0 or not importance else imp)
 
-    def fail(self, lease: Lease) -> bool:
-        return bool(int(self._call("fail", lease.key, lease.token)[0]))
+    def fail(self, lease: Lease, outcome: int = ERROR) -> bool:
+        return bool(int(self._call("fail", lease.key, lease.token, int(outcome))[0]))
 
-    def forfeit(self, lease: Lease) -> bool:
-        return bool(int(self._call("forfeit", lease.key, lease.token)[0]))
+    def forfeit(self, lease: Lease, outcome: int = FORBIDDEN) -> bool:
+        return bool(int(self._call("forfeit", lease.key, lease.token, int(outcome))[0]))
 
-    def drop(self, key: Hashable) -> bool:
-        return bool(int(self._call("forfeit", key, "")[0]))
+    def drop(self, key: Hashable, outcome: int = FILTERED) -> bool:
+        return bool(int(self._call("forfeit", key, "", int(outcome))[0]))
 
     def retry(self, lease: Lease, entry: Entry) -> int | None:
         require_payload(entry)
@@ -560,7 +572,19 @@ class RedisFrontier:
         g = self.globals()
         if page is None or g is None:
             return None
-        return page["s"] + g["acca"] + (g["accu"] if page["f"] != 1 else 0.0)
+        f = int(page["f"])
+        if f & DEAD:
+            return page["s"]
+        return page["s"] + g["acca"] + (g["accu"] if not f & FETCHED else 0.0)
+
+    def outcome_of(self, key: Hashable) -> int | None:
+        self.round_trips += 1
+        x, o = self.client.hmget((self.ns + ":p:").encode() + key, "x", "o")
+        if x is None:
+            return None
+        if o is not None:
+            return int(o)
+        return OK if int(self.layout.unpack(x)["f"]) & FETCHED else 0
 
     def total_cash(self) -> float:
         """All cash, virtual page included (1 up to rounding when no process is running).
@@ -592,8 +616,9 @@ class RedisFrontier:
         gathered = 1.0 - VISIT_DECAY**visits
         return {
             "pages": n,
-            "fetched": n - int(num("nunf")),
+            "fetched": n - int(num("nunf")) - int(num("ndead")),
             "unfetched": int(num("nunf")),
+            "closed": int(num("ndead")),
             "visits": int(visits),
             "G": G,
             "error_factor": 1.0 / G if G > 0 else float("inf"),
@@ -742,15 +767,21 @@ class RedisSnapshot:
         packed = bytearray()
         prefix = (ns + ":p:").encode()
         blank = bytes(layout.struct.size)
+        failed: dict[int, int] = {}  # id -> outcome, for pages whose last fetch was not OK
         for lo in range(0, n, CHUNK):
             pipe = client.pipeline(transaction=False)
             for fp in keys[lo : lo + CHUNK]:
-                pipe.hget(prefix + fp, "x")
-            for x in pipe.execute():
+                pipe.hmget(prefix + fp, "x", "o")
+            for k, (x, o) in enumerate(pipe.execute(), lo):
                 packed += x if x is not None else blank
+                if o is not None:
+                    failed[k] = int(o)
         cols = np.frombuffer(bytes(packed), dtype=layout.dtype, count=n)
         v, st = cols["v"], cols["st"]
         flags = cols["f"].astype(np.uint8)
+        outcome = np.where(flags & FETCHED, OK, 0).astype(np.uint16)
+        for k, o in failed.items():
+            outcome[k] = o
         arrays = {
             "s": cols["s"].astype(float),
             "hist": cols["h"].astype(float),
@@ -779,7 +810,8 @@ class RedisSnapshot:
                 "virtual_history": g["vhist"],
                 "acc_all": g["acca"],
                 "acc_unfetched": g["accu"],
-                "n_unfetched": int(n - int(flags.sum())),
+                "n_unfetched": int(((flags & (FETCHED | DEAD)) == 0).sum()),
+                "n_dead": int(g["ndead"]),
                 "n_initial": 0,
                 "c0": 0.0,
                 "visit_count": int(g["visits"]),
@@ -798,6 +830,7 @@ class RedisSnapshot:
         }
         self.n = n
         self.status = bytes(st.astype(np.uint8))
+        self.outcome = outcome.tobytes()
         self.continuous = g["cont"] == 1.0
         self.urls = urls
         self.keys = keys

@@ -124,6 +124,8 @@ class Saved:
     status: bytes
     urls: list[str]
     meta: dict = field(default_factory=dict)
+    #: Each page's outcome code (uint16 by id; empty in a state saved before outcomes).
+    outcome: bytes = b""
 
 
 class StateLock:
@@ -279,6 +281,7 @@ class SqliteStore:
             "format": FORMAT,
             "n": n,
             "status": bytes(frontier.status[:n]),
+            "outcome": frontier.outcome[:n].tobytes(),
             "continuous": frontier.continuous,
         }
         # Page rows are append-only: rewrite from the chunk holding the first unwritten page.
@@ -398,6 +401,7 @@ class StateReader:
             raise
         self.n = fr["n"]
         self.status: bytes = fr["status"]
+        self.outcome: bytes = fr.get("outcome", b"")  # (none in a state from before outcomes)
         self.continuous: bool = fr["continuous"]
 
     def _get(self, key: str) -> Any:
@@ -470,12 +474,14 @@ class StateReader:
                 raise ValueError(f"{n} pages in the frontier, {engine.n} in the engine")
             if max(self.status, default=0) >= len(STATUSES):
                 raise ValueError("a page status out of range")
+            if self.outcome and len(self.outcome) != 2 * n:
+                raise ValueError(f"{len(self.outcome) // 2} page outcomes for {n} pages")
             cash = engine.total_cash()
             if not math.isfinite(cash) or abs(cash - 1.0) > 1e-3:
                 raise ValueError(f"total cash {cash!r}, not 1")
         except Exception as exc:
             raise damaged(self.path, exc) from None
-        return Saved(engine, self.status, urls[:n], self.meta())
+        return Saved(engine, self.status, urls[:n], self.meta(), self.outcome)
 
     def close(self) -> None:
         con = getattr(self, "_con", None)
@@ -597,7 +603,7 @@ class SqliteFrontier(MemoryFrontier):
 
     def _resume(self, saved: Saved, rows: dict[int, tuple[int, Hashable]]) -> None:
         payloads = dict.fromkeys(rows, ON_DISK)
-        back = self.restore(saved.status, payloads, rows, saved.urls)
+        back = self.restore(saved.status, payloads, rows, saved.urls, saved.outcome)
         self.series = Series.from_list(saved.meta.get("series", []))
         self._elapsed_before = self.series.last_elapsed()
         engine = self.engine

@@ -9,9 +9,11 @@ sequence of every operation on both frontiers and compares every number after ev
 
 from __future__ import annotations
 
-#: Page flags (``OpicEngine.flags``): visited at least once / received the initial cash C0.
+#: Page flags (``OpicEngine.flags``): visited at least once / received the initial cash C0 /
+#: closed for good (``OpicEngine.kill``: receives no cash any more).
 FETCHED = 1
 INITIAL = 2
+DEAD = 4
 
 #: Page statuses in the crawl (see :mod:`scrapy_opic.opic.frontier`), by their stored code.
 STATUSES = ("discovered", "pending", "in_flight", "visited")
@@ -23,6 +25,27 @@ SCHEDULED = 1  #: pending from now on, with the payload given
 NEEDS_PAYLOAD = 2  #: schedulable, but no payload came with it: schedule it with one
 LOCAL = 3  #: (a shared frontier) its payload cannot be encoded for other processes
 CODES = ("duplicate", "scheduled", "needs_payload", "local")
+
+#: How a page's last fetch ended (the export's ``status``): a code below 100 names an outcome;
+#: 100 to 599 is the HTTP status of an error response (``http_<code>``). 0: never settled.
+OUTCOMES = (
+    "", "ok", "forbidden", "filtered", "offsite", "ignored", "dns", "timeout", "error",
+    "spider_error",
+)  # fmt: skip
+(
+    NO_OUTCOME, OK, FORBIDDEN, FILTERED, OFFSITE, IGNORED, DNS, TIMEOUT, ERROR, SPIDER_ERROR,
+) = range(len(OUTCOMES))  # fmt: skip
+#: Outcomes that close a page for good, in a continuous crawl too: the page is refused
+#: (robots.txt, a dupefilter, offsite, another IgnoreRequest) or gone (404, 410). The others
+#: (download errors, other HTTP errors) are fetched again in a continuous crawl when the
+#: page's cash says so.
+FINAL_OUTCOMES = frozenset((FORBIDDEN, FILTERED, OFFSITE, IGNORED, 404, 410))
+
+
+def outcome_name(code: int) -> str:
+    """The export's name of an outcome code: ``ok``, ``forbidden``... or ``http_<code>``."""
+    return f"http_{code}" if code >= 100 else OUTCOMES[code]
+
 
 #: Estimators of the unbounded history, by id (position): see
 #: :class:`scrapy_opic.opic.window.UnboundedHistory`.
@@ -43,19 +66,33 @@ RATE_DECAY = 0.99
 __all__ = [
     "BLEND_LEMMA",
     "CODES",
+    "DEAD",
     "DISCOVERED",
     "DUPLICATE",
+    "DNS",
+    "ERROR",
     "ESTIMATORS",
     "FETCHED",
+    "FILTERED",
+    "FINAL_OUTCOMES",
+    "FORBIDDEN",
+    "IGNORED",
     "INITIAL",
     "IN_FLIGHT",
     "LOCAL",
     "NEEDS_PAYLOAD",
+    "NO_OUTCOME",
+    "OFFSITE",
+    "OK",
+    "OUTCOMES",
     "PENDING",
     "RATE_DECAY",
     "SCHEDULED",
     "SLOPE_NOISE",
+    "SPIDER_ERROR",
     "STATUSES",
+    "TIMEOUT",
     "VISITED",
     "VISIT_DECAY",
+    "outcome_name",
 ]

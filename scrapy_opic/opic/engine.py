@@ -97,7 +97,7 @@ from typing import Protocol
 
 import numpy as np
 
-from .constants import FETCHED, INITIAL, RATE_DECAY, SLOPE_NOISE, VISIT_DECAY
+from .constants import DEAD, FETCHED, INITIAL, RATE_DECAY, SLOPE_NOISE, VISIT_DECAY
 from .window import WindowPolicy, parse_window
 
 
@@ -167,7 +167,8 @@ class OpicEngine:
         self.virtual_history = 0.0  #: cash the virtual page has paid out
         self.acc_all = 0.0
         self.acc_unfetched = 0.0
-        self.n_unfetched = 0
+        self.n_unfetched = 0  #: live pages never fetched
+        self.n_dead = 0  #: pages closed for good (see kill)
         self.n_initial = 0
         self.c0 = 0.0  #: initial cash of pages flagged INITIAL
         self.visit_count = 0
@@ -348,17 +349,23 @@ class OpicEngine:
 
     # ------------------------------------------------------------------ reading cash
     def _offsets(self, ids: np.ndarray) -> np.ndarray:
-        unf = (self.flags[ids] & FETCHED) == 0
-        return self.acc_all + self.acc_unfetched * unf
+        fl = self.flags[ids]
+        off = self.acc_all + self.acc_unfetched * ((fl & FETCHED) == 0)
+        return np.where(fl & DEAD, 0.0, off) if self.n_dead else off
 
     def cash(self, ids: np.ndarray | Sequence[int] | None = None) -> np.ndarray:
         """True cash of ``ids`` (all pages if ``None``)."""
         ids = np.arange(self.n) if ids is None else np.asarray(ids, dtype=np.int64)
         return self._s[ids] + self._offsets(ids)
 
+    def _offset(self, fl: int) -> float:
+        """What the accumulators add to the stored cash of a page with flags ``fl``."""
+        if fl & DEAD:
+            return 0.0
+        return self.acc_all if fl & FETCHED else self.acc_all + self.acc_unfetched
+
     def cash_of(self, i: int) -> float:
-        off = self.acc_all if self._flags_mv[i] & FETCHED else self.acc_all + self.acc_unfetched
-        return self._s_mv[i] + off
+        return self._s_mv[i] + self._offset(self._flags_mv[i])
 
     def initial_cash(self, ids: np.ndarray) -> np.ndarray:
         """``C0`` of each page (the uniform initial cash, or 0)."""
@@ -408,6 +415,9 @@ class OpicEngine:
     def _take(self, i: int) -> float:
         """Take all of page ``i``'s cash (resetting it to 0) and mark it fetched."""
         fl = self._flags_mv[i]
+        if fl & DEAD:  # fetched all the same (a dont_filter request): open again first
+            self.revive(i)
+            fl = self._flags_mv[i]
         if fl & FETCHED:
             c = self._s_mv[i] + self.acc_all
         else:
@@ -470,8 +480,12 @@ class OpicEngine:
 
     def _distribute(self, i, c, k, children, weights, boosts, virtual_weight=0.0) -> None:
         """Pay cash ``c`` and credit ``k`` of page ``i`` over its links, in the same shares."""
-        if not self.self_links and i in children:
-            keep = [m for m, j in enumerate(children) if j != i]
+        if (not self.self_links and i in children) or (
+            self.n_dead and any(self._flags_mv[j] & DEAD for j in children)
+        ):
+            # Self-links and links to closed pages are no links (a closed page is no page).
+            fl, own = self._flags_mv, -1 if self.self_links else i
+            keep = [m for m, j in enumerate(children) if j != own and not fl[j] & DEAD]
             children = [children[m] for m in keep]
             weights = None if weights is None else [weights[m] for m in keep]
             boosts = None if boosts is None else [boosts[m] for m in keep]
@@ -574,6 +588,9 @@ class OpicEngine:
             return 0.0
         for obs in self._observers:
             obs.taken(ids.tolist())
+        if self.n_dead:
+            for i in ids[(self.flags[ids] & DEAD) != 0].tolist():
+                self.revive(i)
         flags = self.flags[ids]
         first = (flags & FETCHED) == 0
         c = self._s[ids] + self.acc_all + self.acc_unfetched * first
@@ -603,8 +620,12 @@ class OpicEngine:
         deg = np.diff(offsets)
         row = np.repeat(np.arange(ids.size), deg)
         w = None if weights is None else np.asarray(weights, dtype=float)
-        if not self.self_links and children.size:
-            keep = children != ids[row]
+        if children.size and (not self.self_links or self.n_dead):
+            keep = np.ones(children.size, dtype=bool)
+            if not self.self_links:
+                keep &= children != ids[row]
+            if self.n_dead:  # links to closed pages are no links
+                keep &= (self.flags[children] & DEAD) == 0
             if not keep.all():
                 children, row = children[keep], row[keep]
                 w = None if w is None else w[keep]
@@ -646,8 +667,7 @@ class OpicEngine:
     def forfeit(self, i: int) -> float:
         """Send page ``i``'s cash to the virtual page without a visit (no history, no clock):
         a page given up before it could be fetched. Returns the amount."""
-        fl = self._flags_mv[i]
-        off = self.acc_all if fl & FETCHED else self.acc_all + self.acc_unfetched
+        off = self._offset(self._flags_mv[i])
         c = self._s_mv[i] + off
         self._s_mv[i] = -off
         self.virtual_cash += c
@@ -655,12 +675,40 @@ class OpicEngine:
             obs.taken((i,))
         return c
 
+    def kill(self, i: int) -> float:
+        """Close page ``i`` for good (it answered 404, robots.txt forbids it...): its cash goes
+        to the virtual page, and from now on it receives nothing, neither from links (a visit
+        leaves it out of its out-degree, as a link to no page) nor from the virtual page's
+        payouts (which go to the live pages only): a closed page never piles up cash. Its
+        history and credit stay (what it earned before). Returns the cash moved."""
+        fl = self._flags_mv[i]
+        if fl & DEAD:
+            return 0.0
+        c = self.forfeit(i)
+        self._s_mv[i] = 0.0  # a closed page's stored cash is its cash: no accumulator applies
+        self._flags_mv[i] = fl | DEAD
+        self.n_dead += 1
+        if not fl & FETCHED:
+            self.n_unfetched -= 1
+        return c
+
+    def revive(self, i: int) -> None:
+        """Open a closed page again (asked for once more), with no cash."""
+        fl = self._flags_mv[i]
+        if not fl & DEAD:
+            return
+        fl &= ~DEAD
+        self._flags_mv[i] = fl
+        self.n_dead -= 1
+        if not fl & FETCHED:
+            self.n_unfetched += 1
+        self._s_mv[i] = -self._offset(fl)
+
     def transfer(self, src: int, dst: int) -> float:
         """Move all of ``src``'s cash to ``dst`` (a redirect: same money, new page)."""
         if src == dst:
             return 0.0
-        fl = self._flags_mv[src]
-        off = self.acc_all if fl & FETCHED else self.acc_all + self.acc_unfetched
+        off = self._offset(self._flags_mv[src])
         c = self._s_mv[src] + off
         self._s_mv[src] = -off
         for obs in self._observers:
@@ -688,10 +736,11 @@ class OpicEngine:
         """Pay the virtual page's cash out: ``refresh`` of it to all pages, the rest to unfetched
         pages (all to all pages when none is unfetched). O(1). Returns the amount paid."""
         v = self.virtual_cash
-        if v <= 0.0 or self.n == 0:
+        live = self.n - self.n_dead  # closed pages receive nothing
+        if v <= 0.0 or live == 0:
             return 0.0
         to_unfetched = (1.0 - self.refresh) * v if self.n_unfetched else 0.0
-        self.acc_all += (v - to_unfetched) / self.n
+        self.acc_all += (v - to_unfetched) / live
         if to_unfetched:
             self.acc_unfetched += to_unfetched / self.n_unfetched
         self.virtual_cash = 0.0
@@ -711,6 +760,7 @@ class OpicEngine:
         "acc_all",
         "acc_unfetched",
         "n_unfetched",
+        "n_dead",
         "n_initial",
         "c0",
         "visit_count",
@@ -850,8 +900,9 @@ class OpicEngine:
         """Scalars worth watching (the Scrapy layer copies them into its stats collector)."""
         return {
             "pages": self.n,
-            "fetched": self.n - self.n_unfetched,
+            "fetched": self.n - self.n_unfetched - self.n_dead,
             "unfetched": self.n_unfetched,
+            "closed": self.n_dead,
             "visits": self.visit_count,
             "G": self.G,
             "error_factor": self.error_factor,

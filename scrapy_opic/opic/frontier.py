@@ -35,14 +35,23 @@ included, stays 1 (:meth:`Frontier.total_cash`):
 
 =======================  =========================================================================
 ``visit(lease, links)``  history absorbs the cash; the links and the virtual page share it
-``fail(lease)``          fetched but nothing to follow (an error): a visit with no links, so all
-                         of the cash goes to the virtual page
+``fail(lease, o)``       fetched but nothing to follow (an error): a visit with no links, so all
+                         of the cash goes to the virtual page; the page is *closed* (below),
+                         except in a continuous crawl for an outcome not in ``FINAL_OUTCOMES``
 ``redirect(lease, e)``   the cash moves to the target page ``e`` (same money, another key)
 ``retry(lease, e)``      nothing moves: the page was not visited; pending again with ``e``
-``forfeit(lease)``       given up unfetched (robots.txt...): its cash goes to the virtual page
-``drop(key)``            a page refused before its fetch (a dupefilter): same as ``forfeit``
+``forfeit(lease, o)``    given up unfetched (robots.txt...): its cash goes to the virtual page;
+                         closed
+``drop(key, o)``         a page refused before its fetch (a dupefilter): same as ``forfeit``
 ``release(leases)``      nothing moves: pending again (a process leaving the crawl)
 =======================  =========================================================================
+
+Every outcome is recorded per page (``o``, a code of :data:`~.constants.OUTCOMES`, or an HTTP
+status): the export's ``status``. A *closed* page (``OpicEngine.kill``) receives nothing from
+then on: later links to it are no links (left out of the linking page's out-degree) and the
+virtual page's payouts skip it, so a page that cannot be fetched never piles up cash; it is
+never scheduled again unless a request asks for it explicitly (``again``: ``dont_filter``),
+which opens it again with no cash.
 
 Leases
 ------
@@ -67,17 +76,24 @@ Nothing here knows Scrapy or does I/O: payloads are opaque objects, download slo
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Collection, Hashable, Iterable, Sequence
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
 from .constants import (
+    DEAD,
     DISCOVERED,
     DUPLICATE,
+    ERROR,
     FETCHED,
+    FILTERED,
+    FINAL_OUTCOMES,
+    FORBIDDEN,
     IN_FLIGHT,
     NEEDS_PAYLOAD,
+    OK,
     PENDING,
     SCHEDULED,
     STATUSES,
@@ -176,17 +192,20 @@ class Frontier(Protocol):
         are scheduled in the same step."""
         ...
 
-    def fail(self, lease: Lease) -> bool:
-        """The page was fetched but gives nothing to follow: a visit with no links."""
+    def fail(self, lease: Lease, outcome: int = ERROR) -> bool:
+        """The page was fetched but gives nothing to follow (``outcome``: an HTTP error status,
+        a download error): a visit with no links; then closed, unless the crawl is continuous
+        and the outcome is not final (it is fetched again when its cash says so)."""
         ...
 
-    def forfeit(self, lease: Lease) -> bool:
-        """The page is given up unfetched: its cash goes to the virtual page; visited."""
+    def forfeit(self, lease: Lease, outcome: int = FORBIDDEN) -> bool:
+        """The page is given up unfetched (``outcome``): its cash goes to the virtual page;
+        visited and closed."""
         ...
 
-    def drop(self, key: Hashable) -> bool:
+    def drop(self, key: Hashable, outcome: int = FILTERED) -> bool:
         """A page not in flight (discovered or pending) is given up before its fetch: its cash
-        goes to the virtual page. False if the page is unknown, in flight or visited."""
+        goes to the virtual page; closed. False if the page is unknown, in flight or visited."""
         ...
 
     def retry(self, lease: Lease, entry: Entry) -> int | None:
@@ -227,6 +246,11 @@ class Frontier(Protocol):
         """The frontier's figures: pages, fetched, visits, G, error_factor, virtual_cash,
         cash_at_visit_x_n, and the pages per status (discovered, pending, in_flight,
         visited)."""
+        ...
+
+    def outcome_of(self, key: Hashable) -> int | None:
+        """How the page's last fetch ended (an outcome code; 0: not yet), or ``None`` if
+        unknown."""
         ...
 
     def status_of(self, key: Hashable) -> str | None:
@@ -298,6 +322,8 @@ class MemoryFrontier:
         self.discovery = discovery
         self.discovery_debt = 0.0
         self.status = bytearray()
+        #: How each page's last fetch ended (an outcome code of :mod:`.constants`), by id.
+        self.outcome = array("H")
         #: The URL of each page, by id.
         self.urls: list[str | None] = []
         #: The payload of each pending or in-flight page, by id.
@@ -320,6 +346,8 @@ class MemoryFrontier:
     def grow(self, capacity: int) -> None:
         if capacity > len(self.status):
             self.status.extend(bytes(capacity - len(self.status)))
+        if capacity > len(self.outcome):
+            self.outcome.frombytes(bytes(2 * (capacity - len(self.outcome))))
 
     def raised(self, i: int) -> None:
         pass
@@ -374,6 +402,8 @@ class MemoryFrontier:
         st = self.status[i]
         if st in (PENDING, IN_FLIGHT):
             return False
+        if self.engine._flags_mv[i] & DEAD:  # closed for good: only asked for explicitly
+            return again
         return st != VISITED or self.continuous or again
 
     def _file(self, i: int, payload: Any, priority: int, slot: Hashable, again: bool) -> int:
@@ -386,6 +416,7 @@ class MemoryFrontier:
         return SCHEDULED
 
     def _pend(self, i: int, payload: Any, priority: int, slot: Hashable) -> None:
+        self.engine.revive(i)  # (a closed page asked for again: open, with no cash)
         self._slots[i] = (priority, slot)
         self._keep(i, payload)
         self._set(i, PENDING)
@@ -458,6 +489,7 @@ class MemoryFrontier:
         if any(link.boost for link in links):
             boosts = [link.boost for link in links]
         self.engine.visit(i, children, weights, boosts, virtual_weight)
+        self.outcome[i] = OK
         del self._tokens[i]
         self._done(i)
         codes = [
@@ -471,33 +503,40 @@ class MemoryFrontier:
     def _visited(self, i: int) -> None:
         """Hook: page ``i`` was just visited (a backend counts visits for its checkpoints)."""
 
-    def fail(self, lease: Lease) -> bool:
+    def fail(self, lease: Lease, outcome: int = ERROR) -> bool:
         i = self._held(lease)
         if i is None:
             return False
         self.engine.visit(i, ())
+        self.outcome[i] = outcome
         del self._tokens[i]
-        self._done(i)
+        if self.continuous and outcome not in FINAL_OUTCOMES:
+            self._done(i)  # fetched again when its cash says so
+        else:
+            self._retire(i)
+            self.engine.kill(i)
         self._visited(i)
         return True
 
-    def forfeit(self, lease: Lease) -> bool:
+    def forfeit(self, lease: Lease, outcome: int = FORBIDDEN) -> bool:
         i = self._held(lease)
         if i is None:
             return False
         del self._tokens[i]
         self._retire(i)
-        self.engine.forfeit(i)
+        self.outcome[i] = outcome
+        self.engine.kill(i)
         return True
 
-    def drop(self, key: Hashable) -> bool:
+    def drop(self, key: Hashable, outcome: int = FILTERED) -> bool:
         i = self.engine.id_of(key)
         if i is None or self.status[i] not in (DISCOVERED, PENDING):
             return False
         if self.status[i] == PENDING:
             self.selection.discard(i)
         self._retire(i)
-        self.engine.forfeit(i)
+        self.outcome[i] = outcome
+        self.engine.kill(i)
         return True
 
     def retry(self, lease: Lease, entry: Entry) -> int | None:
@@ -559,6 +598,10 @@ class MemoryFrontier:
         i = self.engine.id_of(key)
         return None if i is None else STATUSES[self.status[i]]
 
+    def outcome_of(self, key: Hashable) -> int | None:
+        i = self.engine.id_of(key)
+        return None if i is None else self.outcome[i]
+
     def cash_of(self, key: Hashable) -> float | None:
         i = self.engine.id_of(key)
         return None if i is None else self.engine.cash_of(i)
@@ -582,15 +625,21 @@ class MemoryFrontier:
         payloads: dict[int, Any],
         slots: dict[int, tuple[int, Hashable]],
         urls: Sequence[str | None],
+        outcome: bytes = b"",
     ) -> int:
         """Take the statuses, payloads (of pending and in-flight pages), their ``(priority,
-        slot)`` and the URLs of a saved frontier over this frontier's (reloaded) engine. Pages
-        that were in flight are pending again (their fetch may not have happened; their cash is
-        still theirs); a pending page without a payload is given up (cash to the virtual page).
+        slot)``, the URLs and the outcomes (uint16 by id) of a saved frontier over this
+        frontier's (reloaded) engine. Pages that were in flight are pending again (their fetch
+        may not have happened; their cash is still theirs); a pending page without a payload is
+        given up (cash to the virtual page).
         Returns how many pages were in flight."""
         n = len(status)
         self.grow(self.engine.capacity)
         self.status[:n] = status
+        if outcome:
+            saved = array("H")
+            saved.frombytes(outcome)
+            self.outcome[:n] = saved
         codes = np.frombuffer(bytes(status), np.uint8)
         self.counts = [int(c) for c in np.bincount(codes, minlength=len(STATUSES))]
         self.urls = list(urls) + [None] * max(0, n - len(urls))
