@@ -22,7 +22,8 @@
 --                     packed: stored cash s, history h, G at last visit lg, received-cash
 --                     moments b and d, wall time of the last visit lt, visits v, fetched flag f,
 --                     status st), pr (priority) and sl (download slot) of its last request,
---                     w (the token of its last lease)
+--                     w (the token of its last lease), o (the outcome of its last fetch, only
+--                     when it was not OK: an outcome code of constants.py or an HTTP status)
 --   <ns>:r            hash: fingerprint -> serialized request, for pending and in-flight pages
 --                     (apart from the page: a page hash that held a request would keep its
 --                     allocation after the request is deleted, doubling a visited page's size)
