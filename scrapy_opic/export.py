@@ -36,7 +36,7 @@ import numpy as np
 from .backends import StoreError, is_redis_location, masked_url, split_location
 from .backends.sqlite import StateReader
 from .formats import output_format
-from .opic.constants import FETCHED, IN_FLIGHT, OK, OUTCOMES, PENDING, outcome_name
+from .opic.constants import FETCHED, IN_FLIGHT, OK, PENDING, outcome_name
 from .opic.engine import OpicEngine
 from .series import Series
 
@@ -90,7 +90,6 @@ class Site(NamedTuple):
     fetched: int
 
 
-_STATUS_NAMES = dict(enumerate(OUTCOMES))  # (the common codes, without a call per page)
 _NETLOC = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://([^/?#]*)")
 _HOSTS: dict[str, str] = {}  # netloc -> host: a crawl has far fewer hosts than pages
 
@@ -202,7 +201,7 @@ class OpicState:
         if self.outcome is not None:
             codes = self.outcome[lo:hi]
             fetched = (codes == OK).tolist()
-            status = [_STATUS_NAMES.get(c) or outcome_name(c) for c in codes.tolist()]
+            status = [outcome_name(c) for c in codes.tolist()]
         else:
             fetched = ((e.flags[lo:hi] & FETCHED) != 0).tolist()
             status = [""] * (hi - lo)

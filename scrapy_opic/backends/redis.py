@@ -577,15 +577,6 @@ class RedisFrontier:
             return page["s"]
         return page["s"] + g["acca"] + (g["accu"] if not f & FETCHED else 0.0)
 
-    def outcome_of(self, key: Hashable) -> int | None:
-        self.round_trips += 1
-        x, o = self.client.hmget((self.ns + ":p:").encode() + key, "x", "o")
-        if x is None:
-            return None
-        if o is not None:
-            return int(o)
-        return OK if int(self.layout.unpack(x)["f"]) & FETCHED else 0
-
     def total_cash(self) -> float:
         """All cash, virtual page included (1 up to rounding when no process is running).
         O(pages)."""

@@ -248,11 +248,6 @@ class Frontier(Protocol):
         visited)."""
         ...
 
-    def outcome_of(self, key: Hashable) -> int | None:
-        """How the page's last fetch ended (an outcome code; 0: not yet), or ``None`` if
-        unknown."""
-        ...
-
     def status_of(self, key: Hashable) -> str | None:
         """The page's status name (:data:`~scrapy_opic.opic.constants.STATUSES`), or None."""
         ...
@@ -597,10 +592,6 @@ class MemoryFrontier:
     def status_of(self, key: Hashable) -> str | None:
         i = self.engine.id_of(key)
         return None if i is None else STATUSES[self.status[i]]
-
-    def outcome_of(self, key: Hashable) -> int | None:
-        i = self.engine.id_of(key)
-        return None if i is None else self.outcome[i]
 
     def cash_of(self, key: Hashable) -> float | None:
         i = self.engine.id_of(key)
