@@ -705,8 +705,9 @@ class OpicScheduler(BaseScheduler):
         lease = self._held(request)
         if lease is not None:
             self._end(lease.key)
-            outcome = outcome_of(exception)
-            if self.frontier.fail(lease, SPIDER_ERROR if outcome == ERROR else outcome):
+            # (Whatever the callback raised, a TimeoutError included, is the spider's error.)
+            outcome = exception.response.status if isinstance(exception, HttpError) else None
+            if self.frontier.fail(lease, SPIDER_ERROR if outcome is None else int(outcome)):
                 self.counts["opic/failed"] += 1
 
     def settle_failure(self, request: Request, exception: BaseException) -> None:

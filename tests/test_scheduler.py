@@ -473,6 +473,19 @@ def test_a_page_popped_again_after_its_lease_lapsed_is_held_once(on_redis):
     assert s.frontier.figures()["visits"] == 1 and not s._leases and not s._slot_load
 
 
+def test_a_callback_error_is_the_spiders_whatever_it_raised(tmp_path):
+    from scrapy_opic.export import open_state
+
+    s = Schedulers("sqlite", tmp_path, None).make()
+    for url in URLS[:2]:
+        s.enqueue_request(Request(url))
+    for r in (s.next_request(), s.next_request()):
+        s.settle_callback_error(r, TimeoutError("raised by the callback, not the download"))
+    s.frontier.commit(wait=True)
+    with open_state(s.frontier.location) as state:
+        assert {p.status for p in state.pages()} == {"spider_error"}
+
+
 def test_a_page_is_known_by_its_url_without_the_fragment(schedulers):
     s = schedulers.make()
     assert s.enqueue_request(Request(URLS[0] + "#section-2"))
