@@ -137,6 +137,19 @@ def outcome_of(exception: BaseException) -> int:
     return ERROR
 
 
+#: What Scrapy's retry and redirect middlewares (and :meth:`OpicScheduler._follow_up`) put in
+#: the meta of a follow-up request: it is for that one fetch, not for the page's later ones.
+FOLLOW_UP_META = (
+    "retry_times",
+    "redirect_times",
+    "redirect_ttl",
+    "redirect_urls",
+    "redirect_reasons",
+    "opic_priority",
+    "opic_dont_filter",
+)
+
+
 #: The OPIC scheduler of each running crawler (the middlewares' and the extension's way in).
 _RUNNING: WeakKeyDictionary[Any, OpicScheduler] = WeakKeyDictionary()
 
@@ -223,8 +236,12 @@ class OpicScheduler(BaseScheduler):
         self._warned_unserializable = False
         self._extra: deque[Request] = deque()  # fetched outside the frontier (dont_filter...)
         self._leases: dict[Hashable, Lease] = {}  # page key -> the lease this process holds
-        #: page key -> the priority its leased request was filed at (its follow-ups keep it)
-        self._priority: dict[Hashable, int] = {}
+        #: page key -> the priority and dont_filter of its leased request as filed (its
+        #: follow-ups keep them)
+        self._base: dict[Hashable, tuple[int, bool]] = {}
+        #: page key -> the request to fetch the page with later, when the one leased is a
+        #: follow-up (a continuous crawl)
+        self._clean: dict[Hashable, Request] = {}
         self._slot_load: dict[Hashable, int] = {}  # download slot -> leases held in it
         self._full: set[Hashable] = set()  # the download slots without room (see _full_slots)
         #: The schedule code of each request that the visit that paid it already filed.
@@ -326,7 +343,8 @@ class OpicScheduler(BaseScheduler):
                 # What this process still holds goes back, cash intact.
                 leases = list(self._leases.values())
                 self._leases.clear()
-                self._priority.clear()
+                self._base.clear()
+                self._clean.clear()
                 self._slot_load.clear()
                 self._full.clear()
                 if leases and frontier.release(leases):
@@ -448,7 +466,8 @@ class OpicScheduler(BaseScheduler):
     def _end(self, key: Hashable) -> Lease | None:
         """This process's lease of page ``key`` ends (its outcome is being reported)."""
         lease = self._leases.pop(key, None)
-        self._priority.pop(key, None)
+        self._base.pop(key, None)
+        self._clean.pop(key, None)
         if lease is not None:
             slot = lease.slot
             n = self._slot_load.get(slot, 0) - 1
@@ -552,13 +571,18 @@ class OpicScheduler(BaseScheduler):
         adjustments order a FIFO or LIFO queue, where they are all a request has; here cash
         orders a priority, and a tier of its own would make the adjustment the page's for good
         (a retried page starved below every refetch of a continuous crawl, a redirect target
-        refetched ahead of every page). The request itself keeps its priority attribute."""
-        base = self._priority.get(lease.key)
-        if base is not None and request.priority != base:
+        refetched ahead of every page). The request itself keeps its priority attribute (and
+        the ``dont_filter`` a retry sets) for its one fetch; a continuous crawl fetches the
+        page later with neither (see :meth:`_later`)."""
+        base = self._base.get(lease.key)
+        if base is not None:
             # (In meta, so that the follow-up, stored or shared, still knows its page's
             # priority when it is popped, and its own follow-ups keep it too.)
-            request.meta["opic_priority"] = base
-            self.counts["opic/priority_adjustments_ignored"] += 1
+            if request.priority != base[0]:
+                request.meta["opic_priority"] = base[0]
+                self.counts["opic/priority_adjustments_ignored"] += 1
+            if request.dont_filter != base[1]:
+                request.meta["opic_dont_filter"] = base[1]
         entry = self._entry(request)
         self._end(lease.key)
         if entry.key == lease.key:
@@ -594,7 +618,13 @@ class OpicScheduler(BaseScheduler):
                 self.counts["opic/undecodable"] += 1
                 continue
             self._hold(lease)
-            self._priority[lease.key] = request.meta.get("opic_priority", request.priority)
+            meta = request.meta
+            base = self._base[lease.key] = (
+                meta.get("opic_priority", request.priority),
+                meta.get("opic_dont_filter", request.dont_filter),
+            )
+            if self.frontier.continuous and any(k in meta for k in FOLLOW_UP_META):
+                self._clean[lease.key] = self._later(request, base)
             request.meta["opic_id"] = lease.key
             request.meta["opic_lease"] = lease.token
             request.errback = OutcomeErrback(self, request.errback)
@@ -603,6 +633,25 @@ class OpicScheduler(BaseScheduler):
             self.counts[self._dequeued_where] += 1
             return request
         return None
+
+    @staticmethod
+    def _later(request: Request, base: tuple[int, bool]) -> Request:
+        """The request to fetch a page with after ``request``, a follow-up (a retry, a redirect
+        target): the same request without what Scrapy's retry and redirect middlewares added
+        for one fetch (their meta counters, the priority adjustment, a retry's
+        ``dont_filter``). Else a page retried once would keep its ``retry_times`` for good
+        (fewer retries, then none, at each later fetch) and a redirect target its
+        ``redirect_urls`` (a redirect its spider would see at every refetch)."""
+        priority, dont_filter = base
+        meta = {k: v for k, v in request.meta.items() if k not in FOLLOW_UP_META}
+        return request.replace(priority=priority, dont_filter=dont_filter, meta=meta)
+
+    def _end_with(self, key: Hashable) -> Request | None:
+        """:meth:`_end` for an outcome that leaves the page waiting in a continuous crawl: the
+        request it is fetched with later if the one leased is a follow-up, else ``None``."""
+        later = self._clean.get(key)
+        self._end(key)
+        return later
 
     # -- outcomes (called by the middlewares) -----------------------------------------------
     def settle_visit(
@@ -677,9 +726,9 @@ class OpicScheduler(BaseScheduler):
             virtual_weight = float(sum(most.values()))
         # The lease ends here whatever the call does: if the frontier fails now, the page is
         # not renewed any more (with Redis it goes back to the frontier when its lease expires).
-        self._end(lease.key)
+        later = self._end_with(lease.key)
         visit = self.frontier.visit(
-            lease, links, virtual_weight, importance=bool(self.settings.item_field)
+            lease, links, virtual_weight, importance=bool(self.settings.item_field), payload=later
         )
         if visit is None:  # the lease had expired: another process fetches the page
             self.counts["opic/stale"] += 1
@@ -704,10 +753,11 @@ class OpicScheduler(BaseScheduler):
         with the outcome ``http_<status>`` or ``spider_error``."""
         lease = self._held(request)
         if lease is not None:
-            self._end(lease.key)
+            later = self._end_with(lease.key)
             # (Whatever the callback raised, a TimeoutError included, is the spider's error.)
             outcome = exception.response.status if isinstance(exception, HttpError) else None
-            if self.frontier.fail(lease, SPIDER_ERROR if outcome is None else int(outcome)):
+            outcome = SPIDER_ERROR if outcome is None else int(outcome)
+            if self.frontier.fail(lease, outcome, later):
                 self.counts["opic/failed"] += 1
 
     def settle_failure(self, request: Request, exception: BaseException) -> None:
@@ -723,12 +773,12 @@ class OpicScheduler(BaseScheduler):
         lease = self._held(request)
         if lease is None:
             return
-        self._end(lease.key)
+        later = self._end_with(lease.key)
         outcome = outcome_of(exception)
         if isinstance(exception, IgnoreRequest) and not isinstance(exception, HttpError):
             if self.frontier.forfeit(lease, outcome):
                 self.counts["opic/ignored"] += 1
-        elif self.frontier.fail(lease, outcome):
+        elif self.frontier.fail(lease, outcome, later):
             self.counts["opic/failed"] += 1
 
     # -- stats and logs ------------------------------------------------------------------------

@@ -10,13 +10,15 @@ import uuid
 from types import SimpleNamespace
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from scrapy import Request, Spider
 from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.test import get_crawler
 
 from scrapy_opic.backends import StoreError
 from scrapy_opic.backends.sqlite import ON_DISK
-from scrapy_opic.scheduler import OpicScheduler, OutcomeErrback
+from scrapy_opic.scheduler import FOLLOW_UP_META, OpicScheduler, OutcomeErrback
 
 URLS = [f"http://host{i % 3}.example/page/{i}" for i in range(12)]
 BACKENDS = ["sqlite", "sqlite-jobdir", "redis"]
@@ -230,6 +232,70 @@ def test_a_priority_adjustment_belongs_to_one_request(schedulers):
     assert fetched.count(URLS[5]) <= 2
     assert s.counts["opic/priority_adjustments_ignored"] == 2
     assert total_cash(s) == pytest.approx(1.0, abs=1e-12)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+def test_a_follow_up_is_for_one_fetch_whatever_the_outcomes(backend, data, tmp_path, request):
+    """Property: in a continuous crawl, after any sequence of outcomes (visits, Scrapy-made
+    retries and redirects, download and callback errors), a follow-up request is fetched once as
+    Scrapy made it (its priority adjustment, its ``retry_times`` or ``redirect_urls``, a retry's
+    ``dont_filter``), and every later fetch of its page gets the page's own request back: base
+    priority, no retry or redirect meta. Total cash stays 1 at every step."""
+    url = request.getfixturevalue("redis_url") if backend == "redis" else None
+    factory = Schedulers(backend, tmp_path / uuid.uuid4().hex, url)
+    factory.tmp_path.mkdir()
+    try:
+        s = factory.make(OPIC_CONTINUOUS=True)
+        urls = URLS[:6]
+        for u in urls[:3]:
+            s.enqueue_request(Request(u))
+        pending_follow_up: dict[bytes, Request] = {}  # page key -> the follow-up filed for it
+        for _step in range(data.draw(st.integers(5, 40), label="steps")):
+            r = s.next_request()
+            assert r is not None  # a continuous crawl always has a page to fetch
+            key = r.meta["opic_id"]
+            expected = pending_follow_up.pop(key, None)
+            if expected is not None:  # the follow-up itself, as Scrapy made it
+                assert r.url == expected.url and r.priority == expected.priority
+                assert r.dont_filter == expected.dont_filter
+                for k in ("retry_times", "redirect_times", "redirect_urls"):
+                    assert r.meta.get(k) == expected.meta.get(k)
+            else:  # any other fetch: the page's own request
+                assert r.priority == 0 and not r.dont_filter
+                assert not any(k in r.meta for k in FOLLOW_UP_META), r.meta
+            action = data.draw(
+                st.sampled_from(["visit", "retry", "redirect", "error", "spider_error"]),
+                label="outcome",
+            )
+            if action == "visit":
+                picked = data.draw(st.lists(st.sampled_from(urls), max_size=4), label="links")
+                links = [Request(u) for u in picked]
+                visit(s, r, links)
+                for link in links:
+                    s.enqueue_request(link)
+            elif action == "retry":
+                retry = r.replace(priority=r.priority - 1, dont_filter=True)
+                retry.meta["retry_times"] = r.meta.get("retry_times", 0) + 1
+                if s.enqueue_request(retry):
+                    pending_follow_up[key] = retry
+            elif action == "redirect":
+                target = data.draw(st.sampled_from([u for u in urls if u != r.url]), label="to")
+                moved = r.replace(url=target, priority=r.priority + 2)
+                moved.meta["redirect_times"] = r.meta.get("redirect_times", 0) + 1
+                moved.meta["redirect_urls"] = [*r.meta.get("redirect_urls", []), r.url]
+                if s.enqueue_request(moved):
+                    pending_follow_up[s._key(moved)] = moved
+            elif action == "error":
+                s.settle_failure(r, OSError("connection reset"))
+            else:
+                s.settle_callback_error(r, ValueError("bad page"))
+            assert total_cash(s) == pytest.approx(1.0, abs=1e-12)
+    finally:
+        factory.cleanup()
 
 
 def test_request_priority_comes_before_cash(schedulers):

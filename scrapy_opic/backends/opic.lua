@@ -460,9 +460,11 @@ local function retire(p)
   p.drop = true
 end
 
--- Frontier._done after a visit: pending again in a continuous crawl, else retired.
-local function done(p)
+-- Frontier._done after a visit: pending again in a continuous crawl (with req instead of its
+-- request if req is not empty), else retired.
+local function done(p, req)
   if cont then
+    if req ~= '' then p.req = req end
     set_status(p, PENDING)
   else
     retire(p)
@@ -632,15 +634,16 @@ elseif cmd == 'pop' then
   return {best, redis.call('HGET', ns .. ':r', best), p.sl}
 
 elseif cmd == 'visit' then
-  -- ARGV: fp token plain has_boosts vweight, then (cfp url weight boost again pr sl req) per
-  -- followed link. Returns {1, importance, code per link} or {0} for a stale lease.
+  -- ARGV: fp token plain has_boosts vweight later, then (cfp url weight boost again pr sl req)
+  -- per followed link; later: the page's request from now on ('' keeps it). Returns
+  -- {1, importance, code per link} or {0} for a stale lease.
   local fp, token = ARGV[2], ARGV[3]
   local p = leased(fp, token)
   if not p then return stale() end
   local plain, has_boosts, vweight = ARGV[4] == '1', ARGV[5] == '1', tonumber(ARGV[6])
   -- Children first (Scrapy's page_of: every followed link becomes a page before the visit).
   local links = {}
-  for k = 7, #ARGV, 8 do
+  for k = 8, #ARGV, 8 do
     links[#links + 1] = {fp = ARGV[k], p = page_or_new(ARGV[k], ARGV[k + 1]),
       w = tonumber(ARGV[k + 2]), boost = tonumber(ARGV[k + 3]), again = ARGV[k + 4] == '1',
       pr = ARGV[k + 5], sl = ARGV[k + 6], req = ARGV[k + 7]}
@@ -660,7 +663,7 @@ elseif cmd == 'visit' then
   distribute(c, kc, kids, weights, boosts, vweight)
   p.o = OK
   unlease(fp)
-  done(p)
+  done(p, ARGV[7])
   local out = {1, fmt(importance_of(p))}
   for _, l in ipairs(links) do
     out[#out + 1] = schedule(l.p, l.pr, l.sl, l.req, l.again)
@@ -670,8 +673,9 @@ elseif cmd == 'visit' then
   return out
 
 elseif cmd == 'fail' then
-  -- ARGV: fp token outcome. Fetched but nothing to follow: a visit with no out-links; closed,
-  -- unless the crawl is continuous and the outcome not final.
+  -- ARGV: fp token outcome later. Fetched but nothing to follow: a visit with no out-links;
+  -- closed, unless the crawl is continuous and the outcome not final (then pending again, with
+  -- later as its request unless empty).
   local fp = ARGV[2]
   local p = leased(fp, ARGV[3])
   if not p then return stale() end
@@ -681,7 +685,7 @@ elseif cmd == 'fail' then
   p.o = o
   unlease(fp)
   if cont and not FINAL_OUTCOMES[o] then
-    done(p)
+    done(p, ARGV[5])
   else
     retire(p)
     kill(p)

@@ -433,6 +433,7 @@ class RedisFrontier:
         links: Sequence[Link],
         virtual_weight: float = 0.0,
         importance: bool = False,
+        payload: Any = None,
     ) -> Visit | None:
         plain = not virtual_weight and all(link.weight == 1.0 for link in links)
         boosts = any(link.boost for link in links)
@@ -443,6 +444,7 @@ class RedisFrontier:
             "1" if plain else "0",
             "1" if boosts else "0",
             _f(virtual_weight),
+            self._later(payload),
         ]
         local = []
         for link in links:
@@ -472,8 +474,16 @@ class RedisFrontier:
         imp = float(out[1])
         return Visit(codes, None if imp < 0 or not importance else imp)
 
-    def fail(self, lease: Lease, outcome: int = ERROR) -> bool:
-        return bool(int(self._call("fail", lease.key, lease.token, int(outcome))[0]))
+    def fail(self, lease: Lease, outcome: int = ERROR, payload: Any = None) -> bool:
+        out = self._call("fail", lease.key, lease.token, int(outcome), self._later(payload))
+        return bool(int(out[0]))
+
+    def _later(self, payload: Any) -> bytes:
+        """The bytes of a page's payload for its later fetches (``b""``: keep the one it has;
+        also when it cannot be encoded)."""
+        if payload is None or not self.continuous:
+            return b""
+        return self._data(payload) or b""
 
     def forfeit(self, lease: Lease, outcome: int = FORBIDDEN) -> bool:
         return bool(int(self._call("forfeit", lease.key, lease.token, int(outcome))[0]))

@@ -184,18 +184,22 @@ class Frontier(Protocol):
         links: Sequence[Link],
         virtual_weight: float = 0.0,
         importance: bool = False,
+        payload: Any = None,
     ) -> Visit | None:
         """The page was fetched and parsed, and follows ``links`` (self-links are not paid):
         its cash moves into its history and is paid out, ``epsilon`` to the virtual page and
         the rest over the links by weight, with ``virtual_weight`` the total weight of links
         that will not be followed (their share goes to the virtual page). Links with a payload
-        are scheduled in the same step."""
+        are scheduled in the same step. In a continuous crawl a ``payload`` replaces the one
+        the page was leased with for its later fetches (a retry's or redirect's request is
+        for one fetch)."""
         ...
 
-    def fail(self, lease: Lease, outcome: int = ERROR) -> bool:
+    def fail(self, lease: Lease, outcome: int = ERROR, payload: Any = None) -> bool:
         """The page was fetched but gives nothing to follow (``outcome``: an HTTP error status,
         a download error): a visit with no links; then closed, unless the crawl is continuous
-        and the outcome is not final (it is fetched again when its cash says so)."""
+        and the outcome is not final (it is fetched again when its cash says so, with
+        ``payload`` if one is given, as for :meth:`visit`)."""
         ...
 
     def forfeit(self, lease: Lease, outcome: int = FORBIDDEN) -> bool:
@@ -424,9 +428,12 @@ class MemoryFrontier:
             return None
         return i
 
-    def _done(self, i: int) -> None:
-        """After a visit: pending again (continuous crawl), else visited for good."""
+    def _done(self, i: int, payload: Any = None) -> None:
+        """After a visit: pending again (continuous crawl; with ``payload`` instead of its
+        previous one if given), else visited for good."""
         if self.continuous and i in self.payloads:
+            if payload is not None:
+                self._keep(i, payload)
             self._set(i, PENDING)
             self._push(i)
         else:
@@ -473,6 +480,7 @@ class MemoryFrontier:
         links: Sequence[Link],
         virtual_weight: float = 0.0,
         importance: bool = False,
+        payload: Any = None,
     ) -> Visit | None:
         i = self._held(lease)
         if i is None:
@@ -486,7 +494,7 @@ class MemoryFrontier:
         self.engine.visit(i, children, weights, boosts, virtual_weight)
         self.outcome[i] = OK
         del self._tokens[i]
-        self._done(i)
+        self._done(i, payload)
         codes = [
             self._file(j, link.payload, link.priority, link.slot, link.again)
             for link, j in zip(links, children)
@@ -498,7 +506,7 @@ class MemoryFrontier:
     def _visited(self, i: int) -> None:
         """Hook: page ``i`` was just visited (a backend counts visits for its checkpoints)."""
 
-    def fail(self, lease: Lease, outcome: int = ERROR) -> bool:
+    def fail(self, lease: Lease, outcome: int = ERROR, payload: Any = None) -> bool:
         i = self._held(lease)
         if i is None:
             return False
@@ -506,7 +514,7 @@ class MemoryFrontier:
         self.outcome[i] = outcome
         del self._tokens[i]
         if self.continuous and outcome not in FINAL_OUTCOMES:
-            self._done(i)  # fetched again when its cash says so
+            self._done(i, payload)  # fetched again when its cash says so
         else:
             self._retire(i)
             self.engine.kill(i)
