@@ -147,7 +147,10 @@ class Pair:
             elif op in ("fail", "forfeit"):
                 # Final outcomes close the page; the others keep it in a continuous crawl.
                 o = rng.choice(OUTCOME_CHOICES)
-                mem, red = self.both(op, lease_mem, o, red_args=(lease_red, o))
+                kw = {}
+                if op == "fail" and rng.random() < 0.3:
+                    kw["payload"] = b"later%d" % self.steps
+                mem, red = self.both(op, lease_mem, o, red_args=(lease_red, o), **kw)
                 assert mem is True and red is True
             elif op == "release":
                 mem, red = self.both("release", [lease_mem], red_args=([lease_red],))
@@ -209,12 +212,15 @@ class Pair:
         # saving: the page then answers NEEDS_PAYLOAD if it is schedulable after all). Forget
         # them, so that both frontiers file the same links and their codes can be compared.
         self.red._known.clear()
+        # A request for the page's later fetches (a follow-up's clean request), at times.
+        later = b"later%d" % self.steps if rng.random() < 0.2 else None
         mem, red = self.both(
             "visit",
             lease_mem,
             links,
             virtual_weight,
             importance=True,
+            payload=later,
             red_args=(lease_red, links, virtual_weight),
         )
         assert mem.codes == red.codes

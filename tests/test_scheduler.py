@@ -298,6 +298,30 @@ def test_a_follow_up_is_for_one_fetch_whatever_the_outcomes(backend, data, tmp_p
         factory.cleanup()
 
 
+def test_a_continuous_crawl_orders_first_fetches_by_priority_and_refetches_by_cash(schedulers):
+    """Every fetched page of a continuous crawl is pending again at once: a tier of refetches
+    above 0 would never empty (before: the priority-5 page took every fetch, and the page at
+    priority -1 was never fetched). A priority orders a page's first fetch; its refetches wait at
+    priority 0, by cash."""
+    s = schedulers.make(OPIC_CONTINUOUS=True)
+    s.enqueue_request(Request(URLS[0], priority=5))
+    for u in URLS[1:4]:
+        s.enqueue_request(Request(u))
+    s.enqueue_request(Request(URLS[4], priority=-1))
+    got = []
+    for _ in range(30):
+        r = s.next_request()
+        got.append(r.url)
+        links = [Request(u) for u in URLS[:5] if u != r.url]  # five pages linking each other
+        visit(s, r, links)
+        for link in links:
+            s.enqueue_request(link)
+    assert got[0] == URLS[0]  # the first fetch by priority
+    assert all(u in got for u in URLS[:5])
+    assert got.count(URLS[0]) <= 10  # a fair share is 6 of 30
+    assert total_cash(s) == pytest.approx(1.0, abs=1e-12)
+
+
 def test_request_priority_comes_before_cash(schedulers):
     s = schedulers.make()
     for i, url in enumerate(URLS[:6]):

@@ -122,6 +122,13 @@ end
 local function unfetched(p) return bit.band(p.f, FETCHED) == 0 end
 local function dead(p) return bit.band(p.f, DEAD) ~= 0 end
 
+-- The priority tier a pending page waits in: its request's priority, but 0 for a refetch in a
+-- continuous crawl (Frontier._push).
+local function tier(pr, u)
+  if cont and not u then return '0' end
+  return pr
+end
+
 local function page(fp)
   local p = P[fp]
   if p then return p end
@@ -135,7 +142,8 @@ local function page(fp)
   p.o0 = r[5] and p.o or nil
   if p.st == PENDING then
     local u = unfetched(p)
-    p.q0, p.h0, p.sl0 = qkey(p.pr, u, p.sl), hkey(p.pr, u), p.sl
+    local t = tier(p.pr, u)
+    p.q0, p.h0, p.sl0 = qkey(t, u, p.sl), hkey(t, u), p.sl
   end
   P[fp] = p
   order[#order + 1] = fp
@@ -241,7 +249,12 @@ local function flush()
     end
     local q1 = nil
     local h1 = nil
-    if p.st == PENDING then q1, h1 = qkey(p.pr, unfetched(p), p.sl), hkey(p.pr, unfetched(p)) end
+    local t = nil
+    if p.st == PENDING then
+      local u = unfetched(p)
+      t = tier(p.pr, u)
+      q1, h1 = qkey(t, u, p.sl), hkey(t, u)
+    end
     if p.q0 and p.q0 ~= q1 then
       redis.call('ZREM', p.q0, fp)
       -- The slot's head may have been this page: the index takes the queue's new head.
@@ -256,7 +269,7 @@ local function flush()
       redis.call('ZADD', q1, fmt(p.s), fp)
       -- A pending page's cash only grows: the slot's head is the larger of the two.
       redis.call('ZADD', h1, 'GT', fmt(p.s), p.sl)
-      if p.q0 ~= q1 then redis.call('ZADD', ns .. ':tiers', tonumber(p.pr), p.pr) end
+      if p.q0 ~= q1 then redis.call('ZADD', ns .. ':tiers', tonumber(t), t) end
     end
     -- The cached page now matches Redis: a later flush in the same call (a pop that reclaims
     -- a lease, then pops the same page) starts from here.
@@ -563,7 +576,7 @@ elseif cmd == 'pop' then
   -- ARGV: token lease_ms share full-slot... Reclaims expired leases, pays the virtual page
   -- out, then leases the pending page with the most cash (highest priority first) whose
   -- download slot is not full; when the discovery debt is due (share > 0: frontier.py,
-  -- discovery_step), the best page never fetched in that tier if it has one. Returns
+  -- discovery_step), the best page never fetched of the highest tier that has one. Returns
   -- {fp, request, slot} or {}.
   local token, lease_ms, share = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
   local discover = share > 0 and g.debt + share >= 1.0
@@ -590,31 +603,43 @@ elseif cmd == 'pop' then
   local best = nil
   local lk_tiers = ns .. ':tiers'
   local tiers = redis.call('ZREVRANGE', lk_tiers, 0, -1)
-  for _, pr in ipairs(tiers) do
-    -- Per side, the best slot head whose slot has room: among the n_full + 1 best heads there
-    -- is one, if the side has any. Then the richer of the two sides (by true cash).
-    local function best_head(unfetched)
-      local heads = redis.call('ZREVRANGE', hkey(pr, unfetched), 0, n_full, 'WITHSCORES')
-      for k = 1, #heads, 2 do
-        if not full[heads[k]] then return heads[k], tonumber(heads[k + 1]) end
+  -- Per tier and side, the best slot head whose slot has room: among the n_full + 1 best heads
+  -- there is one, if the side has any.
+  local function best_head(pr, unfetched)
+    local heads = redis.call('ZREVRANGE', hkey(pr, unfetched), 0, n_full, 'WITHSCORES')
+    for k = 1, #heads, 2 do
+      if not full[heads[k]] then return heads[k], tonumber(heads[k + 1]) end
+    end
+    return nil, nil
+  end
+  if discover then  -- the best page never fetched, of the highest tier that has one
+    for _, pr in ipairs(tiers) do
+      local su = best_head(pr, true)
+      if su then
+        best = redis.call('ZREVRANGE', qkey(pr, true, su), 0, 0)[1]
+        break
       end
-      return nil, nil
     end
-    local su, cu = best_head(true)
-    local sf, cf = best_head(false)
-    local unfetched = nil
-    if su and (discover or not sf or cu + g.accu >= cf) then
-      unfetched = true
-    elseif sf then
-      unfetched = false
-    end
-    if unfetched ~= nil then
-      local sl = unfetched and su or sf
-      best = redis.call('ZREVRANGE', qkey(pr, unfetched, sl), 0, 0)[1]
-      break
-    end
-    if redis.call('EXISTS', hkey(pr, true), hkey(pr, false)) == 0 then
-      redis.call('ZREM', lk_tiers, pr)  -- a priority with no pending page left
+  end
+  if not best then
+    for _, pr in ipairs(tiers) do
+      -- The richer of the two sides (by true cash).
+      local su, cu = best_head(pr, true)
+      local sf, cf = best_head(pr, false)
+      local unfetched = nil
+      if su and (not sf or cu + g.accu >= cf) then
+        unfetched = true
+      elseif sf then
+        unfetched = false
+      end
+      if unfetched ~= nil then
+        local sl = unfetched and su or sf
+        best = redis.call('ZREVRANGE', qkey(pr, unfetched, sl), 0, 0)[1]
+        break
+      end
+      if redis.call('EXISTS', hkey(pr, true), hkey(pr, false)) == 0 then
+        redis.call('ZREM', lk_tiers, pr)  -- a priority with no pending page left
+      end
     end
   end
   if not best then

@@ -713,8 +713,10 @@ class RedisFrontier:
             s_, f = fields["s"], fields["f"]
             where = queued.pop(fp, [])
             if st == 1:
-                side = "f" if f == 1 else "u"
-                want = f"{ns}:q:{(pr or b'?').decode()}:{side}:{(sl or b'').decode()}"
+                side = "f" if f & 1 else "u"
+                # (A refetch in a continuous crawl waits at priority 0: opic.lua's tier.)
+                tier = "0" if snap.continuous and f & 1 else (pr or b"?").decode()
+                want = f"{ns}:q:{tier}:{side}:{(sl or b'').decode()}"
                 if [q for q, _ in where] != [want]:
                     problems.append(f"pending page {k} queued in {where}, not {want}")
                 elif where[0][1] != s_:

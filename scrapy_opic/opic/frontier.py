@@ -71,6 +71,11 @@ crawl with a *discovery share* the pages never fetched get at least that share o
 there are any (:func:`discovery_step`): else the pages already fetched, paid again and again by
 the links between them, would outbid the new ones found at the edge of the crawl for a long time.
 
+In a continuous crawl a priority orders a page's first fetch only: a page fetched once waits for
+its refetches at priority 0, by cash alone. (Every fetched page is pending again at once, so a
+tier of refetches above 0 would never empty: its pages would be fetched in a loop, and those
+below 0 never.) The page keeps its request's priority for a fetch it never had.
+
 Nothing here knows Scrapy or does I/O: payloads are opaque objects, download slots opaque keys.
 """
 
@@ -282,8 +287,8 @@ def discovery_step(debt: float, share: float, fetched: bool) -> float:
 
     Each pop adds ``share`` to the debt, capped at 1; a pop of a page never fetched pays 1 back
     (floored at 0). A pop made while the debt is 1 or more prefers the best page never fetched
-    (among the slots with room, in the first priority tier that has a candidate) to the best
-    page. So while there are pages never fetched they get at least ``share`` of the pops, and
+    (among the slots with room, of the highest priority tier that has one) to the best page.
+    So while there are pages never fetched they get at least ``share`` of the pops, and
     greedy picks more of them when their cash is the highest anyway; the cap keeps a long spell
     without new pages from turning into a burst of them later."""
     debt = min(debt + share, 1.0)
@@ -393,7 +398,10 @@ class MemoryFrontier:
 
     def _push(self, i: int) -> None:
         if self._tiered:
-            self.selection.push(i, self._slots.get(i, (0, "")))
+            priority, slot = self._slots.get(i, (0, ""))
+            if priority and self.continuous and self.engine._flags_mv[i] & FETCHED:
+                priority = 0  # a refetch (see the module docstring: Selection)
+            self.selection.push(i, (priority, slot))
         else:
             self.selection.push(i)
 

@@ -439,14 +439,22 @@ class TieredSelection(Selection):
         self, has_room: Callable[[Hashable], bool] | None = None, discover: bool = False
     ) -> int | None:
         """The best candidate of the highest tier that has one in a slot with room; with
-        ``discover``, the best one never fetched in that tier if there is one (a priority still
-        comes before discovery, as it comes before cash)."""
+        ``discover``, the best one never fetched of the highest tier that has such a candidate
+        (a priority still comes before discovery, as it comes before cash), if there is one.
+        (A continuous crawl's refetches all wait in tier 0, which never empties: discovery is
+        how a page filed below 0 gets its first fetch.)"""
+        if discover:
+            for priority in self._order:
+                tier = self._tiers[priority]
+                if len(tier):
+                    i = tier.pop(has_room, True)
+                    if i is not None:
+                        del self._tier_of[i]
+                        return i
         for priority in self._order:
             tier = self._tiers[priority]
             if len(tier):
-                i = tier.pop(has_room, True) if discover else None
-                if i is None:
-                    i = tier.pop(has_room)
+                i = tier.pop(has_room)
                 if i is not None:
                     del self._tier_of[i]
                     return i
