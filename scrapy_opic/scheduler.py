@@ -590,7 +590,10 @@ class OpicScheduler(BaseScheduler):
             if code == SCHEDULED:
                 self.counts["opic/retried"] += 1
         else:
-            code = self.frontier.redirect(lease, entry)
+            # Scrapy's RedirectMiddleware gives each hop's reason: its HTTP status, or "meta
+            # refresh". 301 and 308 say the page moved for good: an alias of the target.
+            reasons = request.meta.get("redirect_reasons") or [None]
+            code = self.frontier.redirect(lease, entry, permanent=reasons[-1] in (301, 308))
             if code is not None:
                 self.counts["opic/redirected"] += 1
         if code == SCHEDULED:

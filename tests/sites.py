@@ -177,15 +177,22 @@ class Site(_LoopbackServer):
 
 
 class StaticSite(_LoopbackServer):
-    """Serves a directory of files (an HTML manual) on 127.0.0.1, quietly."""
+    """Serves a directory of files (an HTML manual) on 127.0.0.1, quietly; ``hits`` is its
+    access log (the path of each GET, in order)."""
 
     def __init__(self, root: str) -> None:
         import functools
         from http.server import SimpleHTTPRequestHandler
 
+        hits = self.hits = []
+
         class Handler(SimpleHTTPRequestHandler):
             def log_message(self, *args) -> None:
                 pass
+
+            def do_GET(self) -> None:
+                hits.append(self.path)  # (list.append is atomic: the server's threads share it)
+                super().do_GET()
 
         self._serve(functools.partial(Handler, directory=str(root)))
 

@@ -235,9 +235,10 @@ def test_continuous_crawl_learns_pagerank(tmp_path):
 
 @pytest.mark.parametrize("continuous", [False, True], ids=["one-pass", "continuous"])
 def test_every_outcome_settles_once_by_the_servers_log(tmp_path, continuous):
-    """Pages forbidden by robots.txt, gone (404), failing (500) or busy once (503): each gets
-    its status in the export, the closed ones hold no cash (links to them pay them nothing),
-    and a continuous crawl never asks for a forbidden or gone page again."""
+    """Pages forbidden by robots.txt, gone (404), failing (500), busy once (503) or moved for
+    good (301): each gets its status in the export, the closed ones hold no cash (links to them
+    pay them nothing, or their target), and a continuous crawl never asks for a forbidden, gone
+    or moved page again."""
     from scrapy_opic.export import open_state
 
     g = power_law_graph(60, seed=3)
@@ -245,7 +246,9 @@ def test_every_outcome_settles_once_by_the_servers_log(tmp_path, continuous):
     dst = np.concatenate([g.indices, np.arange(60), np.zeros(59, dtype=np.int64)])
     site_graph = from_edges(src, dst, 60)
     extra = {"OPIC_CONTINUOUS": True, "CLOSESPIDER_PAGECOUNT": 240} if continuous else {}
-    with Site(site_graph, forbidden={3, 4}, gone={5}, errors={9}, fail_once={6}) as site:
+    with Site(
+        site_graph, forbidden={3, 4}, gone={5}, errors={9}, fail_once={6}, redirects={7: 8}
+    ) as site:
         items, stats = crawl(
             tmp_path, site.url(0), ROBOTSTXT_OBEY=True, CONCURRENT_REQUESTS=4, **extra
         )
@@ -255,19 +258,21 @@ def test_every_outcome_settles_once_by_the_servers_log(tmp_path, continuous):
     assert stats["robotstxt/forbidden"] == 2  # each forbidden page popped once, never again
     assert count[5] == 1  # gone: asked once, even by a continuous crawl
     assert count[6] >= 2  # busy once, then fetched
+    assert count[7] == 1  # moved: asked once, though every visit of the home page links to it
     assert stats["opic/total_cash"] == pytest.approx(1.0, abs=1e-9)
     with open_state(tmp_path / ".scrapy" / "opic" / "site.sqlite") as state:
         pages = {node(p.url): p for p in state.pages()}
     assert pages[3].status == pages[4].status == "forbidden"
     assert pages[5].status == "http_404" and pages[9].status == "http_500"
     assert pages[6].status == "ok" and pages[6].fetched and pages[0].fetched
-    assert not any(pages[i].fetched for i in (3, 4, 5, 9))
-    closed = (3, 4, 5) if continuous else (3, 4, 5, 9)  # (a 500 is tried again later)
+    assert pages[7].status == "redirected" and pages[8].status == "ok"
+    assert not any(pages[i].fetched for i in (3, 4, 5, 7, 9))
+    closed = (3, 4, 5, 7) if continuous else (3, 4, 5, 7, 9)  # (a 500 is tried again later)
     for i in closed:  # many pages link to them: none of it stayed
         assert pages[i].cash == 0.0
     if not continuous:
         assert count[9] == 2  # fetched and retried once (RETRY_TIMES=1), then closed
-    assert all(p.status == "ok" for i, p in pages.items() if i not in (3, 4, 5, 9))
+    assert all(p.status == "ok" for i, p in pages.items() if i not in (3, 4, 5, 7, 9))
 
 
 def test_boosted_urls_are_fetched_earlier(tmp_path, graph):

@@ -160,7 +160,8 @@ class Pair:
                 target = self.entry(i)
                 if op == "retry":
                     target = target._replace(key=lease_mem.key, url="retried")
-                mem, red = self.both(op, lease_mem, target, red_args=(lease_red, target))
+                kw = {"permanent": rng.random() < 0.5} if op == "redirect" else {}
+                mem, red = self.both(op, lease_mem, target, red_args=(lease_red, target), **kw)
                 assert mem == red
         self.compare()
 

@@ -161,6 +161,49 @@ def test_a_redirect_moves_the_cash_to_the_target(frontiers):
     assert f.pop().payload == b"again"
 
 
+@pytest.mark.parametrize("permanent", [True, False], ids=["301", "302"])
+def test_a_permanent_redirect_makes_its_page_an_alias_of_the_target(frontiers, permanent):
+    """After a 301, a link to the old URL pays the new one and the old one is never scheduled
+    again (a continuous crawl would otherwise fetch it again and again for the cash its links
+    bring, each time for one more redirect); after a 302 the old URL stays a page."""
+    f = frontiers.make(continuous=True)
+    f.schedule([entry(0)])
+    f.redirect(f.pop(), entry(1), permanent=permanent)
+    assert f.cash_of(key(0)) == 0.0
+    f.schedule([entry(2)])
+    one = f.pop()
+    assert one.key == key(1)
+    f.visit(one, [Link(key(2), "u2")])
+    two = f.pop()
+    assert two.key == key(2)
+    before = f.cash_of(key(1))
+    f.visit(two, [Link(key(0), "u0")])
+    if permanent:
+        assert f.cash_of(key(0)) == 0.0 and f.cash_of(key(1)) > before
+        assert f.schedule([entry(0)]) == [DUPLICATE]
+    else:
+        assert f.cash_of(key(0)) > 0.0
+        assert f.schedule([entry(0)]) == [SCHEDULED]
+    assert f.total_cash() == pytest.approx(1.0, abs=TOL)
+
+
+def test_a_redirect_to_a_closed_page_pays_the_virtual_page(frontiers):
+    """A closed page holds no cash: a redirect to one is a link to no page. (Before, the cash
+    stayed on the closed page, and a dont_filter request that opened it again lost it.)"""
+    f = frontiers.make()
+    f.schedule([entry(0), entry(1)])
+    gone = f.pop()
+    assert f.fail(gone, 404)
+    lease = f.pop()
+    cash = f.cash_of(lease.key)
+    assert cash > 0
+    closed = 0 if gone.key == key(0) else 1
+    assert f.redirect(lease, entry(closed)) == DUPLICATE
+    assert f.cash_of(gone.key) == 0.0
+    assert f.schedule([entry(0), entry(1)], again=True) == [SCHEDULED, SCHEDULED]
+    assert f.total_cash() == pytest.approx(1.0, abs=TOL)
+
+
 def test_a_retry_or_redirect_needs_a_payload(frontiers):
     f = frontiers.make()
     f.schedule([entry(0)])
@@ -306,7 +349,8 @@ def test_every_path_conserves_cash_and_the_life_cycle_holds(ops, continuous, str
                 assert f.fail(lease, (ERROR, 404)[r % 2])
             elif kind == 5:
                 target = key((r >> 3) % 25)
-                f.redirect(lease, Entry(target, "u", 0, slot, {"key": target}))
+                permanent = bool(r & 4)
+                f.redirect(lease, Entry(target, "u", 0, slot, {"key": target}), permanent)
                 if target == lease.key:
                     assert f.status_of(lease.key) == "pending"
             elif kind == 6:

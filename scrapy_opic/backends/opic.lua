@@ -132,10 +132,13 @@ end
 local function page(fp)
   local p = P[fp]
   if p then return p end
-  local r = redis.call('HMGET', pkey(fp), 'x', 'pr', 'sl', 'w', 'o')
+  local r = redis.call('HMGET', pkey(fp), 'x', 'pr', 'sl', 'w', 'o', 'a')
   if not r[1] then return nil end
   p = unpack_page(r[1])
   p.pr, p.sl, p.w = r[2] or '0', r[3] or '', r[4]
+  -- a: the fingerprint of the page it permanently redirects to (Frontier.redirect); a0 what
+  -- the hash holds.
+  p.a, p.a0 = r[6], r[6]
   -- o: the outcome of the page's last fetch, kept only when it is not OK (a fetched page
   -- without it was fetched OK); o0 what the hash holds.
   p.o = tonumber(r[5] or (unfetched(p) and 0 or OK))
@@ -192,7 +195,7 @@ local function cash_of(p)
   return p.s + offset(p)
 end
 
--- Take all of a page's cash without a visit (OpicEngine.forfeit / transfer).
+-- Take all of a page's cash without a visit (OpicEngine.forfeit).
 local function empty(p)
   local off = offset(p)
   local c = p.s + off
@@ -242,9 +245,13 @@ local function flush()
       if o and o ~= p.o0 then
         fields[#fields + 1] = 'o'; fields[#fields + 1] = o
       end
+      if p.a and p.a ~= p.a0 then
+        fields[#fields + 1] = 'a'; fields[#fields + 1] = p.a
+      end
       redis.call('HSET', key, unpack(fields))
       if p.o0 and not o then redis.call('HDEL', key, 'o') end
-      p.o0 = o
+      if p.a0 and not p.a then redis.call('HDEL', key, 'a') end
+      p.o0, p.a0 = o, p.a
       if p.drop then redis.call('HDEL', ns .. ':r', fp) end
     end
     local q1 = nil
@@ -678,9 +685,16 @@ elseif cmd == 'visit' then
   if not plain then weights = {} end
   if has_boosts then boosts = {} end
   for _, l in ipairs(links) do
+    -- A link to a closed alias is a link to its target (Frontier._target: up to 8 hops).
+    local q, qfp = l.p, l.fp
+    for _ = 1, 8 do
+      if not (q.a and dead(q)) then break end
+      qfp = q.a
+      q = page(qfp)
+    end
     -- A self-link is not an endorsement; a link to a closed page is no link.
-    if l.fp ~= fp and not dead(l.p) then
-      kids[#kids + 1] = l.p
+    if qfp ~= fp and not dead(q) then
+      kids[#kids + 1] = q
       if weights then weights[#weights + 1] = l.w end
       if boosts then boosts[#boosts + 1] = l.boost end
     end
@@ -743,7 +757,8 @@ elseif cmd == 'forfeit' then
   return {1}
 
 elseif cmd == 'redirect' then
-  -- ARGV: fp token target url pr sl req. The cash moves to the target, which is scheduled.
+  -- ARGV: fp token target url pr sl req permanent. The cash moves to the target, which is
+  -- scheduled; a permanent redirect makes the page a closed alias of the target.
   local fp, token = ARGV[2], ARGV[3]
   local p = leased(fp, token)
   if not p then return stale() end
@@ -756,13 +771,25 @@ elseif cmd == 'redirect' then
     save_g()
     return {1, SCHEDULED}
   end
-  local c = empty(p)
-  -- The credit goes with the cash: the target receives all that the source held.
-  local held, kc = take_credit(p)
-  g.ctot = g.ctot - held
-  credit(q, c, kc)
-  credit_total(kc)
+  local c = take(p)  -- (fetched: its answer was the redirect)
+  p.o = REDIRECTED
+  if dead(q) then
+    -- OpicEngine.transfer: to a closed page, the cash goes to the virtual page.
+    g.vcash = g.vcash + c
+  else
+    -- The credit goes with the cash: the target receives all that the source held.
+    local held, kc = take_credit(p)
+    g.ctot = g.ctot - held
+    credit(q, c, kc)
+    credit_total(kc)
+  end
   retire(p)
+  if ARGV[9] == '1' then  -- permanent: an alias of the target, closed
+    kill(p)
+    p.a = ARGV[4]
+  else
+    p.a = nil
+  end
   local code = schedule(q, ARGV[6], ARGV[7], ARGV[8], false)
   flush()
   save_g()

@@ -65,6 +65,7 @@ from ..opic.constants import (
     NEEDS_PAYLOAD,
     OK,
     RATE_DECAY,
+    REDIRECTED,
     SCHEDULED,
     SLOPE_NOISE,
     STATUSES,
@@ -178,7 +179,7 @@ def lua_constants() -> str:
         f"local LAYOUT = {LAYOUT!r}",
         *(f"local {name.upper()} = {k}" for k, name in enumerate(STATUSES)),
         *(f"local {name.upper()} = {k}" for k, name in enumerate(CODES)),
-        f"local FETCHED, DEAD, OK = {FETCHED}, {DEAD}, {OK}",
+        f"local FETCHED, DEAD, OK, REDIRECTED = {FETCHED}, {DEAD}, {OK}, {REDIRECTED}",
         "local FINAL_OUTCOMES = {"
         + ", ".join(f"[{k}] = true" for k in sorted(FINAL_OUTCOMES))
         + "}",
@@ -501,7 +502,7 @@ class RedisFrontier:
         )
         return SCHEDULED if int(out[0]) else None
 
-    def redirect(self, lease: Lease, entry: Entry) -> int | None:
+    def redirect(self, lease: Lease, entry: Entry, permanent: bool = False) -> int | None:
         require_payload(entry)
         data = self._data(entry.payload)
         if data is None:
@@ -515,6 +516,7 @@ class RedisFrontier:
             int(entry.priority),
             str(entry.slot),
             data,
+            "1" if permanent else "0",
         )
         if not int(out[0]):
             return None

@@ -126,6 +126,8 @@ class Saved:
     meta: dict = field(default_factory=dict)
     #: Each page's outcome code (uint16 by id; empty in a state saved before outcomes).
     outcome: bytes = b""
+    #: Page -> the page it permanently redirects to (ids).
+    alias: dict = field(default_factory=dict)
 
 
 class StateLock:
@@ -282,6 +284,7 @@ class SqliteStore:
             "n": n,
             "status": bytes(frontier.status[:n]),
             "outcome": frontier.outcome[:n].tobytes(),
+            "alias": frontier.alias,
             "continuous": frontier.continuous,
         }
         # Page rows are append-only: rewrite from the chunk holding the first unwritten page.
@@ -402,6 +405,7 @@ class StateReader:
         self.n = fr["n"]
         self.status: bytes = fr["status"]
         self.outcome: bytes = fr.get("outcome", b"")  # (none in a state from before outcomes)
+        self.alias: dict = fr.get("alias", {})
         self.continuous: bool = fr["continuous"]
 
     def _get(self, key: str) -> Any:
@@ -476,12 +480,16 @@ class StateReader:
                 raise ValueError("a page status out of range")
             if self.outcome and len(self.outcome) != 2 * n:
                 raise ValueError(f"{len(self.outcome) // 2} page outcomes for {n} pages")
+            if not isinstance(self.alias, dict) or any(
+                not (0 <= i < n and 0 <= j < n) for i, j in self.alias.items()
+            ):
+                raise ValueError("a redirect alias out of range")
             cash = engine.total_cash()
             if not math.isfinite(cash) or abs(cash - 1.0) > 1e-3:
                 raise ValueError(f"total cash {cash!r}, not 1")
         except Exception as exc:
             raise damaged(self.path, exc) from None
-        return Saved(engine, self.status, urls[:n], self.meta(), self.outcome)
+        return Saved(engine, self.status, urls[:n], self.meta(), self.outcome, self.alias)
 
     def close(self) -> None:
         con = getattr(self, "_con", None)
@@ -603,7 +611,7 @@ class SqliteFrontier(MemoryFrontier):
 
     def _resume(self, saved: Saved, rows: dict[int, tuple[int, Hashable]]) -> None:
         payloads = dict.fromkeys(rows, ON_DISK)
-        back = self.restore(saved.status, payloads, rows, saved.urls, saved.outcome)
+        back = self.restore(saved.status, payloads, rows, saved.urls, saved.outcome, saved.alias)
         self.series = Series.from_list(saved.meta.get("series", []))
         self._elapsed_before = self.series.last_elapsed()
         engine = self.engine

@@ -30,10 +30,11 @@ CODES = ("duplicate", "scheduled", "needs_payload", "local")
 #: 100 to 599 is the HTTP status of an error response (``http_<code>``). 0: never settled.
 OUTCOMES = (
     "", "ok", "forbidden", "filtered", "offsite", "ignored", "dns", "timeout", "error",
-    "spider_error",
+    "spider_error", "redirected",
 )  # fmt: skip
 (
     NO_OUTCOME, OK, FORBIDDEN, FILTERED, OFFSITE, IGNORED, DNS, TIMEOUT, ERROR, SPIDER_ERROR,
+    REDIRECTED,
 ) = range(len(OUTCOMES))  # fmt: skip
 #: Outcomes that close a page for good, in a continuous crawl too: the page is refused
 #: (robots.txt, a dupefilter, offsite, another IgnoreRequest) or gone (404, 410). The others
@@ -87,6 +88,7 @@ __all__ = [
     "OUTCOMES",
     "PENDING",
     "RATE_DECAY",
+    "REDIRECTED",
     "SCHEDULED",
     "SLOPE_NOISE",
     "SPIDER_ERROR",

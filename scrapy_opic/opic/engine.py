@@ -705,14 +705,19 @@ class OpicEngine:
         self._s_mv[i] = -self._offset(fl)
 
     def transfer(self, src: int, dst: int) -> float:
-        """Move all of ``src``'s cash to ``dst`` (a redirect: same money, new page)."""
+        """Move all of ``src``'s cash to ``dst`` (a redirect: same money, new page). ``src`` was
+        fetched (its answer was the redirect): it is marked fetched, so that a continuous
+        crawl's discovery share never takes it for a page it has yet to fetch."""
         if src == dst:
             return 0.0
-        off = self._offset(self._flags_mv[src])
-        c = self._s_mv[src] + off
-        self._s_mv[src] = -off
+        c = self._take(src)
         for obs in self._observers:
             obs.taken((src,))
+        if self._flags_mv[dst] & DEAD:
+            # A redirect to a closed page is a link to no page: the cash goes to the virtual
+            # page (a closed page holds none), the credit stays.
+            self.virtual_cash += c
+            return c
         # The credit goes with the cash: the target receives all that the source held.
         held, k = self._take_credit(src)
         self.credit_total -= held

@@ -100,6 +100,7 @@ from .constants import (
     NEEDS_PAYLOAD,
     OK,
     PENDING,
+    REDIRECTED,
     SCHEDULED,
     STATUSES,
     VISITED,
@@ -224,10 +225,14 @@ class Frontier(Protocol):
         in this process)."""
         ...
 
-    def redirect(self, lease: Lease, entry: Entry) -> int | None:
+    def redirect(self, lease: Lease, entry: Entry, permanent: bool = False) -> int | None:
         """The page redirected to ``entry`` (another key; a payload is required, as for
         :meth:`retry`): its cash moves there and the target is scheduled; the schedule code of
-        the target (a redirect to its own key is a retry)."""
+        the target (a redirect to its own key is a retry). A ``permanent`` redirect (HTTP 301,
+        308) makes the page an *alias* of the target: it is closed, and a later link to it is
+        a link to the target (as a PageRank graph with redirects folded in has it), so that it
+        is never fetched again for the cash its links bring. A temporary one leaves it open: a
+        continuous crawl fetches it again when its links file it and pay it."""
         ...
 
     def release(self, leases: Iterable[Lease]) -> int:
@@ -333,6 +338,8 @@ class MemoryFrontier:
         #: The payload of each pending or in-flight page, by id.
         self.payloads: dict[int, Any] = {}
         self._slots: dict[int, tuple[int, Hashable]] = {}  # (priority, download slot)
+        #: page -> the page it permanently redirects to (see :meth:`redirect`), by id.
+        self.alias: dict[int, int] = {}
         self._tokens: dict[int, int] = {}  # in-flight page -> its lease token
         self._seq = 0
         self.selection: Selection = (
@@ -494,12 +501,13 @@ class MemoryFrontier:
         if i is None:
             return None
         children = [self.page(link.key, link.url) for link in links]
+        paid = [self._target(j) for j in children] if self.alias else children
         weights = boosts = None
         if virtual_weight or any(link.weight != 1.0 for link in links):
             weights = [link.weight for link in links]
         if any(link.boost for link in links):
             boosts = [link.boost for link in links]
-        self.engine.visit(i, children, weights, boosts, virtual_weight)
+        self.engine.visit(i, paid, weights, boosts, virtual_weight)
         self.outcome[i] = OK
         del self._tokens[i]
         self._done(i, payload)
@@ -559,7 +567,7 @@ class MemoryFrontier:
         self._pend(i, entry.payload, entry.priority, entry.slot)
         return SCHEDULED
 
-    def redirect(self, lease: Lease, entry: Entry) -> int | None:
+    def redirect(self, lease: Lease, entry: Entry, permanent: bool = False) -> int | None:
         require_payload(entry)
         i = self._held(lease)
         if i is None:
@@ -569,8 +577,25 @@ class MemoryFrontier:
             return self.retry(lease, entry)
         del self._tokens[i]
         self.engine.transfer(i, j)
+        self.outcome[i] = REDIRECTED
         self._retire(i)
+        if permanent:
+            self.engine.kill(i)
+            self.alias[i] = j
+        else:
+            self.alias.pop(i, None)
         return self.schedule([entry])[0]
+
+    def _target(self, j: int) -> int:
+        """The page a link to page ``j`` pays: ``j``, or the page it permanently redirects to
+        while it is closed (a chain of aliases followed up to 8 hops)."""
+        flags = self.engine._flags_mv
+        for _ in range(8):
+            k = self.alias.get(j)
+            if k is None or not flags[j] & DEAD:
+                break
+            j = k
+        return j
 
     def release(self, leases: Iterable[Lease]) -> int:
         n = 0
@@ -633,10 +658,11 @@ class MemoryFrontier:
         slots: dict[int, tuple[int, Hashable]],
         urls: Sequence[str | None],
         outcome: bytes = b"",
+        alias: dict[int, int] | None = None,
     ) -> int:
         """Take the statuses, payloads (of pending and in-flight pages), their ``(priority,
-        slot)``, the URLs and the outcomes (uint16 by id) of a saved frontier over this
-        frontier's (reloaded) engine. Pages that were in flight are pending again (their fetch
+        slot)``, the URLs, the outcomes (uint16 by id) and the aliases of a saved frontier over
+        this frontier's (reloaded) engine. Pages that were in flight are pending again (their fetch
         may not have happened; their cash is still theirs); a pending page without a payload is
         given up (cash to the virtual page).
         Returns how many pages were in flight."""
@@ -647,6 +673,7 @@ class MemoryFrontier:
             saved = array("H")
             saved.frombytes(outcome)
             self.outcome[:n] = saved
+        self.alias = dict(alias or {})
         codes = np.frombuffer(bytes(status), np.uint8)
         self.counts = [int(c) for c in np.bincount(codes, minlength=len(STATUSES))]
         self.urls = list(urls) + [None] * max(0, n - len(urls))
