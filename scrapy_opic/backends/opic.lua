@@ -682,6 +682,7 @@ elseif cmd == 'visit' then
   end
   local c, kc = visit_take(p)
   local kids, weights, boosts = {}, nil, nil
+  local seen = {}  -- fp -> its index in kids
   if not plain then weights = {} end
   if has_boosts then boosts = {} end
   for _, l in ipairs(links) do
@@ -692,11 +693,19 @@ elseif cmd == 'visit' then
       qfp = q.a
       q = page(qfp)
     end
-    -- A self-link is not an endorsement; a link to a closed page is no link.
+    -- A self-link is not an endorsement; a link to a closed page is no link; a page links to
+    -- another page once (after aliases), with the largest weight and boost.
     if qfp ~= fp and not dead(q) then
-      kids[#kids + 1] = q
-      if weights then weights[#weights + 1] = l.w end
-      if boosts then boosts[#boosts + 1] = l.boost end
+      local k = seen[qfp]
+      if k then
+        if weights and l.w > weights[k] then weights[k] = l.w end
+        if boosts and l.boost > boosts[k] then boosts[k] = l.boost end
+      else
+        kids[#kids + 1] = q
+        seen[qfp] = #kids
+        if weights then weights[#weights + 1] = l.w end
+        if boosts then boosts[#boosts + 1] = l.boost end
+      end
     end
   end
   distribute(c, kc, kids, weights, boosts, vweight)

@@ -502,11 +502,25 @@ class MemoryFrontier:
             return None
         children = [self.page(link.key, link.url) for link in links]
         paid = [self._target(j) for j in children] if self.alias else children
-        weights = boosts = None
-        if virtual_weight or any(link.weight != 1.0 for link in links):
-            weights = [link.weight for link in links]
-        if any(link.boost for link in links):
-            boosts = [link.boost for link in links]
+        ws = [link.weight for link in links]
+        bs = [link.boost for link in links]
+        if len(set(paid)) < len(paid):
+            # A page links to another page once (after aliases: a link to the old URL and one
+            # to the new are one link), with the largest weight and boost.
+            first: dict[int, int] = {}
+            up: list[int] = []
+            for j, w, b in zip(paid, list(ws), list(bs)):
+                k = first.get(j)
+                if k is None:
+                    first[j] = len(up)
+                    up.append(j)
+                    ws[len(up) - 1], bs[len(up) - 1] = w, b
+                else:
+                    ws[k], bs[k] = max(ws[k], w), max(bs[k], b)
+            paid, ws, bs = up, ws[: len(up)], bs[: len(up)]
+        # (Decided on the links as given, as the Redis script does: the same float operations.)
+        weights = ws if virtual_weight or any(link.weight != 1.0 for link in links) else None
+        boosts = bs if any(link.boost for link in links) else None
         self.engine.visit(i, paid, weights, boosts, virtual_weight)
         self.outcome[i] = OK
         del self._tokens[i]
