@@ -92,9 +92,13 @@ def crawl(start_url: str, order: str, workdir: Path, **settings) -> tuple[list[d
     return rows, json.loads(stats.read_text())
 
 
-def crawled_graph(crawls: list[list[dict]]) -> tuple[Graph, dict[str, int]]:
+def crawled_graph(
+    crawls: list[list[dict]], redirects: dict[str, str] | None = None
+) -> tuple[Graph, dict[str, int]]:
     """The graph the crawls saw: fetched pages, their in-site links, redirects folded in. A link
-    is to a page (its URL without the fragment, as the request fingerprint sees it), once."""
+    is to a page (its URL without the fragment, as the request fingerprint sees it), once.
+    ``redirects`` (URL -> URL) adds redirects the crawls could not see: a crawl records one
+    only when it follows it, not when its target was fetched already."""
     node: dict[str, int] = {}
     pages = 0  # dense ids: aliases share their page's id
     for rows in crawls:
@@ -105,6 +109,9 @@ def crawled_graph(crawls: list[list[dict]]) -> tuple[Graph, dict[str, int]]:
             i = node[r["url"]]
             for alias in r["aliases"]:
                 node.setdefault(alias, i)
+    for source, target in (redirects or {}).items():
+        if target in node:
+            node.setdefault(source, node[target])
     src, dst = [], []
     for r in crawls[0]:
         i = node[r["url"]]
