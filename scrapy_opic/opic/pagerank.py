@@ -7,31 +7,59 @@
 i.e. ``networkx.pagerank(G, alpha=alpha)`` with uniform teleport and dangling mass spread uniformly
 (a test checks the two agree). With ``alpha = 1 - epsilon`` it is the OPIC fixpoint, see
 :mod:`scrapy_opic.opic.engine`.
+
+One multiplication by the matrix is a sparse matrix-vector product with scipy when it is
+installed (the graph's CSR arrays are the transposed matrix's CSC arrays: no copy of the links
+but one float per link, 4 to 5 times faster than numpy at 25 M links), else a numpy
+``bincount``; both compute the same sums (a test checks they agree to rounding).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
 from .graph import Graph
 
 
-class PowerIteration:
-    """The off-line algorithm: one call to :meth:`step` is one multiplication by the matrix."""
+def _transposed_matrix(graph: Graph, inv_deg: np.ndarray) -> Any:
+    """``M`` with ``M[j, i] = 1 / d_i`` for each link ``i -> j`` (scipy CSC), or None without
+    scipy."""
+    try:
+        from scipy.sparse import csc_matrix
+    except ImportError:
+        return None
+    n = graph.n
+    data = np.repeat(inv_deg, graph.out_degree)
+    return csc_matrix((data, graph.indices, graph.indptr), shape=(n, n))
 
-    def __init__(self, graph: Graph, alpha: float) -> None:
+
+class PowerIteration:
+    """The off-line algorithm: one call to :meth:`step` is one multiplication by the matrix.
+
+    ``sparse``: multiply with scipy (``None``: if it is installed) or with numpy (``False``)."""
+
+    def __init__(self, graph: Graph, alpha: float, sparse: bool | None = None) -> None:
         self.graph = graph
         self.alpha = float(alpha)
         deg = graph.out_degree.astype(float)
-        self.dangling = deg == 0
-        self.src = graph.sources()
+        self.dangling = np.flatnonzero(deg == 0)
         self.inv_deg = np.divide(1.0, deg, out=np.zeros_like(deg), where=deg > 0)
+        self._matrix = None if sparse is False else _transposed_matrix(graph, self.inv_deg)
+        if sparse and self._matrix is None:
+            raise ImportError("PowerIteration(sparse=True) needs scipy")
+        self.src = graph.sources() if self._matrix is None else None
 
     def step(self, x: np.ndarray) -> np.ndarray:
         n = self.graph.n
-        flow = np.bincount(self.graph.indices, weights=(x * self.inv_deg)[self.src], minlength=n)
+        if self._matrix is not None:
+            flow = self._matrix @ x
+        else:
+            flow = np.bincount(
+                self.graph.indices, weights=(x * self.inv_deg)[self.src], minlength=n
+            )
         teleport = (self.alpha * x[self.dangling].sum() + (1.0 - self.alpha) * x.sum()) / n
         return self.alpha * flow + teleport
 
@@ -45,11 +73,27 @@ class PowerIteration:
 
 
 def pagerank(
-    graph: Graph, alpha: float = 0.85, tol: float = 1e-13, max_iter: int = 10_000
+    graph: Graph,
+    alpha: float = 0.85,
+    tol: float = 1e-13,
+    max_iter: int = 10_000,
+    *,
+    x0: np.ndarray | None = None,
+    sparse: bool | None = None,
 ) -> np.ndarray:
-    """PageRank by power iteration until the L1 change is below ``tol``; sums to 1."""
-    it = PowerIteration(graph, alpha)
-    x = np.full(graph.n, 1.0 / graph.n)
+    """PageRank by power iteration until the L1 change is below ``tol``; sums to 1.
+
+    The L1 error left is at most ``tol * alpha / (1 - alpha)`` (the iteration contracts by
+    ``alpha``). ``x0``: a start closer to the answer than uniform (a distribution) saves
+    iterations; ``sparse``: see :class:`PowerIteration`."""
+    if graph.n == 0:
+        return np.zeros(0)
+    it = PowerIteration(graph, alpha, sparse)
+    if x0 is None:
+        x = np.full(graph.n, 1.0 / graph.n)
+    else:
+        x = np.asarray(x0, dtype=float)
+        x = x / x.sum()
     for _ in range(max_iter):
         nxt = it.step(x)
         if np.abs(nxt - x).sum() < tol:
