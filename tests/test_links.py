@@ -18,6 +18,7 @@ from scrapy_opic.backends import StoreError
 from scrapy_opic.backends.sqlite import LINKS_TABLE, SqliteFrontier, StateReader
 from scrapy_opic.opic.constants import DEAD
 from scrapy_opic.opic.frontier import Entry, Link
+from scrapy_opic.opic.graph import from_edges
 from scrapy_opic.opic.links import crawl_graph, decode_links, encode_links
 from tests.frontiers import key
 
@@ -341,3 +342,110 @@ def test_kill_9_leaves_links_that_agree_with_the_snapshot(tmp_path):
         want = sorted({engine.id_of(b"p%d" % t) for t in targets(p, v)} - {i})
         assert links[i] == want, (i, v)
     assert refetched > 0  # the last of several visits is the one kept
+
+
+# -- the export's pagerank column ---------------------------------------------------------------
+def reference_pagerank(n: int, edges: set[tuple[int, int]], alpha: float = 0.85) -> np.ndarray:
+    """PageRank written out with a dense matrix: uniform teleport, a dangling page's share
+    spread uniformly (independent of scrapy_opic's graph and power iteration)."""
+    a = np.zeros((n, n))
+    for u, v in edges:
+        a[u, v] = 1.0
+    deg = a.sum(axis=1)
+    p = np.divide(a, deg[:, None], out=np.zeros_like(a), where=deg[:, None] > 0)
+    x = np.full(n, 1.0 / n)
+    for _ in range(10_000):
+        nxt = alpha * (x @ p) + (alpha * x[deg == 0].sum() + (1 - alpha)) / n
+        if np.abs(nxt - x).sum() < 1e-15:
+            break
+        x = nxt
+    return nxt / nxt.sum()
+
+
+def site_edges(graph, fetched: set[int], closed: set[int], redirects: dict[int, int]) -> set:
+    """The links a crawl of ``graph`` pays, by the engine's rules: from each fetched page, to
+    each child (a redirect's target for a redirecting one) that is not closed nor itself."""
+    edges = set()
+    for u in fetched:
+        for v in graph.children(u).tolist():
+            v = redirects.get(v, v)
+            if v not in closed and v != u:
+                edges.add((u, v))
+    return edges
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+def test_the_pagerank_column_is_the_crawled_graphs_pagerank(tmp_path, fmt):
+    import csv
+    import json
+
+    from scrapy_opic.export import PAGERANK_COLUMNS, open_state, write_export
+    from scrapy_opic.opic.graph import power_law_graph
+
+    g0 = power_law_graph(120, seed=4)  # + page 0 links to every page: all reachable
+    src = np.concatenate([g0.sources(), np.zeros(120, np.int64)])
+    dst = np.concatenate([g0.indices, np.arange(120)])
+    graph = from_edges(src, dst, 120)
+    gone, redirects = {7, 19, 33}, {11: 12, 40: 41}
+    path = tmp_path / "g.sqlite"
+    f = frontier_at(path, commit_visits=17)
+    f.schedule([Entry(key(0), "http://h/0", 0, "", b"r")])
+    fetched = set()
+    node = {key(k): k for k in range(graph.n)}
+    while (lease := f.pop()) is not None:
+        u = node[lease.key]
+        if u in gone:
+            f.fail(lease, 404)
+        elif u in redirects:
+            f.redirect(lease, Entry(key(redirects[u]), f"http://h/{redirects[u]}", 0, "", b"r"))
+        else:
+            children = graph.children(u).tolist()
+            f.visit(lease, [Link(key(v), f"http://h/{v}", payload=b"r") for v in children])
+            fetched.add(u)
+    f.close([])
+    ref = reference_pagerank(graph.n, site_edges(graph, fetched, gone, redirects))
+    out = tmp_path / f"pages.{fmt}"
+    with open_state(path) as state:
+        assert state.page_columns == PAGERANK_COLUMNS and state.n == graph.n
+        write_export(state, str(out))
+        top = state.top(5)
+    if fmt == "csv":
+        with open(out, newline="") as fh:
+            rows = list(csv.DictReader(fh))
+        assert list(rows[0]) == list(PAGERANK_COLUMNS)
+    else:
+        rows = [json.loads(line) for line in out.read_text().splitlines()]
+        assert list(rows[0]) == list(PAGERANK_COLUMNS)
+    got = {int(r["url"].rsplit("/", 1)[1]): float(r["pagerank"]) for r in rows}
+    assert len(got) == graph.n
+    np.testing.assert_allclose([got[u] for u in range(graph.n)], ref, rtol=0, atol=1e-9)
+    assert top[0].pagerank == pytest.approx(got[int(top[0].url.rsplit("/", 1)[1])], abs=0)
+    # The graph is not trivial: closed and redirecting pages hold only the teleport share.
+    assert min(ref[list(gone)]) < ref.mean() / 2
+
+
+def test_a_state_without_kept_links_has_no_pagerank_column(tmp_path):
+    from scrapy_opic.export import PAGE_COLUMNS, format_table, open_state
+    from scrapy_opic.report import build_report
+
+    path = tmp_path / "n.sqlite"
+    f = frontier_at(path, keep_links=False)
+    f.schedule([Entry(key(0), "http://h/0", 0, "", b"r0")])
+    visit_all(f, 5, {})
+    f.close([])
+    with open_state(path) as state:
+        assert state.pagerank() is None and state.page_columns == PAGE_COLUMNS
+        pages = state.top(3)
+        assert all(p.pagerank is None for p in pages)
+        assert "pagerank" not in format_table(pages)
+    path = tmp_path / "y.sqlite"
+    f = frontier_at(path)
+    f.schedule([Entry(key(0), "http://h/0", 0, "", b"r0")])
+    visit_all(f, 5, {})
+    f.close([])
+    with open_state(path) as state:
+        assert state.pagerank().sum() == pytest.approx(1.0)
+        assert "pagerank" in format_table(state.top(3)).splitlines()[0]
+        assert "<th>pagerank</th>" in build_report(state)
+    with open_state(tmp_path / "n.sqlite") as state:
+        assert "<th>pagerank</th>" not in build_report(state)
