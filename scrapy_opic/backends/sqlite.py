@@ -53,6 +53,7 @@ import pickle
 import sqlite3
 import time
 import zlib
+from array import array
 from collections.abc import Callable, Collection, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,6 +76,7 @@ logging.getLogger("sqlitedict").setLevel(logging.INFO)
 
 FORMAT = 2
 LINKS_TABLE = "opic_links"  #: the table of kept links (see the module docstring)
+LINKS_READ_ROWS = 32_768  #: rows of kept links a reader decodes at a time
 CHUNK = 4096  #: pages per ``pages/<c>`` row
 BUSY_TIMEOUT = 30.0  #: seconds a crawl starting on a state waits for a reader to finish
 _SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -504,11 +506,15 @@ class StateReader:
     def links(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The kept links of the snapshot (empty arrays if it kept none): ``(pages, counts,
         targets, alias_pages, alias_targets)``, page ``pages[k]`` linking to the next
-        ``counts[k]`` of ``targets`` (pages in id order), and each page of ``alias_pages``
-        redirected to the one at the same place in ``alias_targets``. Every row's checksum is
-        checked: a damaged one is a :class:`StoreError`."""
-        pages: list[int] = []
-        blobs: list[bytes] = []
+        ``counts[k]`` of ``targets`` (int32; pages in id order), and each page of
+        ``alias_pages`` redirected to the one at the same place in ``alias_targets``. Every
+        row's checksum is checked: a damaged one is a :class:`StoreError`.
+
+        Rows are decoded :data:`LINKS_READ_ROWS` at a time: the memory beyond the result (4
+        bytes per link, 16 per page) is that of one batch."""
+        pages = array("q")
+        counts: list[np.ndarray] = []
+        targets: list[np.ndarray] = []
         alias_pages: list[int] = []
         alias_targets: list[int] = []
         try:
@@ -516,24 +522,30 @@ class StateReader:
                 "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (LINKS_TABLE,)
             ).fetchone()
             if tables:
-                rows = self._con.execute(
+                cursor = self._con.execute(
                     f'SELECT id, links, alias FROM "{LINKS_TABLE}" ORDER BY id'
                 )
-                for i, row, alias in rows:
-                    blob = links_blob(row, alias)
-                    if alias is None:
-                        pages.append(i)
-                        blobs.append(blob)
-                    else:
-                        alias_pages.append(i)
-                        alias_targets.append(alias)
-            counts, targets = decode_links(blobs)
+                while rows := cursor.fetchmany(LINKS_READ_ROWS):
+                    blobs = []
+                    for i, row, alias in rows:
+                        blob = links_blob(row, alias)
+                        if alias is None:
+                            pages.append(i)
+                            blobs.append(blob)
+                        else:
+                            alias_pages.append(i)
+                            alias_targets.append(alias)
+                    c, t = decode_links(blobs)
+                    if t.size and t.max() >= 2**31:
+                        raise ValueError("a kept link to a page id over 2**31")
+                    counts.append(c)
+                    targets.append(t.astype(np.int32))
         except Exception as exc:
             raise damaged(self.path, exc) from None
         return (
-            np.array(pages, np.int64),
-            counts,
-            targets,
+            np.frombuffer(pages, np.int64) if pages else np.zeros(0, np.int64),
+            np.concatenate(counts) if counts else np.zeros(0, np.int64),
+            np.concatenate(targets) if targets else np.zeros(0, np.int32),
             np.array(alias_pages, np.int64),
             np.array(alias_targets, np.int64),
         )
