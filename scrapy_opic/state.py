@@ -163,6 +163,7 @@ def _open_sqlite(
             path = first.with_name(f"{first.stem}-{k}{first.suffix}")
             continue
         frontier.discovery = settings.discovery
+        frontier.engine.closed_links_virtual = settings.refused_links == "virtual"
         if path != first:
             logger.warning(
                 "OPIC state %s is in use by another running crawl; this crawl keeps its state "
@@ -217,6 +218,7 @@ def _open_redis(
         frontier.client.close()
         raise
     frontier.discovery = settings.discovery
+    frontier.closed_links_virtual = settings.refused_links == "virtual"
     if settings.item_field and not settings.window.startswith("unbounded"):
         logger.warning(
             "OPIC_ITEM_FIELD with the Redis store needs an unbounded window (a windowed "
