@@ -248,8 +248,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "OPIC_REFUSED_LINKS",
         "ignore",
-        "links Scrapy will not follow (offsite): 'ignore' leaves them out of the out-degree, "
-        "'virtual' gives their share to the virtual page",
+        "links Scrapy will not follow (offsite) and links to closed pages: 'ignore' leaves "
+        "them out of the out-degree, 'virtual' gives their share to the virtual page",
         _one_of("ignore", "virtual"),
     ),
     Setting("OPIC_INTERNAL_WEIGHT", 1.0, "weight of a link to the same host", _number(0.0)),
