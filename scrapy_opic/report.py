@@ -159,6 +159,7 @@ def build_report(state: OpicState, top: int = 25, title: str | None = None) -> s
         [
             str(k),
             f"{p.importance:.6f}",
+            *([f"{p.pagerank:.6f}"] if state.links_kept else []),
             f"{p.cash:.3g}",
             str(p.visits),
             "yes" if p.fetched else "no",
@@ -166,6 +167,9 @@ def build_report(state: OpicState, top: int = 25, title: str | None = None) -> s
         ]
         for k, p in enumerate(pages, 1)
     ]
+    page_heads = ["#", "importance", "cash", "visits", "fetched", "url"]
+    if state.links_kept:  # the exact PageRank of the crawled graph, beside its estimate
+        page_heads.insert(2, "pagerank")
     sites = state.by_site()
     site_tables = []
     for level in ("host", "domain"):
@@ -188,7 +192,7 @@ Importance is each page's share of all history (OPIC), normalised to sum 1 over 
 {_table(["figure", "value"], [[html.escape(a), b] for a, b in figures], {1})}
 <div class="plots">{plots}</div>
 <h2>Top pages</h2>
-{_table(["#", "importance", "cash", "visits", "fetched", "url"], page_rows, {0, 1, 2, 3})}
+{_table(page_heads, page_rows, set(range(len(page_heads) - 2)))}
 {"".join(site_tables)}
 <h2>Settings</h2>
 {_table(["setting", "value"], settings_rows, set())}

@@ -248,8 +248,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "OPIC_REFUSED_LINKS",
         "ignore",
-        "links Scrapy will not follow (offsite): 'ignore' leaves them out of the out-degree, "
-        "'virtual' gives their share to the virtual page",
+        "links Scrapy will not follow (offsite) and links to closed pages: 'ignore' leaves "
+        "them out of the out-degree, 'virtual' gives their share to the virtual page",
         _one_of("ignore", "virtual"),
     ),
     Setting("OPIC_INTERNAL_WEIGHT", 1.0, "weight of a link to the same host", _number(0.0)),
@@ -299,6 +299,14 @@ SETTINGS: tuple[Setting, ...] = (
         "export importance when the crawl closes: a path (.csv, .jsonl) or a dict "
         "{path: {top, fetched_only, by_site}} like FEEDS",
         _export,
+    ),
+    Setting(
+        "OPIC_KEEP_LINKS",
+        False,
+        "also keep each fetched page's out-links in the state (page ids, compressed), so that "
+        "the export gains a pagerank column: the exact PageRank of the crawled graph "
+        "(embedded store only)",
+        _bool,
     ),
     Setting(
         "OPIC_ITEM_FIELD",
@@ -375,6 +383,7 @@ class OpicSettings:
     commit_seconds: float
     memory_requests: int
     export: dict[str, dict[str, Any]]
+    keep_links: bool
     item_field: str | None
     logstats: bool
     store: str
@@ -417,6 +426,11 @@ class OpicSettings:
                 raise OpicSettingsError(
                     f"OPIC_STRATEGY={values['strategy']!r} is not valid with OPIC_STORE='redis': "
                     "expected 'greedy' (random and cycle are embedded-store only)"
+                )
+            if values["keep_links"]:
+                raise OpicSettingsError(
+                    "OPIC_KEEP_LINKS=True is not valid with OPIC_STORE='redis': expected False "
+                    "(kept links and the pagerank column are embedded-store only)"
                 )
             if not values["window"].startswith(("unbounded", "interpolation")):
                 raise OpicSettingsError(

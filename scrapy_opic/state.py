@@ -78,13 +78,17 @@ def open_frontier(
 
 
 #: The settings a saved crawl must be resumed with: they are the formulas its numbers were
-#: computed by (the others, such as link weights, boosts or the strategy, apply from now on).
+#: computed by, or (``OPIC_KEEP_LINKS``) what its state holds: the links of every page fetched
+#: so far, or none (the others, such as link weights, boosts or the strategy, apply from now on).
 RESUME_SETTINGS = {
     "epsilon": "OPIC_EPSILON",
     "continuous": "OPIC_CONTINUOUS",
     "refresh": "OPIC_REFRESH",
     "window": "OPIC_WINDOW",
+    "keep_links": "OPIC_KEEP_LINKS",
 }
+#: The value a state saved before a setting existed was made with.
+_SAVED_BEFORE = {"keep_links": False}
 
 
 def check_resume(
@@ -100,6 +104,7 @@ def check_resume(
         )
     saved = meta.get("settings") or {}
     mine = settings.as_dict()
+    saved = {**_SAVED_BEFORE, **saved} if saved else saved
     differ = [
         f"{name}={saved[field]!r} there, {mine[field]!r} here"
         for field, name in RESUME_SETTINGS.items()
@@ -144,6 +149,7 @@ def _open_sqlite(
                 commit_visits=settings.commit_visits,
                 commit_seconds=settings.commit_seconds,
                 meta=meta,
+                keep_links=settings.keep_links,
             )
         except StateInUse:
             if resumable:
@@ -157,6 +163,7 @@ def _open_sqlite(
             path = first.with_name(f"{first.stem}-{k}{first.suffix}")
             continue
         frontier.discovery = settings.discovery
+        frontier.engine.closed_links_virtual = settings.refused_links == "virtual"
         if path != first:
             logger.warning(
                 "OPIC state %s is in use by another running crawl; this crawl keeps its state "
@@ -211,6 +218,7 @@ def _open_redis(
         frontier.client.close()
         raise
     frontier.discovery = settings.discovery
+    frontier.closed_links_virtual = settings.refused_links == "virtual"
     if settings.item_field and not settings.window.startswith("unbounded"):
         logger.warning(
             "OPIC_ITEM_FIELD with the Redis store needs an unbounded window (a windowed "

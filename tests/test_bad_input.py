@@ -46,6 +46,7 @@ BAD_VALUES = [
     ("OPIC_EXPORT", '{"out.csv": {"top": -1}}'),
     ("OPIC_EXPORT", '{"out.csv": {"colour": "red"}}'),
     ("OPIC_REDIS_LEASE", "0"),
+    ("OPIC_KEEP_LINKS", "maybe"),
 ]
 
 
@@ -107,6 +108,11 @@ def test_an_unreachable_redis_server_is_one_line(world):
     assert "OPIC_REDIS_URL" in line and "secret" not in line, line
 
 
+def test_kept_links_with_the_redis_store_is_one_line(world):
+    line = refused(world, *crawl_args(world, "OPIC_STORE=redis", "OPIC_KEEP_LINKS=True"))
+    assert "OPIC_KEEP_LINKS=True is not valid with OPIC_STORE='redis'" in line, line
+
+
 def test_a_jobdir_of_another_spider_is_refused(world):
     line = refused(world, "other", "-a", f"start_url={world[2]}", "-s", "JOBDIR=job")
     assert "spider 'site', not 'other'" in line, line
@@ -118,6 +124,7 @@ def test_a_jobdir_of_another_spider_is_refused(world):
         (("OPIC_EPSILON=0.3",), "OPIC_EPSILON=0.15 there, 0.3 here"),
         (("OPIC_CONTINUOUS=True",), "OPIC_CONTINUOUS=False there, True here"),
         (("OPIC_WINDOW=interpolation:10",), "OPIC_WINDOW='unbounded' there"),
+        (("OPIC_KEEP_LINKS=True",), "OPIC_KEEP_LINKS=False there, True here"),
     ],
 )
 def test_resuming_with_other_settings_is_refused(world, settings, named):

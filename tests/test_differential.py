@@ -88,6 +88,8 @@ class Pair:
         self.red.open(epsilon=0.15, refresh=refresh, continuous=continuous, window=window)
         # The discovery share (continuous crawls): a debt the two must carry alike.
         self.mem.discovery = self.red.discovery = rng.choice([0.0, 0.3, 0.5, 1.0])
+        # Links to closed pages left out of the out-degree, or paying the virtual page.
+        engine.closed_links_virtual = self.red.closed_links_virtual = rng.random() < 0.5
         self.rng = rng
         self.leases: dict[bytes, tuple] = {}  # key -> (embedded lease, Redis lease)
         self.settled: list[tuple] = []  # leases already settled (for stale outcomes)

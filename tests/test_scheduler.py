@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scrapy import Request, Spider
+from scrapy.exceptions import IgnoreRequest
 from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.test import get_crawler
 
@@ -157,6 +158,27 @@ def test_a_page_links_to_another_page_once(schedulers):
     one, two = (s.frontier.cash_of(s._key(Request(u))) for u in URLS[1:3])
     # Three links (two followed, one refused): a third of what the parent passes on each.
     assert one == pytest.approx(0.85 * cash / 3) and two == pytest.approx(one)
+    assert total_cash(s) == pytest.approx(1.0, abs=1e-12)
+
+
+@pytest.mark.parametrize("mode", ["ignore", "virtual"])
+def test_a_link_to_a_closed_page_is_a_refused_link(schedulers, mode):
+    """A page closed by its outcome (here robots.txt) is no page to link to: a later link to it
+    is left out of the out-degree (``OPIC_REFUSED_LINKS = "ignore"``) or gives its share to the
+    virtual page (``"virtual"``), as a link the crawl refuses does."""
+    s = schedulers.make(OPIC_REFUSED_LINKS=mode, OPIC_EPSILON=0.15)
+    for u in URLS[:2]:
+        s.enqueue_request(Request(u))
+    first = s.next_request()
+    s.settle_failure(first, IgnoreRequest("Forbidden by robots.txt"))
+    assert s.frontier.status_of(first.meta["opic_id"]) == "visited"
+    parent = s.next_request()
+    cash = s.frontier.cash_of(parent.meta["opic_id"])
+    other = URLS[2]
+    s.settle_visit(parent, [Request(first.url), Request(other)], None, None)
+    got = s.frontier.cash_of(s._key(Request(other)))
+    assert got == pytest.approx(0.85 * cash / (2 if mode == "virtual" else 1))
+    assert s.frontier.cash_of(first.meta["opic_id"]) == 0.0
     assert total_cash(s) == pytest.approx(1.0, abs=1e-12)
 
 

@@ -74,6 +74,8 @@ def test_defaults_depend_on_the_crawl_mode():
         ("OPIC_REDIS_LEASE", 0, "> 0"),
         ("OPIC_REDIS_KEY", " ", "non-empty"),
         ("OPIC_REDIS_RESET", "perhaps", "true or false"),
+        ("OPIC_KEEP_LINKS", "maybe", "true or false"),
+        ("OPIC_KEEP_LINKS", 2, "true or false"),
     ],
 )
 def test_a_bad_value_is_one_line_naming_the_setting_the_value_and_what_is_allowed(
@@ -87,7 +89,11 @@ def test_a_bad_value_is_one_line_naming_the_setting_the_value_and_what_is_allowe
 
 
 def test_combinations_the_redis_store_does_not_run_are_refused():
-    for bad in ({"OPIC_STRATEGY": "random"}, {"OPIC_WINDOW": "variable:4"}):
+    for bad in (
+        {"OPIC_STRATEGY": "random"},
+        {"OPIC_WINDOW": "variable:4"},
+        {"OPIC_KEEP_LINKS": "true"},
+    ):
         with pytest.raises(OpicSettingsError, match="embedded-store only"):
             OpicSettings.from_settings({"OPIC_STORE": "redis", **bad})
     with pytest.raises(OpicSettingsError, match="both 0"):
@@ -180,3 +186,20 @@ def test_the_addon_installs_everything_and_keeps_a_projects_own_positions():
     assert spider_mws.get("scrapy_opic.OpicSpiderMiddleware") == 60
     assert OpicSpiderMiddleware not in spider_mws
     assert own.getdict("EXTENSIONS") == {"scrapy_opic.OpicLogStats": None}
+
+
+def test_keep_links_is_a_boolean_and_a_resume_checks_it():
+    from scrapy_opic.backends import StoreError
+    from scrapy_opic.state import check_resume
+
+    assert OpicSettings.from_settings({}).keep_links is False
+    on = OpicSettings.from_settings({"OPIC_KEEP_LINKS": "True"})
+    assert on.keep_links is True
+    saved = {"spider": "s", "settings": OpicSettings.from_settings({}).as_dict()}
+    with pytest.raises(StoreError, match="OPIC_KEEP_LINKS=False there, True here"):
+        check_resume(on, "s", saved, "JOBDIR j")
+    # A state saved before the setting existed kept no links.
+    del saved["settings"]["keep_links"]
+    with pytest.raises(StoreError, match="OPIC_KEEP_LINKS=False there, True here"):
+        check_resume(on, "s", saved, "JOBDIR j")
+    check_resume(OpicSettings.from_settings({}), "s", saved, "JOBDIR j")

@@ -29,11 +29,21 @@ def to_nx(g) -> nx.DiGraph:
 
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("alpha", [0.85, 0.5])
-def test_pagerank_matches_networkx(seed, alpha):
+@pytest.mark.parametrize("sparse", [True, False], ids=["scipy", "numpy"])
+def test_pagerank_matches_networkx(seed, alpha, sparse):
     g = random_graph(40, 0.06, seed)  # sparse: several dangling pages
     assert (g.out_degree == 0).any()
     ref = nx.pagerank(to_nx(g), alpha=alpha, tol=1e-14, max_iter=10_000)
-    np.testing.assert_allclose(pagerank(g, alpha), [ref[i] for i in range(g.n)], rtol=1e-8)
+    got = pagerank(g, alpha, sparse=sparse)
+    np.testing.assert_allclose(got, [ref[i] for i in range(g.n)], rtol=1e-8)
+
+
+def test_pagerank_from_a_start_near_the_answer_reaches_the_same_fixpoint():
+    g = power_law_graph(2000, seed=5)
+    exact = pagerank(g, 0.85, sparse=False)
+    rough = exact * np.random.default_rng(0).uniform(0.8, 1.2, g.n)
+    np.testing.assert_allclose(pagerank(g, 0.85, x0=rough), exact, rtol=1e-9, atol=0)
+    np.testing.assert_allclose(pagerank(g, 0.85, sparse=True), exact, rtol=1e-12, atol=0)
 
 
 @pytest.mark.parametrize("strategy", ["greedy", "random", "cycle"])

@@ -666,8 +666,9 @@ elseif cmd == 'pop' then
   return {best, redis.call('HGET', ns .. ':r', best), p.sl}
 
 elseif cmd == 'visit' then
-  -- ARGV: fp token plain has_boosts vweight later, then (cfp url weight boost again pr sl req)
-  -- per followed link; later: the page's request from now on ('' keeps it). Returns
+  -- ARGV: fp token plain has_boosts vweight later closed_virtual, then (cfp url weight boost
+  -- again pr sl req) per followed link; later: the page's request from now on ('' keeps it);
+  -- closed_virtual: links to closed pages pay the virtual page. Returns
   -- {1, importance, code per link} or {0} for a stale lease.
   local fp, token = ARGV[2], ARGV[3]
   local p = leased(fp, token)
@@ -675,7 +676,7 @@ elseif cmd == 'visit' then
   local plain, has_boosts, vweight = ARGV[4] == '1', ARGV[5] == '1', tonumber(ARGV[6])
   -- Children first (Scrapy's page_of: every followed link becomes a page before the visit).
   local links = {}
-  for k = 8, #ARGV, 8 do
+  for k = 9, #ARGV, 8 do
     links[#links + 1] = {fp = ARGV[k], p = page_or_new(ARGV[k], ARGV[k + 1]),
       w = tonumber(ARGV[k + 2]), boost = tonumber(ARGV[k + 3]), again = ARGV[k + 4] == '1',
       pr = ARGV[k + 5], sl = ARGV[k + 6], req = ARGV[k + 7]}
@@ -683,6 +684,10 @@ elseif cmd == 'visit' then
   local c, kc = visit_take(p)
   local kids, weights, boosts = {}, nil, nil
   local seen = {}  -- fp -> its index in kids
+  -- Links to closed pages, when they pay the virtual page (OpicEngine.closed_links_virtual):
+  -- each page once, its largest weight, in order.
+  local closed_virtual = ARGV[8] == '1'
+  local gone, gone_w = {}, {}
   if not plain then weights = {} end
   if has_boosts then boosts = {} end
   for _, l in ipairs(links) do
@@ -706,8 +711,18 @@ elseif cmd == 'visit' then
         if weights then weights[#weights + 1] = l.w end
         if boosts then boosts[#boosts + 1] = l.boost end
       end
+    elseif qfp ~= fp and closed_virtual then
+      local w = weights and l.w or 1.0
+      local k = gone[qfp]
+      if k then
+        if w > gone_w[k] then gone_w[k] = w end
+      else
+        gone_w[#gone_w + 1] = w
+        gone[qfp] = #gone_w
+      end
     end
   end
+  for _, w in ipairs(gone_w) do vweight = vweight + w end
   distribute(c, kc, kids, weights, boosts, vweight)
   p.o = OK
   unlease(fp)

@@ -290,6 +290,8 @@ class RedisFrontier:
         #: The share of pops owed to pages never fetched in a continuous crawl (the debt is the
         #: crawl's, in Redis; each process's pops add its own share).
         self.discovery = 0.0
+        #: Links to closed pages pay the virtual page (OpicEngine.closed_links_virtual).
+        self.closed_links_virtual = False
         self.maintain_interval = max(0.05, min(lease / 3.0, series_seconds))
         self._series_seconds = series_seconds
         self._last_point = 0.0
@@ -446,6 +448,7 @@ class RedisFrontier:
             "1" if boosts else "0",
             _f(virtual_weight),
             self._later(payload),
+            "1" if self.closed_links_virtual else "0",
         ]
         local = []
         for link in links:

@@ -16,6 +16,14 @@ connection and committed in one sqlite transaction:
 ``"req/<id>"``
     one row per pending page: ``(priority, download slot, payload bytes)``.
 
+With kept links (``OPIC_KEEP_LINKS``), a second table, ``opic_links``, holds one row per page
+that has links: ``(id, links, alias)``, ``links`` a CRC-32 of the rest of the row then the
+page's link targets as :func:`~scrapy_opic.opic.links.encode_links` blobs (sorted ids, gaps as
+varints: no pickle), ``alias`` the page it redirected to (NULL for a page with links). A commit
+writes the rows of the pages whose links changed since the previous one (never all pages), in
+the snapshot's transaction: the links a reader or a resume finds are those of the snapshot's
+visits, never more, never fewer.
+
 :meth:`SqliteStore.commit` writes a snapshot and commits it together with the request rows
 changed since the previous commit. A process killed at any moment (``kill -9``) leaves the last
 committed snapshot: never half a visit. Pages that were in flight in that snapshot go back to
@@ -45,16 +53,19 @@ import pickle
 import sqlite3
 import time
 import zlib
+from array import array
 from collections.abc import Callable, Collection, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from sqlitedict import SqliteDict
 
 from ..opic.constants import PENDING, STATUSES, VISITED
 from ..opic.engine import OpicEngine
 from ..opic.frontier import Entry, Lease, MemoryFrontier
+from ..opic.links import decode_links, encode_links
 from ..opic.window import parse_window
 from ..series import Series
 from . import StoreError
@@ -64,6 +75,8 @@ logger = logging.getLogger(__name__)
 logging.getLogger("sqlitedict").setLevel(logging.INFO)
 
 FORMAT = 2
+LINKS_TABLE = "opic_links"  #: the table of kept links (see the module docstring)
+LINKS_READ_ROWS = 32_768  #: rows of kept links a reader decodes at a time
 CHUNK = 4096  #: pages per ``pages/<c>`` row
 BUSY_TIMEOUT = 30.0  #: seconds a crawl starting on a state waits for a reader to finish
 _SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -101,6 +114,23 @@ def decode_row(blob: Any) -> Any:
             raise ValueError("a row fails its checksum")
         return pickle.loads(data)
     return pickle.loads(blob)
+
+
+def links_row(blob: bytes, alias: int | None = None) -> bytes:
+    """The ``links`` column of a row of kept links: a CRC-32 of the blob and the alias, then the
+    blob."""
+    tail = b"" if alias is None else alias.to_bytes(4, "big")
+    return zlib.crc32(blob + tail).to_bytes(4, "big") + blob
+
+
+def links_blob(row: bytes, alias: int | None) -> bytes:
+    """The blob of a ``links`` column made by :func:`links_row` (:class:`ValueError` if it
+    fails its checksum)."""
+    tail = b"" if alias is None else int(alias).to_bytes(4, "big")
+    blob = row[4:]
+    if len(row) < 4 or zlib.crc32(blob + tail) != int.from_bytes(row[:4], "big"):
+        raise ValueError("a row of kept links fails its checksum")
+    return blob
 
 
 def damaged(path: Path, exc: BaseException) -> StoreError:
@@ -213,6 +243,7 @@ class SqliteStore:
         if fresh:
             # Queued, not committed: it lands with the first commit's rows, in one transaction.
             self.db.conn.execute('DELETE FROM "opic"')
+            self.db.conn.execute(f'DROP TABLE IF EXISTS "{LINKS_TABLE}"')
         self._pages_written = 0  # pages whose (key, url) rows are committed
 
     def _check(self) -> None:
@@ -286,6 +317,7 @@ class SqliteStore:
             "outcome": frontier.outcome[:n].tobytes(),
             "alias": frontier.alias,
             "continuous": frontier.continuous,
+            "links": frontier.keep_links,
         }
         # Page rows are append-only: rewrite from the chunk holding the first unwritten page.
         for c in range(self._pages_written // CHUNK, (n + CHUNK - 1) // CHUNK):
@@ -293,10 +325,34 @@ class SqliteStore:
             self.db[f"pages/{c}"] = [
                 (engine.key_of(i), urls[i] if i < len(urls) else None) for i in range(lo, hi)
             ]
+        if frontier.keep_links:
+            self._write_links(frontier.take_link_changes())
         if meta is not None:
             self.db["meta"] = meta
         self.db.commit(blocking=blocking)
         self._pages_written = n
+
+    def _write_links(self, changes: dict[int, list[int] | int | None]) -> None:
+        """Queue the rows of the pages whose kept links changed (inside the transaction that
+        the snapshot rows opened: sqlite's DDL is transactional too)."""
+        conn = self.db.conn
+        conn.execute(
+            f'CREATE TABLE IF NOT EXISTS "{LINKS_TABLE}" '
+            "(id INTEGER PRIMARY KEY, links BLOB NOT NULL, alias INTEGER)"
+        )
+        if not changes:
+            return
+        lists = {i: v for i, v in changes.items() if isinstance(v, list)}
+        blobs = encode_links(list(lists), list(lists.values()))
+        insert = f'INSERT OR REPLACE INTO "{LINKS_TABLE}" (id, links, alias) VALUES (?, ?, ?)'
+        delete = f'DELETE FROM "{LINKS_TABLE}" WHERE id = ?'
+        for i, blob in zip(lists, blobs):
+            conn.execute(insert, (i, links_row(blob), None))
+        for i, v in changes.items():
+            if v is None:
+                conn.execute(delete, (i,))
+            elif not isinstance(v, list):
+                conn.execute(insert, (i, links_row(b"", v), v))
 
     def close(self) -> None:
         """Commit nothing more, close, and release the lock. The file goes back to a plain
@@ -407,6 +463,8 @@ class StateReader:
         self.outcome: bytes = fr.get("outcome", b"")  # (none in a state from before outcomes)
         self.alias: dict = fr.get("alias", {})
         self.continuous: bool = fr["continuous"]
+        #: Whether the crawl kept its pages' out-links (``OPIC_KEEP_LINKS``): :meth:`links`.
+        self.links_kept: bool = bool(fr.get("links", False))
 
     def _get(self, key: str) -> Any:
         try:
@@ -448,6 +506,53 @@ class StateReader:
                 j = i - c * CHUNK
                 out[i] = rows[j][1] if j < len(rows) else None
         return out
+
+    def links(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The kept links of the snapshot (empty arrays if it kept none): ``(pages, counts,
+        targets, alias_pages, alias_targets)``, page ``pages[k]`` linking to the next
+        ``counts[k]`` of ``targets`` (int32; pages in id order), and each page of
+        ``alias_pages`` redirected to the one at the same place in ``alias_targets``. Every
+        row's checksum is checked: a damaged one is a :class:`StoreError`.
+
+        Rows are decoded :data:`LINKS_READ_ROWS` at a time: the memory beyond the result (4
+        bytes per link, 16 per page) is that of one batch."""
+        pages = array("q")
+        counts: list[np.ndarray] = []
+        targets: list[np.ndarray] = []
+        alias_pages: list[int] = []
+        alias_targets: list[int] = []
+        try:
+            tables = self._con.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (LINKS_TABLE,)
+            ).fetchone()
+            if tables:
+                cursor = self._con.execute(
+                    f'SELECT id, links, alias FROM "{LINKS_TABLE}" ORDER BY id'
+                )
+                while rows := cursor.fetchmany(LINKS_READ_ROWS):
+                    blobs = []
+                    for i, row, alias in rows:
+                        blob = links_blob(row, alias)
+                        if alias is None:
+                            pages.append(i)
+                            blobs.append(blob)
+                        else:
+                            alias_pages.append(i)
+                            alias_targets.append(alias)
+                    c, t = decode_links(blobs)
+                    if t.size and t.max() >= 2**31:
+                        raise ValueError("a kept link to a page id over 2**31")
+                    counts.append(c)
+                    targets.append(t.astype(np.int32))
+        except Exception as exc:
+            raise damaged(self.path, exc) from None
+        return (
+            np.frombuffer(pages, np.int64) if pages else np.zeros(0, np.int64),
+            np.concatenate(counts) if counts else np.zeros(0, np.int64),
+            np.concatenate(targets) if targets else np.zeros(0, np.int32),
+            np.array(alias_pages, np.int64),
+            np.array(alias_targets, np.int64),
+        )
 
     def requests(self) -> Iterator[tuple[int, Any]]:
         """``(page id, row)`` of every stored request (a JOBDIR crawl's pending pages)."""
@@ -536,8 +641,9 @@ class SqliteFrontier(MemoryFrontier):
         commit_visits: int = 500,
         commit_seconds: float = 10.0,
         meta: dict | None = None,
+        keep_links: bool = False,
     ) -> None:
-        super().__init__(engine, strategy, continuous, seed)
+        super().__init__(engine, strategy, continuous, seed, keep_links=keep_links)
         self.store = store
         self.location = str(store.path)
         self.maintain_interval = max(0.05, commit_seconds / 2)
@@ -581,7 +687,8 @@ class SqliteFrontier(MemoryFrontier):
         A saved state is read and checked (read-only: SQLite's ``quick_check``, each row's
         checksum, the cash) and ``accept(meta)`` may refuse it by raising, all before the file
         is opened for writing: a state that is refused, damaged or foreign is left as it was.
-        ``kw``: see the class."""
+        A state is resumed with the ``keep_links`` it was made with (else refused: the links of
+        the pages fetched so far would be missing). ``kw``: see the class."""
         lock = StateLock(path)
         try:
             saved, rows = None, {}
@@ -591,6 +698,17 @@ class SqliteFrontier(MemoryFrontier):
                     if saved is not None:
                         if accept is not None:
                             accept(saved.meta)
+                        keep = bool(kw.get("keep_links", False))
+                        if reader.links_kept != keep:
+                            # Links missing for the pages fetched so far (or rows left to go
+                            # stale): the graph's PageRank would be wrong, silently.
+                            raise StoreError(
+                                f"{path} holds a crawl made with OPIC_KEEP_LINKS="
+                                f"{reader.links_kept}, resumed with {keep}: resume it with its "
+                                "own value, or start afresh elsewhere"
+                            )
+                        if keep:
+                            reader.links()  # every row's checksum, before anything is written
                         # Only the ids and slots come into memory: the payloads stay rows.
                         rows = {i: (row[0], row[1]) for i, row in reader.requests()}
             store = SqliteStore(path, lock, fresh=saved is None)

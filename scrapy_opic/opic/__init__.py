@@ -7,7 +7,10 @@
   download slots and priorities);
 * :mod:`~scrapy_opic.opic.frontier`: the :class:`Frontier` contract (a page's life in a crawl and
   the cash on every exit path) and :class:`MemoryFrontier`, its in-memory implementation;
-* :mod:`~scrapy_opic.opic.constants`: the numbers shared with every backend.
+* :mod:`~scrapy_opic.opic.constants`: the numbers shared with every backend;
+* :mod:`~scrapy_opic.opic.graph` and :mod:`~scrapy_opic.opic.pagerank`: link graphs in CSR form
+  and exact PageRank by power iteration (the reference OPIC converges to: the simulator's
+  yardstick, and the export's ``pagerank`` column).
 """
 
 from .constants import FETCHED, INITIAL

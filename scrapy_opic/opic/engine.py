@@ -154,6 +154,9 @@ class OpicEngine:
         self.epsilon = float(epsilon)
         self.refresh = float(refresh)
         self.self_links = bool(self_links)
+        #: A link to a closed page pays the virtual page its share (``OPIC_REFUSED_LINKS =
+        #: "virtual"``), instead of being left out of the out-degree. A setting, not state.
+        self.closed_links_virtual = False
         self.time_fn = time_fn
         self.window: WindowPolicy = parse_window(window)
         self._learn_default = default_history is None
@@ -483,9 +486,15 @@ class OpicEngine:
         if (not self.self_links and i in children) or (
             self.n_dead and any(self._flags_mv[j] & DEAD for j in children)
         ):
-            # Self-links and links to closed pages are no links (a closed page is no page).
+            # Self-links and links to closed pages are no links (a closed page is no page);
+            # with closed_links_virtual a link to a closed page gives its share to the virtual
+            # page instead, as a refused link does.
             fl, own = self._flags_mv, -1 if self.self_links else i
             keep = [m for m, j in enumerate(children) if j != own and not fl[j] & DEAD]
+            if self.closed_links_virtual:
+                for m, j in enumerate(children):
+                    if j != own and fl[j] & DEAD:
+                        virtual_weight += 1.0 if weights is None else weights[m]
             children = [children[m] for m in keep]
             weights = None if weights is None else [weights[m] for m in keep]
             boosts = None if boosts is None else [boosts[m] for m in keep]

@@ -76,6 +76,15 @@ its refetches at priority 0, by cash alone. (Every fetched page is pending again
 tier of refetches above 0 would never empty: its pages would be fetched in a loop, and those
 below 0 never.) The page keeps its request's priority for a fetch it never had.
 
+Kept links
+----------
+With ``keep_links`` a frontier also records, for each page, the ids of the pages its last
+parsed visit linked to (:attr:`MemoryFrontier.link_changes`, drained by a backend that stores
+them: the export computes the crawl graph's exact PageRank from them, see
+:mod:`~scrapy_opic.opic.links`). A later visit replaces the list; a page that is closed has
+none; a page that redirected is recorded as its target's alias. A failure that does not close
+the page (a continuous crawl's retry) keeps the links of its last parsed visit.
+
 Nothing here knows Scrapy or does I/O: payloads are opaque objects, download slots opaque keys.
 """
 
@@ -307,6 +316,7 @@ class MemoryFrontier:
     :param strategy: ``greedy`` (the page with the most cash among slots with room, by
         priority), ``random`` or ``cycle`` (those two ignore priorities and slots).
     :param continuous: re-pend every visited page (a refresh crawl).
+    :param keep_links: record each page's out-links in :attr:`link_changes`.
 
     Subclasses that keep payloads elsewhere (the sqlite backend: on disk) override
     :meth:`_keep`, :meth:`_payload` and :meth:`_forget`.
@@ -324,9 +334,16 @@ class MemoryFrontier:
         continuous: bool = False,
         seed: int | None = None,
         discovery: float = 0.0,
+        keep_links: bool = False,
     ) -> None:
         self.engine = engine
         self.continuous = continuous
+        self.keep_links = keep_links
+        #: With ``keep_links``: the pages whose links changed since a backend last took them
+        #: (:meth:`take_link_changes`), by id: the target ids of the page's last parsed visit
+        #: (a list, as the visit got it: self-links and repeats are the encoder's to drop), the
+        #: id of the page it redirected to (an int), or None (closed: no links).
+        self.link_changes: dict[int, list[int] | int | None] = {}
         #: The share of pops owed to pages never fetched (see :func:`discovery_step`).
         self.discovery = discovery
         self.discovery_debt = 0.0
@@ -522,6 +539,8 @@ class MemoryFrontier:
         weights = ws if virtual_weight or any(link.weight != 1.0 for link in links) else None
         boosts = bs if any(link.boost for link in links) else None
         self.engine.visit(i, paid, weights, boosts, virtual_weight)
+        if self.keep_links:  # (the list is not changed after this: kept as is, no copy)
+            self.link_changes[i] = children
         self.outcome[i] = OK
         del self._tokens[i]
         self._done(i, payload)
@@ -547,7 +566,7 @@ class MemoryFrontier:
             self._done(i, payload)  # fetched again when its cash says so
         else:
             self._retire(i)
-            self.engine.kill(i)
+            self._close(i)
         self._visited(i)
         return True
 
@@ -558,7 +577,7 @@ class MemoryFrontier:
         del self._tokens[i]
         self._retire(i)
         self.outcome[i] = outcome
-        self.engine.kill(i)
+        self._close(i)
         return True
 
     def drop(self, key: Hashable, outcome: int = FILTERED) -> bool:
@@ -569,8 +588,21 @@ class MemoryFrontier:
             self.selection.discard(i)
         self._retire(i)
         self.outcome[i] = outcome
-        self.engine.kill(i)
+        self._close(i)
         return True
+
+    def _close(self, i: int) -> None:
+        """Close page ``i`` (see the module docstring); its kept links go (a page fetched
+        before may have some; one never fetched has none to remove)."""
+        if self.keep_links and self.engine._flags_mv[i] & FETCHED:
+            self.link_changes[i] = None
+        self.engine.kill(i)
+
+    def take_link_changes(self) -> dict[int, list[int] | int | None]:
+        """The link changes recorded since the last call (see :attr:`link_changes`), which
+        start afresh."""
+        changes, self.link_changes = self.link_changes, {}
+        return changes
 
     def retry(self, lease: Lease, entry: Entry) -> int | None:
         require_payload(entry)
@@ -592,6 +624,8 @@ class MemoryFrontier:
         del self._tokens[i]
         self.engine.transfer(i, j)
         self.outcome[i] = REDIRECTED
+        if self.keep_links:
+            self.link_changes[i] = j
         self._retire(i)
         if permanent:
             self.engine.kill(i)

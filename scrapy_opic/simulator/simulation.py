@@ -28,10 +28,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..opic.engine import OpicEngine
+from ..opic.graph import Graph, load_edge_list, power_law_graph
+from ..opic.pagerank import pagerank, relative_error, top_mask
 from ..opic.selection import make_selection
 from ..opic.window import WindowPolicy, parse_window
-from .graph import Graph, load_edge_list, power_law_graph
-from .pagerank import pagerank, relative_error, top_mask
 
 STRATEGIES = ("greedy", "random", "cycle")
 
