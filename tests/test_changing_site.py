@@ -11,8 +11,6 @@ from scrapy_opic.simulator.graph import from_edges
 from tests.sites import ChangingSite, site_graph
 from tests.test_crawl import crawl, node
 
-pytestmark = pytest.mark.slow
-
 N, NEW = 40, 5  # old pages, new pages
 REMOVED_404, REMOVED_410 = {7, 12, 23}, {31}
 SWITCH = 3 * N  # the server changes at its 120th page request
@@ -39,6 +37,7 @@ def graphs():
     return before, from_edges(src, dst, total)
 
 
+@pytest.mark.slow
 def test_a_site_that_changes_mid_crawl(tmp_path):
     from scrapy_opic.export import open_state
 
@@ -77,3 +76,40 @@ def test_a_site_that_changes_mid_crawl(tmp_path):
         assert pages[i].status == "http_410" and pages[i].cash == 0.0
     assert all(pages[i].status == "ok" and pages[i].visits >= 1 for i in new)
     assert all(p.status == "ok" for i, p in pages.items() if i not in removed)
+
+
+def test_the_benchmarks_change_removes_a_tenth_adds_a_section_and_moves_links():
+    """``benchmarks/changing_site.py``'s change, on a generated graph (the benchmark serves the
+    Django manual's): what the README says it does."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "changing_site.py"
+    spec = importlib.util.spec_from_file_location("changing_site", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    g = site_graph(500, seed=2)
+    c = mod.change(g, 0, seed=3)
+    n, total = c["n"], c["total"]
+    removed, new = c["removed"], c["new"]
+    assert removed.size == new.size == 50 and 0 not in removed and set(new) == set(range(n, total))
+    assert 0 < c["gone_410"].size < removed.size and set(c["gone_410"]) <= set(removed)
+    before, after = c["before"], c["after"]
+    assert before.in_degree[new].sum() == before.out_degree[new].sum() == 0  # not there yet
+    assert after.out_degree[removed].sum() == 0  # a removed page links nowhere
+    assert n in after.children(0)  # the home page links to the new section's index
+    reach, todo = {0}, [0]
+    while todo:
+        for j in after.children(todo.pop()).tolist():
+            if j not in reach:
+                reach.add(j)
+                todo.append(j)
+    assert set(new) <= reach
+    # Some links to removed pages were taken out, some left broken; a fifth of the rest moved.
+    assert c["links taken out"] > 0 and c["broken links left"] > 0
+    assert 0.15 < c["links moved"] / g.n_edges < 0.25
+    # The reference: removed pages are no pages; PageRank over the others sums to 1.
+    assert set(c["new_ref"]["ids"]) == set(range(total)) - set(removed.tolist())
+    assert c["new_ref"]["pr"].sum() == pytest.approx(1.0)
+    assert list(c["old_ref"]["ids"]) == list(range(n))
+    assert 0.3 < c["stale tau"] < 0.95  # the change reorders the pages that stay
