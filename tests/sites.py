@@ -176,6 +176,66 @@ class Site(_LoopbackServer):
         return 200, {"Content-Type": "text/html"}, body.encode()
 
 
+class ChangingSite(Site):
+    """A :class:`Site` that changes under a crawl, atomically: the server counts the requests
+    for pages (``/p/...``) under a lock, answers the first ``switch_at`` of them from
+    ``before`` and every later one from ``after``. Both graphs are on the same node ids. A
+    page exists before the change unless it is in ``new`` (it answers 404 then), and after it
+    unless it is in ``removed`` (it answers 404, or 410 if it is also in ``gone_410``); the
+    other options are :class:`Site`'s.
+
+    ``log`` is the access log of page requests: ``(ordinal, node, status)``, ordinal 1 being
+    the first request (so requests after the change have ordinals above ``switch_at``).
+    """
+
+    def __init__(
+        self,
+        before: Graph,
+        after: Graph,
+        switch_at: int,
+        new: set[int] | None = None,
+        removed: set[int] | None = None,
+        gone_410: set[int] | None = None,
+        **kwargs,
+    ) -> None:
+        if before.n != after.n:
+            raise ValueError("both graphs must be on the same node ids")
+        super().__init__(before, **kwargs)
+        self.before, self.after, self.switch_at = before, after, switch_at
+        self.new, self.removed = set(new or ()), set(removed or ())
+        self.gone_410 = set(gone_410 or ())
+        self.log: list[tuple[int, int, int]] = []
+
+    def respond(self, path: str) -> tuple[int, dict[str, str], bytes]:
+        if not path.startswith("/p/"):
+            return super().respond(path)
+        try:
+            i = int(path.removeprefix("/p/").removesuffix(".html"))
+        except ValueError:
+            i = -1
+        with self._lock:
+            ordinal = len(self.log) + 1
+            changed = ordinal > self.switch_at
+            if not 0 <= i < self.before.n:
+                status = 404
+            elif changed:
+                status = (410 if i in self.gone_410 else 404) if i in self.removed else 200
+            else:
+                status = 404 if i in self.new else 200
+            self.log.append((ordinal, i, status))
+        if status != 200:
+            return status, {}, b"gone" if status == 410 else b"not found"
+        graph = self.after if changed else self.before
+        links = "".join(f'<a href="{self.url(int(j))}">{int(j)}</a> ' for j in graph.children(i))
+        body = f"<html><head><title>page {i}</title></head><body>{links}</body></html>"
+        return 200, {"Content-Type": "text/html"}, body.encode()
+
+    @property
+    def changed(self) -> bool:
+        """Whether the site has switched to ``after``."""
+        return len(self.log) > self.switch_at
+
+
 class StaticSite(_LoopbackServer):
     """Serves a directory of files (an HTML manual) on 127.0.0.1, quietly; ``hits`` is its
     access log (the path of each GET, in order)."""
