@@ -144,10 +144,19 @@ def share_figures(hits: list[int], pr: np.ndarray, linked: np.ndarray) -> dict:
     poisson = np.mean(
         [spearmanr(rng.poisson(fair[linked]), pr[linked]).statistic for _ in range(20)]
     )
+    # And for an ideal proportional allocator: each page fetched exactly once every 1/fair of
+    # the window, at a random phase (floor(fair + U)): the best a fair allocation can score.
+    periodic = np.mean(
+        [
+            spearmanr(np.floor(fair[linked] + rng.random(int(linked.sum()))), pr[linked]).statistic
+            for _ in range(20)
+        ]
+    )
     return {
         "requests": len(hits),
         "spearman": float(spearmanr(counts[linked], pr[linked]).statistic),
         "spearman of Poisson(fair share) counts": float(poisson),
+        "spearman of periodic(fair share) counts": float(periodic),
         "max requests / fair share": float(ratio.max()),
         "pages with fair share >= 2": int(big.sum()),
         "counts": counts,
