@@ -309,6 +309,28 @@ def discovery_step(debt: float, share: float, fetched: bool) -> float:
     return debt if fetched else max(debt - 1.0, 0.0)
 
 
+def _one_link_per_page(
+    ids: list[int], weights: list[float] | None, boosts: list[float] | None
+) -> tuple[list[int], list[float] | None, list[float] | None]:
+    """A page links to another page once (after aliases: a link to the old URL and one to the
+    new are one link): repeated ids merged, in order of first appearance, each with the largest
+    of its weights and boosts."""
+    merged: dict[int, list[float]] = {}
+    for k, j in enumerate(ids):
+        w = 1.0 if weights is None else weights[k]
+        b = 0.0 if boosts is None else boosts[k]
+        m = merged.get(j)
+        if m is None:
+            merged[j] = [w, b]
+        else:
+            m[0], m[1] = max(m[0], w), max(m[1], b)
+    return (
+        list(merged),
+        None if weights is None else [m[0] for m in merged.values()],
+        None if boosts is None else [m[1] for m in merged.values()],
+    )
+
+
 class MemoryFrontier:
     """A :class:`Frontier` whose pages live in this process's memory (see the module docstring).
 
@@ -519,25 +541,14 @@ class MemoryFrontier:
             return None
         children = [self.page(link.key, link.url) for link in links]
         paid = [self._target(j) for j in children] if self.alias else children
-        ws = [link.weight for link in links]
-        bs = [link.boost for link in links]
-        if len(set(paid)) < len(paid):
-            # A page links to another page once (after aliases: a link to the old URL and one
-            # to the new are one link), with the largest weight and boost.
-            first: dict[int, int] = {}
-            up: list[int] = []
-            for j, w, b in zip(paid, list(ws), list(bs)):
-                k = first.get(j)
-                if k is None:
-                    first[j] = len(up)
-                    up.append(j)
-                    ws[len(up) - 1], bs[len(up) - 1] = w, b
-                else:
-                    ws[k], bs[k] = max(ws[k], w), max(bs[k], b)
-            paid, ws, bs = up, ws[: len(up)], bs[: len(up)]
         # (Decided on the links as given, as the Redis script does: the same float operations.)
-        weights = ws if virtual_weight or any(link.weight != 1.0 for link in links) else None
-        boosts = bs if any(link.boost for link in links) else None
+        weights = boosts = None
+        if virtual_weight or any(link.weight != 1.0 for link in links):
+            weights = [link.weight for link in links]
+        if any(link.boost for link in links):
+            boosts = [link.boost for link in links]
+        if len(set(paid)) < len(paid):
+            paid, weights, boosts = _one_link_per_page(paid, weights, boosts)
         self.engine.visit(i, paid, weights, boosts, virtual_weight)
         if self.keep_links:  # (the list is not changed after this: kept as is, no copy)
             self.link_changes[i] = children
@@ -628,6 +639,7 @@ class MemoryFrontier:
             self.link_changes[i] = j
         self._retire(i)
         if permanent:
+            # (Not _close: the page's kept link is its target, which the crawl graph follows.)
             self.engine.kill(i)
             self.alias[i] = j
         else:
