@@ -377,7 +377,7 @@ def test_a_restored_frontier_has_its_in_flight_pages_pending_again():
     for i in range(6):
         f.schedule([Entry(key(i), f"u{i}", 0, f"h{i % 2}", {"i": i})])
     popped = [f.pop().key for _ in range(3)]
-    slots = {i: f._slots[i] for i in range(f.engine.n) if i in f.payloads}
+    slots = {i: f.tier_of(i) for i in range(f.engine.n) if i in f.payloads}
     g = MemoryFrontier(f.engine)
     back = g.restore(bytes(f.status[: f.engine.n]), dict(f.payloads), slots, f.urls)
     assert back == 3 and all(g.status_of(k) == "pending" for k in popped)

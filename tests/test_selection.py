@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from array import array
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -13,6 +15,7 @@ from scrapy_opic.opic import (
     RandomSelection,
     SlottedGreedySelection,
     TieredSelection,
+    Tiers,
     make_selection,
 )
 
@@ -211,16 +214,18 @@ def test_tiers_serve_the_highest_priority_then_the_most_cash(n, seed, steps):
     e = OpicEngine(epsilon=0.3, refresh=0.5)
     e.add_pages(n)
     e.init_uniform()
-    sel = TieredSelection(e)
+    tiers, codes = Tiers(), array("I", [0]) * n
+    sel = TieredSelection(e, tiers, codes)
     tier, host = {}, {}
     for i in range(n):
         tier[i], host[i] = int(rng.integers(-1, 2)), f"h{rng.integers(0, 2)}"
-        sel.push(i, (tier[i], host[i]))
+        codes[i] = tiers.code(tier[i], host[i])
+        sel.push(i)
     for _ in range(steps):
         if rng.random() < 0.5:
             i = int(rng.integers(0, n))
             e.visit(i, rng.choice(n, size=min(n, 3), replace=False).tolist())
-            sel.push(i, (tier[i], host[i]))
+            sel.push(i)
             continue
         full = {"h0"} if rng.random() < 0.3 else set()
         e.payout()
