@@ -377,9 +377,42 @@ def test_a_restored_frontier_has_its_in_flight_pages_pending_again():
     for i in range(6):
         f.schedule([Entry(key(i), f"u{i}", 0, f"h{i % 2}", {"i": i})])
     popped = [f.pop().key for _ in range(3)]
-    slots = {i: f._slots[i] for i in range(f.engine.n) if i in f.payloads}
+    slots = {i: f.tier_of(i) for i in range(f.engine.n) if i in f.payloads}
     g = MemoryFrontier(f.engine)
     back = g.restore(bytes(f.status[: f.engine.n]), dict(f.payloads), slots, f.urls)
     assert back == 3 and all(g.status_of(k) == "pending" for k in popped)
     assert g.urls == [f"u{i}" for i in range(6)] and len(g) == 6
     assert {g.pop().key for _ in range(6)} == {key(i) for i in range(6)}
+
+
+def test_a_refetch_is_filed_at_priority_0_and_a_first_fetch_at_its_own():
+    """In a continuous crawl a fetched page waits for its refetches at priority 0 (its tier code
+    says so, as a backend saves it), a page never fetched keeps its request's priority, and a
+    fetched page's retry waits at 0 too, in its new slot. A one-pass crawl keeps priorities."""
+    f = make(continuous=True)
+    f.schedule([Entry(key(0), "u0", 5, "a", {"i": 0}), Entry(key(1), "u1", -1, "b", {"i": 1})])
+    lease = f.pop()
+    assert lease.key == key(0) and f.tier_of(0) == (5, "a")
+    f.visit(lease, [])
+    assert f.tier_of(0) == (0, "a") and f.tier_of(1) == (-1, "b")
+    lease = f.pop()
+    assert lease.key == key(0)  # priority 0 before -1, whatever the cash
+    assert f.retry(lease, Entry(key(0), "u0", 3, "c", {"i": 0})) == SCHEDULED
+    assert f.tier_of(0) == (0, "c") and f.pop().key == key(0)
+
+    f = make()
+    f.schedule([Entry(key(0), "u0", 5, "a", {"i": 0})])
+    f.visit(f.pop(), [])
+    assert f.tier_of(0) == (0, "") and f.schedule([entry(0, "a", 5)], again=True) == [SCHEDULED]
+    assert f.tier_of(0) == (5, "a")
+
+
+def test_a_restored_continuous_frontier_files_its_refetches_at_priority_0():
+    f = make(continuous=True)
+    f.schedule([Entry(key(0), "u0", 5, "a", {"i": 0}), Entry(key(1), "u1", 1, "a", {"i": 1})])
+    f.visit(f.pop(), [])  # page 0 fetched: pending again, for a refetch
+    slots = {0: (5, "a"), 1: (1, "a")}  # as saved with the requests' priorities
+    g = MemoryFrontier(f.engine, "greedy", continuous=True)
+    g.restore(bytes(f.status[: f.engine.n]), dict(f.payloads), slots, f.urls)
+    assert g.tier_of(0) == (0, "a") and g.tier_of(1) == (1, "a")
+    assert [g.pop().key, g.pop().key] == [key(1), key(0)]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from array import array
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -13,8 +15,10 @@ from scrapy_opic.opic import (
     RandomSelection,
     SlottedGreedySelection,
     TieredSelection,
+    Tiers,
     make_selection,
 )
+from scrapy_opic.opic.constants import DEAD, FETCHED
 
 
 @settings(max_examples=150, deadline=None)
@@ -211,16 +215,18 @@ def test_tiers_serve_the_highest_priority_then_the_most_cash(n, seed, steps):
     e = OpicEngine(epsilon=0.3, refresh=0.5)
     e.add_pages(n)
     e.init_uniform()
-    sel = TieredSelection(e)
+    tiers, codes = Tiers(), array("I", [0]) * n
+    sel = TieredSelection(e, tiers, codes)
     tier, host = {}, {}
     for i in range(n):
         tier[i], host[i] = int(rng.integers(-1, 2)), f"h{rng.integers(0, 2)}"
-        sel.push(i, (tier[i], host[i]))
+        codes[i] = tiers.code(tier[i], host[i])
+        sel.push(i)
     for _ in range(steps):
         if rng.random() < 0.5:
             i = int(rng.integers(0, n))
             e.visit(i, rng.choice(n, size=min(n, 3), replace=False).tolist())
-            sel.push(i, (tier[i], host[i]))
+            sel.push(i)
             continue
         full = {"h0"} if rng.random() < 0.3 else set()
         e.payout()
@@ -234,3 +240,260 @@ def test_tiers_serve_the_highest_priority_then_the_most_cash(n, seed, steps):
         cash = e.cash()
         assert cash[i] >= max(cash[j] for j in cands if tier[j] == best) - 1e-15
         assert len(sel) == sum(1 for j in range(n) if j in sel)
+
+
+# -- TieredSelection: compact tiers, against a reference model ------------------------------------
+
+PRIORITIES = (-1, 0, 2)
+HOSTS = ("h0", "h1", "h2")
+
+
+def reference_best(e, cand, tiers, full, discover):
+    """The pages a pop may return, by a list scan over the candidates (``cand``: id -> code):
+    the highest priority that has a candidate in a slot with room (with ``discover``, first the
+    highest that has a never-fetched one, among those only), then the most cash, a tie between
+    a fetched and a never-fetched page going to the never-fetched one. Cash is compared as the
+    selection compares it, ``s + acc_unfetched`` for a page never fetched and ``s`` for one
+    fetched (true cash minus ``acc_all``, which every live page has), so that rounding cannot
+    make the two disagree; pages of equal cash are all acceptable."""
+    s = e._s
+
+    def unfetched(i):
+        return not e.flags[i] & FETCHED
+
+    def value(i):
+        return s[i] + e.acc_unfetched if unfetched(i) else s[i]
+
+    allowed = [i for i, c in cand.items() if tiers.slot(c) not in full]
+    groups = []
+    order = sorted({tiers.priority(c) for c in cand.values()}, reverse=True)
+    if discover:
+        groups += [
+            [i for i in allowed if tiers.priority(cand[i]) == p and unfetched(i)] for p in order
+        ]
+    groups += [[i for i in allowed if tiers.priority(cand[i]) == p] for p in order]
+    for group in groups:
+        if group:
+            best = max(value(i) for i in group)
+            ties = [i for i in group if value(i) == best]
+            return {i for i in ties if unfetched(i)} or set(ties)
+    return set()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    n=st.integers(1, 20),
+    seed=st.integers(0, 10**6),
+    refresh=st.sampled_from([0.0, 0.5, 1.0]),
+    steps=st.integers(1, 120),
+)
+def test_tiered_pops_match_a_reference_model(n, seed, refresh, steps):
+    """Random interleavings of push, discard, credits (visits, batch visits, redirects), closes
+    and pops with random full slots and discovery flags: every pop is one the reference model
+    allows, so the sequence of popped cash is the reference's (ids differ only among equal
+    cash); membership and counts agree at every step."""
+    rng = np.random.default_rng(seed)
+    e = OpicEngine(epsilon=0.3, refresh=refresh, capacity=8)
+    e.add_pages(n)
+    tiers, codes = Tiers(), array("I")
+
+    class Codes:  # the frontier's part: one code per page, grown with the engine
+        def grow(self, capacity):
+            codes.extend([0] * (capacity - len(codes)))
+
+        def raised(self, i):
+            pass
+
+        def changed(self, ids):
+            pass
+
+        def taken(self, ids):
+            pass
+
+    sel = TieredSelection(e, tiers, codes)
+    e.add_observer(Codes())
+    cand: dict[int, int] = {}  # the reference's candidates: id -> code
+    in_flight: set[int] = set()
+
+    def push(i):
+        if i in cand or i in in_flight:
+            return
+        if e.flags[i] & DEAD:
+            e.revive(i)  # (as the frontier does for a closed page asked for again)
+        codes[i] = tiers.code(int(rng.choice(PRIORITIES)), str(rng.choice(HOSTS)))
+        sel.push(i)
+        cand[i] = codes[i]
+
+    def taken(i):  # the engine takes a page out (a visit, a redirect, a close)
+        cand.pop(i, None)
+        in_flight.discard(i)
+
+    for i in range(n):
+        if rng.random() < 0.8:
+            push(i)
+    for _ in range(steps):
+        action = rng.integers(0, 10)
+        i = int(rng.integers(0, e.n))
+        if action == 0 and e.n < 40:  # discoveries
+            for j in e.add_pages(int(rng.integers(1, 3))).tolist():
+                push(j)
+        elif action == 1:
+            push(i)
+        elif action == 2:
+            sel.discard(i)
+            cand.pop(i, None)
+        elif action == 3:  # a visit pays its links (a candidate visited leaves the heaps)
+            kids = rng.choice(e.n, size=min(e.n, int(rng.integers(0, 5))), replace=False)
+            if rng.random() < 0.7:
+                e.visit(i, kids.tolist())
+            else:  # the batch path credits many pages at once
+                e.visit_batch(np.array([i]), np.array([0, kids.size]), kids)
+            taken(i)
+            if rng.random() < 0.6:
+                push(i)  # pending again
+        elif action == 4:  # a redirect: the cash moves on
+            j = int(rng.integers(0, e.n))
+            e.transfer(i, j)
+            if j != i:  # (a redirect to itself moves nothing)
+                taken(i)
+        elif action == 5 and rng.random() < 0.3:  # a close
+            e.kill(i)
+            taken(i)
+        else:
+            full = {h for h in HOSTS if rng.random() < 0.35}
+            discover = bool(rng.random() < 0.3)
+            e.payout()
+            allowed = reference_best(e, cand, tiers, full, discover)
+            got = sel.pop(lambda h, full=full: h not in full, discover)
+            if not allowed:
+                assert got is None
+            else:
+                assert got in allowed
+                del cand[got]
+                in_flight.add(got)
+        assert len(sel) == len(cand)
+        assert all((j in sel) == (j in cand) for j in range(e.n))
+    # Nothing was lost while slots were set aside: the rest pops in the reference's order.
+    while cand:
+        e.payout()
+        got = sel.pop()
+        assert got in reference_best(e, cand, tiers, set(), False)
+        del cand[got]
+    assert sel.pop() is None and len(sel) == 0
+
+
+def tiered_state(n, seed, n_priorities, n_slots):
+    """An engine whose ``n`` pages hold distinct cash (two visits paid them by random link
+    weights), a quarter of them fetched, with codes over ``n_priorities`` priorities and
+    ``n_slots`` slots."""
+    rng = np.random.default_rng(seed)
+    e = OpicEngine(epsilon=0.2, refresh=0.5, capacity=n)
+    e.add_pages(n)
+    e.init_uniform()
+    for i in rng.choice(n, size=n // 4, replace=False).tolist():
+        e.visit(i)  # fetched (dangling: its cash goes to the virtual page)
+    e.payout()
+    everyone = list(range(n))
+    for i in rng.choice(n, size=min(n, 2), replace=False).tolist():
+        e.visit(i, everyone, weights=rng.random(n).tolist())
+    tiers = Tiers()
+    codes = array("I", [0]) * n
+    for i in range(n):
+        codes[i] = tiers.code(int(rng.integers(0, n_priorities)), f"h{rng.integers(0, n_slots)}")
+    return e, tiers, codes
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.integers(1, 120),
+    seed=st.integers(0, 10**6),
+    n_priorities=st.integers(1, 4),
+    n_slots=st.integers(1, 4),
+    before=st.floats(0.0, 1.0),
+)
+def test_load_pops_as_pushing_one_by_one(n, seed, n_priorities, n_slots, before):
+    """``load`` (a resumed crawl's bulk push) builds heaps that pop exactly as pages pushed one
+    by one do, some of them candidates already (sorted in with the loaded ones)."""
+    e, tiers, codes = tiered_state(n, seed, n_priorities, n_slots)
+    one, bulk = TieredSelection(e, tiers, codes), TieredSelection(e, tiers, codes)
+    rng = np.random.default_rng(seed + 1)
+    ids = rng.permutation(n)
+    for i in ids.tolist():
+        one.push(i)
+    early = ids[: int(before * n)]
+    for i in early.tolist():
+        bulk.push(i)
+    bulk.load(ids)  # (the early ones included: left as they are)
+    assert len(bulk) == len(one) == n and all(i in bulk for i in range(n))
+    hosts = [f"h{k}" for k in range(n_slots)]
+    while len(one):
+        full = {h for h in hosts if rng.random() < 0.3}
+        discover = bool(rng.random() < 0.3)
+        room = (lambda h, full=full: h not in full) if full else None
+        a, b = one.pop(room, discover), bulk.pop(room, discover)
+        assert a == b  # distinct cash: the same page
+        if a is None:
+            assert one.pop() == bulk.pop()
+    assert bulk.pop() is None and len(bulk) == 0
+
+
+def test_load_with_equal_cash_pops_the_same_cash():
+    """Pages of equal cash (never paid) may come out of ``load`` in another order than pushed
+    one by one, never with another cash."""
+    e = OpicEngine(capacity=300)
+    e.add_pages(300)
+    e.visit(0, list(range(1, 100)))  # a few pages richer, the rest tied
+    tiers, codes = Tiers(), array("I", [0]) * 300
+    for i in range(300):
+        codes[i] = tiers.code(i % 3, "s")
+    one, bulk = TieredSelection(e, tiers, codes), TieredSelection(e, tiers, codes)
+    for i in range(1, 300):
+        one.push(i)
+    bulk.load(np.arange(1, 300))
+    popped = []
+    while len(one):
+        a, b = one.pop(), bulk.pop()
+        assert e.cash_of(a) == e.cash_of(b) and codes[a] == codes[b]
+        popped.append(b)
+    assert sorted(popped) == list(range(1, 300))
+
+
+def test_tiered_selection_takes_about_8_bytes_per_page_whatever_the_tiers():
+    """One int32 position per page and one int32 heap item per candidate: about 8 bytes per
+    page with one tier and still so with five (the per-tier selections took 8 per tier)."""
+    n = 50_000
+    for n_priorities in (1, 5):
+        e, tiers, codes = tiered_state(n, 7, n_priorities, 3)
+        sel = TieredSelection(e, tiers, codes)
+        sel.load(np.arange(n))
+        assert len(sel) == n
+        assert 8.0 <= sel.nbytes() / n < 8.2
+
+
+def test_tiers_intern_pairs_to_dense_codes():
+    tiers = Tiers()
+    assert tiers.code(0, "a") == 1 and tiers.code(5, "a") == 2 and tiers.code(0, "a") == 1
+    assert tiers.code(0, None) == 3 and len(tiers) == 3
+    assert (tiers.priority(2), tiers.slot(2)) == (5, "a")
+    again = Tiers.from_list(tiers.as_list())
+    assert again.as_list() == [(0, "a"), (5, "a"), (0, None)] and again.code(5, "a") == 2
+    import pytest
+
+    for code in (0, 4):
+        with pytest.raises(ValueError):
+            tiers.slot(code)
+    with pytest.raises(ValueError):
+        Tiers.from_list([(0, "a"), (0, "a")])
+
+
+def test_a_page_without_a_tier_code_is_refused():
+    import pytest
+
+    e = OpicEngine()
+    e.add_pages(2)
+    sel = TieredSelection(e, Tiers(), array("I", [0, 0]))
+    with pytest.raises(ValueError):
+        sel.push(1)
+    with pytest.raises(ValueError):
+        sel.load([0, 1])
+    assert len(sel) == 0 and sel.pop() is None

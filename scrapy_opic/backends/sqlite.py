@@ -758,7 +758,7 @@ class SqliteFrontier(MemoryFrontier):
             self._cached.discard(i)
             self.store.del_request(i)  # (an older row would come back on resume)
             return
-        priority, slot = self._slots[i]
+        priority, slot = self.tier_of(i)
         self.store.put_request(i, (priority, slot, data))
         if i in self._cached or len(self._cached) < self._memory_requests:
             self._cached.add(i)

@@ -23,6 +23,7 @@ from .selection import (
     Selection,
     SlottedGreedySelection,
     TieredSelection,
+    Tiers,
     make_selection,
 )
 from .window import (
@@ -53,6 +54,7 @@ __all__ = [
     "Selection",
     "SlottedGreedySelection",
     "TieredSelection",
+    "Tiers",
     "UnboundedHistory",
     "VariableWindow",
     "Visit",

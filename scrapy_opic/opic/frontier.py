@@ -74,7 +74,8 @@ the links between them, would outbid the new ones found at the edge of the crawl
 In a continuous crawl a priority orders a page's first fetch only: a page fetched once waits for
 its refetches at priority 0, by cash alone. (Every fetched page is pending again at once, so a
 tier of refetches above 0 would never empty: its pages would be fetched in a loop, and those
-below 0 never.) The page keeps its request's priority for a fetch it never had.
+below 0 never.) The page keeps its request's priority for a fetch it never had; from its first
+fetch on it is filed (and saved, by a backend that saves pending pages) at priority 0.
 
 Kept links
 ----------
@@ -115,7 +116,7 @@ from .constants import (
     VISITED,
 )
 from .engine import OpicEngine
-from .selection import Selection, TieredSelection, make_selection
+from .selection import Selection, TieredSelection, Tiers, make_selection
 
 
 class Entry(NamedTuple):
@@ -376,13 +377,17 @@ class MemoryFrontier:
         self.urls: list[str | None] = []
         #: The payload of each pending or in-flight page, by id.
         self.payloads: dict[int, Any] = {}
-        self._slots: dict[int, tuple[int, Hashable]] = {}  # (priority, download slot)
+        #: The ``(priority, download slot)`` pairs in use, interned to small codes, and the
+        #: code of each pending or in-flight page, by id (0: none).
+        self.tiers = Tiers()
+        self.tier = array("I")
         #: page -> the page it permanently redirects to (see :meth:`redirect`), by id.
         self.alias: dict[int, int] = {}
         self._tokens: dict[int, int] = {}  # in-flight page -> its lease token
         self._seq = 0
+        self.grow(engine.capacity)  # (the tiered selection reads self.tier)
         self.selection: Selection = (
-            TieredSelection(engine)
+            TieredSelection(engine, self.tiers, self.tier)
             if strategy == "greedy"
             else make_selection(strategy, engine, seed)
         )
@@ -398,6 +403,8 @@ class MemoryFrontier:
             self.status.extend(bytes(capacity - len(self.status)))
         if capacity > len(self.outcome):
             self.outcome.frombytes(bytes(2 * (capacity - len(self.outcome))))
+        if capacity > len(self.tier):
+            self.tier.frombytes(bytes(4 * (capacity - len(self.tier))))
 
     def raised(self, i: int) -> None:
         pass
@@ -442,14 +449,27 @@ class MemoryFrontier:
         self.status[i] = status
         self.counts[status] += 1
 
+    def tier_of(self, i: int) -> tuple[int, Hashable]:
+        """The ``(priority, download slot)`` page ``i`` waits with (``(0, "")`` if none)."""
+        code = self.tier[i] if i < len(self.tier) else 0
+        return (self.tiers.priority(code), self.tiers.slot(code)) if code else (0, "")
+
+    def _refetch_tier(self, i: int) -> None:
+        """A refetch waits at priority 0 (see the module docstring: Selection): a page already
+        fetched, in a continuous crawl, gets the code of ``(0, its slot)``."""
+        code = self.tier[i]
+        if (
+            self._tiered
+            and self.continuous
+            and code
+            and self.engine._flags_mv[i] & FETCHED
+            and self.tiers.priority(code)
+        ):
+            self.tier[i] = self.tiers.code(0, self.tiers.slot(code))
+
     def _push(self, i: int) -> None:
-        if self._tiered:
-            priority, slot = self._slots.get(i, (0, ""))
-            if priority and self.continuous and self.engine._flags_mv[i] & FETCHED:
-                priority = 0  # a refetch (see the module docstring: Selection)
-            self.selection.push(i, (priority, slot))
-        else:
-            self.selection.push(i)
+        self._refetch_tier(i)
+        self.selection.push(i)
 
     def _schedulable(self, i: int, again: bool) -> bool:
         st = self.status[i]
@@ -470,7 +490,8 @@ class MemoryFrontier:
 
     def _pend(self, i: int, payload: Any, priority: int, slot: Hashable) -> None:
         self.engine.revive(i)  # (a closed page asked for again: open, with no cash)
-        self._slots[i] = (priority, slot)
+        self.tier[i] = self.tiers.code(priority, slot)
+        self._refetch_tier(i)
         self._keep(i, payload)
         self._set(i, PENDING)
         self._push(i)
@@ -486,6 +507,7 @@ class MemoryFrontier:
         """After a visit: pending again (continuous crawl; with ``payload`` instead of its
         previous one if given), else visited for good."""
         if self.continuous and i in self.payloads:
+            self._refetch_tier(i)
             if payload is not None:
                 self._keep(i, payload)
             self._set(i, PENDING)
@@ -497,7 +519,7 @@ class MemoryFrontier:
         self._set(i, VISITED)
         if i in self.payloads:
             self._forget(i)
-            self._slots.pop(i, None)
+            self.tier[i] = 0
 
     # -- the contract ---------------------------------------------------------------------------
     def schedule(self, entries: Sequence[Entry], again: bool = False) -> list[int]:
@@ -525,7 +547,8 @@ class MemoryFrontier:
         self._set(i, IN_FLIGHT)
         self._seq += 1
         self._tokens[i] = self._seq
-        slot = self._slots.get(i, (0, ""))[1]
+        code = self.tier[i]
+        slot = self.tiers.slot(code) if code else ""
         return Lease(self.engine.key_of(i), self._seq, self._payload(i), slot)
 
     def visit(
@@ -738,6 +761,8 @@ class MemoryFrontier:
         self.counts = [int(c) for c in np.bincount(codes, minlength=len(STATUSES))]
         self.urls = list(urls) + [None] * max(0, n - len(urls))
         back = 0
+        tiers, tier = self.tiers, self.tier
+        waiting = []
         for i in np.flatnonzero((codes == PENDING) | (codes == IN_FLIGHT)).tolist():
             if status[i] == IN_FLIGHT:
                 back += 1
@@ -747,9 +772,30 @@ class MemoryFrontier:
                 self.engine.forfeit(i)
                 continue
             self.payloads[i] = payloads[i]
-            self._slots[i] = slots.get(i, (0, ""))
-            self._push(i)
+            priority, slot = slots.get(i, (0, ""))
+            tier[i] = tiers.code(priority, slot)
+            waiting.append(i)
+        ids = np.array(waiting, dtype=np.int64)
+        del waiting
+        if self._tiered:
+            if self.continuous and ids.size:
+                self._refetch_tiers(ids[(self.engine.flags[ids] & FETCHED) != 0])
+            self.selection.load(ids)
+        else:
+            for i in ids.tolist():
+                self.selection.push(i)
         return back
+
+    def _refetch_tiers(self, ids: np.ndarray) -> None:
+        """:meth:`_refetch_tier` for many fetched pages at once (a resumed continuous crawl)."""
+        tiers = self.tiers
+        zero = np.arange(len(tiers) + 1, dtype=np.uint32)  # code -> the code of (0, its slot)
+        for c in range(1, len(zero)):
+            if tiers.priority(c):
+                zero[c] = tiers.code(0, tiers.slot(c))
+        view = np.frombuffer(self.tier, dtype=np.uint32)
+        view[ids] = zero[view[ids]]
+        del view  # (an exported buffer would keep the array from growing)
 
 
 __all__ = [

@@ -23,7 +23,10 @@ They also observe the engine (``raised``/``taken``/``grow``), so cash moves keep
   About 8.5 bytes per page (position int32, membership byte, heap slot int32).
 * :class:`SlottedGreedySelection`: Greedy across download slots, for politeness: the page with
   the most cash among the slots (hosts) that have room.
-* :class:`TieredSelection`: priority tiers (``request.priority``) over the slot-aware Greedy.
+* :class:`TieredSelection`: priority tiers (``request.priority``) over the slot-aware Greedy,
+  for the frontier: each page's ``(priority, slot)`` is a small code (:class:`Tiers`) in an
+  array the frontier keeps, and all tiers share one position array: about 8 bytes per page
+  whatever the number of tiers, and a numpy bulk load for a resumed crawl.
 * :class:`RandomSelection`: uniform among candidates, O(1) per operation.
 * :class:`CycleSelection`: a fixed order (the page ids, i.e. discovery order) cycled around;
   amortised O(1) with a C-level scan of a membership bytearray.
@@ -34,6 +37,8 @@ from __future__ import annotations
 import random
 from array import array
 from collections.abc import Callable, Hashable, Iterable, Sequence
+
+import numpy as np
 
 from .constants import FETCHED
 from .engine import OpicEngine
@@ -392,49 +397,283 @@ class SlottedGreedySelection(Selection):
                 self._refresh_head(2 * k + 1)
 
 
+class Tiers:
+    """Interns (priority, download slot) pairs to small int codes >= 1 (0 means "none"). The
+    frontier keeps one code per page in an array('I'); the selection reads it.
+
+    Codes are dense (``1..len(tiers)``) and never reused: a pair keeps its code for the
+    frontier's life, so a store can save :meth:`as_list` and rebuild the same codes with
+    :meth:`from_list`.
+    """
+
+    __slots__ = ("_pairs", "_codes")
+
+    def __init__(self) -> None:
+        self._pairs: list[tuple[int, Hashable]] = []  # code - 1 -> (priority, slot)
+        self._codes: dict[tuple[int, Hashable], int] = {}
+
+    def code(self, priority: int, slot: Hashable) -> int:
+        """The code of ``(priority, slot)``, a new one if the pair is new."""
+        pair = (priority, slot)
+        c = self._codes.get(pair)
+        if c is None:
+            self._pairs.append(pair)
+            c = self._codes[pair] = len(self._pairs)
+        return c
+
+    def _pair(self, code: int) -> tuple[int, Hashable]:
+        if not 0 < code <= len(self._pairs):
+            raise ValueError(f"no tier has code {code}")
+        return self._pairs[code - 1]
+
+    def priority(self, code: int) -> int:
+        return self._pair(code)[0]
+
+    def slot(self, code: int) -> Hashable:
+        return self._pair(code)[1]
+
+    def __len__(self) -> int:
+        return len(self._pairs)
+
+    def as_list(self) -> list[tuple[int, Hashable]]:
+        """The pairs of codes ``1..len(self)``, in order (for a store to save)."""
+        return list(self._pairs)
+
+    @classmethod
+    def from_list(cls, pairs: Iterable[tuple[int, Hashable]]) -> Tiers:
+        """The tiers saved by :meth:`as_list`: each pair gets its code back."""
+        tiers = cls()
+        for k, (priority, slot) in enumerate(pairs, 1):
+            if tiers.code(priority, slot) != k:
+                raise ValueError(f"tier {(priority, slot)!r} is listed twice")
+        return tiers
+
+
+#: Rough bytes of the per-code structures of :class:`TieredSelection` (two page heaps with their
+#: arrays, two head keys and positions, list slots), for :meth:`TieredSelection.nbytes`.
+_CODE_BYTES = 400
+
+
 class TieredSelection(Selection):
-    """Priority tiers over :class:`SlottedGreedySelection`: a candidate pushed with slot
-    ``(priority, key)`` waits in its priority's tier; :meth:`pop` serves the highest priority
-    first (as Scrapy does with ``request.priority``) and, within a tier, the page with the most
-    cash among the slots that have room. ``has_room`` receives the slot ``key``. One tier per
-    priority value in use: a crawl without priorities has exactly one."""
+    """Priority tiers over a slot-aware Greedy: :meth:`pop` serves the highest priority first
+    (as Scrapy does with ``request.priority``) and, within a tier, the page with the most cash
+    among the download slots that have room (``has_room`` receives the slot).
+
+    A page's tier is its *code* ``codes[i]``, a ``(priority, slot)`` pair interned by
+    :class:`Tiers`; the frontier owns ``codes`` (one ``array('I')`` entry per page), sets a
+    page's code before pushing it and leaves it alone while the page is a candidate.
+
+    Layout (compact: about 8 bytes per page, whatever the number of tiers and slots):
+
+    * page heaps, as in :class:`SlottedGreedySelection`: heap number ``2 * code + 0`` holds the
+      code's fetched candidates, ``2 * code + 1`` its unfetched ones, keyed by stored cash. A
+      candidate's fetched flag does not change while it is one (only a visit or a redirect sets
+      it, and both take the page out first), so the two heaps of a code are enough;
+    * one int32 position per page (its index in its heap, -1 when not a candidate), shared by
+      all heaps: a page is in at most one. Which of its code's two heaps holds it is the one
+      whose item at that position is the page, so nothing else is stored per page;
+    * per priority, two heaps of *slot heads* (the codes of that priority, keyed by the stored
+      cash of each code's best fetched / unfetched page), which find the best slot with room
+      in O(log slots), setting full slots aside during a pop.
+
+    Push, discard and credit are O(log n + log slots); a pop is O((f + 1) log slots) per tier
+    tried, ``f`` the full slots met. :meth:`load` makes many pages candidates at once with numpy
+    (a resumed crawl). One head-heap pair per priority in use: a crawl without priorities has
+    one.
+    """
 
     name = "greedy-tiers"
 
-    def __init__(self, engine: OpicEngine) -> None:
-        self._tiers: dict[int, SlottedGreedySelection] = {}
+    def __init__(self, engine: OpicEngine, tiers: Tiers, codes: array) -> None:
+        self.tiers = tiers
+        self.codes = codes
+        self._pos = array("i")
+
+        def keys() -> Sequence[float]:
+            return engine._s_mv
+
+        self._keys = keys
+        # By heap number 2 * code + (0 fetched, 1 unfetched); None for a code not seen yet.
+        self._heaps: list[_Heap | None] = [None, None]
+        # By code: its entry in its priority's head heaps (key: the stored cash of the code's
+        # best page, -inf when none), and those head heaps.
+        self._head_key: tuple[list[float], list[float]] = ([float("-inf")], [float("-inf")])
+        self._head_pos = (array("i", [-1]), array("i", [-1]))
+        self._heads_of: list[tuple[_Heap, _Heap] | None] = [None]
+        self._heads: dict[int, tuple[_Heap, _Heap]] = {}  # priority -> its head heaps
         self._order: list[int] = []  # priorities, highest first
-        self._tier_of: dict[int, SlottedGreedySelection] = {}  # candidate -> its tier
+        self._count = 0
         super().__init__(engine)
 
-    def grow(self, capacity: int) -> None:  # each tier grows with the engine by itself
-        pass
+    # -- sizes -------------------------------------------------------------------------------
+    def grow(self, capacity: int) -> None:
+        _extend(self._pos, capacity, -1)
 
     def __contains__(self, i: int) -> bool:
-        return i in self._tier_of
+        return i < len(self._pos) and self._pos[i] >= 0
 
     def __len__(self) -> int:
-        return len(self._tier_of)
+        return self._count
 
     def nbytes(self) -> int:
-        return sum(tier.nbytes() for tier in self._tiers.values())
+        heaps = sum(h.nbytes() for h in self._heaps if h is not None)
+        codes = sum(1 for heads in self._heads_of if heads is not None)
+        return self._pos.itemsize * len(self._pos) + heaps + _CODE_BYTES * codes
 
-    def push(self, i: int, slot: tuple[int, Hashable] = (0, None)) -> None:
-        if i in self._tier_of:
+    # -- codes and heaps ------------------------------------------------------------------------
+    def _ensure(self, code: int) -> None:
+        """The heaps of ``code`` and the head heaps of its priority exist."""
+        heads_of = self._heads_of
+        if code < len(heads_of) and heads_of[code] is not None:
             return
-        priority, key = slot
-        tier = self._tiers.get(priority)
-        if tier is None:
-            tier = self._tiers[priority] = SlottedGreedySelection(self.engine)
-            self._order = sorted(self._tiers, reverse=True)
-        tier.push(i, key)
-        self._tier_of[i] = tier
+        priority = self.tiers.priority(code)  # (refuses a code the tiers do not know)
+        if code >= len(heads_of):
+            more = code + 1 - len(heads_of)
+            heads_of.extend([None] * more)
+            self._heaps.extend([None] * (2 * more))
+            for st in (0, 1):
+                self._head_key[st].extend([float("-inf")] * more)
+                self._head_pos[st].extend(array("i", [-1]) * more)
+        heads = self._heads.get(priority)
+        if heads is None:
+            key_f, key_u = self._head_key
+            heads = self._heads[priority] = (
+                _Heap(self._head_pos[0], lambda: key_f),
+                _Heap(self._head_pos[1], lambda: key_u),
+            )
+            self._order = sorted(self._heads, reverse=True)
+        heads_of[code] = heads
+        self._heaps[2 * code] = _Heap(self._pos, self._keys)
+        self._heaps[2 * code + 1] = _Heap(self._pos, self._keys)
+
+    def _heap_at(self, i: int, k: int) -> int:
+        """The number of the heap holding candidate ``i`` at position ``k``: one of its code's
+        two heaps, the one whose item ``k`` is ``i``."""
+        heaps = self._heaps
+        h = 2 * self.codes[i]
+        if h < len(heaps):
+            heap = heaps[h]
+            if heap is not None:
+                items = heap.items
+                if k < len(items) and items[k] == i:
+                    return h
+                items = heaps[h + 1].items
+                if k < len(items) and items[k] == i:
+                    return h + 1
+        raise RuntimeError(f"the tier code of page {i} changed while it was a candidate")
+
+    def _refresh_head(self, h: int) -> None:
+        """Bring code ``h // 2``'s entry in head heap ``h % 2`` in line with page heap ``h``."""
+        k, st = h >> 1, h & 1
+        heap, heads, keys = self._heaps[h], self._heads_of[k][st], self._head_key[st]
+        inside = self._head_pos[st][k] >= 0
+        if not len(heap):
+            if inside:
+                heads.remove(k)
+            keys[k] = float("-inf")
+            return
+        key = self.engine._s_mv[heap.items[0]]
+        old, keys[k] = keys[k], key
+        if not inside:
+            heads.push(k)
+        elif key > old:
+            heads.up(self._head_pos[st][k])
+        elif key < old:
+            heads.down(self._head_pos[st][k])
+
+    # -- candidates ------------------------------------------------------------------------------
+    def push(self, i: int) -> None:
+        """Make ``i`` a candidate in the tier ``codes[i]`` (no-op if it already is one)."""
+        if self._pos[i] >= 0:
+            return
+        code = self.codes[i]
+        if not code:
+            raise ValueError(f"page {i} has no tier code")
+        h = 2 * code + (0 if self.engine._flags_mv[i] & FETCHED else 1)
+        heaps = self._heaps
+        if h >= len(heaps) or heaps[h] is None:
+            self._ensure(code)
+        heaps[h].push(i)
+        self._count += 1
+        if self._pos[i] == 0:  # a new top: the code's head moves
+            self._refresh_head(h)
 
     def discard(self, i: int) -> None:
-        tier = self._tier_of.pop(i, None)
-        if tier is not None:
-            tier.discard(i)
+        k = self._pos[i] if i < len(self._pos) else -1
+        if k >= 0:
+            h = self._heap_at(i, k)
+            self._heaps[h].remove(i)
+            self._count -= 1
+            if k == 0:
+                self._refresh_head(h)
 
+    def load(self, ids: np.ndarray | Sequence[int]) -> None:
+        """Make all of ``ids`` candidates at once (their codes set; ids already candidates are
+        left as they are): the pops that follow are those of pushing them one by one, up to
+        ties between equal cash. Each heap is rebuilt as its pages sorted by stored cash,
+        highest first (a sorted array is a max-heap), with numpy: no sifting in Python."""
+        ids = np.unique(np.asarray(ids, dtype=np.int64))
+        if not ids.size:
+            return
+        if ids[0] < 0 or ids[-1] >= min(len(self._pos), len(self.codes)):
+            raise IndexError("load: a page id out of range")
+        pos = np.frombuffer(self._pos, dtype=np.int32)
+        try:
+            ids = ids[pos[ids] < 0]
+            if not ids.size:
+                return
+            code = np.frombuffer(self.codes, dtype=np.uint32)[ids].astype(np.int64)
+            if not code.all():
+                raise ValueError(f"page {int(ids[code == 0][0])} has no tier code")
+            e = self.engine
+            h = 2 * code + ((e.flags[ids] & FETCHED) == 0)
+            for c in np.unique(code).tolist():
+                self._ensure(c)
+            added = ids.size
+            touched = np.unique(h).tolist()
+            # Candidates already in a touched heap are sorted in with the new ones.
+            old = [np.frombuffer(self._heaps[t].items, dtype=np.int32).copy() for t in touched]
+            if any(a.size for a in old):
+                ids = np.concatenate([ids] + [a.astype(np.int64) for a in old])
+                h = np.concatenate([h] + [np.full(a.size, t) for t, a in zip(touched, old)])
+            del old
+            order = np.argsort(-e._s[ids])  # most cash first
+            if len(touched) > 1:  # then grouped by heap, keeping the cash order in each
+                small = np.uint16 if touched[-1] < 1 << 16 else np.int64
+                order = order[np.argsort(h[order].astype(small), kind="stable")]
+                h = h[order]
+            ids = ids[order].astype(np.int32)
+            del order
+            bounds = np.searchsorted(h, touched).tolist() if len(touched) > 1 else [0]
+            bounds.append(ids.size)
+            for t, lo, hi in zip(touched, bounds, bounds[1:]):
+                heap = self._heaps[t]
+                heap.items = array("i")
+                heap.items.frombytes(ids[lo:hi].tobytes())
+                pos[ids[lo:hi]] = np.arange(hi - lo, dtype=np.int32)
+            self._count += added
+        finally:
+            del pos  # (an exported buffer would keep the array from growing)
+        for t in touched:
+            self._refresh_head(t)
+
+    # -- the engine's observations ------------------------------------------------------------
+    def raised(self, i: int) -> None:
+        # Increase-key: valid because the engine reports each credit before the next one.
+        k = self._pos[i]
+        if k >= 0:
+            h = self._heap_at(i, k)
+            self._heaps[h].up(k)
+            if self._pos[i] == 0:  # only a new or richer top changes the code's head
+                self._refresh_head(h)
+
+    def changed(self, ids: Iterable[int]) -> None:
+        for h, heap in enumerate(self._heaps):
+            if heap is not None:
+                heap.heapify()
+                self._refresh_head(h)
+
+    # -- popping --------------------------------------------------------------------------------
     def pop(
         self, has_room: Callable[[Hashable], bool] | None = None, discover: bool = False
     ) -> int | None:
@@ -443,22 +682,64 @@ class TieredSelection(Selection):
         (a priority still comes before discovery, as it comes before cash), if there is one.
         (A continuous crawl's refetches all wait in tier 0, which never empties: discovery is
         how a page filed below 0 gets its first fetch.)"""
+        if not self._count:
+            return None
+        self.engine.payout()
         if discover:
             for priority in self._order:
-                tier = self._tiers[priority]
-                if len(tier):
-                    i = tier.pop(has_room, True)
+                heads = self._heads[priority]
+                if heads[1].items:
+                    i = self._pop_tier(heads, has_room, True)
                     if i is not None:
-                        del self._tier_of[i]
                         return i
         for priority in self._order:
-            tier = self._tiers[priority]
-            if len(tier):
-                i = tier.pop(has_room)
+            heads = self._heads[priority]
+            if heads[0].items or heads[1].items:
+                i = self._pop_tier(heads, has_room, False)
                 if i is not None:
-                    del self._tier_of[i]
                     return i
         return None
+
+    def _pop_tier(
+        self,
+        heads: tuple[_Heap, _Heap],
+        has_room: Callable[[Hashable], bool] | None,
+        unfetched: bool,
+    ) -> int | None:
+        """Remove and return the candidate of one priority with the most cash among the slots
+        with room (never fetched only, with ``unfetched``); ``None`` if there is none."""
+        e = self.engine
+        keys_f, keys_u = self._head_key
+        tops_f, tops_u = heads[0].items, heads[1].items
+        head_pos = self._head_pos
+        set_aside: list[int] = []
+        try:
+            while True:
+                kf = tops_f[0] if tops_f and not unfetched else 0
+                ku = tops_u[0] if tops_u else 0
+                if not kf and not ku:
+                    return None
+                # True cash across the two sets; ties go to the unfetched page (discovery).
+                if ku and (not kf or keys_u[ku] + e.acc_unfetched >= keys_f[kf]):
+                    k, st = ku, 1
+                else:
+                    k, st = kf, 0
+                if has_room is None or has_room(self.tiers.slot(k)):
+                    h = 2 * k + st
+                    heap = self._heaps[h]
+                    i = heap.items[0]
+                    heap.remove(i)
+                    self._count -= 1
+                    self._refresh_head(h)
+                    return i
+                for s2 in (0, 1):  # a full slot: set it aside for this pop
+                    if head_pos[s2][k] >= 0:
+                        heads[s2].remove(k)
+                set_aside.append(k)
+        finally:
+            for k in set_aside:
+                self._refresh_head(2 * k)
+                self._refresh_head(2 * k + 1)
 
 
 class RandomSelection(Selection):
@@ -562,6 +843,7 @@ def make_selection(name: str, engine: OpicEngine, seed: int | None = None) -> Se
 
 
 __all__ = [
+    "Tiers",
     "TieredSelection",
     "CycleSelection",
     "GreedySelection",
