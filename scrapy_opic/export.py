@@ -47,6 +47,7 @@ import re
 import stat
 import sys
 import tempfile
+import time
 from collections.abc import Iterable, Iterator
 from itertools import repeat
 from pathlib import Path
@@ -57,7 +58,7 @@ import numpy as np
 from .backends import StoreError, is_redis_location, masked_url, split_location
 from .backends.sqlite import StateReader
 from .formats import output_format
-from .opic.constants import DEAD, FETCHED, IN_FLIGHT, OK, PENDING, outcome_name
+from .opic.constants import DEAD, IN_FLIGHT, OK, PENDING, STATUSES, outcome_name
 from .opic.engine import OpicEngine
 from .opic.links import crawl_graph
 from .opic.pagerank import pagerank
@@ -165,7 +166,12 @@ def registered_domain(host: str) -> str:
 class OpicState:
     """A read-only snapshot of a crawl's state (see the module docstring).
 
-    :ivar engine: the snapshot's :class:`~scrapy_opic.opic.engine.OpicEngine` (without keys).
+    Pages are read a batch of blocks at a time (:meth:`StateReader.columns`): every page-level
+    method streams in bounded memory, whatever the number of pages, except :meth:`importance`,
+    :meth:`fetched_mask` and :meth:`pagerank`, which return an array over all pages.
+
+    :ivar engine: an :class:`~scrapy_opic.opic.engine.OpicEngine` with the snapshot's parameters
+        and scalars and no page loaded (for :meth:`stats` and the formulas).
     :ivar meta: what the crawl recorded (spider, settings, time series).
     """
 
@@ -177,18 +183,21 @@ class OpicState:
             self.path = Path(path)
             self._reader = StateReader(self.path)
         try:
-            self.engine: OpicEngine = self._reader.engine()
+            if self._reader.n is None:
+                raise StoreError(f"{self.path} holds no OPIC state yet")
+            self._header: dict = self._reader.header()
+            # One instant for every page's estimate (a wall-clock window's "now").
+            now = time.time()
+            self._clock = lambda: now
+            self.engine: OpicEngine = OpicEngine.from_header(self._header, time_fn=self._clock)
             self.meta: dict = self._reader.meta()
         except BaseException:
             self._reader.close()
             raise
-        self.status = self._reader.status
-        # Outcome codes by id (a state saved before outcomes has none: fetched is its flag).
-        raw = getattr(self._reader, "outcome", b"")
-        self.outcome: np.ndarray | None = np.frombuffer(raw, np.uint16) if raw else None
-        self._importance: np.ndarray | None = None
         #: The crawl kept its pages' out-links (OPIC_KEEP_LINKS): :meth:`pagerank` answers.
         self.links_kept: bool = bool(getattr(self._reader, "links_kept", False))
+        self._total: float | None = None  # the sum of the estimates: importance's normaliser
+        self._counts: np.ndarray | None = None  # pages per status
         self._pagerank: np.ndarray | None = None
 
     @property
@@ -197,27 +206,63 @@ class OpicState:
         else :data:`PAGE_COLUMNS`."""
         return PAGERANK_COLUMNS if self.links_kept else PAGE_COLUMNS
 
+    # -- streaming over the pages -----------------------------------------------------------
+    def _batches(self) -> Iterator[tuple[int, dict[str, np.ndarray], OpicEngine, np.ndarray]]:
+        """``(first id, columns, engine, estimates)`` per batch of pages: ``engine`` holds the
+        batch's pages only (ids from 0), with the snapshot's scalars."""
+        for lo, cols in self._reader.columns():
+            k = len(cols["f.status"])
+            header = {**self._header, "scalars": {**self._header["scalars"], "n": k}}
+            e = OpicEngine.from_header(header, time_fn=self._clock)
+            for name, a in e.page_arrays().items():
+                a[:k] = cols[name]
+            est = e.window.estimate(np.arange(k), e._lc[:k], e._now())
+            yield lo, cols, e, est
+
+    def _scan(self) -> None:
+        """One pass over the pages: the importance's normaliser and the status counts."""
+        total = 0.0
+        counts = np.zeros(len(STATUSES), np.int64)
+        for _lo, cols, _e, est in self._batches():
+            total += float(est.sum())
+            counts += np.bincount(cols["f.status"], minlength=len(STATUSES))[: len(STATUSES)]
+        self._total, self._counts = total, counts
+
+    def _mix(self, est: np.ndarray) -> np.ndarray:
+        """Importance from the estimates (as :meth:`OpicEngine.importance`)."""
+        if self._total is None:
+            self._scan()
+        n, total = self.n, self._total
+        if not total > 0:
+            return np.full(len(est), 1.0 / n)
+        a = self.engine.teleport_share()
+        return a / n + (1.0 - a) / total * est
+
     # -- figures ----------------------------------------------------------------------------
     @property
     def n(self) -> int:
         """Number of known pages."""
-        return self.engine.n
+        return int(self._reader.n)
 
     def importance(self) -> np.ndarray:
-        """Importance of every page by id (sums to 1)."""
-        if self._importance is None:
-            self._importance = self.engine.importance()
-        return self._importance
+        """Importance of every page by id (sums to 1): an array over all pages."""
+        parts = [self._mix(est) for _lo, _cols, _e, est in self._batches()]
+        return np.concatenate(parts) if parts else np.zeros(0)
 
     def pagerank(self) -> np.ndarray | None:
         """The exact PageRank of the crawled graph, by page id (sums to 1), or None if the
-        crawl kept no links (see the module docstring). Computed on the first call."""
+        crawl kept no links (see the module docstring). Computed on the first call: memory
+        for the whole graph."""
         if not self.links_kept:
             return None
         if self._pagerank is None:
             pages, counts, targets, alias_pages, alias_targets = self._reader.links()
             n = self.n
-            closed = (self.engine.flags[:n] & DEAD) != 0
+            flags = np.zeros(n, np.uint8)
+            for lo, cols in self._reader.columns(["flags"]):
+                flags[lo : lo + len(cols["flags"])] = cols["flags"]
+            closed = (flags & DEAD) != 0
+            del flags
             try:
                 graph = crawl_graph(n, pages, counts, targets, closed, (alias_pages, alias_targets))
             except ValueError as exc:  # links that do not fit the snapshot
@@ -231,16 +276,42 @@ class OpicState:
     def pending(self) -> int:
         """Pages waiting to be fetched in the snapshot (in-flight ones count: they would be
         fetched again on resume)."""
-        return sum(self.status.count(st) for st in (PENDING, IN_FLIGHT))
+        if self._counts is None:
+            self._scan()
+        return int(self._counts[PENDING] + self._counts[IN_FLIGHT])
 
     def fetched_mask(self) -> np.ndarray:
-        """Pages whose last fetch was parsed."""
-        if self.outcome is not None:
-            return self.outcome[: self.n] == OK
-        return (self.engine.flags[: self.n] & FETCHED) != 0
+        """Pages whose last fetch was parsed: an array over all pages."""
+        parts = [cols["f.outcome"] == OK for _lo, cols in self._reader.columns(["f.outcome"])]
+        return np.concatenate(parts) if parts else np.zeros(0, bool)
+
+    def distribution(self, bins: int = 2000) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The importance distribution in bounded memory: ``(edges, fetched, not_fetched)``,
+        page counts per logarithmic bin of importance (``bins`` bins from the smallest
+        importance a page can have, the teleport share ``a / n``, to 1), for a rank plot."""
+        n = self.n
+        if self._total is None:
+            self._scan()
+        low = max(self.engine.teleport_share() / max(n, 1), 1e-300) * 0.999
+        edges = np.geomspace(low, 1.0, bins + 1)
+        fetched = np.zeros(bins, np.int64)
+        other = np.zeros(bins, np.int64)
+        for _lo, cols, _e, est in self._batches():
+            k = np.clip(np.searchsorted(edges, self._mix(est), side="right") - 1, 0, bins - 1)
+            ok = cols["f.outcome"] == OK
+            fetched += np.bincount(k[ok], minlength=bins)
+            other += np.bincount(k[~ok], minlength=bins)
+        return edges, fetched, other
 
     def stats(self) -> dict[str, float]:
         return self.engine.stats()
+
+    def total_cash(self) -> float:
+        """All cash, the virtual page's included (1 up to rounding): one pass over the pages."""
+        total = self.engine.virtual_cash
+        for _lo, _cols, e, _est in self._batches():
+            total += float(e.cash().sum())
+        return total
 
     @property
     def series(self) -> Series:
@@ -248,35 +319,50 @@ class OpicState:
         return Series.from_list(self.meta.get("series", []))
 
     # -- pages ------------------------------------------------------------------------------
-    def _pages(self, lo: int, hi: int, urls: list[str | None]) -> list[Page]:
-        e = self.engine
-        ids = np.arange(lo, hi)
-        imp = self.importance()[lo:hi].tolist()
-        cash = e.cash(ids).tolist()
-        hist = e.hist[lo:hi].tolist()
-        seen = e.visits[lo:hi]
+    def _pages(
+        self,
+        e: OpicEngine,
+        cols: dict[str, np.ndarray],
+        imp: np.ndarray,
+        ranks: np.ndarray | None,
+        rows: np.ndarray,
+        urls: list[str | None],
+        first: int,
+    ) -> list[Page]:
+        """The pages at ``rows`` of a batch (ids ``first + rows``)."""
+        cash = e.cash(rows).tolist()
+        hist = e.hist[rows].tolist()
+        seen = e.visits[rows]
         visits = seen.tolist()
-        last = np.where(seen > 0, e.last_g[lo:hi], 0.0).tolist()  # never visited: 0
-        if self.outcome is not None:
-            codes = self.outcome[lo:hi]
-            fetched = (codes == OK).tolist()
-            status = [outcome_name(c) for c in codes.tolist()]
-        else:
-            fetched = ((e.flags[lo:hi] & FETCHED) != 0).tolist()
-            status = [""] * (hi - lo)
+        last = np.where(seen > 0, e.last_g[rows], 0.0).tolist()  # never visited: 0
+        codes = cols["f.outcome"][rows]
+        fetched = (codes == OK).tolist()
+        status = [outcome_name(c) for c in codes.tolist()]
         if None in urls:  # a page whose URL was never recorded: name it by its id
-            urls = [u if u is not None else str(lo + k) for k, u in enumerate(urls)]
+            urls = [u if u is not None else str(first + int(r)) for u, r in zip(urls, rows)]
         hosts = [host_of(u) for u in urls]
-        pr = self.pagerank()
-        ranks = pr[lo:hi].tolist() if pr is not None else repeat(None)
-        rows = zip(urls, imp, cash, hist, visits, last, fetched, status, hosts, ranks)
-        return list(map(Page._make, rows))
+        pr = ranks[rows].tolist() if ranks is not None else repeat(None)
+        values = zip(urls, imp[rows].tolist(), cash, hist, visits, last, fetched, status, hosts, pr)
+        return list(map(Page._make, values))
 
     def page_chunks(self, fetched_only: bool = False) -> Iterator[list[Page]]:
-        """Pages in id (discovery) order, one stored chunk at a time."""
-        for lo, rows in self._reader.page_chunks():
-            chunk = self._pages(lo, lo + len(rows), [url for _key, url in rows])
-            yield [p for p in chunk if p.fetched] if fetched_only else chunk
+        """Pages in id (discovery) order, a chunk of stored URL rows at a time."""
+        pr = self.pagerank()
+        chunks = self._reader.page_chunks()
+        for lo, cols, e, est in self._batches():
+            imp = self._mix(est)
+            ranks = pr[lo : lo + len(est)] if pr is not None else None
+            done = 0
+            while done < len(est):
+                first, rows = next(chunks)
+                if first != lo + done:
+                    raise StoreError(f"the OPIC state {self.path} is damaged (page rows)")
+                idx = np.arange(done, done + len(rows))
+                if fetched_only:
+                    idx = idx[cols["f.outcome"][idx] == OK]
+                urls = [rows[int(k) - done][1] for k in idx]
+                yield self._pages(e, cols, imp, ranks, idx, urls, lo)
+                done += len(rows)
 
     def pages(self, fetched_only: bool = False) -> Iterator[Page]:
         """Every known page (or every fetched one), streamed in discovery order."""
@@ -284,16 +370,32 @@ class OpicState:
             yield from chunk
 
     def top(self, n: int = 10, fetched_only: bool = False) -> list[Page]:
-        """The ``n`` most important pages, most important first (reads only their URLs)."""
-        x = self.importance()
-        if fetched_only:
-            x = np.where(self.fetched_mask(), x, -1.0)
-        n = max(0, min(n, int((x >= 0).sum())))
-        if n == 0:
+        """The ``n`` most important pages, most important first (ties by id: discovery
+        order), in one pass over the pages keeping ``n`` at a time."""
+        if n <= 0:
             return []
-        ids = np.argsort(-x, kind="stable")[:n]  # by importance, ties by id (discovery order)
-        urls = self._reader.urls_of(ids.tolist())
-        return [self._pages(int(i), int(i) + 1, [urls[int(i)]])[0] for i in ids]
+        pr = self.pagerank()
+        best: list[tuple[float, int, Page]] = []  # (-importance, id, page)
+        for lo, cols, e, est in self._batches():
+            imp = self._mix(est)
+            cand = np.arange(len(imp))
+            if fetched_only:
+                cand = cand[cols["f.outcome"] == OK]
+            if len(cand) > n:
+                # The n best of the batch (all those tied with the n-th too: ties go by id).
+                cut = np.partition(imp[cand], len(cand) - n)[len(cand) - n]
+                cand = cand[imp[cand] >= cut]
+            if best and len(best) >= n:
+                cand = cand[imp[cand] >= -best[-1][0]]
+            if not len(cand):
+                continue
+            urls = self._reader.urls_of((lo + cand).tolist())
+            ranks = pr[lo : lo + len(imp)] if pr is not None else None
+            pages = self._pages(e, cols, imp, ranks, cand, [urls[lo + int(k)] for k in cand], lo)
+            best.extend((-p.importance, lo + int(k), p) for k, p in zip(cand, pages))
+            best.sort(key=lambda t: (t[0], t[1]))
+            del best[n:]
+        return [p for _x, _i, p in best]
 
     def by_site(self, fetched_only: bool = False) -> list[Site]:
         """Site-level importance (the paper's proposal): importance summed per host and per

@@ -44,18 +44,16 @@ def _plots(state: OpicState) -> list[tuple[str, str, str]]:
     from matplotlib.ticker import NullFormatter
 
     out = []
-    x = state.importance()
-    fetched = state.fetched_mask()
-    order = np.argsort(-x, kind="stable")
-    ranks = np.arange(1, len(x) + 1)
-    # A million points draw slowly and look the same as a few thousand log-spaced ones.
-    keep = np.unique(np.geomspace(1, max(1, len(x)), num=min(len(x), 4000)).astype(int)) - 1
+    # Page counts per importance bin (bounded memory at any size): a bin's rank is the number
+    # of pages above it, so the points are the rank plot's, one per bin that has pages.
+    edges, fetched, other = state.distribution()
+    mid = np.sqrt(edges[:-1] * edges[1:])
+    above = np.cumsum((fetched + other)[::-1])[::-1]  # pages in this bin or higher
     fig = Figure(figsize=(5.0, 3.6))
     ax = fig.subplots()
-    xs, fs = x[order][keep], fetched[order][keep]
-    pos = xs > 0
-    ax.loglog(ranks[keep][pos & fs], xs[pos & fs], ".", ms=3, label="fetched")
-    ax.loglog(ranks[keep][pos & ~fs], xs[pos & ~fs], ".", ms=3, alpha=0.6, label="not fetched")
+    f_ok, o_ok = fetched > 0, other > 0
+    ax.loglog(above[f_ok], mid[f_ok], ".", ms=3, label="fetched")
+    ax.loglog(above[o_ok], mid[o_ok], ".", ms=3, alpha=0.6, label="not fetched")
     ax.set_xlabel("rank")
     ax.set_ylabel("importance")
     ax.set_title("Importance distribution")
@@ -144,7 +142,7 @@ def build_report(state: OpicState, top: int = 25, title: str | None = None) -> s
         ("error factor 1/G", f"{s['error_factor']:.5f}"),
         ("virtual page cash", f"{s['virtual_cash']:.6f}"),
         ("cash at visit × n", f"{s['cash_at_visit_x_n']:.3f}"),
-        ("total cash", f"{state.engine.total_cash():.12f}"),
+        ("total cash", f"{state.total_cash():.12f}"),
     ]
     settings = state.meta.get("settings") or {}
     now = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())

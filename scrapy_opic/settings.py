@@ -288,7 +288,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "OPIC_MEMORY_REQUESTS",
-        50000,
+        1000,
         "with a JOBDIR, pending requests kept in memory besides their sqlite row (faster pops); "
         "the rest live on disk only",
         _integer(0),

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import scrapy
 
-from scrapy_opic.backends.sqlite import CHUNK, SqliteStore
+from scrapy_opic.backends.sqlite import CHUNK, SqliteFrontier, StateReader
 from scrapy_opic.export import (
     PAGE_COLUMNS,
     SITE_COLUMNS,
@@ -26,8 +26,8 @@ from scrapy_opic.export import (
     registered_domain,
     write_export,
 )
-from scrapy_opic.opic import FETCHED, OpicEngine
-from scrapy_opic.opic.frontier import Entry, Link, MemoryFrontier
+from scrapy_opic.opic import FETCHED
+from scrapy_opic.opic.frontier import Entry, Link
 from tests.sites import Site
 from tests.test_crawl import RUNNER, crawl, graph  # noqa: F401  (graph is a fixture)
 
@@ -57,7 +57,15 @@ def synthetic(tmp_path_factory) -> tuple[Path, list[str]]:
     rng = np.random.default_rng(3)
     n = CHUNK + 900  # two chunks of page rows
     urls = [f"{HOSTS[k % len(HOSTS)]}/page/{k}" for k in range(n)]
-    f = MemoryFrontier(OpicEngine(), "greedy")
+    path = tmp_path_factory.mktemp("synthetic") / "s.sqlite"
+    f = SqliteFrontier.open(
+        path,
+        resume=False,
+        epsilon=0.15,
+        refresh=1.0,
+        window="unbounded",
+        meta={"spider": "synthetic"},
+    )
     for k in range(n):
         f.page(f"k{k}", urls[k])
     f.schedule([Entry("k0", urls[0], payload="r")])
@@ -67,10 +75,7 @@ def synthetic(tmp_path_factory) -> tuple[Path, list[str]]:
             break
         kids = [int(k) for k in rng.integers(0, n, 6)]
         f.visit(lease, [Link(f"k{k}", urls[k], payload="r") for k in kids])
-    path = tmp_path_factory.mktemp("synthetic") / "s.sqlite"
-    store = SqliteStore(path)
-    store.commit(f, {"spider": "synthetic"})
-    store.close()
+    f.close([])
     return path, urls
 
 
@@ -78,7 +83,8 @@ def test_pages_stream_every_column_consistently(synthetic):
     path, urls = synthetic
     with open_state(path) as state:
         pages = list(state.pages())
-        e = state.engine
+        with StateReader(path) as reader:
+            e = reader.engine()  # every page in memory: the reference
         assert [p.url for p in pages] == urls
         assert sum(p.importance for p in pages) == pytest.approx(1.0)
         np.testing.assert_allclose([p.importance for p in pages], e.importance())
@@ -176,18 +182,16 @@ def test_export_streams_in_chunks(synthetic):
     page URLs, not all of them."""
     path, _ = synthetic
     with open_state(path) as state:
-        reads: list[str] = []
-        real_get = state._reader._get
+        sql: list[str] = []
+        state._reader._con.set_trace_callback(sql.append)
 
-        def spy(key):
-            reads.append(key)
-            return real_get(key)
+        def reads() -> int:  # statements that read page rows
+            return sum("opic_pages" in q for q in sql)
 
-        state._reader._get = spy
         chunks = state.page_chunks()
         first = next(chunks)
-        assert len(first) == CHUNK and reads == ["pages/0"]
-        assert [len(c) for c in chunks] == [900] and reads == ["pages/0", "pages/1"]
+        assert len(first) == CHUNK and reads() == 1
+        assert [len(c) for c in chunks] == [900] and reads() == 2
 
 
 # -- a real crawl: commands, OPIC_EXPORT, item field, log line --------------------------------
@@ -382,7 +386,7 @@ def test_reading_a_state_while_the_crawl_commits(tmp_path, graph):  # noqa: F811
             with state:
                 pages = list(state.pages())
                 assert len(pages) == state.n and all(p.url.startswith("http") for p in pages)
-                assert state.engine.total_cash() == pytest.approx(1.0, abs=1e-9)
+                assert state.total_cash() == pytest.approx(1.0, abs=1e-9)
                 if state.n:
                     assert sum(p.importance for p in pages) == pytest.approx(1.0)
                 seen.add(int(state.stats()["visits"]))
@@ -404,13 +408,13 @@ def test_urls_that_need_quoting_round_trip(tmp_path):
         "http://a.example/back\\slash",
         "http://b.example/caf\u00e9/\u65e5\u672c",
     ]
-    f = MemoryFrontier(OpicEngine())
+    f = SqliteFrontier.open(
+        tmp_path / "q.sqlite", resume=False, epsilon=0.15, refresh=1.0, window="unbounded"
+    )
     f.schedule([Entry(f"k{k}", url, payload="r") for k, url in enumerate(urls)])
     lease = f.pop()
     f.visit(lease, [Link(f"k{k}", urls[k]) for k in (1, 2, 3)])
-    store = SqliteStore(tmp_path / "q.sqlite")
-    store.commit(f)
-    store.close()
+    f.close([])
     with open_state(tmp_path / "q.sqlite") as state:
         write_export(state, str(tmp_path / "q.csv"))
         write_export(state, str(tmp_path / "q.jsonl"))

@@ -18,7 +18,7 @@ from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.test import get_crawler
 
 from scrapy_opic.backends import StoreError
-from scrapy_opic.backends.sqlite import ON_DISK
+from scrapy_opic.backends.sqlite import StateReader
 from scrapy_opic.scheduler import FOLLOW_UP_META, OpicScheduler, OutcomeErrback
 
 URLS = [f"http://host{i % 3}.example/page/{i}" for i in range(12)]
@@ -474,15 +474,16 @@ def test_jobdir_persists_pending_requests_across_reopen(jobdir):
         s.enqueue_request(Request(url, meta={"k": url}, priority=1 if "page/3" in url else 0))
     # With a JOBDIR every pending request is a row on disk, and at most OPIC_MEMORY_REQUESTS of
     # them are also held in memory.
-    payloads = list(s.frontier.payloads.values())
-    assert sum(isinstance(p, Request) for p in payloads) == 4
-    assert payloads.count(ON_DISK) == len(URLS) - 4
+    assert len(s.frontier._cache) == 4 and not s.frontier.payloads
+    with StateReader(s.frontier.store.path, empty_ok=True) as reader:
+        assert reader.n is None  # nothing committed yet: the rows wait for the first commit
+    assert sum(s.frontier.store.get_request(i) is not None for i in range(len(URLS))) == len(URLS)
     first = s.next_request()  # in flight when the crawl stops
     assert first.url == URLS[3]  # priority first, read back from disk
     jobdir.close(s, "shutdown")
     again = jobdir.make(OPIC_MEMORY_REQUESTS=4)
     assert len(again) == len(URLS)  # the in-flight page is pending again
-    assert all(p == ON_DISK for p in again.frontier.payloads.values())
+    assert not again.frontier._cache and not again.frontier.payloads  # all on disk
     got = []
     while (r := again.next_request()) is not None:
         got.append(r.url)
@@ -509,6 +510,7 @@ def test_unserializable_requests_stay_in_memory_with_one_warning(jobdir, caplog)
     assert caplog.text.count("Unable to serialize") == 1
     assert s.counts["opic/unserializable"] == 3
     assert sum(isinstance(p, Request) for p in s.frontier.payloads.values()) == 3
+    assert all(s.frontier.store.get_request(i)[1] is None for i in range(3))  # (lost at restart)
     assert len({s.next_request().url for _ in range(3)}) == 3
     jobdir.cleanup()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -14,8 +15,7 @@ import pytest
 
 from scrapy_opic.backends import StoreError
 from scrapy_opic.backends.sqlite import CHUNK, SqliteFrontier, SqliteStore, StateReader
-from scrapy_opic.opic import OpicEngine
-from scrapy_opic.opic.frontier import Entry, Link, MemoryFrontier
+from scrapy_opic.opic.frontier import Entry, Link
 from tests.frontiers import key
 
 
@@ -58,6 +58,7 @@ def test_a_checkpoint_round_trips_and_resumes(tmp_path):
     f.commit(wait=True)
     cash, importance = f.engine.cash(), f.engine.importance()
     pending = len(f)
+    urls = [f.url_of(i) for i in range(f.engine.n)]
     crash(f)
 
     g = frontier_at(path, resume=True)
@@ -66,7 +67,8 @@ def test_a_checkpoint_round_trips_and_resumes(tmp_path):
     np.testing.assert_allclose(g.engine.importance(), importance)
     assert g.status_of(in_flight.key) == "pending"  # back in line, cash intact
     assert len(g) == pending + 1
-    assert g.urls == f.urls and g.engine.id_of(key(0)) == 0
+    assert [g.url_of(i) for i in range(g.engine.n)] == urls
+    assert g.engine.id_of(key(0)) == 0
     got = {lease.key: lease.payload for lease in iter(g.pop, None)}
     assert got[in_flight.key] == in_flight.payload  # read back from its row
     g.close([])
@@ -82,7 +84,7 @@ def test_uncommitted_changes_are_not_in_the_file(tmp_path):
     g = frontier_at(path, resume=True)
     assert g.engine.n == 1 and g.status_of(key(0)) == "pending"
     with StateReader(path) as reader:
-        assert dict(reader.requests()) == {0: (0, "h0", b"req0")}
+        assert list(reader.requests()) == [(0, key(0), b"req0")]
     g.close([])
 
 
@@ -122,7 +124,7 @@ def test_kill_9_mid_crawl_leaves_a_consistent_checkpoint(tmp_path):
     # The request rows and the snapshot were committed together: exactly the pending pages.
     pending = {i for i in range(f.engine.n) if f.status[i] == 1}
     with StateReader(path) as reader:
-        assert pending == {i for i, _row in reader.requests()}
+        assert pending == {i for i, _key, _data in reader.requests()}
     assert f.figures()["in_flight"] == 0
     f.close([])
 
@@ -136,43 +138,31 @@ def test_missing_or_corrupt_state_is_one_clear_error(tmp_path):
         frontier_at(bad, resume=True)
 
 
-def test_page_rows_are_chunked_and_append_only(tmp_path):
-    """Keys and URLs go in fixed chunks; a commit rewrites only the chunks that grew, and a
-    reload (after several commits) has every page's key and URL in id order."""
-    f = MemoryFrontier(OpicEngine())
-    store = SqliteStore(tmp_path / "c.sqlite")
+def test_page_rows_are_written_once_and_read_back_in_order(tmp_path):
+    """Keys and URLs are rows written at the commit after their page appeared (a commit writes
+    the new ones only), and a reload (after several commits) has every page's key and URL in
+    id order, in chunks."""
+    path = tmp_path / "c.sqlite"
+    f = frontier_at(path)
     urls: list[str] = []
-    writes: list[str] = []
-    real_set = store.db.__class__.__setitem__
-
-    def spy(db, k, value):
-        writes.append(k)
-        real_set(db, k, value)
-
-    store.db.__class__.__setitem__ = spy
-    try:
-        for batch in (10, CHUNK, 3):
-            for _ in range(batch):
-                url = f"http://h/{len(urls)}"
-                f.page(f"k{len(urls)}", url)
-                urls.append(url)
-            writes.clear()
-            store.commit(f)
-            pages = sorted(k for k in writes if k.startswith("pages/"))
-            last = (len(urls) - 1) // CHUNK
-            first = (len(urls) - batch) // CHUNK
-            assert pages == sorted(f"pages/{c}" for c in range(first, last + 1))
-    finally:
-        store.db.__class__.__setitem__ = real_set
-    store.close()
-    with StateReader(tmp_path / "c.sqlite") as reader:
-        saved = reader.saved()
-    assert saved.urls == urls
-    assert [saved.engine.key_of(i) for i in range(len(urls))] == [f"k{i}" for i in range(len(urls))]
-    with StateReader(tmp_path / "c.sqlite") as reader:
+    for batch in (10, CHUNK, 3, 0):
+        for _ in range(batch):
+            url = f"http://h/{len(urls)}"
+            f.page(f"k{len(urls)}", url)
+            urls.append(url)
+        f.commit(wait=True)
+        assert f.store.last_commit["pages"] == batch
+    assert [f.url_of(i) for i in range(len(urls))] == urls  # read back from their rows
+    assert [f.engine.key_of(i) for i in (0, CHUNK + 2)] == ["k0", f"k{CHUNK + 2}"]
+    f.close([])
+    with StateReader(path) as reader:
         assert reader.n == len(urls)
-        got = [url for _lo, rows in reader.page_chunks() for _k, url in rows]
-        assert got == urls
+        chunks = list(reader.page_chunks())
+        assert [len(rows) for _lo, rows in chunks] == [CHUNK, 13]
+        assert [url for _lo, rows in chunks for _k, url in rows] == urls
+        assert [k for _lo, rows in chunks for k, _url in rows] == [
+            f"k{i}" for i in range(len(urls))
+        ]
         assert reader.urls_of([0, CHUNK + 1]) == {0: urls[0], CHUNK + 1: urls[CHUNK + 1]}
 
 
@@ -180,21 +170,20 @@ def test_a_reader_sees_one_commit_while_a_writer_goes_on(tmp_path):
     """A reader opened between two commits keeps seeing the first one (one read transaction),
     and the writer's commits are not blocked by it (WAL)."""
     path = tmp_path / "w.sqlite"
-    f = MemoryFrontier(OpicEngine())
-    f.schedule([Entry("a", "http://h/a", 0, "", "A")])
-    store = SqliteStore(path)
-    store.commit(f)
+    f = frontier_at(path)
+    f.schedule([Entry("a", "http://h/a", 0, "", b"A")])
+    f.commit(wait=True)
     with StateReader(path) as reader:
         for k in range(CHUNK + 5):  # more pages and a new chunk, committed twice
             f.page(f"b{k}", f"http://h/b{k}")
-        store.commit(f)
-        store.commit(f)
+        f.commit(wait=True)
+        f.commit(wait=True)
         assert reader.n == 1
         assert reader.engine().n == 1
         assert [rows for _lo, rows in reader.page_chunks()] == [[("a", "http://h/a")]]
     with StateReader(path) as reader:
         assert reader.n == CHUNK + 6
-    store.close()
+    f.close([])
 
 
 def test_a_crawl_starting_on_a_state_waits_for_its_reader(tmp_path):
@@ -204,18 +193,16 @@ def test_a_crawl_starting_on_a_state_waits_for_its_reader(tmp_path):
     import time
 
     path = tmp_path / "r.sqlite"
-    f = MemoryFrontier(OpicEngine())
+    f = frontier_at(path)
     f.page("a", "http://h/a")
-    store = SqliteStore(path)
-    store.commit(f)
-    store.close()
+    f.close([])
     reader = StateReader(path)  # a read transaction, open
     opened: list = []
 
     def start_crawl() -> None:
         store = SqliteStore(path)  # must wait for the reader, then succeed
         with StateReader(path) as saved:
-            opened.append(saved.saved().urls)
+            opened.append([url for _lo, rows in saved.page_chunks() for _k, url in rows])
         store.close()
 
     crawl = threading.Thread(target=start_crawl)
@@ -235,11 +222,10 @@ def test_a_failed_background_commit_stops_the_crawl_with_an_error_not_a_hang(tmp
         import os, resource, signal, sys, time
         sys.path.insert(0, {str(os.getcwd())!r})
         from scrapy_opic.backends import StoreError
-        from scrapy_opic.backends.sqlite import SqliteStore
-        from scrapy_opic.opic import OpicEngine
-        from scrapy_opic.opic.frontier import MemoryFrontier
-        store = SqliteStore({str(path)!r})
-        f = MemoryFrontier(OpicEngine())
+        from scrapy_opic.backends.sqlite import SqliteFrontier
+        f = SqliteFrontier.open({str(path)!r}, resume=False, epsilon=0.15, refresh=0.0,
+                                window="unbounded")
+        store = f.store
         for k in range(50):
             f.page(f"k{{k}}", "u")
         store.commit(f, {{}})
@@ -277,9 +263,9 @@ def test_a_failed_background_commit_stops_the_crawl_with_an_error_not_a_hang(tmp
 
 
 def test_a_row_changed_on_disk_fails_its_checksum(tmp_path):
-    """A byte of a row changed in place (a URL's character: still valid UTF-8, still a valid
-    pickle, the file's structure intact) is refused at load, not resumed with a wrong URL;
-    and the refused file is left as it was."""
+    """A byte of a row changed in place (a URL's character: still valid UTF-8, the file's
+    structure intact) is refused by every read of that row, never handed out as a wrong URL.
+    (A resume reads no page row: it finds the damage when the row is read, an export too.)"""
     path = tmp_path / "s.sqlite"
     f = frontier_at(path)
     f.schedule([Entry(key(0), "http://h/unique-marker", 0, "h", b"req")])
@@ -287,12 +273,35 @@ def test_a_row_changed_on_disk_fails_its_checksum(tmp_path):
     data = path.read_bytes()
     assert data.count(b"unique-marker") == 1
     path.write_bytes(data.replace(b"unique-marker", b"unique-markes"))
+    with StateReader(path) as reader:
+        with pytest.raises(StoreError, match="damaged .*checksum"):
+            list(reader.page_chunks())
+        with pytest.raises(StoreError, match="checksum"):
+            reader.urls_of([0])
+    g = frontier_at(path, resume=True)
+    with pytest.raises(StoreError, match="checksum"):
+        g.url_of(0)
+    g.close([])
+
+
+def test_a_block_changed_on_disk_is_refused_at_resume(tmp_path):
+    """A byte of a page block changed in place is refused at load, before anything is
+    written: the file is left as it was."""
+    path = tmp_path / "s.sqlite"
+    f = frontier_at(path)
+    f.schedule([Entry(key(0), "http://h/0", 0, "h", b"req")])
+    f.close([])
+    con = sqlite3.connect(path)
+    (blob,) = con.execute("SELECT data FROM opic_blocks WHERE b = 0").fetchone()
+    blob = bytearray(blob)
+    blob[40] ^= 1
+    con.execute("UPDATE opic_blocks SET data = ? WHERE b = 0", (bytes(blob),))
+    con.commit()
+    con.close()
     before = path.read_bytes()
     with pytest.raises(StoreError, match="damaged .*checksum"):
         frontier_at(path, resume=True)
     assert path.read_bytes() == before
-    with pytest.raises(StoreError, match="checksum"), StateReader(path) as reader:
-        list(reader.page_chunks())
 
 
 def test_a_state_is_locked_against_a_second_writer(tmp_path):

@@ -853,6 +853,22 @@ class RedisSnapshot:
     def meta(self) -> dict:
         return self._meta
 
+    def header(self) -> dict:
+        """The engine's parameters and scalars (as :meth:`OpicEngine.header`)."""
+        return {"params": self._state["params"], "scalars": self._state["scalars"], "window": {}}
+
+    def columns(
+        self, names: Sequence[str] | None = None, batch: int = 0
+    ) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
+        """The per-page columns, as :meth:`StateReader.columns` has them (one batch: the pages
+        are in memory already)."""
+        n = self.n
+        cols = {k: a[:n] for k, a in self.engine().page_arrays().items()}
+        cols["f.status"] = np.frombuffer(self.status, np.uint8)
+        cols["f.outcome"] = np.frombuffer(self.outcome, np.uint16)
+        if n:
+            yield 0, cols if names is None else {k: cols[k] for k in names}
+
     def page_chunks(self, first: int = 0) -> Iterator[tuple[int, list[tuple[Any, str | None]]]]:
         for lo in range(first * CHUNK, self.n, CHUNK):
             hi = min(self.n, lo + CHUNK)

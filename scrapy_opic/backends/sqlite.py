@@ -1,33 +1,37 @@
 """The embedded backend: a :class:`~scrapy_opic.opic.frontier.MemoryFrontier` checkpointed to one
 sqlite file (through sqlitedict), and a read-only view of that file for exports.
 
-File layout: one table, ``opic``, so that everything that must change together is written by one
-connection and committed in one sqlite transaction:
+Made for frontiers of tens of millions of pages in one process: in memory, a page is a row of
+numpy arrays (the engine's, its status, outcome and tier code) and its key's 64-bit hash in a
+compact index (:class:`~scrapy_opic.opic.index.KeyIndex`); its key, its URL and its pending
+request are rows of the file. A checkpoint writes what changed since the previous one, never
+all pages.
 
-``"engine"``
-    :meth:`OpicEngine.state_dict` without the page keys (scalars, per-page arrays, window state);
-``"frontier"``
-    each page's life-cycle status, the crawl mode and the number of pages;
-``"meta"``
-    what the crawl adds (spider name, settings, the time series of the crawl...);
-``"pages/<c>"``
-    the ``(key, url)`` of pages ``c*CHUNK .. (c+1)*CHUNK-1``: append-only, so a commit rewrites
-    only the last chunk and the new ones;
-``"req/<id>"``
-    one row per pending page: ``(priority, download slot, payload bytes)``.
+File layout (one file, one connection, one transaction per checkpoint):
 
-With kept links (``OPIC_KEEP_LINKS``), a second table, ``opic_links``, holds one row per page
-that has links: ``(id, links, alias)``, ``links`` a CRC-32 of the rest of the row then the
-page's link targets as :func:`~scrapy_opic.opic.links.encode_links` blobs (sorted ids, gaps as
-varints: no pickle), ``alias`` the page it redirected to (NULL for a page with links). A commit
-writes the rows of the pages whose links changed since the previous one (never all pages), in
-the snapshot's transaction: the links a reader or a resume finds are those of the snapshot's
-visits, never more, never fewer.
+table ``opic`` (sqlitedict's face: pickled rows behind a CRC-32)
+    ``"engine"``: the engine's parameters and scalars (:meth:`OpicEngine.header`);
+    ``"frontier"``: the format, the number of pages, the row layout of the blocks, the crawl
+    mode, the tier codes (each ``(priority, download slot)``), the redirect aliases;
+    ``"meta"``: what the crawl adds (spider name, settings, its time series).
+table ``opic_blocks`` ``(b, data)``
+    the per-page arrays of pages ``b*BLOCK .. (b+1)*BLOCK-1``, column after column as the
+    ``"frontier"`` row's layout says, behind a CRC-32. A checkpoint rewrites the blocks of the
+    pages it touched (a visit: the page and those it paid) and of the new pages.
+table ``opic_pages`` ``(id, key, url)``
+    append-only: a checkpoint inserts the pages added since the previous one.
+table ``opic_requests`` ``(id, key, data)``
+    one row per pending page of a resumable crawl (JOBDIR): its key and its serialized request
+    behind a CRC-32, written as it changes, committed with the next checkpoint.
+table ``opic_links`` ``(id, links, alias)``
+    with kept links (``OPIC_KEEP_LINKS``): one row per page that has links, ``links`` a CRC-32
+    of the rest of the row then the page's link targets as
+    :func:`~scrapy_opic.opic.links.encode_links` blobs, ``alias`` the page it redirected to.
 
-:meth:`SqliteStore.commit` writes a snapshot and commits it together with the request rows
-changed since the previous commit. A process killed at any moment (``kill -9``) leaves the last
-committed snapshot: never half a visit. Pages that were in flight in that snapshot go back to
-pending on load.
+:meth:`SqliteStore.commit` writes a checkpoint in one sqlite transaction, with every request
+row changed since the previous one. A process killed at any moment (``kill -9``) leaves the last
+committed checkpoint: never half a visit. Pages that were in flight in it go back to pending on
+load.
 
 While a crawl has it open the file is in WAL mode: a reader (:class:`StateReader`, the export
 commands) reads one consistent snapshot inside one read transaction while the crawl goes on
@@ -36,10 +40,9 @@ a rollback journal: one file, with no ``-wal``/``-shm`` beside it. (The one wait
 starts on a closed state while a reader is inside it waits for that reader, up to
 :data:`BUSY_TIMEOUT`, to switch the file into WAL mode.)
 
-Cost: a snapshot rewrites the per-page arrays plus the new page rows (``benchmarks/export_perf.py``
-measures it), so the frontier commits every K visits or T seconds, not at every event; request
-rows are written as they change. The snapshot is serialized in the caller's thread and written
-by sqlitedict's own thread: a periodic commit does not wait for the disk.
+The rows are built in the caller's thread and written by sqlitedict's own thread: a periodic
+commit does not wait for the disk. Reads of rows (a request to pop, a key) go through that thread
+too, so that they see the writes queued before them.
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ import sqlite3
 import time
 import zlib
 from array import array
-from collections.abc import Callable, Collection, Hashable, Iterator, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,9 +65,10 @@ from typing import Any
 import numpy as np
 from sqlitedict import SqliteDict
 
-from ..opic.constants import PENDING, STATUSES, VISITED
+from ..opic.constants import ERROR, IN_FLIGHT, PENDING, STATUSES, VISITED
 from ..opic.engine import OpicEngine
 from ..opic.frontier import Entry, Lease, MemoryFrontier
+from ..opic.index import KeyIndex, key_hash
 from ..opic.links import decode_links, encode_links
 from ..opic.window import parse_window
 from ..series import Series
@@ -74,15 +78,24 @@ logger = logging.getLogger(__name__)
 # sqlitedict logs each open and close at DEBUG, which Scrapy's default LOG_LEVEL shows.
 logging.getLogger("sqlitedict").setLevel(logging.INFO)
 
-FORMAT = 2
+FORMAT = 3
+BLOCK = 64  #: pages per row of ``opic_blocks``
+BLOCK_SHIFT = 6  #: log2(BLOCK)
+READ_BLOCKS = 1024  #: block rows a reader decodes at a time (64K pages)
+CHUNK = 4096  #: pages per chunk of (key, url) rows a reader hands out
+BLOCKS_TABLE = "opic_blocks"  #: per-page arrays, a block of pages per row
+PAGES_TABLE = "opic_pages"  #: each page's key and URL
+REQUESTS_TABLE = "opic_requests"  #: each pending page's serialized request
 LINKS_TABLE = "opic_links"  #: the table of kept links (see the module docstring)
 LINKS_READ_ROWS = 32_768  #: rows of kept links a reader decodes at a time
-CHUNK = 4096  #: pages per ``pages/<c>`` row
 BUSY_TIMEOUT = 30.0  #: seconds a crawl starting on a state waits for a reader to finish
 _SQLITE_MAGIC = b"SQLite format 3\x00"
+_TABLES = (BLOCKS_TABLE, PAGES_TABLE, REQUESTS_TABLE, LINKS_TABLE)
 
-#: The in-memory payload of a page whose pending payload is only a row of the store.
-ON_DISK = "opic:on-disk"
+#: The payload a pop hands out for a page whose request row was lost (or never stored: a
+#: request that could not be serialized, pending when the crawl stopped); the frontier gives
+#: such a page up.
+MISSING = "opic:missing"
 
 
 def _check_sqlite(path: Path) -> None:
@@ -146,18 +159,160 @@ def _one_line(exc: BaseException) -> str:
     return text[:200]
 
 
+def _crc(data: bytes) -> bytes:
+    return zlib.crc32(data).to_bytes(4, "big")
+
+
+def _key_bytes(key: Any) -> bytes:
+    if isinstance(key, bytes):
+        return key
+    return str(key).encode("utf-8", "surrogatepass")
+
+
+def row_crc(key: Any, text: bytes | str | None) -> int:
+    """The CRC-32 of a row of page key and URL, or of page key and request data."""
+    if isinstance(text, str):
+        text = text.encode("utf-8", "surrogatepass")
+    return zlib.crc32(_key_bytes(key) + b"\x00" + (text or b""))
+
+
+def _checked(blob: bytes) -> bytes:
+    """The data of a ``CRC-32 + data`` column (:class:`ValueError` if it fails its checksum)."""
+    data = blob[4:]
+    if len(blob) < 4 or zlib.crc32(data) != int.from_bytes(blob[:4], "big"):
+        raise ValueError("a row fails its checksum")
+    return data
+
+
+Layout = list[tuple[str, str, tuple[int, ...]]]
+
+
+def layout_of(columns: dict[str, np.ndarray]) -> Layout:
+    """The row layout of a block: ``(name, dtype, shape of a page's row)`` per column."""
+    return [(name, a.dtype.str, tuple(a.shape[1:])) for name, a in columns.items()]
+
+
+def _width(dtype: str, shape: tuple[int, ...]) -> int:
+    return BLOCK * np.dtype(dtype).itemsize * math.prod(shape)
+
+
+def pack_block(columns: dict[str, np.ndarray], layout: Layout, b: int) -> bytes:
+    """Block ``b`` of ``columns`` (rows ``b*BLOCK ..``, zero-padded past an array's end) behind
+    its CRC-32."""
+    lo, hi = b * BLOCK, (b + 1) * BLOCK
+    parts = []
+    for name, _dtype, shape in layout:
+        a = columns[name]
+        seg = a[lo:hi]
+        if len(seg) < BLOCK:
+            seg = np.concatenate([seg, np.zeros((BLOCK - len(seg), *shape), a.dtype)])
+        parts.append(seg.tobytes())
+    data = b"".join(parts)
+    return _crc(data) + data
+
+
+def unpack_blocks(blobs: Sequence[bytes], layout: Layout) -> dict[str, np.ndarray]:
+    """The columns of consecutive blocks (``len(blobs) * BLOCK`` rows each); each block's
+    checksum and size are checked (:class:`ValueError`)."""
+    size = sum(_width(dtype, shape) for _name, dtype, shape in layout)
+    datas = []
+    for blob in blobs:
+        data = _checked(bytes(blob))
+        if len(data) != size:
+            raise ValueError(f"a block of {len(data)} bytes, not {size}")
+        datas.append(data)
+    raw = np.frombuffer(b"".join(datas), np.uint8).reshape(len(datas), size)
+    out, off = {}, 0
+    for name, dtype, shape in layout:
+        width = _width(dtype, shape)
+        col = np.ascontiguousarray(raw[:, off : off + width])
+        out[name] = col.view(np.dtype(dtype)).reshape(len(datas) * BLOCK, *shape)
+        off += width
+    return out
+
+
+class HashedKeys:
+    """Page keys known by their 64-bit hashes alone (an engine's
+    :class:`~scrapy_opic.opic.engine.PageKeys` over a :class:`~scrapy_opic.opic.index.KeyIndex`):
+    a key finds its page, a page does not tell its key. What a loaded snapshot has."""
+
+    def __init__(self, index: KeyIndex) -> None:
+        self.index = index
+
+    def get(self, key: Hashable) -> int | None:
+        return self.index.get_hash(key_hash(key))
+
+    def add(self, key: Hashable, i: int) -> None:
+        if self.index.add_hash(key_hash(key)) != i:
+            raise RuntimeError(f"page {i}: every page of a hashed index needs a key")
+
+    def key_of(self, i: int) -> Hashable | None:
+        return None
+
+    def nbytes(self) -> int:
+        return self.index.nbytes()
+
+
+class StoredKeys:
+    """The page keys of the embedded store (an engine's :class:`~scrapy_opic.opic.engine.PageKeys`):
+    in memory only a :class:`~scrapy_opic.opic.index.KeyIndex` of the keys' 64-bit hashes
+    (about 15 bytes per page); a key itself is a row of the store, read back when asked for,
+    except those of the pages added since the last checkpoint, which wait here to be written.
+
+    Two keys with the same 64-bit hash are one page (see :mod:`~scrapy_opic.opic.index` for
+    the odds)."""
+
+    def __init__(
+        self, index: KeyIndex, load: Callable[[int], Hashable | None], written: int
+    ) -> None:
+        self.index = index
+        self._load = load
+        self.written = written  #: pages whose keys are rows of the store
+        self.recent: list[Hashable] = []  #: keys of pages ``written ..``
+        self._last: tuple[Any, int] = (None, 0)
+
+    def get(self, key: Hashable) -> int | None:
+        h = key_hash(key)
+        self._last = (key, h)  # (the engine adds a key right after it looked it up)
+        return self.index.get_hash(h)
+
+    def add(self, key: Hashable, i: int) -> None:
+        last = self._last
+        j = self.index.add_hash(last[1] if last[0] is key else key_hash(key))
+        if j != i or i != self.written + len(self.recent):
+            raise RuntimeError(f"page {i} got index id {j}: every page of this store needs a key")
+        self.recent.append(key)
+
+    def key_of(self, i: int) -> Hashable | None:
+        k = i - self.written
+        if k >= 0:
+            return self.recent[k] if k < len(self.recent) else None
+        return self._load(i)
+
+    def take(self) -> list[Hashable]:
+        """The keys not written yet, which the caller writes now."""
+        keys, self.recent = self.recent, []
+        self.written += len(keys)
+        return keys
+
+    def nbytes(self) -> int:
+        return self.index.nbytes()
+
+
 @dataclass
 class Saved:
-    """A loaded snapshot: the engine (with its page keys), page statuses, URLs and meta."""
+    """A loaded snapshot: the engine (keys: a compact index), the per-page frontier arrays,
+    the aliases, tier codes and meta."""
 
     engine: OpicEngine
-    status: bytes
-    urls: list[str]
+    status: np.ndarray  #: uint8 by id
+    outcome: np.ndarray  #: uint16 by id: how each page's last fetch ended
+    tier: np.ndarray  #: uint32 by id: the tier code of a page with a request, else 0
+    alias: dict = field(default_factory=dict)  #: page -> the page it redirects to (ids)
+    tiers: list = field(default_factory=list)  #: (priority, slot) of codes 1, 2...
     meta: dict = field(default_factory=dict)
-    #: Each page's outcome code (uint16 by id; empty in a state saved before outcomes).
-    outcome: bytes = b""
-    #: Page -> the page it permanently redirects to (ids).
-    alias: dict = field(default_factory=dict)
+    continuous: bool = False
+    discovery_debt: float = 0.0
 
 
 class StateLock:
@@ -240,11 +395,27 @@ class SqliteStore:
             if lock is None:
                 self.lock.release()
             raise StoreError(f"cannot open OPIC state {self.path}: {_one_line(exc)}") from None
+        conn = self.db.conn
         if fresh:
-            # Queued, not committed: it lands with the first commit's rows, in one transaction.
-            self.db.conn.execute('DELETE FROM "opic"')
-            self.db.conn.execute(f'DROP TABLE IF EXISTS "{LINKS_TABLE}"')
-        self._pages_written = 0  # pages whose (key, url) rows are committed
+            # Queued, not committed: it lands with the first commit's rows, in one transaction
+            # (the DELETE opens it; sqlite's DDL is transactional).
+            conn.execute('DELETE FROM "opic"')
+            for table in _TABLES:
+                conn.execute(f'DROP TABLE IF EXISTS "{table}"')
+        conn.execute(
+            f'CREATE TABLE IF NOT EXISTS "{BLOCKS_TABLE}" (b INTEGER PRIMARY KEY, data BLOB)'
+        )
+        conn.execute(
+            f'CREATE TABLE IF NOT EXISTS "{PAGES_TABLE}" '
+            "(id INTEGER PRIMARY KEY, key BLOB, url TEXT, crc INTEGER)"
+        )
+        conn.execute(
+            f'CREATE TABLE IF NOT EXISTS "{REQUESTS_TABLE}" '
+            "(id INTEGER PRIMARY KEY, key BLOB, data BLOB, crc INTEGER)"
+        )
+        #: What the last commit wrote: blocks, new pages, bytes, and the seconds it took to
+        #: build its rows (in the caller's thread).
+        self.last_commit: dict[str, float] = {}
 
     def _check(self) -> None:
         """Raise :class:`StoreError` if sqlitedict's writer thread failed or died (a full disk,
@@ -275,62 +446,113 @@ class SqliteStore:
         except (sqlite3.Error, RuntimeError) as exc:
             self._fail(exc)
 
-    # -- requests ---------------------------------------------------------------------------
-    def put_request(self, i: int, data: Any) -> None:
+    # -- rows read and written as the crawl goes ----------------------------------------------
+    def put_request(self, i: int, key: Hashable, data: bytes | None) -> None:
+        """Page ``i`` waits with the request ``data`` (``None``: one that could not be
+        serialized, which a restart loses)."""
         with self._io():
-            self.db[f"req/{i}"] = data
+            self.db.conn.execute(
+                f'INSERT OR REPLACE INTO "{REQUESTS_TABLE}" (id, key, data, crc) '
+                "VALUES (?, ?, ?, ?)",
+                (i, key, data, row_crc(key, data)),
+            )
 
-    def get_request(self, i: int) -> Any:
-        """The payload row of page ``i`` (:class:`KeyError` if none)."""
+    def get_request(self, i: int) -> tuple[Hashable, bytes | None] | None:
+        """``(key, request data)`` of page ``i`` (data ``None`` for a request that was not
+        serialized), or ``None`` if it has no row. A damaged row is a :class:`StoreError`."""
         with self._io():
-            return self.db[f"req/{i}"]
+            row = self.db.conn.select_one(
+                f'SELECT key, data, crc FROM "{REQUESTS_TABLE}" WHERE id = ?', (i,)
+            )
+        if row is None:
+            return None
+        if row_crc(row[0], row[1]) != row[2]:
+            raise damaged(self.path, ValueError(f"the request row of page {i} fails its checksum"))
+        return row[0], row[1]
 
     def del_request(self, i: int) -> None:
-        # A plain DELETE, queued: sqlitedict's ``del`` first asks whether the key exists, which
-        # would wait behind a snapshot still being written.
         with self._io():
-            self.db.conn.execute('DELETE FROM "opic" WHERE key = ?', (f"req/{i}",))
+            self.db.conn.execute(f'DELETE FROM "{REQUESTS_TABLE}" WHERE id = ?', (i,))
 
-    # -- snapshots --------------------------------------------------------------------------
+    def get_page(self, i: int) -> tuple[Hashable, str | None] | None:
+        """``(key, url)`` of page ``i`` if its row is written (queued writes included)."""
+        with self._io():
+            row = self.db.conn.select_one(
+                f'SELECT key, url, crc FROM "{PAGES_TABLE}" WHERE id = ?', (i,)
+            )
+        if row is None:
+            return None
+        if row_crc(row[0], row[1]) != row[2]:
+            raise damaged(self.path, ValueError(f"the row of page {i} fails its checksum"))
+        return row[0], row[1]
+
+    # -- checkpoints -------------------------------------------------------------------------
     def commit(
-        self, frontier: MemoryFrontier, meta: dict | None = None, blocking: bool = True
+        self, frontier: SqliteFrontier, meta: dict | None = None, blocking: bool = True
     ) -> None:
-        """Write a snapshot of ``frontier`` (its engine, statuses, the page keys and URLs by
-        page id) and commit it with everything pending, in one transaction.
+        """Write a checkpoint of ``frontier`` and commit it with everything pending, in one
+        transaction: the engine's scalars, the blocks of the pages changed since the last
+        checkpoint (:meth:`SqliteFrontier.take_dirty`), the rows of the pages added since.
 
-        The snapshot is taken (serialized) here, in the caller's thread; sqlitedict's writer
-        thread writes it. ``blocking=False`` returns without waiting for the disk (a crawl's
-        periodic commits: the Scrapy reactor need not wait for the write); until the write
-        lands, a reader or a crash sees the previous commit, never part of this one."""
+        The rows are built here, in the caller's thread; sqlitedict's writer thread writes
+        them. ``blocking=False`` returns without waiting for the disk (a crawl's periodic
+        commits: the Scrapy reactor need not wait for the write); until the write lands, a
+        reader or a crash sees the previous commit, never part of this one."""
         with self._io():  # a previous (non-blocking) commit that failed stops the crawl here
             self._commit(frontier, meta, blocking)
 
-    def _commit(self, frontier: MemoryFrontier, meta: dict | None, blocking: bool) -> None:
-        engine, urls = frontier.engine, frontier.urls
+    def _commit(self, frontier: SqliteFrontier, meta: dict | None, blocking: bool) -> None:
+        started = time.perf_counter()
+        engine = frontier.engine
         n = engine.n
-        state = engine.state_dict(keys=False)
-        self.db["engine"] = state
+        conn = self.db.conn
+        columns = frontier.columns()
+        layout = layout_of(columns)
+        written = frontier.keys.written
+        self.db["engine"] = engine.header()
         self.db["frontier"] = {
             "format": FORMAT,
             "n": n,
-            "status": bytes(frontier.status[:n]),
-            "outcome": frontier.outcome[:n].tobytes(),
+            "block": BLOCK,
+            "layout": layout,
             "alias": frontier.alias,
+            "tiers": frontier.tiers.as_list(),
             "continuous": frontier.continuous,
             "links": frontier.keep_links,
+            "discovery_debt": frontier.discovery_debt,
         }
-        # Page rows are append-only: rewrite from the chunk holding the first unwritten page.
-        for c in range(self._pages_written // CHUNK, (n + CHUNK - 1) // CHUNK):
-            lo, hi = c * CHUNK, min(n, (c + 1) * CHUNK)
-            self.db[f"pages/{c}"] = [
-                (engine.key_of(i), urls[i] if i < len(urls) else None) for i in range(lo, hi)
-            ]
+        new = page_bytes = 0
+        if n > written:
+            keys, urls = frontier.keys.take(), frontier.take_urls()
+            new = len(keys)
+            page_bytes = sum(map(len, filter(None, urls))) + sum(
+                len(k) if isinstance(k, (bytes, str)) else 8 for k in keys
+            )
+            conn.executemany(
+                f'INSERT OR REPLACE INTO "{PAGES_TABLE}" (id, key, url, crc) VALUES (?, ?, ?, ?)',
+                [
+                    (i, k, u, row_crc(k, u))
+                    for i, k, u in zip(range(written, n), keys, urls, strict=True)
+                ],
+            )
+        blocks = frontier.take_dirty()
+        if n > written:  # the blocks of the new pages
+            blocks.update(range(written >> BLOCK_SHIFT, (n + BLOCK - 1) >> BLOCK_SHIFT))
+        rows = [(b, pack_block(columns, layout, b)) for b in sorted(blocks) if b * BLOCK < n]
+        del columns  # (views of the frontier's arrays: they must be free to grow again)
+        conn.executemany(f'INSERT OR REPLACE INTO "{BLOCKS_TABLE}" (b, data) VALUES (?, ?)', rows)
         if frontier.keep_links:
             self._write_links(frontier.take_link_changes())
         if meta is not None:
             self.db["meta"] = meta
+        self.last_commit = {
+            "blocks": len(rows),
+            "block_bytes": sum(len(r[1]) for r in rows),
+            "pages": new,
+            "page_bytes": page_bytes,
+            "seconds": time.perf_counter() - started,
+        }
         self.db.commit(blocking=blocking)
-        self._pages_written = n
 
     def _write_links(self, changes: dict[int, list[int] | int | None]) -> None:
         """Queue the rows of the pages whose kept links changed (inside the transaction that
@@ -393,9 +615,18 @@ def _into_wal(path: Path) -> None:
 
 
 def _check_format(path: Path, fr: Any) -> None:
-    if not isinstance(fr, dict) or fr.get("format") != FORMAT:
-        found = fr.get("format") if isinstance(fr, dict) else None
-        raise StoreError(f"{path}: unknown OPIC state format {found!r} (expected {FORMAT})")
+    found = fr.get("format") if isinstance(fr, dict) else None
+    if found == FORMAT:
+        if fr.get("block") != BLOCK:
+            raise StoreError(f"{path}: an OPIC state in blocks of {fr.get('block')} pages")
+        return
+    if isinstance(found, int) and 0 < found < FORMAT:
+        raise StoreError(
+            f"{path}: an OPIC state of format {found}, written by an older scrapy-opic (this "
+            f"one reads format {FORMAT}): export it with the version that wrote it, or start "
+            "afresh (move it away, or choose another JOBDIR or OPIC_STATE_PATH)"
+        )
+    raise StoreError(f"{path}: unknown OPIC state format {found!r} (expected {FORMAT})")
 
 
 class StateReader:
@@ -403,12 +634,15 @@ class StateReader:
     for a crawl that resumes (which reads its state here, then opens it for writing).
 
     Opens the file read-only (``mode=ro``: this connection cannot write it) and reads every row
-    inside one read transaction, so the engine, the statuses and the page rows all come from the
+    inside one read transaction, so the engine, the blocks and the page rows all come from the
     same commit even while a crawl keeps committing (WAL mode: the crawl is not blocked either).
-    ``check`` first runs SQLite's ``quick_check`` over the whole file (a resume: a damaged page
-    anywhere is refused before anything is written). ``empty_ok``: a file with no committed
-    state is not an error (:attr:`n` is then ``None``). A damaged or foreign file raises
-    :class:`StoreError`. Use as a context manager, or call :meth:`close`.
+    ``check`` first runs SQLite's ``quick_check`` (a resume: a damaged page of the state is
+    refused before anything is written). ``empty_ok``: a file with no committed state is not an
+    error (:attr:`n` is then ``None``). A damaged or foreign file raises :class:`StoreError`.
+    Use as a context manager, or call :meth:`close`.
+
+    Memory: :meth:`columns` and :meth:`page_chunks` stream (one batch of blocks, one chunk of
+    rows at a time); :meth:`saved` and :meth:`engine` load every page's arrays.
     """
 
     def __init__(
@@ -459,12 +693,14 @@ class StateReader:
             self.close()
             raise
         self.n = fr["n"]
-        self.status: bytes = fr["status"]
-        self.outcome: bytes = fr.get("outcome", b"")  # (none in a state from before outcomes)
-        self.alias: dict = fr.get("alias", {})
+        self.alias: dict = fr["alias"]
         self.continuous: bool = fr["continuous"]
+        #: ``(priority, download slot)`` of tier codes 1, 2...
+        self.tiers: list = fr["tiers"]
         #: Whether the crawl kept its pages' out-links (``OPIC_KEEP_LINKS``): :meth:`links`.
-        self.links_kept: bool = bool(fr.get("links", False))
+        self.links_kept: bool = bool(fr["links"])
+        self._layout: Layout = [(name, dt, tuple(shape)) for name, dt, shape in fr["layout"]]
+        self.discovery_debt = float(fr.get("discovery_debt", 0.0))
 
     def _get(self, key: str) -> Any:
         try:
@@ -473,38 +709,147 @@ class StateReader:
         except Exception as exc:  # sqlite3.DatabaseError, a checksum, unpickling
             raise damaged(self.path, exc) from None
 
-    def engine(self, **engine_kw: Any) -> OpicEngine:
-        """The engine of the snapshot, without page keys (ids only)."""
-        state = self._get("engine")
-        try:
-            return OpicEngine.from_state(state, **engine_kw)
-        except Exception as exc:
-            raise damaged(self.path, exc) from None
-
     def meta(self) -> dict:
         return self._get("meta") or {}
 
+    def header(self) -> dict:
+        """The engine's parameters and scalars (:meth:`OpicEngine.header`)."""
+        header = self._get("engine")
+        if not isinstance(header, dict) or header.get("scalars", {}).get("n") != self.n:
+            raise damaged(self.path, ValueError("the engine row does not match the frontier's"))
+        return header
+
+    def header_engine(self, **engine_kw: Any) -> OpicEngine:
+        """An engine with the snapshot's parameters and scalars and no page loaded (its arrays
+        are zeros that take no memory until written): for figures and formulas that need only
+        the scalars, and as the template of :meth:`chunk_engine`."""
+        try:
+            return OpicEngine.from_header(self.header(), **engine_kw)
+        except StoreError:
+            raise
+        except Exception as exc:
+            raise damaged(self.path, exc) from None
+
+    def columns(
+        self, names: Collection[str] | None = None, batch: int = READ_BLOCKS
+    ) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
+        """``(first page id, {column: rows})`` for consecutive runs of pages, ``batch`` blocks at
+        a time, in id order: the columns ``names`` (all by default) of the per-page arrays,
+        ``f.status``, ``f.outcome``, ``f.tier`` and ``f.hash`` (the frontier's) and the
+        engine's (:meth:`OpicEngine.page_arrays`). Each block's checksum is checked."""
+        n = self.n or 0
+        wanted = [c[0] for c in self._layout] if names is None else list(names)
+        nblocks = (n + BLOCK - 1) >> BLOCK_SHIFT
+        try:
+            for start in range(0, nblocks, batch):
+                stop = min(nblocks, start + batch)
+                rows = self._con.execute(
+                    f'SELECT b, data FROM "{BLOCKS_TABLE}" WHERE b >= ? AND b < ? ORDER BY b',
+                    (start, stop),
+                ).fetchall()
+                if [b for b, _ in rows] != list(range(start, stop)):
+                    raise ValueError(f"page blocks {start}..{stop - 1} are not all there")
+                cols = unpack_blocks([blob for _, blob in rows], self._layout)
+                lo, hi = start * BLOCK, min(n, stop * BLOCK)
+                yield lo, {name: cols[name][: hi - lo] for name in wanted}
+        except StoreError:
+            raise
+        except Exception as exc:
+            raise damaged(self.path, exc) from None
+
+    def saved(self, **engine_kw: Any) -> Saved | None:
+        """The whole snapshot, loaded and checked (``None`` if the file holds none yet): every
+        page's arrays in memory (for a resume)."""
+        if self.n is None:
+            return None
+        n = self.n
+        engine = self.header_engine(**engine_kw)
+        try:
+            nblocks = (n + BLOCK - 1) >> BLOCK_SHIFT
+            engine._grow(max(1, nblocks * BLOCK))
+            targets = engine.page_arrays()
+            status = np.zeros(n, np.uint8)
+            outcome = np.zeros(n, np.uint16)
+            tier = np.zeros(n, np.uint32)
+            hashes = np.zeros(n, np.uint64)
+            own = {"f.status": status, "f.outcome": outcome, "f.tier": tier, "f.hash": hashes}
+            names = {c[0] for c in self._layout}
+            if names != set(targets) | set(own):
+                raise ValueError(f"columns {sorted(names)} do not fit the engine")
+            for lo, cols in self.columns():
+                for name, rows in cols.items():
+                    (own.get(name, targets.get(name)))[lo : lo + len(rows)] = rows
+            del targets
+            if engine.n != n:
+                raise ValueError(f"{n} pages in the frontier, {engine.n} in the engine")
+            if n and int(status.max()) >= len(STATUSES):
+                raise ValueError("a page status out of range")
+            if n and int(tier.max()) > len(self.tiers):
+                raise ValueError("a tier code out of range")
+            if not isinstance(self.alias, dict) or any(
+                not (0 <= i < n and 0 <= j < n) for i, j in self.alias.items()
+            ):
+                raise ValueError("a redirect alias out of range")
+            cash = engine.total_cash()
+            if not math.isfinite(cash) or abs(cash - 1.0) > 1e-3:
+                raise ValueError(f"total cash {cash!r}, not 1")
+            engine.keys = HashedKeys(KeyIndex.from_hashes(hashes))
+        except StoreError:
+            raise
+        except Exception as exc:
+            raise damaged(self.path, exc) from None
+        return Saved(
+            engine,
+            status,
+            outcome,
+            tier,
+            dict(self.alias),
+            list(self.tiers),
+            self.meta(),
+            self.continuous,
+            self.discovery_debt,
+        )
+
+    def engine(self, **engine_kw: Any) -> OpicEngine:
+        """The engine of the snapshot, every page loaded (keys: their hashes only)."""
+        saved = self.saved(**engine_kw)
+        if saved is None:
+            raise StoreError(f"{self.path} holds no OPIC state yet")
+        return saved.engine
+
     def page_chunks(self, first: int = 0) -> Iterator[tuple[int, list[tuple[Any, str | None]]]]:
-        """``(first id, [(key, url), ...])`` per stored chunk, from chunk ``first``: one chunk in
-        memory at a time."""
-        for c in range(first, (self.n + CHUNK - 1) // CHUNK):
-            rows = self._get(f"pages/{c}")
-            if rows is None:
-                raise damaged(self.path, ValueError(f"page rows {c} missing"))
-            lo = c * CHUNK
-            yield lo, rows[: max(0, self.n - lo)]
+        """``(first id, [(key, url), ...])`` per chunk of :data:`CHUNK` pages, from chunk
+        ``first``: one chunk in memory at a time."""
+        n = self.n or 0
+        for lo in range(first * CHUNK, n, CHUNK):
+            hi = min(n, lo + CHUNK)
+            try:
+                rows = self._con.execute(
+                    f'SELECT id, key, url, crc FROM "{PAGES_TABLE}" WHERE id >= ? AND id < ? '
+                    "ORDER BY id",
+                    (lo, hi),
+                ).fetchall()
+            except Exception as exc:
+                raise damaged(self.path, exc) from None
+            if len(rows) != hi - lo or (rows and (rows[0][0], rows[-1][0]) != (lo, hi - 1)):
+                raise damaged(self.path, ValueError(f"page rows {lo}..{hi - 1} missing"))
+            if any(row_crc(key, url) != crc for _i, key, url, crc in rows):
+                raise damaged(self.path, ValueError("a page row fails its checksum"))
+            yield lo, [(key, url) for _i, key, url, _crc in rows]
 
     def urls_of(self, ids: Sequence[int]) -> dict[int, str | None]:
-        """The URL of each page in ``ids`` (reads only the chunks they are in)."""
+        """The URL of each page in ``ids``."""
         out: dict[int, str | None] = {}
-        by_chunk: dict[int, list[int]] = {}
-        for i in ids:
-            by_chunk.setdefault(int(i) // CHUNK, []).append(int(i))
-        for c, members in sorted(by_chunk.items()):
-            rows = self._get(f"pages/{c}") or []
-            for i in members:
-                j = i - c * CHUNK
-                out[i] = rows[j][1] if j < len(rows) else None
+        try:
+            for i in ids:
+                row = self._con.execute(
+                    f'SELECT key, url, crc FROM "{PAGES_TABLE}" WHERE id = ?', (int(i),)
+                ).fetchone()
+                if row is not None and row_crc(row[0], row[1]) != row[2]:
+                    raise ValueError(f"the row of page {i} fails its checksum")
+                out[int(i)] = None if row is None else row[1]
+        except Exception as exc:
+            raise damaged(self.path, exc) from None
         return out
 
     def links(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -554,47 +899,17 @@ class StateReader:
             np.array(alias_targets, np.int64),
         )
 
-    def requests(self) -> Iterator[tuple[int, Any]]:
-        """``(page id, row)`` of every stored request (a JOBDIR crawl's pending pages)."""
+    def requests(self) -> Iterator[tuple[int, Any, bytes | None]]:
+        """``(page id, key, request data)`` of every stored request (a JOBDIR crawl's pending
+        pages; data ``None`` for one that could not be serialized)."""
         try:
-            cursor = self._con.execute("SELECT key, value FROM opic WHERE key LIKE 'req/%'")
-            for key, value in cursor:
-                yield int(key[4:]), decode_row(value)
+            cursor = self._con.execute(f'SELECT id, key, data, crc FROM "{REQUESTS_TABLE}"')
+            for i, key, data, crc in cursor:
+                if row_crc(key, data) != crc:
+                    raise ValueError(f"the request row of page {i} fails its checksum")
+                yield i, key, data
         except Exception as exc:
             raise damaged(self.path, exc) from None
-
-    def saved(self, **engine_kw: Any) -> Saved | None:
-        """The whole snapshot, checked (``None`` if the file holds none yet)."""
-        if self.n is None:
-            return None
-        n = self.n
-        keys: list = []
-        urls: list = []
-        for _lo, rows in self.page_chunks():
-            for key, url in rows:
-                keys.append(key)
-                urls.append(url)
-        state = self._get("engine")
-        try:
-            state = dict(state)
-            state["keys"] = keys[:n]
-            engine = OpicEngine.from_state(state, **engine_kw)
-            if engine.n != n or len(self.status) != n or len(keys) < n:
-                raise ValueError(f"{n} pages in the frontier, {engine.n} in the engine")
-            if max(self.status, default=0) >= len(STATUSES):
-                raise ValueError("a page status out of range")
-            if self.outcome and len(self.outcome) != 2 * n:
-                raise ValueError(f"{len(self.outcome) // 2} page outcomes for {n} pages")
-            if not isinstance(self.alias, dict) or any(
-                not (0 <= i < n and 0 <= j < n) for i, j in self.alias.items()
-            ):
-                raise ValueError("a redirect alias out of range")
-            cash = engine.total_cash()
-            if not math.isfinite(cash) or abs(cash - 1.0) > 1e-3:
-                raise ValueError(f"total cash {cash!r}, not 1")
-        except Exception as exc:
-            raise damaged(self.path, exc) from None
-        return Saved(engine, self.status, urls[:n], self.meta(), self.outcome, self.alias)
 
     def close(self) -> None:
         con = getattr(self, "_con", None)
@@ -615,16 +930,23 @@ class SqliteFrontier(MemoryFrontier):
     checkpointed to a sqlite file (:class:`SqliteStore`) every ``commit_visits`` visits or
     ``commit_seconds`` seconds, and at close. Open one with :meth:`open`.
 
-    With ``persist_requests`` (a resumable crawl: Scrapy's JOBDIR), every pending payload is also
-    a row of the file, written as it changes, so that a resumed crawl finds its pending pages
-    again; up to ``memory_requests`` payloads also stay in memory (a pop from memory skips the
+    In memory, per page: the engine's arrays, the status, outcome and tier code, the selection's
+    heap entry and the key's hash in the index; the keys and URLs are rows of the file (those of
+    the pages added since the last checkpoint wait in memory until it).
+
+    With ``persist_requests`` (a resumable crawl: Scrapy's JOBDIR), every pending request is a
+    row of the file, written as it changes, so that a resumed crawl finds its pending pages
+    again; up to ``memory_requests`` of them also stay in memory (a pop from memory skips the
     row read and the decoding), the others are handed out as the bytes of their row. A payload
     that ``encode`` cannot serialize (it returns ``None``) stays in memory only: it does not
-    survive a restart. Without ``persist_requests``, payloads live in memory only and each crawl
-    starts afresh; the checkpoints are there for the export commands.
+    survive a restart (the page is given up then). Without ``persist_requests``, payloads live
+    in memory only and each crawl starts afresh; the checkpoints are there for the export
+    commands.
 
-    A kill -9 loses at most the visits since the last committed checkpoint: on resume those
-    pages are pending again (their fetches are repeated) and the total cash is 1.
+    A checkpoint writes the blocks of the pages changed since the previous one: the pages a
+    visit took cash from or paid, those whose status changed, and the new ones. A kill -9
+    loses at most the visits since the last committed checkpoint: on resume those pages are
+    pending again (their fetches are repeated) and the total cash is 1.
     """
 
     def __init__(
@@ -636,13 +958,18 @@ class SqliteFrontier(MemoryFrontier):
         continuous: bool = False,
         seed: int | None = None,
         persist_requests: bool = False,
-        memory_requests: int = 50_000,
+        memory_requests: int = 1000,
         encode: Callable[[Any], bytes | None] = lambda payload: None,
         commit_visits: int = 500,
         commit_seconds: float = 10.0,
         meta: dict | None = None,
         keep_links: bool = False,
     ) -> None:
+        if not isinstance(engine.keys, StoredKeys):
+            raise TypeError("a SqliteFrontier's engine keeps its keys in the store (StoredKeys)")
+        self.keys: StoredKeys = engine.keys
+        self._urls: list[str | None] = []  # URLs of pages self.keys.written ..
+        self._dirty: set[int] = set()  # blocks changed since the last checkpoint
         super().__init__(engine, strategy, continuous, seed, keep_links=keep_links)
         self.store = store
         self.location = str(store.path)
@@ -650,7 +977,8 @@ class SqliteFrontier(MemoryFrontier):
         self._persist = persist_requests
         self._memory_requests = memory_requests
         self._encode = encode
-        self._cached: set[int] = set()  # pending pages whose payload is also in memory
+        #: Pending requests also in memory (a persisting frontier): page -> (key, payload).
+        self._cache: dict[int, tuple[Hashable, Any]] = {}
         self._commit_visits = commit_visits
         self._commit_seconds = commit_seconds
         self._meta = dict(meta or {})
@@ -684,20 +1012,19 @@ class SqliteFrontier(MemoryFrontier):
         and there is one (its engine parameters are the saved ones), else a new frontier
         (``epsilon``, ``refresh``, ``window``) whose first commit replaces what the file held.
 
-        A saved state is read and checked (read-only: SQLite's ``quick_check``, each row's
+        A saved state is read and checked (read-only: SQLite's ``quick_check``, each block's
         checksum, the cash) and ``accept(meta)`` may refuse it by raising, all before the file
         is opened for writing: a state that is refused, damaged or foreign is left as it was.
         A state is resumed with the ``keep_links`` it was made with (else refused: the links of
         the pages fetched so far would be missing). ``kw``: see the class."""
         lock = StateLock(path)
         try:
-            saved, rows = None, {}
+            saved = None
             if resume:
                 with StateReader(path, check=True, empty_ok=True) as reader:
-                    saved = reader.saved()
-                    if saved is not None:
+                    if reader.n is not None:
                         if accept is not None:
-                            accept(saved.meta)
+                            accept(reader.meta())
                         keep = bool(kw.get("keep_links", False))
                         if reader.links_kept != keep:
                             # Links missing for the pages fetched so far (or rows left to go
@@ -709,27 +1036,59 @@ class SqliteFrontier(MemoryFrontier):
                             )
                         if keep:
                             reader.links()  # every row's checksum, before anything is written
-                        # Only the ids and slots come into memory: the payloads stay rows.
-                        rows = {i: (row[0], row[1]) for i, row in reader.requests()}
+                        saved = reader.saved()
             store = SqliteStore(path, lock, fresh=saved is None)
         except BaseException:
             lock.release(discard=True)
             raise
         try:
             if saved is None:
-                engine = OpicEngine(epsilon=epsilon, refresh=refresh, window=parse_window(window))
+                keys = StoredKeys(KeyIndex(), store_loader(store), 0)
+                engine = OpicEngine(
+                    epsilon=epsilon, refresh=refresh, window=parse_window(window), keys=keys
+                )
                 return cls(engine, store, **kw)
-            store._pages_written = saved.engine.n
-            frontier = cls(saved.engine, store, **kw)
-            frontier._resume(saved, rows)
+            engine = saved.engine
+            engine.keys = StoredKeys(engine.keys.index, store_loader(store), engine.n)
+            frontier = cls(engine, store, **kw)
+            frontier._resume(saved)
             return frontier
         except BaseException:
             store.close()
             raise
 
-    def _resume(self, saved: Saved, rows: dict[int, tuple[int, Hashable]]) -> None:
-        payloads = dict.fromkeys(rows, ON_DISK)
-        back = self.restore(saved.status, payloads, rows, saved.urls, saved.outcome, saved.alias)
+    def _resume(self, saved: Saved) -> None:
+        n = self.engine.n
+        self.grow(self.engine.capacity)
+        np.frombuffer(self.status, np.uint8)[:n] = saved.status
+        np.frombuffer(self.outcome, np.uint16)[:n] = saved.outcome
+        for priority, slot in saved.tiers:
+            self.tiers.code(priority, slot)  # (codes 1, 2... again, in their order)
+        tier = np.frombuffer(self.tier, np.uint32)
+        tier[:n] = saved.tier
+        self.alias = dict(saved.alias)
+        self.discovery_debt = saved.discovery_debt
+        status = np.frombuffer(self.status, np.uint8)[:n]
+        back = int((status == IN_FLIGHT).sum())
+        status[status == IN_FLIGHT] = PENDING  # their fetch may not have happened
+        pending = (status == PENDING) & (tier[:n] != 0)
+        if not self._persist:
+            pending[:] = False  # nothing to fetch them with: no request survives a restart
+        lost = np.flatnonzero((status == PENDING) & ~pending)
+        if len(lost):  # pending without a request: given up, cash to the virtual page
+            status[lost] = VISITED
+            tier[lost] = 0
+            for i in lost.tolist():
+                self.engine.forfeit(i)
+            self._dirty.update((lost >> BLOCK_SHIFT).tolist())
+        self.counts = [int(c) for c in np.bincount(status, minlength=len(STATUSES))]
+        ids = np.flatnonzero(pending)
+        del status, tier
+        if self._tiered:
+            self.selection.load(ids)
+        else:
+            for i in ids.tolist():
+                self.selection.push(i)
         self.series = Series.from_list(saved.meta.get("series", []))
         self._elapsed_before = self.series.last_elapsed()
         engine = self.engine
@@ -747,38 +1106,101 @@ class SqliteFrontier(MemoryFrontier):
         if abs(total - 1.0) > 1e-6:
             logger.warning("OPIC state %s: total cash is %.12f, not 1", self.store.path, total)
 
+    # -- pages, keys and URLs --------------------------------------------------------------------
+    def _added(self, i: int, url: str | None) -> None:
+        self._urls.append(url)
+
+    def url_of(self, i: int) -> str | None:
+        k = i - self.keys.written
+        if k >= 0:
+            return self._urls[k] if k < len(self._urls) else None
+        row = self.store.get_page(i)
+        return None if row is None else row[1]
+
+    def take_urls(self) -> list[str | None]:
+        """The URLs of the pages added since the last checkpoint (with :meth:`StoredKeys.take`,
+        which the store calls at the same time)."""
+        urls, self._urls = self._urls, []
+        return urls
+
+    # -- what changed since the last checkpoint --------------------------------------------------
+    def columns(self) -> dict[str, np.ndarray]:
+        """Every per-page array at capacity, by column name (the rows a checkpoint saves):
+        views, to be dropped before the frontier grows again."""
+        cols = self.engine.page_arrays()
+        cols["f.status"] = np.frombuffer(self.status, np.uint8)
+        cols["f.outcome"] = np.frombuffer(self.outcome, np.uint16)
+        cols["f.tier"] = np.frombuffer(self.tier, np.uint32)
+        cols["f.hash"] = self.keys.index.hashes
+        return cols
+
+    def take_dirty(self) -> set[int]:
+        """The blocks changed since the last call (which start afresh)."""
+        dirty, self._dirty = self._dirty, set()
+        return dirty
+
+    def raised(self, i: int) -> None:
+        self._dirty.add(i >> BLOCK_SHIFT)
+
+    def taken(self, ids: Iterable[int]) -> None:
+        for i in ids:
+            self._dirty.add(i >> BLOCK_SHIFT)
+
+    def changed(self, ids: Iterable[int]) -> None:
+        self.taken(ids)
+
+    def rebased(self) -> None:
+        self._dirty.update(range((self.engine.n + BLOCK - 1) >> BLOCK_SHIFT))
+
+    def _set(self, i: int, status: int) -> None:
+        super()._set(i, status)
+        self._dirty.add(i >> BLOCK_SHIFT)
+
     # -- payloads: rows of the store ---------------------------------------------------------
-    def _keep(self, i: int, payload: Any) -> None:
+    def _has_payload(self, i: int) -> bool:
+        return self.tier[i] != 0 if self._persist else i in self.payloads
+
+    def _keep(self, i: int, payload: Any, key: Hashable = None) -> None:
         if not self._persist:
             self.payloads[i] = payload
             return
+        if key is None:
+            key = self.engine.key_of(i)
         data = self._encode(payload)
-        if data is None:  # cannot be serialized: in memory only (lost on restart)
+        self.store.put_request(i, key, data)
+        if data is None:  # cannot be serialized: in memory only (given up after a restart)
             self.payloads[i] = payload
-            self._cached.discard(i)
-            self.store.del_request(i)  # (an older row would come back on resume)
+            self._cache.pop(i, None)
             return
-        priority, slot = self.tier_of(i)
-        self.store.put_request(i, (priority, slot, data))
-        if i in self._cached or len(self._cached) < self._memory_requests:
-            self._cached.add(i)
-            self.payloads[i] = payload
-        else:
-            self.payloads[i] = ON_DISK
+        self.payloads.pop(i, None)
+        if i in self._cache or len(self._cache) < self._memory_requests:
+            self._cache[i] = (key, payload)
 
-    def _payload(self, i: int) -> Any:
-        payload = self.payloads[i]
-        if payload is ON_DISK:
-            return self.store.get_request(i)[2]
-        if not self.continuous:  # handed out for good: its memory place can serve another
-            self._cached.discard(i)
-        return payload
+    def _lease_parts(self, i: int) -> tuple[Hashable, Any]:
+        if not self._persist:
+            return super()._lease_parts(i)
+        payload = self.payloads.get(i)
+        if payload is not None:
+            return self.engine.key_of(i), payload
+        cached = self._cache.get(i)
+        if cached is not None:
+            if not self.continuous:  # handed out for good: its memory place can serve another
+                del self._cache[i]
+            return cached
+        row = self.store.get_request(i)
+        if row is None or row[1] is None:
+            return (None if row is None else row[0]), MISSING
+        return row
 
     def _forget(self, i: int) -> None:
         self.payloads.pop(i, None)
-        self._cached.discard(i)
+        self._cache.pop(i, None)
         if self._persist:
             self.store.del_request(i)
+
+    def _drop_payloads(self) -> None:
+        super()._drop_payloads()
+        self._cache.clear()
 
     # -- checkpoints -----------------------------------------------------------------------------
     def _commit_after(self, visits: int) -> int:
@@ -815,7 +1237,14 @@ class SqliteFrontier(MemoryFrontier):
     def pop(self, full_slots: Collection[Hashable] = ()) -> Lease | None:
         if self._due_since is not None:
             self._commit_when_ready()
-        return super().pop(full_slots)
+        while True:
+            lease = super().pop(full_slots)
+            if lease is None or lease.payload is not MISSING:
+                return lease
+            # Its request did not survive (a restart lost it, or its row is gone): give the
+            # page up, its cash to the virtual page, and take the next one.
+            logger.debug("OPIC: no request to fetch page %r with: given up", lease.key)
+            self.forfeit(lease, ERROR)
 
     def maintain(self, leases: Collection[Lease]) -> None:
         if (
@@ -826,9 +1255,9 @@ class SqliteFrontier(MemoryFrontier):
 
     def commit(self, wait: bool = False) -> None:
         """Write a checkpoint (one sqlite transaction), with a point of the crawl's time series
-        (what ``scrapy opic-report`` plots). Without ``wait`` (the periodic ones) the snapshot
-        is serialized here and written by the store's thread: until it lands, a reader or a
-        crash sees the previous checkpoint, never part of this one."""
+        (what ``scrapy opic-report`` plots). Without ``wait`` (the periodic ones) the rows are
+        built here and written by the store's thread: until they land, a reader or a crash
+        sees the previous checkpoint, never part of this one."""
         self._record_point()
         meta = {**self._meta, "series": self.series.as_list()}
         self.store.commit(self, meta, blocking=wait)
@@ -866,12 +1295,24 @@ class SqliteFrontier(MemoryFrontier):
             self._drop_payloads()
 
 
+def store_loader(store: SqliteStore) -> Callable[[int], Hashable | None]:
+    """The key of a page whose row is written, read back from ``store``."""
+
+    def load(i: int) -> Hashable | None:
+        row = store.get_page(i)
+        return None if row is None else row[0]
+
+    return load
+
+
 __all__ = [
+    "BLOCK",
     "CHUNK",
-    "ON_DISK",
+    "MISSING",
     "Saved",
     "SqliteFrontier",
     "SqliteStore",
     "StateReader",
     "StoreError",
+    "StoredKeys",
 ]

@@ -91,6 +91,7 @@ test checks that both paths agree.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Hashable, Iterable, Sequence
 from typing import Protocol
@@ -116,6 +117,55 @@ class CashObserver(Protocol):
     def grow(self, capacity: int) -> None: ...
 
 
+#: Pages a whole-frontier scan (total cash, the best page) handles at a time: its memory.
+SCAN = 1 << 18
+
+
+class PageKeys(Protocol):
+    """How page keys map to dense page ids (the engine's :meth:`OpicEngine.page`)."""
+
+    def get(self, key: Hashable) -> int | None:
+        """The id of ``key``, or None."""
+
+    def add(self, key: Hashable, i: int) -> None:
+        """``key`` (not known yet) is page ``i``, the page just added."""
+
+    def key_of(self, i: int) -> Hashable | None:
+        """The key of page ``i`` (None if it has none, or if this map cannot tell)."""
+
+    def nbytes(self) -> int: ...
+
+
+class DictKeys:
+    """Any hashable keys, in a dict and a list (about 100 bytes per page beyond the keys
+    themselves: the in-memory frontier's and the simulator's map; the embedded store uses a
+    compact index of key hashes instead)."""
+
+    def __init__(self, keys: Sequence[Hashable | None] = ()) -> None:
+        self._keys: list[Hashable | None] = list(keys)
+        self._ids: dict[Hashable, int] = {k: i for i, k in enumerate(self._keys) if k is not None}
+
+    def get(self, key: Hashable) -> int | None:
+        return self._ids.get(key)
+
+    def add(self, key: Hashable, i: int) -> None:
+        keys = self._keys
+        if len(keys) < i:  # pages added without keys before this one
+            keys.extend([None] * (i - len(keys)))
+        self._ids[key] = i
+        keys.append(key)
+
+    def key_of(self, i: int) -> Hashable | None:
+        return self._keys[i] if i < len(self._keys) else None
+
+    def listing(self, n: int) -> list[Hashable | None]:
+        """The keys of pages ``0..n-1``."""
+        return self._keys[:n] + [None] * max(0, n - len(self._keys))
+
+    def nbytes(self) -> int:
+        return sys.getsizeof(self._ids) + sys.getsizeof(self._keys)
+
+
 class OpicEngine:
     """On-line Page Importance Computation over pages with dense integer ids.
 
@@ -134,6 +184,7 @@ class OpicEngine:
         visits. Used by the windowed policies; the unbounded history needs no prior.
     :param capacity: initial number of page slots (grows by doubling).
     :param time_fn: wall clock for ``clock="wall"`` windows (injectable for tests).
+    :param keys: how page keys map to ids (:class:`PageKeys`); default :class:`DictKeys`.
     """
 
     def __init__(
@@ -146,6 +197,7 @@ class OpicEngine:
         default_history: float | None = None,
         capacity: int = 1024,
         time_fn=time.time,
+        keys: PageKeys | None = None,
     ) -> None:
         if not 0.0 < epsilon <= 1.0:
             raise ValueError("epsilon must be in (0, 1]")
@@ -202,8 +254,8 @@ class OpicEngine:
         self._wall = self.window.clock == "wall"
         self._windowed = self.window.windowed
         self._observers: list[CashObserver] = []
-        self._ids: dict[Hashable, int] = {}
-        self._keys: list[Hashable | None] = []
+        #: The page keys (see :class:`PageKeys`): any hashable keys in a dict by default.
+        self.keys: PageKeys = DictKeys() if keys is None else keys
         self._norm_cache: tuple[float, int, float] | None = None
         self._grow(max(1, int(capacity)))
         self.window.bind(self)
@@ -214,8 +266,10 @@ class OpicEngine:
             return
         cap = max(need, self.capacity * 2)
 
-        def grown(a: np.ndarray, fill: float = 0) -> np.ndarray:
-            b = np.full(cap, fill, dtype=a.dtype)
+        def grown(a: np.ndarray) -> np.ndarray:
+            # np.zeros, not np.full: the capacity not used yet is not resident memory (calloc)
+            # until a page is added there.
+            b = np.zeros(cap, dtype=a.dtype)
             b[: self.n] = a[: self.n]
             return b
 
@@ -284,8 +338,6 @@ class OpicEngine:
             self.last_t[ids] = now
         self.n += count
         self.n_unfetched += count
-        if self._keys:
-            self._keys.extend([None] * count)
         self.window.on_new(self.hist, ids, now, self.default_rate)
         return ids
 
@@ -316,26 +368,23 @@ class OpicEngine:
     # Keyed access: the Scrapy layer keys pages by request fingerprint.
     def page(self, key: Hashable) -> int:
         """Id of the page with this key, creating it (cash 0) if unknown."""
-        i = self._ids.get(key)
+        i = self.keys.get(key)
         if i is None:
-            if len(self._keys) < self.n:
-                self._keys.extend([None] * (self.n - len(self._keys)))
             i = self.add_page()
-            self._ids[key] = i
-            self._keys.append(key)
+            self.keys.add(key, i)
         return i
 
     def id_of(self, key: Hashable) -> int | None:
-        return self._ids.get(key)
+        return self.keys.get(key)
 
     def key_of(self, i: int) -> Hashable | None:
-        return self._keys[i] if i < len(self._keys) else None
+        return self.keys.key_of(i)
 
     def __len__(self) -> int:
         return self.n
 
     def __contains__(self, key: Hashable) -> bool:
-        return key in self._ids
+        return self.keys.get(key) is not None
 
     def init_uniform(self) -> None:
         """The paper's initialisation ``C[i] = 1/n``: spread the virtual page's cash over all
@@ -407,8 +456,12 @@ class OpicEngine:
         return 6.0 * spread / G**3 if G > 0 and spread > SLOPE_NOISE * G * self.b_total else 0.0
 
     def total_cash(self) -> float:
-        """Sum of all cash including the virtual page: 1 up to rounding. O(n), for checks."""
-        return float(self.cash().sum()) + self.virtual_cash
+        """Sum of all cash including the virtual page: 1 up to rounding. O(n) time, for checks;
+        memory bounded (:data:`SCAN`) pages at a time."""
+        total = 0.0
+        for lo in range(0, self.n, SCAN):
+            total += float(self.cash(np.arange(lo, min(self.n, lo + SCAN))).sum())
+        return total + self.virtual_cash
 
     def fetched(self, ids: np.ndarray | None = None) -> np.ndarray:
         ids = np.arange(self.n) if ids is None else np.asarray(ids, dtype=np.int64)
@@ -819,7 +872,7 @@ class OpicEngine:
             "scalars": {k: getattr(self, k) for k in self._SCALARS},
             "arrays": {k: a[:n].copy() for k, a in self._arrays().items()},
             "window": self.window.state_dict(n),
-            "keys": list(self._keys[:n]) if keys and self._keys else [],
+            "keys": self.keys.listing(n) if keys and isinstance(self.keys, DictKeys) else [],
         }
 
     @classmethod
@@ -843,8 +896,44 @@ class OpicEngine:
         engine.window.load_state(state["window"], n)
         keys = state["keys"]
         if keys:
-            engine._keys = list(keys)
-            engine._ids = {k: i for i, k in enumerate(keys) if k is not None}
+            engine.keys = DictKeys(keys)
+        return engine
+
+    def page_arrays(self) -> dict[str, np.ndarray]:
+        """Every per-page array, the engine's and then the window policy's (named ``w.<name>``),
+        at capacity: row ``i`` is page ``i``. With :meth:`header`, all a store must save; the
+        arrays are the engine's own (a store reads rows of them, never keeps them)."""
+        out = dict(self._arrays())
+        out.update({f"w.{k}": a for k, a in self.window.page_arrays().items()})
+        return out
+
+    def header(self) -> dict:
+        """The engine's parameters and scalars (the window policy's included): with the rows of
+        :meth:`page_arrays` for ``n`` pages, what :meth:`from_header` rebuilds it from. O(1)."""
+        return {
+            "params": {
+                "epsilon": self.epsilon,
+                "refresh": self.refresh,
+                "window": self.window.spec(),
+                "self_links": self.self_links,
+            },
+            "scalars": {k: getattr(self, k) for k in self._SCALARS},
+            "window": self.window.scalars(),
+        }
+
+    @classmethod
+    def from_header(cls, header: dict, **kw) -> OpicEngine:
+        """An engine with the parameters and scalars of ``header`` (:meth:`header`) and room for
+        its pages, whose per-page rows are still zero: the caller fills the first ``n`` rows of
+        each of :meth:`page_arrays`. ``kw``: e.g. ``keys``, ``time_fn``."""
+        params = dict(header["params"])
+        params.update(kw)
+        n = int(header["scalars"]["n"])
+        engine = cls(capacity=max(1, n), **params)
+        for k, v in header["scalars"].items():
+            if k in cls._SCALARS:
+                setattr(engine, k, type(getattr(engine, k))(v))
+        engine.window.load_scalars(header["window"])
         return engine
 
     # ------------------------------------------------------------------ statistics
@@ -880,6 +969,39 @@ class OpicEngine:
         out = self._mix(est, total) if total > 0 else (np.full(n, 1.0 / n) if n else est)
         return out if ids is None else out[np.asarray(ids, dtype=np.int64)]
 
+    def estimate_total(self) -> float:
+        """The sum of the window's estimates over all pages (the normaliser of
+        :meth:`importance`): O(1) when the policy knows it, else a scan of :data:`SCAN` pages
+        at a time."""
+        total = self.window.normaliser()
+        if total is not None:
+            return float(total)
+        now = self._now()
+        total = 0.0
+        for lo in range(0, self.n, SCAN):
+            hi = min(self.n, lo + SCAN)
+            total += float(self.window.estimate(np.arange(lo, hi), self._lc[lo:hi], now).sum())
+        return total
+
+    def best_page(self) -> tuple[int, float] | None:
+        """The most important page and its importance (None without pages): O(n) time,
+        :data:`SCAN` pages at a time in memory."""
+        n = self.n
+        if not n:
+            return None
+        now = self._now()
+        best, best_est, total = 0, -np.inf, 0.0
+        for lo in range(0, n, SCAN):
+            hi = min(n, lo + SCAN)
+            est = self.window.estimate(np.arange(lo, hi), self._lc[lo:hi], now)
+            total += float(est.sum())
+            k = int(est.argmax())
+            if est[k] > best_est:
+                best, best_est = lo + k, float(est[k])
+        norm = self.window.normaliser()
+        total = float(norm) if norm is not None else total
+        return best, (self._mix(best_est, total) if total > 0 else 1.0 / n)
+
     def importance_of(self, i: int) -> float:
         """Importance of one page. O(1) for the unbounded history; windowed policies reuse a
         normaliser that is refreshed whenever the clock or the page count moved by 1%."""
@@ -905,8 +1027,7 @@ class OpicEngine:
             or abs(self.G - cached[0]) > 0.01 * max(self.G, 1e-300)
             or abs(self.n - cached[1]) > 0.01 * self.n
         ):
-            all_ids = np.arange(self.n)
-            total = float(w.estimate(all_ids, self._lc[: self.n], now).sum())
+            total = self.estimate_total()
             self._norm_cache = cached = (self.G, self.n, total)
         return cached[2]
 

@@ -416,13 +416,18 @@ class MemoryFrontier:
         pass
 
     # -- payloads (overridden by backends that keep them elsewhere) ---------------------------
-    def _keep(self, i: int, payload: Any) -> None:
-        """Page ``i`` waits with ``payload`` (new, or replacing its previous one)."""
+    def _keep(self, i: int, payload: Any, key: Hashable = None) -> None:
+        """Page ``i`` (whose key is ``key``, if the caller has it at hand) waits with
+        ``payload`` (new, or replacing its previous one)."""
         self.payloads[i] = payload
 
-    def _payload(self, i: int) -> Any:
-        """The payload of page ``i``, which is being handed out."""
-        return self.payloads[i]
+    def _has_payload(self, i: int) -> bool:
+        """Whether page ``i`` has a payload (it is pending or in flight)."""
+        return i in self.payloads
+
+    def _lease_parts(self, i: int) -> tuple[Hashable, Any]:
+        """The key and payload of page ``i``, which is being handed out."""
+        return self.engine.key_of(i), self.payloads[i]
 
     def _forget(self, i: int) -> None:
         """Page ``i`` will not be fetched again: its payload can go."""
@@ -436,13 +441,22 @@ class MemoryFrontier:
     def page(self, key: Hashable, url: str | None = None) -> int:
         """The id of the page with ``key``, created (``DISCOVERED``, no cash) if new."""
         engine = self.engine
-        i = engine.id_of(key)
-        if i is None:
-            self._grow_urls()
-            i = engine.page(key)
-            self.urls.append(url)
+        n = engine.n
+        i = engine.page(key)
+        if engine.n != n:
+            self._added(i, url)
             self.counts[DISCOVERED] += 1
         return i
+
+    def _added(self, i: int, url: str | None) -> None:
+        """Page ``i`` was just added, with ``url`` (a backend that keeps URLs elsewhere
+        overrides this and :meth:`url_of`)."""
+        self._grow_urls()
+        self.urls[i] = url
+
+    def url_of(self, i: int) -> str | None:
+        """The URL of page ``i`` (None if it was never given)."""
+        return self.urls[i] if i < len(self.urls) else None
 
     def _set(self, i: int, status: int) -> None:
         self.counts[self.status[i]] -= 1
@@ -479,20 +493,24 @@ class MemoryFrontier:
             return again
         return st != VISITED or self.continuous or again
 
-    def _file(self, i: int, payload: Any, priority: int, slot: Hashable, again: bool) -> int:
+    def _file(
+        self, i: int, payload: Any, priority: int, slot: Hashable, again: bool, key: Hashable
+    ) -> int:
         """Schedule page ``i`` if it may be (the schedule code of the contract)."""
         if not self._schedulable(i, again):
             return DUPLICATE
         if payload is None:
             return NEEDS_PAYLOAD
-        self._pend(i, payload, priority, slot)
+        self._pend(i, payload, priority, slot, key)
         return SCHEDULED
 
-    def _pend(self, i: int, payload: Any, priority: int, slot: Hashable) -> None:
+    def _pend(
+        self, i: int, payload: Any, priority: int, slot: Hashable, key: Hashable = None
+    ) -> None:
         self.engine.revive(i)  # (a closed page asked for again: open, with no cash)
         self.tier[i] = self.tiers.code(priority, slot)
         self._refetch_tier(i)
-        self._keep(i, payload)
+        self._keep(i, payload, key)
         self._set(i, PENDING)
         self._push(i)
 
@@ -503,13 +521,13 @@ class MemoryFrontier:
             return None
         return i
 
-    def _done(self, i: int, payload: Any = None) -> None:
+    def _done(self, i: int, payload: Any = None, key: Hashable = None) -> None:
         """After a visit: pending again (continuous crawl; with ``payload`` instead of its
         previous one if given), else visited for good."""
-        if self.continuous and i in self.payloads:
+        if self.continuous and self._has_payload(i):
             self._refetch_tier(i)
             if payload is not None:
-                self._keep(i, payload)
+                self._keep(i, payload, key)
             self._set(i, PENDING)
             self._push(i)
         else:
@@ -517,14 +535,14 @@ class MemoryFrontier:
 
     def _retire(self, i: int) -> None:
         self._set(i, VISITED)
-        if i in self.payloads:
+        if self._has_payload(i):
             self._forget(i)
             self.tier[i] = 0
 
     # -- the contract ---------------------------------------------------------------------------
     def schedule(self, entries: Sequence[Entry], again: bool = False) -> list[int]:
         return [
-            self._file(self.page(key, url), payload, priority, slot, again)
+            self._file(self.page(key, url), payload, priority, slot, again, key)
             for key, url, priority, slot, payload in entries
         ]
 
@@ -549,7 +567,8 @@ class MemoryFrontier:
         self._tokens[i] = self._seq
         code = self.tier[i]
         slot = self.tiers.slot(code) if code else ""
-        return Lease(self.engine.key_of(i), self._seq, self._payload(i), slot)
+        key, payload = self._lease_parts(i)
+        return Lease(key, self._seq, payload, slot)
 
     def visit(
         self,
@@ -577,9 +596,9 @@ class MemoryFrontier:
             self.link_changes[i] = children
         self.outcome[i] = OK
         del self._tokens[i]
-        self._done(i, payload)
+        self._done(i, payload, lease.key)
         codes = [
-            self._file(j, link.payload, link.priority, link.slot, link.again)
+            self._file(j, link.payload, link.priority, link.slot, link.again, link.key)
             for link, j in zip(links, children)
         ]
         visit = Visit(codes, self.engine.importance_of(i) if importance else None)
@@ -597,7 +616,7 @@ class MemoryFrontier:
         self.outcome[i] = outcome
         del self._tokens[i]
         if self.continuous and outcome not in FINAL_OUTCOMES:
-            self._done(i, payload)  # fetched again when its cash says so
+            self._done(i, payload, lease.key)  # fetched again when its cash says so
         else:
             self._retire(i)
             self._close(i)
@@ -644,7 +663,7 @@ class MemoryFrontier:
         if i is None:
             return None
         del self._tokens[i]
-        self._pend(i, entry.payload, entry.priority, entry.slot)
+        self._pend(i, entry.payload, entry.priority, entry.slot, lease.key)
         return SCHEDULED
 
     def redirect(self, lease: Lease, entry: Entry, permanent: bool = False) -> int | None:
@@ -725,13 +744,11 @@ class MemoryFrontier:
         return self.engine.total_cash()
 
     def top_page(self) -> tuple[str, float] | None:
-        engine = self.engine
-        if not engine.n:
+        best = self.engine.best_page()
+        if best is None:
             return None
-        x = engine.importance()
-        top = int(x.argmax())
-        url = self.urls[top] if top < len(self.urls) else None
-        return (url if url is not None else str(top)), float(x[top])
+        url = self.url_of(best[0])
+        return (url if url is not None else str(best[0])), best[1]
 
     # -- resuming --------------------------------------------------------------------------
     def restore(

@@ -145,6 +145,18 @@ class WindowPolicy:
     def load_state(self, state: dict, n: int) -> None:
         """Restore what :meth:`state_dict` saved."""
 
+    def page_arrays(self) -> dict[str, np.ndarray]:
+        """The policy's per-page arrays at capacity (row ``i``: page ``i``), for a store that
+        saves rows; none for most policies."""
+        return {}
+
+    def scalars(self) -> dict:
+        """The policy's own scalars (what a store saves beside :meth:`page_arrays`)."""
+        return {}
+
+    def load_scalars(self, scalars: dict) -> None:
+        """Restore what :meth:`scalars` gave."""
+
     def spec(self) -> str:
         return self.name
 
@@ -419,6 +431,15 @@ class _MeasureWindow(WindowPolicy):
         self.mc[:n], self.mt[:n] = state["mc"], state["mt"]
         self.count[:n], self.t_before[:n] = state["count"], state["t_before"]
         self.span_ema = float(state["span_ema"])
+
+    def page_arrays(self) -> dict[str, np.ndarray]:
+        return {"mc": self.mc, "mt": self.mt, "count": self.count, "t_before": self.t_before}
+
+    def scalars(self) -> dict:
+        return {"span_ema": self.span_ema}
+
+    def load_scalars(self, scalars: dict) -> None:
+        self.span_ema = float(scalars.get("span_ema", 0.0))
 
 
 class VariableWindow(_MeasureWindow):
