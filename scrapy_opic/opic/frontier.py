@@ -408,6 +408,9 @@ class MemoryFrontier:
     def taken(self, ids: Iterable[int]) -> None:
         pass
 
+    def rebased(self) -> None:
+        pass
+
     # -- payloads (overridden by backends that keep them elsewhere) ---------------------------
     def _keep(self, i: int, payload: Any) -> None:
         """Page ``i`` waits with ``payload`` (new, or replacing its previous one)."""

@@ -69,6 +69,10 @@ class Selection:
     def changed(self, ids: Iterable[int]) -> None:
         """Many pages gained cash at once (only Greedy cares)."""
 
+    def rebased(self) -> None:
+        """The engine rebased its stored cash (only the slot-aware Greedy, which keeps copies
+        of it, cares; see :meth:`GreedySelection.rebased`)."""
+
     def taken(self, ids: Iterable[int]) -> None:
         """Pages were visited or lost their cash: they are no longer candidates."""
         for i in ids:
@@ -223,6 +227,14 @@ class GreedySelection(Selection):
         for heap in self._heaps.values():
             heap.heapify()
 
+    def rebased(self) -> None:
+        # Nothing to do: a rebase adds one amount to the stored cash of every fetched page and
+        # another to that of every page never fetched, i.e. to every key of one heap (closed
+        # pages, which it leaves alone, are in no heap). Float addition is monotone, so a
+        # parent's key stays >= its children's: both heaps stay valid, and peek compares the
+        # tops as true cash with the accumulators now at 0.
+        pass
+
     def peek(self) -> int | None:
         """The page :meth:`pop` would return, without removing it (payout included)."""
         e = self.engine
@@ -354,6 +366,18 @@ class SlottedGreedySelection(Selection):
         for h, heap in enumerate(self._heaps):
             heap.heapify()
             self._refresh_head(h)
+
+    def rebased(self) -> None:
+        # The page heaps stay valid (see GreedySelection.rebased), but the head heaps hold
+        # copies of each slot's top stored cash: read them again. One amount moved every key
+        # of a head heap too, so re-reading keeps its order; heapify anyway, O(slots).
+        s = self.engine._s_mv
+        for h, heap in enumerate(self._heaps):
+            if len(heap):
+                k, st = divmod(h, 2)
+                self._head_key[st][k] = s[heap.items[0]]
+        for heads in self._heads:
+            heads.heapify()
 
     def pop(
         self, has_room: Callable[[Hashable], bool] | None = None, unfetched: bool = False
