@@ -1,6 +1,7 @@
 """Precision of the engine's numbers over a very long continuous crawl (10,000 passes).
 
     python benchmarks/precision.py [--nodes 200] [--passes 10000] [--rebase both|on|off]
+        [--rebase-at 1024 ...] [--growth-pages 20000]
         [--out benchmarks/results/precision.md]
 
 The engine stores every page's cash and teleport credit relative to running accumulators (see
@@ -28,6 +29,11 @@ visited, compares exactly or counts as inf): true cash, teleport credit held, li
 history (the credit the page absorbed), importance, the age ``G - last_g`` of each page's last visit
 (what G-clock windows read), and the clock ``G``; total cash (sum of all cash + virtual page, which
 should be 1) as an absolute error.
+
+A second, shorter experiment (:func:`growing_crawl`) measures the other way the accumulators get
+large against the values they are added to: a crawl that grows from one seed (the seed alone
+receives the endowment, so the accumulator starts at 1 while the pages' cash falls to ``1/n``).
+It reports the error of the total cash, which needs no reference.
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
-from scrapy_opic.opic import OpicEngine
+from scrapy_opic.opic import GreedySelection, OpicEngine
 from scrapy_opic.opic.constants import BLEND_LEMMA, SLOPE_NOISE
 from scrapy_opic.opic.graph import Graph, power_law_graph
 
@@ -207,6 +213,49 @@ def run(graph: Graph, passes: int, runs: dict[str, float | None], direct64: bool
     return result
 
 
+def growing_crawl(pages: int, rebase_at: float | None, refresh: float, seed: int = 0) -> dict:
+    """A crawl that starts from one seed and discovers ``pages`` pages (3 new ones per visit,
+    plus 2 links to pages known already), 2 * ``pages`` visits with Greedy through the per-event
+    path. The seed alone receives the endowment at the first payout, so ``acc_all`` (or
+    ``acc_unfetched``) starts at 1 while the pages' cash falls to about ``1 / pages``. Returns
+    the error of the total cash, which is exactly 1 (no reference needed), and the rebases."""
+    rng = np.random.default_rng(seed)
+    e = OpicEngine(epsilon=EPSILON, refresh=refresh, rebase_at=rebase_at, capacity=pages + 3)
+    sel = GreedySelection(e)
+    sel.push(e.add_page())
+    for _ in range(2 * pages):
+        i = sel.pop()
+        new = [e.add_page() for _ in range(3)] if e.n < pages else []
+        kids = sorted(set(new + rng.integers(0, e.n, 2).tolist()) - {i})
+        e.visit(i, kids)
+        for j in kids:
+            sel.push(j)  # (no-op for a page that is a candidate already)
+        sel.push(i)  # a continuous crawl: visited pages wait again
+    e.payout()
+    return {"pages": e.n, "rebases": e.rebases, "total": abs(e.total_cash() - 1.0)}
+
+
+def growth_report(pages: int, runs: dict[str, float | None]) -> list[str]:
+    lines = [
+        f"## A crawl that grows from one seed to {pages:,} pages",
+        "",
+        f"{2 * pages:,} visits (Greedy, per-event path); 3 new pages per visit until {pages:,} "
+        "are known, and 2 links to known pages. The first payout gives the whole endowment to "
+        "the seed: the accumulator starts at 1 while the pages' cash falls to about "
+        f"1/{pages:,}. Error of the total cash (exactly 1):",
+        "",
+        "| run | refresh 1 (continuous) | rebases | refresh 0 (discovery) | rebases |",
+        "|---|---|---|---|---|",
+    ]
+    for name, at in runs.items():
+        cells = [name]
+        for refresh in (1.0, 0.0):
+            r = growing_crawl(pages, at, refresh)
+            cells += [f"{r['total']:.1e}", str(r["rebases"])]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
 QUANTITIES = (
     ("cash", "cash per page"),
     ("teleport", "teleport credit held"),
@@ -293,6 +342,9 @@ def main(argv: list[str] | None = None) -> int:
         help="thresholds of the rebasing runs (default: the engine's)",
     )
     ap.add_argument("--no-direct64", action="store_true", help="skip the direct float64 run")
+    ap.add_argument(
+        "--growth-pages", type=int, default=20_000, help="pages of the growing crawl (0: skip)"
+    )
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "precision.md")
     args = ap.parse_args(argv)
     graph = power_law_graph(args.nodes, seed=args.seed)
@@ -309,6 +361,8 @@ def main(argv: list[str] | None = None) -> int:
         ["python benchmarks/precision.py", *(argv if argv is not None else sys.argv[1:])]
     )
     lines = report(result, graph, args.passes, time.perf_counter() - t0, command)
+    if args.growth_pages:
+        lines += ["", *growth_report(args.growth_pages, runs)]
     text = "\n".join(lines) + "\n"
     if str(args.out) == "-":
         sys.stdout.write(text)

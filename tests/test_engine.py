@@ -675,3 +675,15 @@ def test_rebasing_keeps_the_cash_precise_over_a_long_crawl():
         assert forced["errors"][name][1] < bound / 10, name
     assert abs(never["errors"]["total"][0]) > bound
     assert abs(forced["errors"]["total"][0]) < bound / 10
+
+
+@pytest.mark.parametrize("refresh", [1.0, 0.0], ids=["continuous", "discovery"])
+def test_a_crawl_from_one_seed_rebases_once_it_knows_a_thousand_pages(refresh):
+    # The seed alone gets the endowment at the first payout: the accumulator holds 1 while 4,000
+    # pages hold about 1/4,000 each. The default threshold rebases once, at about 1,000 pages;
+    # without it the total cash drifts 15 times as far in two passes.
+    bench = _precision_benchmark()
+    plain = bench.growing_crawl(4_000, None, refresh)
+    rebased = bench.growing_crawl(4_000, OpicEngine.REBASE_AT, refresh)
+    assert plain["rebases"] == 0 and rebased["rebases"] == 1
+    assert plain["total"] > 2e-12 > rebased["total"]

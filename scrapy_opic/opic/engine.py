@@ -86,23 +86,26 @@ one heap per set and never touch it on a payout.
 Rebasing. The accumulators grow for as long as the crawl runs: ``acc_credit`` and ``acc_all``
 times the pages by about 0.4 (of the total cash) per pass over a fixed site, and ``acc_all``
 times the pages as a crawl grows after its first payouts (the endowment is paid to the seeds
-alone: a crawl from one seed holds ``acc_all = 1`` while its pages hold ``1 / n``). A page's cash
-is then a small difference of two large numbers, and the rounding of each payout's addition to
-``acc_all`` moves the cash of every live page at once: the total cash by up to ``acc_all * live``
-float epsilons per payout. Measured (``benchmarks/results/precision.md``, 200 pages): after
-10,000 passes the total cash is off by 7e-11 and a page's cash by 7e-11 on average, against
-5e-14 for the same crawl with cash stored directly in floats; the error grows about as
-passes^1.5. Importance is not affected (its errors stay at the direct model's, 1e-13 at most).
+alone: a crawl from one seed holds ``acc_all = 1`` while its pages hold about ``1 / n``). A
+page's cash is then a small difference of two large numbers, and the rounding of each payout's
+addition to ``acc_all`` moves the cash of every live page at once: the total cash by up to
+``acc_all * live`` float epsilons per payout. Measured (``benchmarks/results/precision.md``):
+after 10,000 passes over 200 pages the total cash is off by 7e-11 and a page's cash by 7e-11 on
+average, against 5e-14 for the same crawl with cash stored directly in floats (the error grows
+about as passes^1.5); a crawl from one seed to 20,000 pages is off by 2e-10 after two passes.
+Importance is not affected (its errors stay at the direct model's, 1e-13 at most).
+
 :meth:`OpicEngine.rebase` folds the accumulators into the per-page values (``s += offset``,
 ``cb -= acc_credit``) and restarts them at 0: no true value changes (cash bit for bit), and a
 new page's back pay starts at ``-credit_base``, the teleport credit given before the last
 rebase. :meth:`OpicEngine.payout` rebases by itself when ``acc_all * live + acc_unfetched *
-n_unfetched`` or ``acc_credit`` passes ``rebase_at`` (default 2^10: a payout's rounding moves the
-total cash by at most about 1e-13). That is every few thousand passes of a fixed site, or once a
-crawl from a few seeds knows about a thousand pages, and never in the short sequences of the
-differential test (below 110); it costs two multiplications per payout and, per rebase, O(n)
-vectorised (1 ms for a million pages). A lower ``rebase_at`` buys more precision (16: within 2x
-of the direct model) at the price of rebases in short crawls.
+n_unfetched`` or ``acc_credit`` passes ``rebase_at`` (default 2^10: a payout's rounding moves
+the total cash by at most about 1e-13). That is every 2,500 passes or so over a fixed site, or
+once a crawl knows about a thousand times as many pages as it had seeds, and never in the
+short sequences of the differential test (56 at most); it costs two multiplications per payout
+and, per rebase, O(n) vectorised (1 ms for a million pages). With it the figures above are
+7e-12 and 5e-13; a lower ``rebase_at`` buys more (16: within 2x of the direct model on
+average) at the price of rebases in short crawls.
 
 ``G`` is not rebased: it is the clock (it never decreases) and the time of the received-credit
 moments. ``G - last_g`` (what G-clock windows read) loses bits as ``G`` grows (log2 of the
