@@ -415,6 +415,9 @@ class MemoryFrontier:
     def taken(self, ids: Iterable[int]) -> None:
         pass
 
+    def rebased(self) -> None:
+        pass
+
     # -- payloads (overridden by backends that keep them elsewhere) ---------------------------
     def _keep(self, i: int, payload: Any, key: Hashable = None) -> None:
         """Page ``i`` (whose key is ``key``, if the caller has it at hand) waits with

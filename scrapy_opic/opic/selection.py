@@ -74,6 +74,10 @@ class Selection:
     def changed(self, ids: Iterable[int]) -> None:
         """Many pages gained cash at once (only Greedy cares)."""
 
+    def rebased(self) -> None:
+        """The engine rebased its stored cash (only the slot-aware Greedy, which keeps copies
+        of it, cares; see :meth:`GreedySelection.rebased`)."""
+
     def taken(self, ids: Iterable[int]) -> None:
         """Pages were visited or lost their cash: they are no longer candidates."""
         for i in ids:
@@ -228,6 +232,14 @@ class GreedySelection(Selection):
         for heap in self._heaps.values():
             heap.heapify()
 
+    def rebased(self) -> None:
+        # Nothing to do: a rebase adds one amount to the stored cash of every fetched page and
+        # another to that of every page never fetched, i.e. to every key of one heap (closed
+        # pages, which it leaves alone, are in no heap). Float addition is monotone, so a
+        # parent's key stays >= its children's: both heaps stay valid, and peek compares the
+        # tops as true cash with the accumulators now at 0.
+        pass
+
     def peek(self) -> int | None:
         """The page :meth:`pop` would return, without removing it (payout included)."""
         e = self.engine
@@ -359,6 +371,18 @@ class SlottedGreedySelection(Selection):
         for h, heap in enumerate(self._heaps):
             heap.heapify()
             self._refresh_head(h)
+
+    def rebased(self) -> None:
+        # The page heaps stay valid (see GreedySelection.rebased), but the head heaps hold
+        # copies of each slot's top stored cash: read them again. One amount moved every key
+        # of a head heap too, so re-reading keeps its order; heapify anyway, O(slots).
+        s = self.engine._s_mv
+        for h, heap in enumerate(self._heaps):
+            if len(heap):
+                k, st = divmod(h, 2)
+                self._head_key[st][k] = s[heap.items[0]]
+        for heads in self._heads:
+            heads.heapify()
 
     def pop(
         self, has_room: Callable[[Hashable], bool] | None = None, unfetched: bool = False
@@ -666,6 +690,19 @@ class TieredSelection(Selection):
             self._heaps[h].up(k)
             if self._pos[i] == 0:  # only a new or richer top changes the code's head
                 self._refresh_head(h)
+
+    def rebased(self) -> None:
+        # The page heaps stay valid (one amount moved every key of a heap: see
+        # GreedySelection.rebased), but the head heaps hold copies of each code's top stored
+        # cash: read them again, then rebuild each head heap, O(codes).
+        s = self.engine._s_mv
+        for h, heap in enumerate(self._heaps):
+            if heap is not None and len(heap):
+                code, st = divmod(h, 2)
+                self._head_key[st][code] = s[heap.items[0]]
+        for pair in self._heads.values():
+            for heads in pair:
+                heads.heapify()
 
     def changed(self, ids: Iterable[int]) -> None:
         for h, heap in enumerate(self._heaps):
