@@ -636,14 +636,20 @@ class TieredSelection(Selection):
         left as they are): the pops that follow are those of pushing them one by one, up to
         ties between equal cash. Each heap is rebuilt as its pages sorted by stored cash,
         highest first (a sorted array is a max-heap), with numpy: no sifting in Python."""
-        ids = np.unique(np.asarray(ids, dtype=np.int64))
+        ids = np.asarray(ids, dtype=np.int64).ravel()
         if not ids.size:
             return
-        if ids[0] < 0 or ids[-1] >= min(len(self._pos), len(self.codes)):
+        if ids.min() < 0 or ids.max() >= min(len(self._pos), len(self.codes)):
             raise IndexError("load: a page id out of range")
         pos = np.frombuffer(self._pos, dtype=np.int32)
         try:
-            ids = ids[pos[ids] < 0]
+            # Each page once, in id order, leaving out the candidates (np.unique's hashing is
+            # slow on millions of ids; a mask over the pages is not).
+            mask = np.zeros(len(pos), dtype=bool)
+            mask[ids] = True
+            mask &= pos < 0
+            ids = np.flatnonzero(mask)
+            del mask
             if not ids.size:
                 return
             code = np.frombuffer(self.codes, dtype=np.uint32)[ids].astype(np.int64)
@@ -651,10 +657,11 @@ class TieredSelection(Selection):
                 raise ValueError(f"page {int(ids[code == 0][0])} has no tier code")
             e = self.engine
             h = 2 * code + ((e.flags[ids] & FETCHED) == 0)
-            for c in np.unique(code).tolist():
+            for c in np.flatnonzero(np.bincount(code)).tolist():
                 self._ensure(c)
+            del code
             added = ids.size
-            touched = np.unique(h).tolist()
+            touched = np.flatnonzero(np.bincount(h)).tolist()
             # Candidates already in a touched heap are sorted in with the new ones.
             old = [np.frombuffer(self._heaps[t].items, dtype=np.int32).copy() for t in touched]
             if any(a.size for a in old):
@@ -749,6 +756,7 @@ class TieredSelection(Selection):
         keys_f, keys_u = self._head_key
         tops_f, tops_u = heads[0].items, heads[1].items
         head_pos = self._head_pos
+        pairs = self.tiers._pairs  # code - 1 -> (priority, slot)
         set_aside: list[int] = []
         try:
             while True:
@@ -761,7 +769,7 @@ class TieredSelection(Selection):
                     k, st = ku, 1
                 else:
                     k, st = kf, 0
-                if has_room is None or has_room(self.tiers.slot(k)):
+                if has_room is None or has_room(pairs[k - 1][1]):
                     h = 2 * k + st
                     heap = self._heaps[h]
                     i = heap.items[0]
