@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -84,3 +85,33 @@ def test_redis_perf_smoke(tmp_path, redis_url):
             assert row["problems"] == [] and abs(row["total_cash"] - 1) < 1e-9
             assert row["round_trips_per_page"] < 4
     assert data["memory"]["visited"] == 300
+
+
+def test_scale_crawl_smoke(tmp_path):
+    mod = load("scale")
+    out = tmp_path / "scale.md"
+    out.write_text("# Scale\n\n## Another mode\n\nkept\n")
+    args = ["crawl", "--pages", "60", "--links", "5", "--back", "2", "--repeats", "1"]
+    assert mod.main([*args, "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "## Another mode\n\nkept" in text and "## Fan-out crawl" in text
+    assert "OPIC / Scrapy" in text and "python benchmarks/scale.py crawl --pages 60" in text
+    runs = json.loads((tmp_path / "scale.json").read_text())["crawl"]["runs"]
+    assert [r["scheduler"] for r in runs] == ["scrapy", "opic"]
+    for run in runs:
+        assert run["responses"] >= 60 and len(run["tenth_rates"]) == 10
+        if run["scheduler"] == "opic":  # every tree link is new, every back link is not
+            assert run["known"] == 1 + 5 * run["parsed"]
+        else:  # Scrapy fetches the root (a dont_filter start request) again: one more
+            assert 1 + 5 * (run["parsed"] - 1) <= run["known"] <= 2 + 5 * run["parsed"]
+        assert run["filtered"] > 0 and run["jobdir_bytes"] > 0
+        assert run["peak_rss"] >= run["baseline_rss"] > 0
+
+
+def test_scale_web_is_a_tree_with_back_links_to_ancestors():
+    mod = load("scale")
+    body = mod.page_body(7, links=3, back=5).decode()
+    hrefs = re.findall(r'href="([^"]+)"', body)
+    pages = [int(h.rsplit("/", 1)[1]) for h in hrefs]
+    assert pages == [22, 23, 24, 2, 0]  # children 7*3+1.., then parent 2, grandparent 0 (root)
+    assert mod.page_url(5, hosts=3) == "http://h2.web.test/p/5"
