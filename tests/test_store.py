@@ -245,7 +245,7 @@ def test_a_failed_background_commit_stops_the_crawl_with_an_error_not_a_hang(tmp
             assert time.monotonic() < deadline
             time.sleep(0.01)
         resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY,) * 2)
-        for call in (lambda: store.del_request(5), lambda: store.get_request(6),
+        for call in (lambda: store.get_page(5), lambda: store.get_request(6),
                      lambda: store.commit(f)):
             try:
                 call()

@@ -87,6 +87,7 @@ BLOCKS_TABLE = "opic_blocks"  #: per-page arrays, a block of pages per row
 PAGES_TABLE = "opic_pages"  #: each page's key and URL
 REQUESTS_TABLE = "opic_requests"  #: each pending page's serialized request
 LINKS_TABLE = "opic_links"  #: the table of kept links (see the module docstring)
+REQUEST_BATCH = 4096  #: request row changes gathered before they are queued for the writer
 LINKS_READ_ROWS = 32_768  #: rows of kept links a reader decodes at a time
 BUSY_TIMEOUT = 30.0  #: seconds a crawl starting on a state waits for a reader to finish
 _SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -173,7 +174,7 @@ def row_crc(key: Any, text: bytes | str | None) -> int:
     """The CRC-32 of a row of page key and URL, or of page key and request data."""
     if isinstance(text, str):
         text = text.encode("utf-8", "surrogatepass")
-    return zlib.crc32(_key_bytes(key) + b"\x00" + (text or b""))
+    return zlib.crc32(text or b"", zlib.crc32(_key_bytes(key) + b"\x00"))
 
 
 def _checked(blob: bytes) -> bytes:
@@ -416,6 +417,8 @@ class SqliteStore:
         #: What the last commit wrote: blocks, new pages, bytes, and the seconds it took to
         #: build its rows (in the caller's thread).
         self.last_commit: dict[str, float] = {}
+        # Request rows not queued yet: page -> (id, key, data, crc), or None (deleted).
+        self._requests: dict[int, tuple | None] = {}
 
     def _check(self) -> None:
         """Raise :class:`StoreError` if sqlitedict's writer thread failed or died (a full disk,
@@ -447,19 +450,23 @@ class SqliteStore:
             self._fail(exc)
 
     # -- rows read and written as the crawl goes ----------------------------------------------
+    # Request rows change at every schedule and pop: they are gathered here, the last change
+    # of each page winning (a row, or None: deleted), and written by one executemany per
+    # REQUEST_BATCH changes and at every commit, not one queued statement each. They would be
+    # lost with the process all the same until the next commit.
     def put_request(self, i: int, key: Hashable, data: bytes | None) -> None:
         """Page ``i`` waits with the request ``data`` (``None``: one that could not be
         serialized, which a restart loses)."""
-        with self._io():
-            self.db.conn.execute(
-                f'INSERT OR REPLACE INTO "{REQUESTS_TABLE}" (id, key, data, crc) '
-                "VALUES (?, ?, ?, ?)",
-                (i, key, data, row_crc(key, data)),
-            )
+        self._requests[i] = (i, key, data, row_crc(key, data))
+        if len(self._requests) >= REQUEST_BATCH:
+            self._flush_requests()
 
     def get_request(self, i: int) -> tuple[Hashable, bytes | None] | None:
         """``(key, request data)`` of page ``i`` (data ``None`` for a request that was not
         serialized), or ``None`` if it has no row. A damaged row is a :class:`StoreError`."""
+        if i in self._requests:
+            row = self._requests[i]
+            return None if row is None else (row[1], row[2])
         with self._io():
             row = self.db.conn.select_one(
                 f'SELECT key, data, crc FROM "{REQUESTS_TABLE}" WHERE id = ?', (i,)
@@ -471,8 +478,25 @@ class SqliteStore:
         return row[0], row[1]
 
     def del_request(self, i: int) -> None:
+        self._requests[i] = None
+        if len(self._requests) >= REQUEST_BATCH:
+            self._flush_requests()
+
+    def _flush_requests(self) -> None:
+        """Queue the request rows changed since the last flush."""
+        changes, self._requests = self._requests, {}
+        rows = [row for row in changes.values() if row is not None]
+        gone = [(i,) for i, row in changes.items() if row is None]
         with self._io():
-            self.db.conn.execute(f'DELETE FROM "{REQUESTS_TABLE}" WHERE id = ?', (i,))
+            conn = self.db.conn
+            if rows:
+                conn.executemany(
+                    f'INSERT OR REPLACE INTO "{REQUESTS_TABLE}" (id, key, data, crc) '
+                    "VALUES (?, ?, ?, ?)",
+                    rows,
+                )
+            if gone:
+                conn.executemany(f'DELETE FROM "{REQUESTS_TABLE}" WHERE id = ?', gone)
 
     def get_page(self, i: int) -> tuple[Hashable, str | None] | None:
         """``(key, url)`` of page ``i`` if its row is written (queued writes included)."""
@@ -503,6 +527,7 @@ class SqliteStore:
 
     def _commit(self, frontier: SqliteFrontier, meta: dict | None, blocking: bool) -> None:
         started = time.perf_counter()
+        self._flush_requests()
         engine = frontier.engine
         n = engine.n
         conn = self.db.conn
