@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import logging
 import pickle
+import time
 import weakref
 from collections import defaultdict, deque
 from collections.abc import Collection, Hashable
@@ -93,6 +94,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from scrapy.crawler import Crawler
 
 logger = logging.getLogger(__name__)
+
+#: Seconds between two scans of every page for the top page of the stats and the log line.
+TOP_PAGE_SECONDS = 30.0
 
 
 # Exceptions by outcome. (Scrapy 2.13+ wraps download errors in its own classes; older
@@ -246,6 +250,9 @@ class OpicScheduler(BaseScheduler):
         self._full: set[Hashable] = set()  # the download slots without room (see _full_slots)
         #: The schedule code of each request that the visit that paid it already filed.
         self._codes: WeakKeyDictionary[Request, int] = WeakKeyDictionary()
+        self._top: tuple[str, float] | None = None  # see _top_page
+        self._top_at = 0.0
+        self._top_cost = 0.0
         #: Requests a visit paid that have not reached enqueue_request yet (a request dropped
         #: on its way is collected, and leaves the set by itself).
         self._unfiled: weakref.WeakSet[Request] = weakref.WeakSet()
@@ -821,13 +828,26 @@ class OpicScheduler(BaseScheduler):
         if frontier.shared:
             self.stats.set_value("opic/round_trips", frontier.round_trips)
             return figures
-        top = frontier.top_page()
+        top = self._top_page(fresh=closing)
         if top is not None:
             self.stats.set_value("opic/top_page", top[0])
             self.stats.set_value("opic/top_importance", top[1])
         if closing:
             self.stats.set_value("opic/total_cash", frontier.total_cash())
         return figures
+
+    def _top_page(self, fresh: bool = False) -> tuple[str, float] | None:
+        """The frontier's top page, found again (a scan of every page) at most every
+        :data:`TOP_PAGE_SECONDS`, and no more often than 50 times the last scan took: its
+        stats and log line cost a few percent of a crawl of tens of millions of pages at
+        most. ``fresh``: found now (at close)."""
+        now = time.monotonic()
+        due = self._top_at + max(TOP_PAGE_SECONDS, 50 * self._top_cost)
+        if fresh or self._top_at == 0.0 or now >= due:
+            self._top = self.frontier.top_page()
+            self._top_at = time.monotonic()
+            self._top_cost = self._top_at - now
+        return self._top
 
     def status_line(self) -> str:
         """The periodic OPIC log line (:class:`~scrapy_opic.extensions.OpicLogStats`)."""
@@ -844,7 +864,7 @@ class OpicScheduler(BaseScheduler):
             f"; G={f['G']:.4f}, error factor 1/G={f['error_factor']:.4f}, virtual cash "
             f"{f['virtual_cash']:.4f}"
         )
-        top = frontier.top_page()
+        top = self._top_page()
         if top is not None:
             line += f"; top page: {top[0]} ({top[1]:.4f})"
         if frontier.shared:
