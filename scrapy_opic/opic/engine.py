@@ -121,6 +121,7 @@ test checks that both paths agree.
 
 from __future__ import annotations
 
+import mmap
 import sys
 import time
 from collections.abc import Hashable, Iterable, Sequence
@@ -155,6 +156,21 @@ class CashObserver(Protocol):
 
 #: Pages a whole-frontier scan (total cash, the best page) handles at a time: its memory.
 SCAN = 1 << 18
+#: From this capacity on, the per-page arrays grow by a quarter, not double.
+GROW_SLOWER = 1 << 20
+#: Arrays of at least this many bytes are anonymous mappings of their own (see zeros).
+MAPPED_BYTES = 1 << 20
+
+
+def zeros(n: int, dtype: np.dtype | type) -> np.ndarray:
+    """A zeroed array of ``n`` items whose pages take no memory until written, whatever the
+    allocator did before: a large one is a fresh anonymous mapping (``np.zeros`` may reuse
+    freed heap memory, which it must then clear, touching it all)."""
+    dtype = np.dtype(dtype)
+    size = n * dtype.itemsize
+    if size < MAPPED_BYTES:
+        return np.zeros(n, dtype)
+    return np.frombuffer(mmap.mmap(-1, size), dtype, count=n)
 
 
 class PageKeys(Protocol):
@@ -314,12 +330,18 @@ class OpicEngine:
     def _grow(self, need: int) -> None:
         if need <= self.capacity:
             return
-        cap = max(need, self.capacity * 2)
+        # Doubling while small; by a quarter from GROW_SLOWER pages on, so that the arrays that
+        # cannot leave their spare capacity untouched (the frontier's, the selection's) waste
+        # at most a quarter of a page's bytes.
+        step = self.capacity * 2 if self.capacity < GROW_SLOWER else self.capacity * 5 // 4
+        cap = max(need, step)
+        # The views go first: each old array is then freed as soon as its copy is made (the
+        # memory a growth takes beyond the arrays is one array's, not all of them).
+        self._s_mv = self._hist_mv = self._cb_mv = self._lc_mv = None
+        self._last_g_mv = self._visits_mv = self._flags_mv = self._b_mv = self._d_mv = None
 
         def grown(a: np.ndarray) -> np.ndarray:
-            # np.zeros, not np.full: the capacity not used yet is not resident memory (calloc)
-            # until a page is added there.
-            b = np.zeros(cap, dtype=a.dtype)
+            b = zeros(cap, a.dtype)
             b[: self.n] = a[: self.n]
             return b
 
