@@ -108,6 +108,35 @@ def test_scale_crawl_smoke(tmp_path):
         assert run["peak_rss"] >= run["baseline_rss"] > 0
 
 
+def test_scale_frontier_smoke(tmp_path):
+    mod = load("scale")
+    out = tmp_path / "scale.md"
+    out.write_text("# Scale\n\n## Another mode\n\nkept\n")
+    work = tmp_path / "work"
+    args = ["frontier", "--urls", "5000,20000", "--links", "10", "--kill-after", "1"]
+    args += ["--kill-urls", "20000"]
+    assert mod.main([*args, "--workdir", str(work), "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "## Another mode\n\nkept" in text and f"## {mod.FRONTIER_TITLE}" in text
+    for heading in ("Goals", "Memory", "Speed", "Checkpoints", "kill -9", "Resume", "Export"):
+        assert f"### {heading}" in text
+    data = json.loads((tmp_path / "scale.json").read_text())["frontier"]
+    assert [s["drive"]["urls"] for s in data["sizes"]] == [5001, 20001]
+    for size in data["sizes"]:
+        drive, back = size["drive"], size["resume"]
+        assert len(drive["deciles"]) == 10 and drive["rss_end"] >= drive["rss_before"] > 0
+        assert any(c["blocking"] for c in drive["commits"]) and drive["commits_total"]["count"]
+        assert back["lease"] and back["n"] == drive["urls"] and abs(back["total_cash"] - 1) < 1e-9
+        assert size["csv"]["rows"] == drive["urls"] and size["top"]["rows"] == 25
+    assert [k["when"] for k in data["kills"]] == ["mid", "commit"]
+    for k in data["kills"]:
+        assert k["returncode"] == -9 and abs(k["resume"]["total_cash"] - 1) < 1e-9
+        assert 0 <= k["lost_visits"] <= k["commit_visits"]
+        counts = k["resume"]["counts"]  # (the page popped after the resume is in flight)
+        assert k["resume"]["request_rows"] == counts["pending"] + counts["in_flight"]
+    assert list(work.iterdir()) == []  # the states are gone
+
+
 def test_scale_web_is_a_tree_with_back_links_to_ancestors():
     mod = load("scale")
     body = mod.page_body(7, links=3, back=5).decode()
