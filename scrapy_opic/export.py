@@ -217,7 +217,13 @@ class OpicState:
             for name, a in e.page_arrays().items():
                 a[:k] = cols[name]
             est = e.window.estimate(np.arange(k), e._lc[:k], e._now())
-            yield lo, cols, e, est
+            try:
+                yield lo, cols, e, est
+            finally:
+                # An engine and its window policy point at each other: without this, each
+                # batch's arrays would wait for the cyclic garbage collector (memory growing
+                # with the number of batches instead of staying at one batch's).
+                e.window.engine = None
 
     def _scan(self) -> None:
         """One pass over the pages: the importance's normaliser and the status counts."""

@@ -225,3 +225,28 @@ def test_a_crawl_stopped_and_resumed_ends_as_an_uninterrupted_one(tmp_path, stop
     np.testing.assert_array_equal(f.engine.importance(), want_imp)
     assert bytes(f.status[: f.engine.n]) == want_status
     f.close([])
+
+
+def test_a_large_state_is_checked_table_by_table(tmp_path, monkeypatch):
+    """Beyond CHECK_WHOLE_BYTES a resume checks the tables it reads, not the whole file: the
+    state resumes, and a block damaged on disk is still refused."""
+    import sqlite3
+
+    from scrapy_opic.backends import StoreError
+    from scrapy_opic.backends import sqlite as store
+
+    monkeypatch.setattr(store, "CHECK_WHOLE_BYTES", 0)
+    path = tmp_path / "big.sqlite"
+    f = open_at(path)
+    f.schedule([Entry(key(k), f"http://h/{k}", 0, "h", b"r") for k in range(3 * BLOCK)])
+    f.close([])
+    g = open_at(path, resume=True)
+    assert len(g) == 3 * BLOCK
+    g.close([])
+    con = sqlite3.connect(path)
+    (blob,) = con.execute("SELECT data FROM opic_blocks WHERE b = 1").fetchone()
+    con.execute("UPDATE opic_blocks SET data = ? WHERE b = 1", (blob[:-1] + b"\x01",))
+    con.commit()
+    con.close()
+    with pytest.raises(StoreError, match="damaged"):
+        open_at(path, resume=True)

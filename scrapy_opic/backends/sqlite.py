@@ -89,6 +89,7 @@ REQUESTS_TABLE = "opic_requests"  #: each pending page's serialized request
 LINKS_TABLE = "opic_links"  #: the table of kept links (see the module docstring)
 REQUEST_BATCH = 4096  #: request row changes gathered before they are queued for the writer
 LINKS_READ_ROWS = 32_768  #: rows of kept links a reader decodes at a time
+CHECK_WHOLE_BYTES = 1 << 30  #: a resume checks a state file up to this size whole
 BUSY_TIMEOUT = 30.0  #: seconds a crawl starting on a state waits for a reader to finish
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _TABLES = (BLOCKS_TABLE, PAGES_TABLE, REQUESTS_TABLE, LINKS_TABLE)
@@ -639,6 +640,28 @@ def _into_wal(path: Path) -> None:
         time.sleep(0.05)
 
 
+def _quick_check(con: sqlite3.Connection, size: int) -> None:
+    """SQLite's ``quick_check``: of the whole file up to :data:`CHECK_WHOLE_BYTES`; beyond, of
+    what a resume reads, the table of scalars and the blocks, not the rows of keys, URLs and
+    requests, which a resume does not read (each is checked against its CRC-32 when read): at
+    ten million pages those are gigabytes, a minute of a slow disk for a check. An SQLite
+    without per-table checks (older than 3.33) checks the whole file."""
+    if size <= CHECK_WHOLE_BYTES or sqlite3.sqlite_version_info < (3, 33, 0):
+        rows = con.execute("PRAGMA quick_check").fetchall()
+        if rows != [("ok",)]:
+            raise sqlite3.DatabaseError(rows[0][0])
+        return
+    tables = ["opic"]
+    if con.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (BLOCKS_TABLE,)
+    ).fetchone():
+        tables.append(BLOCKS_TABLE)
+    for table in tables:
+        rows = con.execute(f'PRAGMA quick_check("{table}")').fetchall()
+        if rows != [("ok",)]:
+            raise sqlite3.DatabaseError(rows[0][0])
+
+
 def _check_format(path: Path, fr: Any) -> None:
     found = fr.get("format") if isinstance(fr, dict) else None
     if found == FORMAT:
@@ -687,9 +710,7 @@ class StateReader:
                 f"{self.path.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None
             )
             if check:
-                rows = self._con.execute("PRAGMA quick_check").fetchall()
-                if rows != [("ok",)]:
-                    raise sqlite3.DatabaseError(rows[0][0])
+                _quick_check(self._con, self.path.stat().st_size)
             self._con.execute("BEGIN")  # one snapshot for every read below
             tables = self._con.execute(
                 "SELECT name FROM sqlite_master WHERE type = 'table'"
