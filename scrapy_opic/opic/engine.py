@@ -963,14 +963,10 @@ class OpicEngine:
         ``n`` rows, window state and, unless ``keys`` is false, the page keys): plain Python and
         numpy values, for a store."""
         n = self.n
+        head = self.header()
         return {
-            "params": {
-                "epsilon": self.epsilon,
-                "refresh": self.refresh,
-                "window": self.window.spec(),
-                "self_links": self.self_links,
-            },
-            "scalars": {k: getattr(self, k) for k in self._SCALARS},
+            "params": head["params"],
+            "scalars": head["scalars"],
             "arrays": {k: a[:n].copy() for k, a in self._arrays().items()},
             "window": self.window.state_dict(n),
             "keys": self.keys.listing(n) if keys and isinstance(self.keys, DictKeys) else [],
