@@ -157,6 +157,7 @@ def test_every_commit_reads_back_as_the_live_state(
     assert g.engine.cash().tobytes() == cash.tobytes()
     assert g.engine.importance().tobytes() == imp.tobytes()
     assert [g.url_of(i) for i in range(n)] == urls
+    assert not g.urls and not g.payloads  # nothing per page in Python objects
     assert g.total_cash() == pytest.approx(1.0, abs=1e-9)
     for k in in_flight:  # in flight when it stopped: pending again
         assert g.status_of(k) == "pending"

@@ -1156,6 +1156,9 @@ class SqliteFrontier(MemoryFrontier):
     def _added(self, i: int, url: str | None) -> None:
         self._urls.append(url)
 
+    def _grow_urls(self) -> None:
+        pass  # (no list of URLs by id here: the URLs are rows of the store)
+
     def url_of(self, i: int) -> str | None:
         k = i - self.keys.written
         if k >= 0:
