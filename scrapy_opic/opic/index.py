@@ -177,20 +177,8 @@ class KeyIndex:
     def get(self, key: Hashable) -> int | None:
         """The id of ``key``, or None if it was never added."""
         if type(key) is bytes:  # the fingerprint: key_hash inlined
-            h = _from_bytes(_blake2b(key, digest_size=8).digest(), "little")
-        else:
-            h = key_hash(key)
-        table = self._tv
-        hashes = self._hv
-        mask = self._mask
-        s = h & mask
-        v = table[s]
-        while v:
-            if hashes[v - 1] == h:
-                return v - 1
-            s = (s + 1) & mask
-            v = table[s]
-        return None
+            return self.get_hash(_from_bytes(_blake2b(key, digest_size=8).digest(), "little"))
+        return self.get_hash(key_hash(key))
 
     def get_hash(self, h: int) -> int | None:
         """The id of the page whose key hashes to ``h``, or None."""
