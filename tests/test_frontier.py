@@ -377,9 +377,11 @@ def test_a_restored_frontier_has_its_in_flight_pages_pending_again():
     for i in range(6):
         f.schedule([Entry(key(i), f"u{i}", 0, f"h{i % 2}", {"i": i})])
     popped = [f.pop().key for _ in range(3)]
-    slots = {i: f.tier_of(i) for i in range(f.engine.n) if i in f.payloads}
+    n = f.engine.n
     g = MemoryFrontier(f.engine)
-    back = g.restore(bytes(f.status[: f.engine.n]), dict(f.payloads), slots, f.urls)
+    back = g.restore(
+        bytes(f.status[:n]), None, f.tier[:n], f.tiers.as_list(), None, dict(f.payloads), f.urls
+    )
     assert back == 3 and all(g.status_of(k) == "pending" for k in popped)
     assert g.urls == [f"u{i}" for i in range(6)] and len(g) == 6
     assert {g.pop().key for _ in range(6)} == {key(i) for i in range(6)}
@@ -411,8 +413,8 @@ def test_a_restored_continuous_frontier_files_its_refetches_at_priority_0():
     f = make(continuous=True)
     f.schedule([Entry(key(0), "u0", 5, "a", {"i": 0}), Entry(key(1), "u1", 1, "a", {"i": 1})])
     f.visit(f.pop(), [])  # page 0 fetched: pending again, for a refetch
-    slots = {0: (5, "a"), 1: (1, "a")}  # as saved with the requests' priorities
+    tiers = [(5, "a"), (1, "a")]  # as saved with the requests' priorities: codes 1 and 2
     g = MemoryFrontier(f.engine, "greedy", continuous=True)
-    g.restore(bytes(f.status[: f.engine.n]), dict(f.payloads), slots, f.urls)
+    g.restore(bytes(f.status[: f.engine.n]), None, [1, 2], tiers, None, dict(f.payloads), f.urls)
     assert g.tier_of(0) == (0, "a") and g.tier_of(1) == (1, "a")
     assert [g.pop().key, g.pop().key] == [key(1), key(0)]

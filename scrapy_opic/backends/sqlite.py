@@ -65,7 +65,7 @@ from typing import Any
 import numpy as np
 from sqlitedict import SqliteDict
 
-from ..opic.constants import ERROR, IN_FLIGHT, PENDING, STATUSES, VISITED
+from ..opic.constants import ERROR, PENDING, STATUSES, VISITED
 from ..opic.engine import OpicEngine
 from ..opic.frontier import Entry, Lease, MemoryFrontier
 from ..opic.index import KeyIndex, key_hash
@@ -1104,37 +1104,17 @@ class SqliteFrontier(MemoryFrontier):
             raise
 
     def _resume(self, saved: Saved) -> None:
-        n = self.engine.n
-        self.grow(self.engine.capacity)
-        np.frombuffer(self.status, np.uint8)[:n] = saved.status
-        np.frombuffer(self.outcome, np.uint16)[:n] = saved.outcome
-        for priority, slot in saved.tiers:
-            self.tiers.code(priority, slot)  # (codes 1, 2... again, in their order)
-        tier = np.frombuffer(self.tier, np.uint32)
-        tier[:n] = saved.tier
-        self.alias = dict(saved.alias)
+        back = self.restore(
+            saved.status,
+            saved.outcome,
+            saved.tier,
+            saved.tiers,
+            saved.alias,
+            # Without persisted requests nothing survives a restart: every pending page is
+            # given up.
+            payloads=None if self._persist else {},
+        )
         self.discovery_debt = saved.discovery_debt
-        status = np.frombuffer(self.status, np.uint8)[:n]
-        back = int((status == IN_FLIGHT).sum())
-        status[status == IN_FLIGHT] = PENDING  # their fetch may not have happened
-        pending = (status == PENDING) & (tier[:n] != 0)
-        if not self._persist:
-            pending[:] = False  # nothing to fetch them with: no request survives a restart
-        lost = np.flatnonzero((status == PENDING) & ~pending)
-        if len(lost):  # pending without a request: given up, cash to the virtual page
-            status[lost] = VISITED
-            tier[lost] = 0
-            for i in lost.tolist():
-                self.engine.forfeit(i)
-            self._dirty.update((lost >> BLOCK_SHIFT).tolist())
-        self.counts = [int(c) for c in np.bincount(status, minlength=len(STATUSES))]
-        ids = np.flatnonzero(pending)
-        del status, tier
-        if self._tiered:
-            self.selection.load(ids)
-        else:
-            for i in ids.tolist():
-                self.selection.push(i)
         self.series = Series.from_list(saved.meta.get("series", []))
         self._elapsed_before = self.series.last_elapsed()
         engine = self.engine

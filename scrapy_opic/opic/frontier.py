@@ -756,47 +756,55 @@ class MemoryFrontier:
     # -- resuming --------------------------------------------------------------------------
     def restore(
         self,
-        status: bytes,
-        payloads: dict[int, Any],
-        slots: dict[int, tuple[int, Hashable]],
-        urls: Sequence[str | None],
-        outcome: bytes = b"",
+        status: np.ndarray | bytes,
+        outcome: np.ndarray | None = None,
+        tier: np.ndarray | None = None,
+        tiers: Sequence[tuple[int, Hashable]] = (),
         alias: dict[int, int] | None = None,
+        payloads: dict[int, Any] | None = None,
+        urls: Sequence[str | None] | None = None,
     ) -> int:
-        """Take the statuses, payloads (of pending and in-flight pages), their ``(priority,
-        slot)``, the URLs, the outcomes (uint16 by id) and the aliases of a saved frontier over
-        this frontier's (reloaded) engine. Pages that were in flight are pending again (their fetch
-        may not have happened; their cash is still theirs); a pending page without a payload is
-        given up (cash to the virtual page).
-        Returns how many pages were in flight."""
+        """Take a saved frontier's per-page arrays over this frontier's (reloaded) engine: the
+        statuses, outcomes and tier codes by id (uint8, uint16, uint32), the ``(priority,
+        slot)`` pairs of codes 1, 2..., the aliases and, for a frontier that keeps them in
+        memory, the payloads and URLs. ``payloads`` ``None``: every page with a tier code still
+        has its payload where the backend keeps it (:meth:`_has_payload`); a dict: only the
+        pages in it do. Pages that were in flight are pending again (their fetch may not have
+        happened; their cash is still theirs); a pending page without a payload is given up
+        (cash to the virtual page). Vectorised: no Python step per page but for those given
+        up. Returns how many pages were in flight."""
         n = len(status)
         self.grow(self.engine.capacity)
-        self.status[:n] = status
-        if outcome:
-            saved = array("H")
-            saved.frombytes(outcome)
-            self.outcome[:n] = saved
+        st = np.frombuffer(self.status, np.uint8)[:n]
+        st[:] = np.frombuffer(status, np.uint8) if isinstance(status, bytes) else status
+        if outcome is not None and len(outcome):
+            np.frombuffer(self.outcome, np.uint16)[:n] = outcome
+        for priority, slot in tiers:
+            self.tiers.code(priority, slot)  # (codes 1, 2... again, in their order)
+        codes = np.frombuffer(self.tier, np.uint32)[:n]
+        if tier is not None:
+            codes[:] = tier
         self.alias = dict(alias or {})
-        codes = np.frombuffer(bytes(status), np.uint8)
-        self.counts = [int(c) for c in np.bincount(codes, minlength=len(STATUSES))]
-        self.urls = list(urls) + [None] * max(0, n - len(urls))
-        back = 0
-        tiers, tier = self.tiers, self.tier
-        waiting = []
-        for i in np.flatnonzero((codes == PENDING) | (codes == IN_FLIGHT)).tolist():
-            if status[i] == IN_FLIGHT:
-                back += 1
-                self._set(i, PENDING)
-            if i not in payloads:  # nothing to fetch it with: give it up
-                self._retire(i)
-                self.engine.forfeit(i)
-                continue
-            self.payloads[i] = payloads[i]
-            priority, slot = slots.get(i, (0, ""))
-            tier[i] = tiers.code(priority, slot)
-            waiting.append(i)
-        ids = np.array(waiting, dtype=np.int64)
-        del waiting
+        if urls is not None:
+            self.urls = list(urls) + [None] * max(0, n - len(urls))
+        back = int((st == IN_FLIGHT).sum())
+        st[st == IN_FLIGHT] = PENDING
+        waiting = (st == PENDING) & (codes != 0)
+        if payloads is not None:
+            kept = np.zeros(n, bool)
+            kept[np.fromiter(payloads, np.int64, len(payloads))] = True
+            waiting &= kept
+            self.payloads.update((i, payloads[i]) for i in np.flatnonzero(waiting).tolist())
+        lost = np.flatnonzero((st == PENDING) & ~waiting)
+        st[lost] = VISITED  # nothing to fetch them with: given up
+        codes[lost] = 0
+        ids = np.flatnonzero(waiting)
+        del st, codes  # (exported buffers would keep the arrays from growing)
+        for i in lost.tolist():
+            self.engine.forfeit(i)
+        saved = np.frombuffer(self.status, np.uint8, count=n)
+        self.counts = [int(c) for c in np.bincount(saved, minlength=len(STATUSES))]
+        del saved
         if self._tiered:
             if self.continuous and ids.size:
                 self._refetch_tiers(ids[(self.engine.flags[ids] & FETCHED) != 0])
