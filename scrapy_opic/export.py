@@ -95,7 +95,8 @@ class Page(NamedTuple):
     ``status`` how that fetch ended: ``ok``, ``http_<code>`` (an error response), ``dns``,
     ``timeout``, ``error`` (another download error), ``spider_error`` (the callback raised),
     ``forbidden`` (robots.txt), ``offsite``, ``filtered`` (a dupefilter), ``ignored`` (another
-    IgnoreRequest), or empty if it was never fetched. A page whose status is not ``ok`` is
+    IgnoreRequest), ``redirected``, ``lost`` (its request vanished with no outcome),
+    or empty if it was never fetched. A page whose status is not ``ok`` is
     closed: links to it pay it nothing. ``pagerank`` is the exact PageRank of the crawled
     graph if the crawl kept its links (``OPIC_KEEP_LINKS``), else None (see the module
     docstring).

@@ -79,6 +79,7 @@ from .opic.constants import (
     FORBIDDEN,
     IGNORED,
     LOCAL,
+    LOST,
     NEEDS_PAYLOAD,
     OFFSITE,
     SCHEDULED,
@@ -240,6 +241,9 @@ class OpicScheduler(BaseScheduler):
         self._warned_unserializable = False
         self._extra: deque[Request] = deque()  # fetched outside the frontier (dont_filter...)
         self._leases: dict[Hashable, Lease] = {}  # page key -> the lease this process holds
+        #: page key -> a weak reference to the request its lease was handed out with (see
+        #: _settle_lost)
+        self._out: dict[Hashable, weakref.ref] = {}
         #: page key -> the priority and dont_filter of its leased request as filed (its
         #: follow-ups keep them)
         self._base: dict[Hashable, tuple[int, bool]] = {}
@@ -347,9 +351,12 @@ class OpicScheduler(BaseScheduler):
             return self.df.close(reason) if self.df is not None else None
         try:
             try:
-                # What this process still holds goes back, cash intact.
+                # What this process still holds goes back, cash intact. (Not settled as lost:
+                # a closing engine drops the requests it had not sent, and those pages are
+                # merely not fetched yet.)
                 leases = list(self._leases.values())
                 self._leases.clear()
+                self._out.clear()
                 self._base.clear()
                 self._clean.clear()
                 self._slot_load.clear()
@@ -386,6 +393,7 @@ class OpicScheduler(BaseScheduler):
         tick: a Redis hiccup must not stop the loop that renews the leases."""
         self._limits.clear()
         try:
+            self._settle_lost()
             self.frontier.maintain(list(self._leases.values()))
             self.update_stats()
         except Exception:
@@ -451,9 +459,11 @@ class OpicScheduler(BaseScheduler):
         """A lease's payload as a request: as stored, or rebuilt from its bytes (``None``, with
         an error, if this spider's code cannot rebuild it: written by other spider code)."""
         if not isinstance(payload, (bytes, dict)):
-            # Kept in memory. A continuous crawl keeps it for the page's next fetch: hand out a
-            # copy, since Scrapy's components change a request's meta on its way.
-            return payload.replace() if self.frontier.continuous else payload
+            # Kept in memory: hand out a copy. Scrapy's components change a request's meta on
+            # its way (a continuous crawl keeps the stored one for the page's next fetch), and
+            # only the engine may hold the one handed out, so that its loss is seen
+            # (_settle_lost).
+            return payload.replace()
         try:
             data = pickle.loads(payload) if isinstance(payload, bytes) else payload
             return request_from_dict(data, spider=self.spider)
@@ -473,6 +483,7 @@ class OpicScheduler(BaseScheduler):
     def _end(self, key: Hashable) -> Lease | None:
         """This process's lease of page ``key`` ends (its outcome is being reported)."""
         lease = self._leases.pop(key, None)
+        self._out.pop(key, None)
         self._base.pop(key, None)
         self._clean.pop(key, None)
         if lease is not None:
@@ -485,6 +496,28 @@ class OpicScheduler(BaseScheduler):
             if slot in self._full and n < self._limit(slot):
                 self._full.discard(slot)
         return lease
+
+    def _settle_lost(self) -> None:
+        """Give up the pages whose request vanished in Scrapy's engine with no outcome: the
+        request object handed out under a lease this process still holds has been freed, so no
+        middleware, errback or callback will ever report it. (A downloader middleware that
+        answers ``process_request`` with a new ``Request`` built from scratch, such as a URL
+        rewriter, drops the one it was given: the new request is a page of its own.) Such a page
+        would otherwise stay in flight for good: with Redis its lease renewed by this process
+        forever, so the crawl could never end by itself. It is closed with the outcome ``lost``,
+        its cash to the virtual page, as for any page given up unfetched. O(leases held), run
+        at each upkeep tick and when the engine, idle, asks whether requests are pending."""
+        lost = [key for key, ref in self._out.items() if ref() is None]
+        for key in lost:
+            lease = self._end(key)
+            if lease is not None and self.frontier.forfeit(lease, LOST):
+                self.counts["opic/lost"] += 1
+        if lost:
+            logger.warning(
+                "OPIC: %d requests handed out vanished in Scrapy's engine with no outcome (a "
+                "middleware dropped them?): their pages are closed as lost",
+                len(lost),
+            )
 
     def _held(self, request: Request) -> Lease | None:
         """The lease ``request`` was handed out under, if this process still holds it. (A
@@ -519,6 +552,10 @@ class OpicScheduler(BaseScheduler):
 
     # -- the scheduler interface -----------------------------------------------------------
     def has_pending_requests(self) -> bool:
+        # (Scrapy's engine asks only when its downloader and scraper are idle: a request handed
+        # out and not freed by now is held by something else, or was dropped; see _settle_lost.)
+        if self._out:
+            self._settle_lost()
         return bool(self._extra) or self.frontier.has_pending()
 
     def __len__(self) -> int:
@@ -638,6 +675,7 @@ class OpicScheduler(BaseScheduler):
             request.meta["opic_id"] = lease.key
             request.meta["opic_lease"] = lease.token
             request.errback = OutcomeErrback(self, request.errback)
+            self._out[lease.key] = weakref.ref(request)
             self.counts["opic/popped"] += 1
             self.counts["scheduler/dequeued"] += 1
             self.counts[self._dequeued_where] += 1

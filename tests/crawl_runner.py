@@ -62,6 +62,26 @@ class SlotBlindScheduler(OpicScheduler):
         return set()
 
 
+class RewriteMiddleware:
+    """A downloader middleware that answers a request for one URL of the setting
+    ``TEST_REWRITE`` (``{from: to}``) with a new request built from scratch for the other URL, as
+    a URL-canonicalizing middleware does: the request it was given is dropped, with no outcome
+    that any middleware, errback or callback sees."""
+
+    def __init__(self, rewrite: dict[str, str]) -> None:
+        self.rewrite = rewrite
+
+    @classmethod
+    def from_crawler(cls, crawler):
+        return cls(crawler.settings.getdict("TEST_REWRITE"))
+
+    def process_request(self, request, spider=None):
+        target = self.rewrite.get(request.url)
+        if target is not None:
+            return scrapy.Request(target, callback=request.callback)
+        return None
+
+
 class SiteSpider(scrapy.Spider):
     name = "site"
 

@@ -403,3 +403,65 @@ def test_kept_links_export_the_crawled_graphs_exact_pagerank(tmp_path, graph, co
     # The estimate and the exact value measure one thing (a sanity check, not an accuracy goal:
     # a one-pass crawl's importance is an estimate after one visit per page).
     assert np.corrcoef(imp, got)[0, 1] > 0.7
+
+
+@pytest.mark.parametrize("store", ["sqlite", "redis"])
+def test_a_request_dropped_with_no_outcome_closes_its_page_and_the_crawl_ends(
+    tmp_path, graph, store, request
+):
+    """A downloader middleware that answers one page's request with a new request built from
+    scratch (a URL rewriter) drops the request the scheduler handed out: no callback, errback or
+    middleware ever reports its outcome. The page is closed as ``lost`` (its cash to the virtual
+    page, total cash 1) and the crawl ends by itself: with Redis its lease used to be renewed by
+    its process for good, and the crawl ran until the guard timeout closed it."""
+    import csv
+
+    from scrapy_opic.export import open_state, write_export
+
+    settings: dict = {
+        "CONCURRENT_REQUESTS": 2,
+        "CLOSESPIDER_TIMEOUT": 90,  # the guard: the crawl must end long before, by itself
+        "DOWNLOADER_MIDDLEWARES": {
+            "scrapy_opic.OpicDownloaderMiddleware": 540,
+            "tests.crawl_runner.RewriteMiddleware": 100,
+        },
+    }
+    if store == "redis":
+        import uuid
+
+        key = f"opic:lost:{uuid.uuid4().hex}"
+        location = request.getfixturevalue("redis_url") + "#" + key
+        settings.update(
+            OPIC_STORE="redis",
+            OPIC_REDIS_URL=location.split("#")[0],
+            OPIC_REDIS_KEY=key,
+            OPIC_REDIS_LEASE=1.0,  # renewed every third of a second while held
+        )
+    else:
+        location = str(tmp_path / ".scrapy" / "opic" / "site.sqlite")
+    with Site(graph) as site:
+        settings["TEST_REWRITE"] = {site.url(5): site.url(7)}
+        _, stats = crawl(tmp_path, site.url(0), **settings)
+        hits = list(site.hits)
+    assert stats["finish_reason"] == "finished"
+    assert stats["opic/lost"] == 1
+    assert "/p/5.html" not in hits  # never downloaded: the middleware answered for it
+    out = tmp_path / "pages.csv"
+    with open_state(location) as state:
+        write_export(state, str(out))
+        assert state.total_cash() == pytest.approx(1.0, abs=1e-9)
+    with open(out, newline="") as fh:
+        rows = {r["url"]: r for r in csv.DictReader(fh)}
+    assert rows[site.url(5)]["status"] == "lost"
+    if store == "redis":
+        import redis
+
+        from scrapy_opic.backends.redis import RedisFrontier
+
+        client = redis.Redis.from_url(location.split("#")[0])
+        frontier = RedisFrontier(client, key)
+        try:
+            assert frontier.status()["leases"] == 0 and frontier.check() == []
+        finally:
+            frontier.clear()
+            client.close()
