@@ -237,3 +237,44 @@ def test_a_crawl_with_impossible_parameters_is_never_created(frontier, kw):
     with pytest.raises(ValueError, match="must be in"):
         frontier.open(**kw)
     assert frontier.globals() is None
+
+
+def test_the_crawl_is_not_over_while_a_visit_still_has_links_to_file(frontier, redis_url):
+    """A visit whose link comes back NEEDS_PAYLOAD (the visiting process sent no request for it)
+    leaves that link to be filed by its process a moment later. In that gap another process
+    asking whether anything is pending must hear yes: else it closes, and the crawl loses it
+    (or, if it was the last, the crawl ends with pages about to be filed)."""
+    frontier.open(window="unbounded")
+    other = RedisFrontier(redis.Redis.from_url(redis_url), frontier.key, lease=30)
+    other.open(window="unbounded")
+    waiting = {"filed": False}
+    frontier.ready = lambda: waiting["filed"]  # as the scheduler says: links still unfiled
+    frontier.schedule([entry(0)])
+    lease = frontier.pop()
+    visit = frontier.visit(lease, [Link(key(1), "http://x/1")])  # no request sent along
+    assert visit.codes == [2]  # NEEDS_PAYLOAD: this process files it next
+    assert other.has_pending()  # the gap: nothing pending, nothing leased, yet not over
+    frontier.maintain([])  # the upkeep renews the hold while the link is unfiled
+    assert other.has_pending()
+    waiting["filed"] = True
+    assert frontier.schedule([entry(1)]) == [SCHEDULED]  # filed: the hold ends with it
+    assert other.status()["holds"] == 0 and other.has_pending()  # (page 1 is pending)
+    lease = other.pop()
+    other.visit(lease, [])
+    assert not other.has_pending()
+    other.client.close()
+
+
+def test_a_dead_processs_hold_expires(frontier, redis_url):
+    """A process killed between its visit and the filing of the visit's links holds the crawl
+    open no longer than a lease: the next pop after expiry clears it."""
+    short = RedisFrontier(redis.Redis.from_url(redis_url), frontier.key, lease=0.2)
+    short.open(window="unbounded")
+    short.ready = lambda: False
+    short.schedule([entry(0)])
+    short.visit(short.pop(), [Link(key(1), "http://x/1")])
+    assert frontier.has_pending()
+    time.sleep(0.3)  # the process "died": no renewal
+    assert frontier.pop() is None  # (clears expired holds)
+    assert not frontier.has_pending()
+    short.client.close()

@@ -34,6 +34,10 @@
 --   <ns>:h:<pr>:u|f   sorted sets of slot heads: slot -> the best stored cash of its queue
 --   <ns>:tiers        sorted set of the priorities that have pending pages
 --   <ns>:leases       sorted set: in-flight fingerprint -> lease expiry (server time, ms)
+--   <ns>:holds        sorted set: lease token of a visit whose links came back NEEDS_PAYLOAD ->
+--                     expiry (server time, ms). Its process still has to file those links, so
+--                     the crawl is not over while it lasts; the process removes it once they are
+--                     filed (or renews it), and a dead process's hold expires like a lease.
 --
 -- A page's true cash is s + acc_all (+ acc_unfetched while never fetched): the virtual page's
 -- payout is two additions to the accumulators, O(1), and the queue scores never move on a payout
@@ -596,6 +600,7 @@ elseif cmd == 'pop' then
   local t = redis.call('TIME')
   local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   local lk = ns .. ':leases'
+  redis.call('ZREMRANGEBYSCORE', ns .. ':holds', '-inf', ms)
   local expired = redis.call('ZRANGEBYSCORE', lk, '-inf', ms, 'LIMIT', 0, 100)
   for _, fp in ipairs(expired) do
     local p = page(fp)
@@ -666,17 +671,18 @@ elseif cmd == 'pop' then
   return {best, redis.call('HGET', ns .. ':r', best), p.sl}
 
 elseif cmd == 'visit' then
-  -- ARGV: fp token plain has_boosts vweight later closed_virtual, then (cfp url weight boost
-  -- again pr sl req) per followed link; later: the page's request from now on ('' keeps it);
-  -- closed_virtual: links to closed pages pay the virtual page. Returns
-  -- {1, importance, code per link} or {0} for a stale lease.
+  -- ARGV: fp token plain has_boosts vweight later closed_virtual lease_ms, then (cfp url
+  -- weight boost again pr sl req) per followed link; later: the page's request from now on
+  -- ('' keeps it); closed_virtual: links to closed pages pay the virtual page; lease_ms: how
+  -- long the hold lasts if a link needs its request. Returns {1, importance, code per link} or
+  -- {0} for a stale lease.
   local fp, token = ARGV[2], ARGV[3]
   local p = leased(fp, token)
   if not p then return stale() end
   local plain, has_boosts, vweight = ARGV[4] == '1', ARGV[5] == '1', tonumber(ARGV[6])
   -- Children first (Scrapy's page_of: every followed link becomes a page before the visit).
   local links = {}
-  for k = 9, #ARGV, 8 do
+  for k = 10, #ARGV, 8 do
     links[#links + 1] = {fp = ARGV[k], p = page_or_new(ARGV[k], ARGV[k + 1]),
       w = tonumber(ARGV[k + 2]), boost = tonumber(ARGV[k + 3]), again = ARGV[k + 4] == '1',
       pr = ARGV[k + 5], sl = ARGV[k + 6], req = ARGV[k + 7]}
@@ -728,8 +734,18 @@ elseif cmd == 'visit' then
   unlease(fp)
   done(p, ARGV[7])
   local out = {1, fmt(importance_of(p))}
+  local owed = false
   for _, l in ipairs(links) do
-    out[#out + 1] = schedule(l.p, l.pr, l.sl, l.req, l.again)
+    local code = schedule(l.p, l.pr, l.sl, l.req, l.again)
+    out[#out + 1] = code
+    if code == NEEDS_PAYLOAD then owed = true end
+  end
+  if owed then
+    -- The process files those links next: until then, the crawl is not over (another
+    -- process asking whether anything is pending must not leave).
+    local t = redis.call('TIME')
+    local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    redis.call('ZADD', ns .. ':holds', ms + tonumber(ARGV[9]), token)
   end
   flush()
   save_g()
@@ -847,11 +863,16 @@ elseif cmd == 'release' then
   return n
 
 elseif cmd == 'renew' then
-  -- ARGV: lease_ms (fp token)... Extends the leases this process still holds.
+  -- ARGV: lease_ms n_holds hold... (fp token)... Extends the holds and the leases this process
+  -- still has.
   local t = redis.call('TIME')
   local until_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[2])
+  local n_holds = tonumber(ARGV[3])
+  for k = 4, 3 + n_holds do
+    redis.call('ZADD', ns .. ':holds', 'XX', until_ms, ARGV[k])
+  end
   local n = 0
-  for k = 3, #ARGV, 2 do
+  for k = 4 + n_holds, #ARGV, 2 do
     local r = redis.call('HMGET', pkey(ARGV[k]), 'x', 'w')
     if r[1] and r[2] == ARGV[k + 1] and select(layout.st, struct.unpack(layout.fmt, r[1])) == IN_FLIGHT then
       redis.call('ZADD', ns .. ':leases', 'XX', until_ms, ARGV[k])

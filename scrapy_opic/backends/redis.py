@@ -302,6 +302,11 @@ class RedisFrontier:
         self._seq = 0  # lease tokens are <tag>.<seq>: short, since a page keeps its last one
         self._known: set[bytes] = set()
         self._figures: dict[str, float] = {}
+        #: Tokens of this process's visits whose links still have to be filed (``<ns>:holds``).
+        self._holds: list[str] = []
+        #: Set by the scheduler: whether every link that a visit answered NEEDS_PAYLOAD for has
+        #: been filed (or dropped on its way) since.
+        self.ready: Callable[[], bool] = lambda: True
 
     @classmethod
     def connect(cls, url: str, key: str, **kw: Any) -> RedisFrontier:
@@ -419,7 +424,10 @@ class RedisFrontier:
             data = self._data(payload)
             local.append(payload is not None and data is None)
             args += [key, url, int(priority), str(slot), data or b""]
-        return self._codes((e.key for e in entries), self._call(*args), local)
+        codes = self._codes((e.key for e in entries), self._call(*args), local)
+        if self._holds:
+            self._unhold()
+        return codes
 
     def pop(self, full_slots: Collection[Hashable] = ()) -> Lease | None:
         token = self._token()
@@ -449,6 +457,7 @@ class RedisFrontier:
             _f(virtual_weight),
             self._later(payload),
             "1" if self.closed_links_virtual else "0",
+            self.lease_ms,
         ]
         local = []
         for link in links:
@@ -474,6 +483,8 @@ class RedisFrontier:
         out = self._call(*args)
         if not int(out[0]):
             return None
+        if any(int(c) == NEEDS_PAYLOAD for c in out[2:]):
+            self._holds.append(lease.token)  # (the script holds the crawl open for them)
         codes = self._codes((link.key for link in links), out[2:], local)
         imp = float(out[1])
         return Visit(codes, None if imp < 0 or not importance else imp)
@@ -534,16 +545,26 @@ class RedisFrontier:
         return int(self._call(*args)) if len(args) > 1 else 0
 
     def renew(self, leases: Iterable[Lease]) -> int:
-        """Extend the leases still held under these tokens; returns how many."""
-        args: list[Any] = ["renew", self.lease_ms]
+        """Extend the leases still held under these tokens, and this process's holds; returns
+        how many leases."""
+        args: list[Any] = ["renew", self.lease_ms, len(self._holds), *self._holds]
         for lease in leases:
             args += [lease.key, lease.token]
-        return int(self._call(*args)) if len(args) > 2 else 0
+        return int(self._call(*args)) if len(args) > 3 else 0
+
+    def _unhold(self) -> None:
+        """End this process's holds once the links they wait for are filed (:attr:`ready`)."""
+        if self.ready():
+            self.round_trips += 1
+            self.client.zrem(self.ns + ":holds", *self._holds)
+            self._holds = []
 
     def maintain(self, leases: Collection[Lease]) -> None:
-        """Renew this process's leases, mark it alive and, every ``series_seconds``, add a point
-        to the crawl's time series."""
-        if leases:
+        """End or renew this process's holds, renew its leases, mark it alive and, every
+        ``series_seconds``, add a point to the crawl's time series."""
+        if self._holds:
+            self._unhold()
+        if leases or self._holds:
             self.renew(leases)
         self.heartbeat()
         now = time.monotonic()
@@ -558,13 +579,17 @@ class RedisFrontier:
         try:
             if leases:
                 self.release(leases)
+            if self._holds:  # (what this process did not file, nobody will)
+                self.round_trips += 1
+                self.client.zrem(self.ns + ":holds", *self._holds)
+                self._holds = []
             self.leave()
         finally:
             self.client.close()
 
     def has_pending(self) -> bool:
         f = self._figures = self.status()
-        return f["pending"] > 0 or f["leases"] > 0
+        return f["pending"] > 0 or f["leases"] > 0 or f["holds"] > 0
 
     def __len__(self) -> int:
         return int(self._figures.get("pending", 0))
@@ -602,15 +627,17 @@ class RedisFrontier:
 
     # -- figures and the crawl's records ------------------------------------------------------
     def status(self) -> dict[str, float]:
-        """The crawl's global figures (one round trip): pages, pending, in flight, leases, the
-        processes that joined and have not left (``workers``: a killed one stays listed)...
+        """The crawl's global figures (one round trip): pages, pending, in flight, leases, holds
+        (visits whose links their process has yet to file), the processes that joined and have
+        not left (``workers``: a killed one stays listed)...
         O(1)."""
         self.round_trips += 1
         pipe = self.client.pipeline(transaction=False)
         pipe.get(self.ns + ":s")
         pipe.zcard(self.ns + ":leases")
         pipe.hlen(self.ns + ":workers")
-        blob, leases, workers = pipe.execute()
+        pipe.zcard(self.ns + ":holds")
+        blob, leases, workers, holds = pipe.execute()
         g = _unpack_globals(blob) if blob else {}
 
         def num(name: str) -> float:
@@ -632,6 +659,7 @@ class RedisFrontier:
             "cash_at_visit_x_n": num("ema") / gathered if gathered > 0 else 0.0,
             **{name: int(num(f"st{k}")) for k, name in enumerate(STATUSES)},
             "leases": int(leases),
+            "holds": int(holds),
             "workers": int(workers),
             "reclaimed": int(num("reclaimed")),
             "stale": int(num("stale")),
