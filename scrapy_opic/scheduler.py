@@ -264,6 +264,8 @@ class OpicScheduler(BaseScheduler):
         self._slot_concurrency: dict[str, int] = {}
         self._limits: dict[Hashable, int] = {}  # download slot -> leases it may hold (cached)
         self._tick: task.LoopingCall | None = None
+        self._wake_call: Any = None  # see _wake_after
+        self._wake_due = 0.0
         self._enqueued_where = self._dequeued_where = ""  # (set by open)
         self._claimed = False  # a prepared scheduler handed to Scrapy's engine
 
@@ -322,6 +324,8 @@ class OpicScheduler(BaseScheduler):
         self._enqueued_where = f"scheduler/enqueued/{where}"
         self._dequeued_where = f"scheduler/dequeued/{where}"
         _RUNNING[self.crawler] = self
+        if self.frontier.shared:
+            self._share_politeness()
         self._tick = task.LoopingCall(self._maintain)
         self._tick.start(self.frontier.maintain_interval, now=False)
         opened = self.df.open() if self.df is not None else None
@@ -342,9 +346,49 @@ class OpicScheduler(BaseScheduler):
             )
         return opened
 
+    def _share_politeness(self) -> None:
+        """``OPIC_REDIS_POLITENESS = "fleet"``: hand this crawl's per-slot limits to the shared
+        frontier, which then keeps them for every process together. They are the downloader's
+        own: CONCURRENT_REQUESTS_PER_DOMAIN (or _PER_IP), DOWNLOAD_DELAY and its jitter, and
+        DOWNLOAD_SLOTS entries. ("process": each process keeps its limits alone.)"""
+        if self.settings.redis_politeness != "fleet":
+            self.frontier.set_politeness(0)
+            return
+        downloader = self.crawler.engine.downloader
+        cs = self.crawler.settings
+        concurrency = self._default_concurrency
+        # (The downloader's defaults for new slots: AutoThrottle sets its start delay there.)
+        delay = float(getattr(downloader, "_delay", cs.getfloat("DOWNLOAD_DELAY")))
+        jitter = getattr(downloader, "_jitter", None)
+        if jitter is None:  # a Scrapy before DOWNLOAD_DELAY_JITTER
+            jitter = 0.5 if cs.getbool("RANDOMIZE_DOWNLOAD_DELAY") else 0.0
+        slots = {}
+        for key, conf in cs.getdict("DOWNLOAD_SLOTS").items():
+            if not isinstance(conf, dict):
+                continue
+            own_jitter = conf.get("jitter")
+            if own_jitter is None and "randomize_delay" in conf:
+                own_jitter = 0.5 if conf["randomize_delay"] else 0.0
+            slots[str(key)] = (
+                int(conf.get("concurrency", concurrency)),
+                float(conf.get("delay", delay)),
+                float(jitter if own_jitter is None else own_jitter),
+            )
+        self.frontier.set_politeness(concurrency, delay, float(jitter), slots)
+        logger.info(
+            "OPIC: fleet politeness: per download slot, all processes together keep %d "
+            "concurrent requests and %.3g s between requests (jitter %.2g)%s",
+            concurrency,
+            delay,
+            jitter,
+            f"; {len(slots)} slots with their own limits" if slots else "",
+        )
+
     def close(self, reason: str) -> Any:
         if self._tick is not None and self._tick.running:
             self._tick.stop()
+        if self._wake_call is not None and self._wake_call.active():
+            self._wake_call.cancel()
         frontier = self.frontier
         if frontier is None:  # open() failed: nothing was opened but the dupefilter, maybe
             _RUNNING.pop(self.crawler, None)
@@ -658,6 +702,9 @@ class OpicScheduler(BaseScheduler):
         for _attempt in range(10):
             lease = self.frontier.pop(full)
             if lease is None:
+                wake = getattr(self.frontier, "wake_in", None)
+                if wake is not None:
+                    self._wake_after(wake)
                 return None
             request = self._decode(lease.payload)
             if request is None:
@@ -681,6 +728,27 @@ class OpicScheduler(BaseScheduler):
             self.counts[self._dequeued_where] += 1
             return request
         return None
+
+    def _wake_after(self, seconds: float) -> None:
+        """Have the engine ask for a request again in ``seconds``: a shared frontier held every
+        slot with pending pages for the fleet's politeness (a delay that ends then, or leases
+        of other processes). Else the engine asks only when one of this process's downloads
+        ends, or at its heartbeat (5 s): a process would idle while its slots open."""
+        from twisted.internet import reactor
+
+        call = self._wake_call
+        due = time.monotonic() + seconds
+        if call is not None and call.active():
+            if self._wake_due <= due:
+                return
+            call.cancel()
+        self._wake_due = due
+        self._wake_call = reactor.callLater(seconds, self._wake)
+
+    def _wake(self) -> None:
+        slot = getattr(self.crawler.engine, "_slot", None)  # (Scrapy's engine: no public hook)
+        if slot is not None:
+            slot.nextcall.schedule()
 
     @staticmethod
     def _later(request: Request, base: tuple[int, bool]) -> Request:

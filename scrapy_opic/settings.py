@@ -348,6 +348,15 @@ SETTINGS: tuple[Setting, ...] = (
         _number(0.0, open_low=True),
     ),
     Setting(
+        "OPIC_REDIS_POLITENESS",
+        "fleet",
+        "'fleet': every process of a Redis crawl together keeps each download slot's "
+        "CONCURRENT_REQUESTS_PER_DOMAIN (or _PER_IP), DOWNLOAD_DELAY and DOWNLOAD_SLOTS limits, "
+        "as one Scrapy process would; 'process': each process keeps them on its own (N "
+        "processes may put N times the load on a host)",
+        _one_of("fleet", "process"),
+    ),
+    Setting(
         "OPIC_REDIS_RESET",
         False,
         "delete the crawl's keys when this process opens (start afresh; never set it on "
@@ -390,6 +399,7 @@ class OpicSettings:
     redis_url: str
     redis_key: str
     redis_lease: float
+    redis_politeness: str
     redis_reset: bool
     #: Scrapy's JOBDIR (a resumable crawl), or None.
     jobdir: str | None

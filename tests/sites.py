@@ -96,6 +96,9 @@ class Site(_LoopbackServer):
         self.errors = errors or set()
         self.offsite = offsite or set()
         self.hits: list[str] = []
+        #: The access log: (host, path, start, end) per request, on this machine's monotonic
+        #: clock, from the moment the server reads the request to the moment it has answered.
+        self.log: list[tuple[str, str, float, float]] = []
         site = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -103,6 +106,7 @@ class Site(_LoopbackServer):
                 pass
 
             def do_GET(self) -> None:
+                start = time.monotonic()
                 host = (self.headers.get("Host") or "").split(":")[0]
                 with site._lock:
                     site.hits.append(self.path)
@@ -122,6 +126,7 @@ class Site(_LoopbackServer):
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
+                site.log.append((host, self.path, start, time.monotonic()))
 
         self._serve(Handler, addresses)
 

@@ -278,3 +278,69 @@ def test_a_dead_processs_hold_expires(frontier, redis_url):
     assert frontier.pop() is None  # (clears expired holds)
     assert not frontier.has_pending()
     short.client.close()
+
+
+# -- fleet politeness ---------------------------------------------------------------------------
+
+
+def rich_and_poor(frontier) -> tuple[list[bytes], list[bytes]]:
+    """Pages 1-3 in slot "a" with more cash than pages 4-6 in slot "b" (a seed page in slot
+    "s", visited, pays them 3:1)."""
+    frontier.schedule([Entry(key(0), "http://s/0", 0, "s", b"r0")])
+    lease = frontier.pop()
+    rich = [Link(key(i), f"http://a/{i}", 3.0, 0.0, False, 0, "a", b"r%d" % i) for i in (1, 2, 3)]
+    poor = [Link(key(i), f"http://b/{i}", 1.0, 0.0, False, 0, "b", b"r%d" % i) for i in (4, 5, 6)]
+    frontier.visit(lease, rich + poor)
+    return [link.key for link in rich], [link.key for link in poor]
+
+
+def test_fleet_politeness_caps_a_slots_leases_for_all_processes(frontier, redis_url):
+    """Two processes, each with room of its own, together lease at most the slot's concurrency;
+    a pop then takes the richest page of a slot that has room (exact among them), and a slot
+    opens again as soon as one of its leases ends."""
+    frontier.open(window="unbounded")
+    other = RedisFrontier(redis.Redis.from_url(redis_url), frontier.key, lease=30)
+    other.open(window="unbounded")
+    frontier.set_politeness(2)
+    rich, poor = rich_and_poor(frontier)
+    first, second = frontier.pop(), other.pop()
+    assert {first.key, second.key} <= set(rich)  # slot "a" is now full for the fleet
+    third = frontier.pop()
+    assert third.key in poor and third.slot == "b"
+    assert frontier.check() == []
+    other.visit(second, [])  # a lease of slot "a" ends: it has room again
+    fourth = other.pop()
+    assert fourth.key in rich
+    assert frontier.check() == []
+    assert frontier.politeness() == {"concurrency": 2, "delay": 0.0, "jitter": 0.0, "slots": {}}
+    other.client.close()
+
+
+def test_fleet_politeness_spaces_a_slots_leases_by_its_delay(frontier):
+    frontier.open(window="unbounded")
+    frontier.set_politeness(8, delay=0.3, slots={"b": (1, 0.0, 0.0)})
+    rich, poor = rich_and_poor(frontier)
+    t0 = time.monotonic()
+    assert frontier.pop().key in rich
+    assert frontier.pop().key in poor  # "a" waits for its delay; "b" has no delay...
+    assert frontier.pop() is None  # ...but a concurrency of its own, 1
+    assert frontier.check() == []
+    while (lease := frontier.pop()) is None:
+        time.sleep(0.01)
+    assert lease.key in rich
+    assert time.monotonic() - t0 >= 0.29  # (server time and this clock: a ms of rounding)
+    frontier.set_politeness(0)  # switched off: every blocked slot is a head again
+    assert frontier.check() == []
+    assert frontier.pop().key in rich
+
+
+def test_leases_that_expire_free_their_slot(frontier, redis_url):
+    short = RedisFrontier(redis.Redis.from_url(redis_url), frontier.key, lease=0.2)
+    short.open(window="unbounded")
+    short.set_politeness(1)
+    rich, _ = rich_and_poor(short)
+    assert short.pop().key in rich  # "a" full; its process dies
+    time.sleep(0.3)
+    assert frontier.pop().key in rich  # reclaimed: "a" freed, then leased again
+    assert frontier.status()["reclaimed"] == 1 and frontier.check() == []
+    short.client.close()

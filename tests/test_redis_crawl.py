@@ -36,10 +36,13 @@ def reachable(g, start: int = 0) -> set[int]:
     return seen
 
 
-def start_worker(tmp_path: Path, name: str, start_url: str, settings: dict) -> subprocess.Popen:
+def start_worker(
+    tmp_path: Path, name: str, start_url: str, settings: dict, allowed: list[str] | None = None
+) -> subprocess.Popen:
     d = tmp_path / name
     d.mkdir()
     config = {
+        "allowed": allowed,
         "start_url": start_url,
         "settings": settings,
         "items": str(d / "items.jsonl"),
@@ -297,3 +300,100 @@ def test_the_commands_read_a_redis_crawl(tmp_path, redis_crawl):
     )
     assert report.returncode == 0, report.stderr
     assert "<img" in (tmp_path / "r.html").read_text()
+
+
+# -- politeness for the whole fleet, judged by the server's access log ---------------------------
+
+HOSTS = ("127.0.0.1", "127.0.0.2", "127.0.0.3")
+
+
+def fleet_crawl(tmp_path: Path, redis_url: str, site_delay: float, **settings) -> tuple:
+    """Four processes crawl a 90-page site spread over three hosts (127.0.0.1-3, one download
+    slot each) through one Redis frontier; returns the server's access log and the crawl's
+    frontier figures."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    g = site_graph(90, seed=4)
+    key = f"opic:fleet:{uuid.uuid4().hex}"
+    base = {
+        "OPIC_STORE": "redis",
+        "OPIC_REDIS_URL": redis_url,
+        "OPIC_REDIS_KEY": key,
+        # (Fewer than the 3 hosts x 2 the fleet may run at once: one process cannot take
+        # every request, so each one's limits matter.)
+        "CONCURRENT_REQUESTS": 3,
+        "LOG_LEVEL": "INFO",
+        **settings,
+    }
+    procs: list[subprocess.Popen] = []
+    try:
+        with Site(g, delay=site_delay, host_of=lambda i: HOSTS[i % 3], addresses=HOSTS) as site:
+            for n in range(4):
+                procs.append(start_worker(tmp_path, f"w{n}", site.url(0), base, list(HOSTS)))
+            for n, proc in enumerate(procs):
+                log = tmp_path / f"w{n}" / "crawl.log"
+                assert proc.wait(timeout=300) == 0, log.read_text()[-3000:]
+            access = list(site.log)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    client = redis.Redis.from_url(redis_url)
+    from scrapy_opic.backends.redis import RedisFrontier
+
+    frontier = RedisFrontier(client, key)
+    try:
+        status, problems = frontier.status(), frontier.check()
+        cash = frontier.total_cash()
+    finally:
+        frontier.clear()
+        client.close()
+    visits = [json.loads((tmp_path / f"w{n}" / "stats.json").read_text()) for n in range(4)]
+    assert status["visited"] == len(reachable(g)) and problems == []
+    assert cash == pytest.approx(1.0, abs=1e-9)
+    assert sum(1 for v in visits if v.get("opic/visits", 0) > 0) >= 2  # a fleet, not one
+    return access, status
+
+
+def most_at_once(access: list[tuple[str, str, float, float]], host: str) -> int:
+    """The most requests the server was answering at once for ``host``."""
+    events = sorted(
+        [(s, 1) for h, _, s, _ in access if h == host]
+        + [(e, -1) for h, _, _, e in access if h == host]
+    )
+    now = peak = 0
+    for _, step in events:
+        now += step
+        peak = max(peak, now)
+    return peak
+
+
+def test_the_fleet_keeps_each_hosts_concurrency(tmp_path, redis_url):
+    """CONCURRENT_REQUESTS_PER_DOMAIN = 2 with four processes of three requests each: the
+    server never answers more than 2 requests at once for any host. With each process keeping
+    its own limits ("process"), the same crawl goes over (the test's contrast)."""
+    access, _ = fleet_crawl(tmp_path / "fleet", redis_url, 0.3, CONCURRENT_REQUESTS_PER_DOMAIN=2)
+    peaks = {host: most_at_once(access, host) for host in HOSTS}
+    assert max(peaks.values()) <= 2, peaks
+    access, _ = fleet_crawl(
+        tmp_path / "alone",
+        redis_url,
+        0.3,
+        CONCURRENT_REQUESTS_PER_DOMAIN=2,
+        OPIC_REDIS_POLITENESS="process",
+    )
+    assert max(most_at_once(access, host) for host in HOSTS) > 2
+
+
+def test_the_fleet_keeps_each_hosts_download_delay(tmp_path, redis_url):
+    """DOWNLOAD_DELAY = 0.25 s (no jitter) with four processes: the server sees the requests
+    for each host start at least 0.25 s apart (less a few ms of the way from a pop to the
+    server: Scrapy's own gap is measured where it sends), as from one Scrapy process."""
+    delay = 0.25
+    access, _ = fleet_crawl(
+        tmp_path, redis_url, 0.0, DOWNLOAD_DELAY=delay, DOWNLOAD_DELAY_JITTER=0.0
+    )
+    for host in HOSTS:
+        starts = sorted(s for h, _, s, _ in access if h == host)
+        gaps = np.diff(starts)
+        assert len(starts) >= 25 and gaps.min() >= delay - 0.02, (host, gaps.min())

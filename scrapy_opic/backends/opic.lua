@@ -34,6 +34,14 @@
 --   <ns>:h:<pr>:u|f   sorted sets of slot heads: slot -> the best stored cash of its queue
 --   <ns>:tiers        sorted set of the priorities that have pending pages
 --   <ns>:leases       sorted set: in-flight fingerprint -> lease expiry (server time, ms)
+--   <ns>:pol          hash: the fleet's politeness (conc, delay in ms, jitter), written by each
+--                     process as it joins; absent: politeness is each process's own
+--   <ns>:lim          hash: slot -> "conc delay_ms jitter" for slots with limits of their own
+--   <ns>:busy         hash: slot -> pages leased in the slot, by every process (fleet politeness)
+--   <ns>:next         hash: slot -> server time (ms) before which no page of the slot is leased
+--   <ns>:blocked      sorted set: slot -> server time (ms) it opens at ('inf': full, until a lease
+--                     in it ends). A blocked slot is out of every slot-head index, so that a pop
+--                     never looks at it: the pop stays exact among the slots with room.
 --   <ns>:holds        sorted set: lease token of a visit whose links came back NEEDS_PAYLOAD ->
 --                     expiry (server time, ms). Its process still has to file those links, so
 --                     the crawl is not over while it lasts; the process removes it once they are
@@ -157,6 +165,122 @@ local function page(fp)
   return p
 end
 
+-- ---------------------------------------------------------------- fleet politeness
+-- Per download slot, every process together: at most conc pages leased at once, and a pop at
+-- least delay (with Scrapy's jitter) after the slot's last pop, as one Scrapy process would
+-- send them. A slot with no room is blocked: taken out of the slot-head indices until it
+-- has room again (a lease in it ends, or its delay passes), so a pop only sees slots with room.
+local BUSY, NEXT, BLOCKED = ns .. ':busy', ns .. ':next', ns .. ':blocked'
+local pol = nil      -- the fleet's default limits, loaded once per call (false: none)
+local blocked = {}   -- slot -> whether it is blocked (cached per call)
+
+local function polite()
+  if pol == nil then
+    local r = redis.call('HMGET', ns .. ':pol', 'conc', 'delay', 'jitter')
+    if r[1] then
+      pol = {conc = tonumber(r[1]), delay = tonumber(r[2]), jitter = tonumber(r[3])}
+    else
+      pol = false
+    end
+  end
+  return pol
+end
+
+-- The slot's limits: its own (DOWNLOAD_SLOTS), else the fleet's.
+local function limits(sl)
+  local own = redis.call('HGET', ns .. ':lim', sl)
+  if own then
+    local c, d, j = string.match(own, '(%S+) (%S+) (%S+)')
+    return tonumber(c), tonumber(d), tonumber(j)
+  end
+  return pol.conc, pol.delay, pol.jitter
+end
+
+local function is_blocked(sl)
+  local b = blocked[sl]
+  if b == nil then
+    b = polite() and redis.call('ZSCORE', BLOCKED, sl) ~= false or false
+    blocked[sl] = b
+  end
+  return b
+end
+
+-- Out of (or back into) every slot-head index of every tier and side.
+local function unindex(sl)
+  for _, t in ipairs(redis.call('ZRANGE', ns .. ':tiers', 0, -1)) do
+    redis.call('ZREM', hkey(t, true), sl)
+    redis.call('ZREM', hkey(t, false), sl)
+  end
+end
+
+local function reindex(sl)
+  for _, t in ipairs(redis.call('ZRANGE', ns .. ':tiers', 0, -1)) do
+    for _, u in ipairs({true, false}) do
+      local top = redis.call('ZREVRANGE', qkey(t, u, sl), 0, 0, 'WITHSCORES')
+      if #top > 0 then redis.call('ZADD', hkey(t, u), top[2], sl) end
+    end
+  end
+end
+
+local function block(sl, until_ms)
+  if not is_blocked(sl) then unindex(sl) end
+  redis.call('ZADD', BLOCKED, until_ms, sl)
+  blocked[sl] = true
+end
+
+local function unblock(sl)
+  redis.call('ZREM', BLOCKED, sl)
+  redis.call('HDEL', NEXT, sl)
+  blocked[sl] = false
+  reindex(sl)
+end
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- A page of slot sl was just leased at ms (u: a uniform draw in [0, 1) from the process, for
+-- the jitter: a script's own random numbers repeat from call to call).
+local function slot_leased(sl, ms, u)
+  if not polite() then return end
+  local conc, delay, jitter = limits(sl)
+  local busy = redis.call('HINCRBY', BUSY, sl, 1)
+  local open_at = nil
+  if delay > 0 then
+    open_at = ms + math.max(0, math.floor(delay * (1 + jitter * (2 * u - 1)) + 0.5))
+    redis.call('HSET', NEXT, sl, open_at)
+  end
+  if busy >= conc then
+    block(sl, 'inf')
+  elseif open_at then
+    block(sl, open_at)
+  end
+end
+
+-- A lease in slot sl ended (an outcome, a release, an expiry).
+local function slot_freed(sl)
+  if not polite() then return end
+  local busy = redis.call('HINCRBY', BUSY, sl, -1)
+  if busy <= 0 then redis.call('HDEL', BUSY, sl) end
+  local score = redis.call('ZSCORE', BLOCKED, sl)
+  if score ~= 'inf' or busy >= limits(sl) then return end
+  local open_at = tonumber(redis.call('HGET', NEXT, sl) or '0')
+  if open_at > now_ms() then
+    redis.call('ZADD', BLOCKED, open_at, sl)
+  else
+    unblock(sl)
+  end
+end
+
+-- Slots whose delay has passed open again (before a pop looks at the heads).
+local function open_slots(ms)
+  if not polite() then return end
+  for _, sl in ipairs(redis.call('ZRANGEBYSCORE', BLOCKED, '-inf', ms, 'LIMIT', 0, 1000)) do
+    unblock(sl)
+  end
+end
+
 local function set_status(p, st)
   g['st' .. p.st] = g['st' .. p.st] - 1
   p.st = st
@@ -272,14 +396,14 @@ local function flush()
       local top = redis.call('ZREVRANGE', p.q0, 0, 0, 'WITHSCORES')
       if #top == 0 then
         redis.call('ZREM', p.h0, p.sl0)
-      else
+      elseif not is_blocked(p.sl0) then
         redis.call('ZADD', p.h0, top[2], p.sl0)
       end
     end
     if q1 and (p.dirty or p.q0 ~= q1) then
       redis.call('ZADD', q1, fmt(p.s), fp)
       -- A pending page's cash only grows: the slot's head is the larger of the two.
-      redis.call('ZADD', h1, 'GT', fmt(p.s), p.sl)
+      if not is_blocked(p.sl) then redis.call('ZADD', h1, 'GT', fmt(p.s), p.sl) end
       if p.q0 ~= q1 then redis.call('ZADD', ns .. ':tiers', tonumber(t), t) end
     end
     -- The cached page now matches Redis: a later flush in the same call (a pop that reclaims
@@ -475,6 +599,7 @@ end
 
 local function unlease(fp)
   redis.call('ZREM', ns .. ':leases', fp)
+  slot_freed(P[fp].sl)
 end
 
 -- Frontier._retire: never fetched again (its request forgotten).
@@ -584,16 +709,18 @@ if cmd == 'sched' then
   return out
 
 elseif cmd == 'pop' then
-  -- ARGV: token lease_ms share full-slot... Reclaims expired leases, pays the virtual page
-  -- out, then leases the pending page with the most cash (highest priority first) whose
-  -- download slot is not full; when the discovery debt is due (share > 0: frontier.py,
-  -- discovery_step), the best page never fetched of the highest tier that has one. Returns
-  -- {fp, request, slot} or {}.
+  -- ARGV: token lease_ms share u full-slot... Reclaims expired leases, opens the slots whose
+  -- delay has passed, pays the virtual page out, then leases the pending page with the most
+  -- cash (highest priority first) whose download slot has room (not full in this process,
+  -- not blocked for the fleet); when the discovery debt is due (share > 0: frontier.py,
+  -- discovery_step), the best page never fetched of the highest tier that has one. u: a
+  -- uniform draw in [0, 1) for the delay's jitter. Returns {fp, request, slot} or {}.
   local token, lease_ms, share = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+  local u = tonumber(ARGV[5])
   local discover = share > 0 and g.debt + share >= 1.0
   local full = {}
   local n_full = 0
-  for k = 5, #ARGV do
+  for k = 6, #ARGV do
     full[ARGV[k]] = true
     n_full = n_full + 1
   end
@@ -607,10 +734,12 @@ elseif cmd == 'pop' then
     redis.call('ZREM', lk, fp)
     if p and p.st == IN_FLIGHT then
       set_status(p, PENDING)
+      slot_freed(p.sl)
       g.reclaimed = g.reclaimed + 1
     end
   end
   if #expired > 0 then flush() end
+  open_slots(ms)
   payout()
   local best = nil
   local lk_tiers = ns .. ':tiers'
@@ -649,13 +778,25 @@ elseif cmd == 'pop' then
         best = redis.call('ZREVRANGE', qkey(pr, unfetched, sl), 0, 0)[1]
         break
       end
-      if redis.call('EXISTS', hkey(pr, true), hkey(pr, false)) == 0 then
-        redis.call('ZREM', lk_tiers, pr)  -- a priority with no pending page left
+      -- A priority with no pending page left (not if slots are blocked: their pages are out
+      -- of the heads, and the tier is how they are indexed again).
+      if redis.call('EXISTS', hkey(pr, true), hkey(pr, false)) == 0
+          and not (polite() and redis.call('ZCARD', BLOCKED) > 0) then
+        redis.call('ZREM', lk_tiers, pr)
       end
     end
   end
   if not best then
     save_g()
+    -- Pages pending, none in a slot with room: when to ask again (ms until the first slot whose
+    -- delay ends; -1 if all wait for a lease to end).
+    if polite() and g.st1 > 0 then
+      local first = redis.call('ZRANGE', BLOCKED, 0, 0, 'WITHSCORES')
+      if #first > 0 then
+        if first[2] == 'inf' then return {'', -1} end
+        return {'', math.max(0, tonumber(first[2]) - ms)}
+      end
+    end
     return {}
   end
   local p = page(best)
@@ -666,6 +807,7 @@ elseif cmd == 'pop' then
   set_status(p, IN_FLIGHT)
   p.token = token
   redis.call('ZADD', lk, ms + lease_ms, best)
+  slot_leased(p.sl, ms, u)
   flush()
   save_g()
   return {best, redis.call('HGET', ns .. ':r', best), p.sl}
@@ -861,6 +1003,43 @@ elseif cmd == 'release' then
   flush()
   save_g()
   return n
+
+elseif cmd == 'polite' then
+  -- ARGV: conc delay_ms jitter, then (slot conc delay_ms jitter) per slot with limits of its
+  -- own; conc = 0: no fleet politeness (each process keeps its own). Sets the fleet's limits
+  -- (the last process to join sets them for all). Switched on, the slots' lease counts are
+  -- taken from the leases out; switched off, every blocked slot is indexed again.
+  local was = polite()
+  local conc = tonumber(ARGV[2])
+  redis.call('DEL', ns .. ':lim')
+  if conc <= 0 then
+    redis.call('DEL', ns .. ':pol')
+    if was then
+      for _, sl in ipairs(redis.call('ZRANGE', BLOCKED, 0, -1)) do reindex(sl) end
+      redis.call('DEL', BLOCKED, BUSY, NEXT)
+    end
+    return 0
+  end
+  redis.call('HSET', ns .. ':pol', 'conc', ARGV[2], 'delay', ARGV[3], 'jitter', ARGV[4])
+  for k = 5, #ARGV, 4 do
+    redis.call('HSET', ns .. ':lim', ARGV[k], ARGV[k + 1] .. ' ' .. ARGV[k + 2] .. ' ' .. ARGV[k + 3])
+  end
+  pol = nil
+  polite()
+  if not was then
+    for _, fp in ipairs(redis.call('ZRANGE', ns .. ':leases', 0, -1)) do
+      local p = page(fp)
+      if p and p.st == IN_FLIGHT then slot_leased(p.sl, now_ms(), 0.5) end
+    end
+    flush()
+  else
+    -- Limits may have changed: a slot blocked as full opens if it has room now.
+    for _, sl in ipairs(redis.call('ZRANGEBYSCORE', BLOCKED, 'inf', 'inf')) do
+      local busy = tonumber(redis.call('HGET', BUSY, sl) or '0')
+      if busy < limits(sl) then unblock(sl) end
+    end
+  end
+  return 1
 
 elseif cmd == 'renew' then
   -- ARGV: lease_ms n_holds hold... (fp token)... Extends the holds and the leases this process

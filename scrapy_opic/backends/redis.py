@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import socket
 import struct
 import time
@@ -249,6 +250,9 @@ def _f(x: float) -> str:
 #: sends no payload for them. Bounded: the set is emptied when it reaches this size, which only
 #: costs some encoding afterwards.
 KNOWN_LIMIT = 500_000
+#: Seconds before asking again when every slot with pending pages is full for the fleet (a
+#: lease ends in another process: nothing tells this one).
+POLL = 0.2
 
 
 class RedisFrontier:
@@ -302,6 +306,9 @@ class RedisFrontier:
         self._seq = 0  # lease tokens are <tag>.<seq>: short, since a page keeps its last one
         self._known: set[bytes] = set()
         self._figures: dict[str, float] = {}
+        #: After a pop that found nothing: seconds until a page may be leasable (the fleet's
+        #: politeness holds every slot that has pending pages), or None.
+        self.wake_in: float | None = None
         #: Tokens of this process's visits whose links still have to be filed (``<ns>:holds``).
         self._holds: list[str] = []
         #: Set by the scheduler: whether every link that a visit answered NEEDS_PAYLOAD for has
@@ -432,9 +439,16 @@ class RedisFrontier:
     def pop(self, full_slots: Collection[Hashable] = ()) -> Lease | None:
         token = self._token()
         share = _f(self.discovery if self.continuous else 0.0)
-        got = self._call("pop", token, self.lease_ms, share, *(str(s) for s in full_slots))
-        if not got:
+        # (The delay's jitter draws from this process: a script's random numbers repeat.)
+        u = _f(random.random())  # noqa: S311 (not for security)
+        got = self._call("pop", token, self.lease_ms, share, u, *(str(s) for s in full_slots))
+        if not got or not got[0]:
+            # Pages wait in slots the fleet's politeness holds: ask again when the first one
+            # opens (its delay) or, if all wait for leases to end elsewhere, after a short poll.
+            wait = int(got[1]) if got else None
+            self.wake_in = None if wait is None else POLL if wait < 0 else wait / 1000.0
             return None
+        self.wake_in = None
         fp, data, slot = got
         return Lease(fp, token, data, slot.decode())
 
@@ -537,6 +551,42 @@ class RedisFrontier:
         code = int(out[1]) if len(out) > 1 else DUPLICATE
         self._remember(entry.key)
         return code
+
+    def set_politeness(
+        self,
+        concurrency: int,
+        delay: float = 0.0,
+        jitter: float = 0.0,
+        slots: dict[str, tuple[int, float, float]] | None = None,
+    ) -> None:
+        """Politeness for the whole fleet: per download slot, every process together leases at
+        most ``concurrency`` pages at once, and leases a page of it at least ``delay`` seconds
+        (times a uniform factor in ``1 ± jitter``, as Scrapy's downloader draws) after the
+        slot's last lease. ``slots``: the slots with limits of their own (slot -> concurrency,
+        delay, jitter). A concurrency of 0 switches it off (each process's own limits only).
+        The last process to call it sets it for every process of the crawl."""
+        args: list[Any] = ["polite", int(concurrency), int(round(delay * 1000)), _f(jitter)]
+        for slot, (conc, d, j) in (slots or {}).items():
+            args += [str(slot), int(conc), int(round(d * 1000)), _f(j)]
+        self._call(*args)
+
+    def politeness(self) -> dict[str, Any] | None:
+        """The fleet's politeness (concurrency, delay in seconds, jitter, and the slots with
+        limits of their own), or ``None`` when each process keeps its own."""
+        self.round_trips += 1
+        raw = self.client.hgetall(self.ns + ":pol")
+        if not raw:
+            return None
+        own = {
+            k.decode(): tuple(float(x) for x in v.split())
+            for k, v in self.client.hgetall(self.ns + ":lim").items()
+        }
+        return {
+            "concurrency": int(raw[b"conc"]),
+            "delay": int(raw[b"delay"]) / 1000.0,
+            "jitter": float(raw[b"jitter"]),
+            "slots": {k: (int(c), d / 1000.0, j) for k, (c, d, j) in own.items()},
+        }
 
     def release(self, leases: Iterable[Lease]) -> int:
         args: list[Any] = ["release"]
@@ -703,10 +753,11 @@ class RedisFrontier:
     def check(self) -> list[str]:
         """The frontier's structural invariants, read back from Redis: a pending page is in
         exactly one queue (of its priority, fetched or not) scored by its stored cash, and no
-        other page is queued; the tiers are the priorities with queued pages; the leases are
-        the in-flight pages; pending and in-flight pages have a request; the status counts
-        match. Returns the problems found (none when all hold). O(pages), for tests and
-        diagnostics while no process runs."""
+        other page is queued; the tiers are the priorities with queued pages; the slot heads
+        are those of the slots not blocked by the fleet's politeness, and a slot's lease count
+        is its leases; the leases are the in-flight pages; pending and in-flight pages have a
+        request; the status counts match. Returns the problems found (none when all hold).
+        O(pages), for tests and diagnostics while no process runs."""
         c, ns = self.client, self.ns
         problems: list[str] = []
         snap = self.snapshot()
@@ -725,6 +776,13 @@ class RedisFrontier:
                 heads.setdefault(f"{ns}:h:{pr}:{side}", {})[slot] = max(x for _, x in members)
             for fp, score in members:
                 queued.setdefault(fp, []).append((name, score))
+        # A blocked slot (fleet politeness: no room) is out of every head index.
+        blocked = {sl.decode() for sl in c.zrange(ns + ":blocked", 0, -1)}
+        heads = {
+            h: {sl: x for sl, x in by_slot.items() if sl not in blocked}
+            for h, by_slot in heads.items()
+        }
+        heads = {h: by_slot for h, by_slot in heads.items() if by_slot}
         stored_heads: dict[str, dict[str, float]] = {}
         for h in c.scan_iter(match=_glob(ns + ":h:") + "*"):
             rows = c.zrange(h, 0, -1, withscores=True)
@@ -762,6 +820,21 @@ class RedisFrontier:
                 problems.append(f"page {k} with status {st} has no request")
         if queued:
             problems.append(f"{len(queued)} queued fingerprints are not pages")
+        polite = self.politeness()
+        if polite is not None:
+            per_slot: dict[str, int] = {}
+            for fp in leases:
+                slot = (c.hget(prefix + fp, "sl") or b"").decode()
+                per_slot[slot] = per_slot.get(slot, 0) + 1
+            busy = {k.decode(): int(v) for k, v in c.hgetall(ns + ":busy").items()}
+            if busy != per_slot:
+                problems.append(f"slot lease counts {busy}, leases say {per_slot}")
+            for slot, n in per_slot.items():
+                limit = polite["slots"].get(slot, (polite["concurrency"],))[0]
+                if n >= limit and slot not in blocked:
+                    problems.append(f"slot {slot!r} holds {n} leases of {limit} and is not blocked")
+        elif c.exists(ns + ":blocked", ns + ":busy"):
+            problems.append("slots blocked or counted with no fleet politeness")
         waiting = sum(1 for st in snap.status if st in (1, 2))
         if c.hlen(ns + ":r") != waiting:
             problems.append(f"{c.hlen(ns + ':r')} stored requests for {waiting} waiting pages")

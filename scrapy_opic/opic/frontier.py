@@ -172,7 +172,9 @@ class Frontier(Protocol):
     #: Visited pages wait again at once (a refresh crawl) instead of being fetched once.
     continuous: bool
     #: Other processes use this frontier too: payloads must travel as bytes, and a page in
-    #: flight may belong to another process.
+    #: flight may belong to another process. A shared frontier also has
+    #: ``set_politeness(concurrency, delay, jitter, slots)``: per-slot limits that it keeps for
+    #: all its processes together (a slot without room is skipped by every pop).
     shared: bool
     #: Where a reader finds this frontier's state (a file path, ``redis://...#key``), or None.
     location: str | None
