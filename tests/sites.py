@@ -6,6 +6,7 @@ import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import numpy as np
 
@@ -337,6 +338,7 @@ class RedisCluster:
         server, cli = shutil.which("redis-server"), shutil.which("redis-cli")
         if server is None or cli is None:
             raise RuntimeError("redis-server and redis-cli are needed for a Redis Cluster")
+        Path(self.workdir).mkdir(parents=True, exist_ok=True)
         try:
             for _ in range(self.masters):
                 self._start_node(server)
@@ -381,18 +383,21 @@ class RedisCluster:
         import socket
         import subprocess
 
+        log = Path(self.workdir) / "node.log"
         for _ in range(50):
             port = random.randrange(*self.PORTS)
             if port in self.procs or not all(_free(p) for p in (port, port + 10000)):
                 continue
-            proc = subprocess.Popen(
-                [binary, "--port", str(port), "--bind", "127.0.0.1",
-                 "--cluster-enabled", "yes", "--cluster-config-file", f"nodes-{port}.conf",
-                 "--cluster-node-timeout", str(self.node_timeout),
-                 "--save", "", "--appendonly", "no", "--dir", self.workdir],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )  # fmt: skip
+            log = Path(self.workdir) / f"node-{port}.log"
+            with open(log, "w") as out:
+                proc = subprocess.Popen(
+                    [binary, "--port", str(port), "--bind", "127.0.0.1",
+                     "--cluster-enabled", "yes", "--cluster-config-file", f"nodes-{port}.conf",
+                     "--cluster-node-timeout", str(self.node_timeout),
+                     "--save", "", "--appendonly", "no", "--dir", self.workdir],
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                )  # fmt: skip
             deadline = time.monotonic() + 10
             while proc.poll() is None and time.monotonic() < deadline:
                 try:
@@ -406,7 +411,8 @@ class RedisCluster:
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
-        raise RuntimeError("no free port pair for a Redis Cluster node")
+        tail = log.read_text()[-1000:] if log.exists() else ""
+        raise RuntimeError(f"no Redis Cluster node could start; its last log: {tail}")
 
     def stop(self, port: int) -> None:
         """Kill the node on ``port`` (SIGKILL: it answers nothing from now on)."""
