@@ -463,7 +463,7 @@ def _redis_snapshot(location: str) -> Any:
             return frontier.snapshot()
         finally:
             frontier.client.close()
-    except (redis.RedisError, ValueError) as exc:
+    except (redis.RedisError, redis.RedisClusterException, ValueError) as exc:
         raise StoreError(
             f"cannot read the OPIC crawl {key!r} at {masked_url(url)}: {exc}"
         ) from None

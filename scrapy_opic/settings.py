@@ -330,7 +330,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "OPIC_REDIS_URL",
         "redis://127.0.0.1:6379/0",
-        "the Redis server of OPIC_STORE = 'redis'",
+        "the Redis server of OPIC_STORE = 'redis', or any node of a Redis Cluster",
         _redis_url,
     ),
     Setting(

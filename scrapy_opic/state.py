@@ -187,14 +187,16 @@ def _open_redis(
 
     key = settings.redis_crawl_key(spider_name)
     shown = masked_url(settings.redis_url)
-    frontier = RedisFrontier.connect(
-        settings.redis_url,
-        key,
-        lease=settings.redis_lease,
-        encode=encode,
-        series_seconds=settings.commit_seconds,
-    )
+    frontier = None
     try:
+        # (Connecting asks the server whether it is a cluster node: it can fail already.)
+        frontier = RedisFrontier.connect(
+            settings.redis_url,
+            key,
+            lease=settings.redis_lease,
+            encode=encode,
+            series_seconds=settings.commit_seconds,
+        )
         if settings.redis_reset:
             n = frontier.clear()
             logger.info("OPIC_REDIS_RESET: deleted the %d keys of the crawl %r", n, key)
@@ -208,14 +210,16 @@ def _open_redis(
             window=settings.window,
             meta=meta,
         )
-    except (redis.RedisError, ValueError) as exc:
-        frontier.client.close()
+    except (redis.RedisError, redis.RedisClusterException, ValueError) as exc:
+        if frontier is not None:
+            frontier.client.close()
         detail = " ".join(str(exc).split())
         raise StoreError(
             f"OPIC_STORE='redis': cannot use the Redis server OPIC_REDIS_URL={shown!r} ({detail})"
         ) from None
     except BaseException:
-        frontier.client.close()
+        if frontier is not None:
+            frontier.client.close()
         raise
     frontier.discovery = settings.discovery
     frontier.closed_links_virtual = settings.refused_links == "virtual"

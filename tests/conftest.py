@@ -36,15 +36,35 @@ def redis_url(tmp_path_factory):
         yield url
 
 
+@pytest.fixture(scope="session")
+def redis_cluster_binaries():
+    """Skips the test when redis-server or redis-cli (Debian's redis-tools) is missing, except
+    under CI, where it fails: what a test that starts its own Redis Cluster needs."""
+    missing = [name for name in ("redis-server", "redis-cli") if shutil.which(name) is None]
+    if missing:
+        if os.environ.get("CI"):
+            pytest.fail(f"{' and '.join(missing)} not installed (.ci/run installs redis-server)")
+        pytest.skip(f"{' and '.join(missing)} not installed")
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_url(redis_cluster_binaries, tmp_path_factory):
+    """The URL of one node (a seed) of a real Redis Cluster of three masters on 127.0.0.1,
+    started here for the session (:class:`tests.sites.RedisCluster`)."""
+    from tests.sites import RedisCluster
+
+    with RedisCluster(tmp_path_factory.mktemp("redis-cluster")) as url:
+        yield url
+
+
 # -- a frontier of every backend, for the contract tests ------------------------------------------
 
 
-@pytest.fixture(params=["memory", "sqlite", "redis"])
+@pytest.fixture(params=["memory", "sqlite", "redis", "redis-cluster"])
 def frontiers(request, tmp_path):
     """A factory of fresh frontiers of one backend (the test runs once per backend)."""
-    from tests.frontiers import Factory
+    from tests.frontiers import Factory, redis_url_of
 
-    url = request.getfixturevalue("redis_url") if request.param == "redis" else None
-    factory = Factory(request.param, tmp_path, url)
+    factory = Factory(request.param, tmp_path, redis_url_of(request, request.param))
     yield factory
     factory.cleanup()

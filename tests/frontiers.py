@@ -1,5 +1,6 @@
 """Building frontiers of every backend for the contract tests (one factory, so that one test
-body runs over the in-memory, the sqlite and the Redis frontier)."""
+body runs over the in-memory, the sqlite and the Redis frontier, the latter on a plain server
+and on a Redis Cluster)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,18 @@ from scrapy_opic.backends.sqlite import SqliteFrontier
 from scrapy_opic.opic.engine import OpicEngine
 from scrapy_opic.opic.frontier import MemoryFrontier
 
-BACKENDS = ("memory", "sqlite", "redis")
+BACKENDS = ("memory", "sqlite", "redis", "redis-cluster")
+
+
+def redis_url_of(request, backend: str) -> str | None:
+    """The server of a backend, from the session's fixtures (``request`` is a test's): a plain
+    redis-server for ``redis``, a node of a Redis Cluster for ``redis-cluster`` (the same
+    frontier code, which finds out it is a cluster when it connects), else none."""
+    if backend == "redis":
+        return request.getfixturevalue("redis_url")
+    if backend == "redis-cluster":
+        return request.getfixturevalue("redis_cluster_url")
+    return None
 
 
 def key(i: int) -> bytes:
@@ -54,19 +66,17 @@ class Factory:
                 encode=lambda payload: payload,
             )
         else:
-            import redis
-
             from scrapy_opic.backends.redis import RedisFrontier
 
-            client = redis.Redis.from_url(self.redis_url)
-            frontier = RedisFrontier(client, f"opic:test:{uuid.uuid4().hex}", lease=lease)
+            key = f"opic:test:{uuid.uuid4().hex}"
+            frontier = RedisFrontier.connect(self.redis_url, key, lease=lease)
             frontier.open(epsilon=epsilon, refresh=refresh, continuous=continuous, window=window)
         self.made.append(frontier)
         return frontier
 
     def cleanup(self) -> None:
         for frontier in self.made:
-            if self.kind == "redis":
+            if self.kind.startswith("redis"):
                 frontier.clear()
                 frontier.client.close()
             elif self.kind == "sqlite":

@@ -6,6 +6,7 @@ import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import numpy as np
 
@@ -307,3 +308,137 @@ class RedisServer:
             self.proc.terminate()
             self.proc.wait(timeout=10)
             self.proc = None
+
+
+class RedisCluster:
+    """A throw-away Redis Cluster on loopback, for tests and benchmarks: ``masters``
+    redis-server processes (Debian's binary) in cluster mode, no replicas, no persistence,
+    joined by ``redis-cli --cluster create``. ``with RedisCluster(workdir) as url: ...`` gives
+    the URL of one node, a seed: a cluster client finds the others from it. On entry every node
+    reports ``cluster_state:ok`` (all 16384 slots served).
+
+    ``ports`` are the nodes' ports (each node's cluster bus is on port + 10000, Redis's rule, so
+    both must be free); :meth:`stop` kills one node (its slots are then down); ``node_timeout``
+    (ms) is how long the others wait before they mark a silent node as failed.
+    :class:`RuntimeError` if a binary is missing or the cluster does not come up."""
+
+    #: Ports are drawn from here: below Linux's ephemeral range (32768+) with their bus ports,
+    #: so that no outgoing connection of the machine takes one meanwhile.
+    PORTS = (10000, 22767)
+
+    def __init__(self, workdir: str, masters: int = 3, node_timeout: int = 2000) -> None:
+        self.workdir = str(workdir)
+        self.masters = masters
+        self.node_timeout = node_timeout
+        self.procs: dict[int, object] = {}
+
+    @property
+    def ports(self) -> list[int]:
+        return list(self.procs)
+
+    def __enter__(self) -> str:
+        import shutil
+        import subprocess
+
+        server, cli = shutil.which("redis-server"), shutil.which("redis-cli")
+        if server is None or cli is None:
+            raise RuntimeError("redis-server and redis-cli are needed for a Redis Cluster")
+        Path(self.workdir).mkdir(parents=True, exist_ok=True)
+        try:
+            for _ in range(self.masters):
+                self._start_node(server)
+            create = subprocess.run(
+                [cli, "--cluster", "create", *(f"127.0.0.1:{p}" for p in self.procs),
+                 "--cluster-replicas", "0", "--cluster-yes"],
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )  # fmt: skip
+            if create.returncode != 0:
+                raise RuntimeError(f"redis-cli --cluster create failed: {create.stdout[-2000:]}")
+            deadline = time.monotonic() + 60
+            while not all("cluster_state:ok" in self.cli(p, "cluster", "info") for p in self.procs):
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the Redis Cluster did not reach cluster_state:ok")
+                time.sleep(0.05)
+        except BaseException:
+            self.__exit__()
+            raise
+        return f"redis://127.0.0.1:{self.ports[0]}/0"
+
+    def cli(self, port: int, *command: str) -> str:
+        """The answer of one node to ``command`` (through redis-cli), or ``""`` if none."""
+        import subprocess
+
+        run = subprocess.run(
+            ["redis-cli", "-p", str(port), *command],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        return run.stdout if run.returncode == 0 else ""
+
+    def _start_node(self, binary: str) -> None:
+        """Start one node on a free port whose bus port is free too (another program may take
+        a port between the check and the start: then the node exits, and another pair is
+        tried)."""
+        import random
+        import socket
+        import subprocess
+
+        log = Path(self.workdir) / "node.log"
+        for _ in range(50):
+            port = random.randrange(*self.PORTS)
+            if port in self.procs or not all(_free(p) for p in (port, port + 10000)):
+                continue
+            log = Path(self.workdir) / f"node-{port}.log"
+            with open(log, "w") as out:
+                proc = subprocess.Popen(
+                    [binary, "--port", str(port), "--bind", "127.0.0.1",
+                     "--cluster-enabled", "yes", "--cluster-config-file", f"nodes-{port}.conf",
+                     "--cluster-node-timeout", str(self.node_timeout),
+                     "--save", "", "--appendonly", "no", "--dir", self.workdir],
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                )  # fmt: skip
+            deadline = time.monotonic() + 10
+            while proc.poll() is None and time.monotonic() < deadline:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                except OSError:
+                    time.sleep(0.05)
+                    continue
+                if "PONG" in self.cli(port, "ping"):
+                    self.procs[port] = proc
+                    return
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+        tail = log.read_text()[-1000:] if log.exists() else ""
+        raise RuntimeError(f"no Redis Cluster node could start; its last log: {tail}")
+
+    def stop(self, port: int) -> None:
+        """Kill the node on ``port`` (SIGKILL: it answers nothing from now on)."""
+        proc = self.procs.pop(port)
+        proc.kill()
+        proc.wait(timeout=10)
+
+    def __exit__(self, *exc: object) -> None:
+        for port in list(self.procs):
+            proc = self.procs.pop(port)
+            proc.terminate()
+            proc.wait(timeout=10)
+
+
+def _free(port: int) -> bool:
+    """Whether a TCP port of 127.0.0.1 can be bound right now."""
+    import socket
+
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True

@@ -108,6 +108,53 @@ def test_an_unreachable_redis_server_is_one_line(world):
     assert "OPIC_REDIS_URL" in line and "secret" not in line, line
 
 
+def test_a_redis_cluster_that_is_down_is_one_line(world, redis_cluster_binaries, tmp_path):
+    """A Redis Cluster of its own (this test breaks it), OPIC_REDIS_URL naming a node that
+    stays up: the node serving the crawl's slot is killed (its slot is down: the connection to
+    it is refused), then the others mark it failed (the cluster answers CLUSTERDOWN for every
+    slot, the seed's own too), then every node is stopped (unreachable). Each start is refused
+    with one line naming OPIC_REDIS_URL."""
+    import time
+
+    import redis
+
+    from tests.sites import RedisCluster
+
+    cluster = RedisCluster(tmp_path / "cluster", node_timeout=500)
+    with cluster as url:
+        client = redis.RedisCluster.from_url(url)
+        try:
+            seed = cluster.ports[0]
+            nodes = {port: [] for port in cluster.ports}
+            for i in range(1000):
+                name = f"opic:down:{i}"
+                nodes[client.get_node_from_key("{" + name + "}").port].append(name)
+        finally:
+            client.close()
+        doomed = cluster.ports[1]
+        cluster.stop(doomed)
+
+        def line_of(key: str) -> str:
+            args = crawl_args(world, "OPIC_STORE=redis", f"OPIC_REDIS_URL={url}")
+            return refused(world, *args, "-s", f"OPIC_REDIS_KEY={key}")
+
+        slot_down = line_of(nodes[doomed][0])
+        deadline = time.monotonic() + 120
+        while "cluster_state:fail" not in cluster.cli(seed, "cluster", "info"):
+            assert time.monotonic() < deadline, "the cluster never noticed its dead node"
+            time.sleep(0.05)
+        cluster_down = line_of(nodes[seed][0])
+        for port in cluster.ports:
+            cluster.stop(port)
+        unreachable = line_of(nodes[seed][0])
+    for line, why in (
+        (slot_down, f"127.0.0.1:{doomed}"),
+        (cluster_down, "cluster is down"),
+        (unreachable, f"127.0.0.1:{seed}"),
+    ):
+        assert f"OPIC_REDIS_URL={url!r}" in line and why in line, line
+
+
 def test_kept_links_with_the_redis_store_is_one_line(world):
     line = refused(world, *crawl_args(world, "OPIC_STORE=redis", "OPIC_KEEP_LINKS=True"))
     assert "OPIC_KEEP_LINKS=True is not valid with OPIC_STORE='redis'" in line, line

@@ -1,6 +1,7 @@
 """Several Scrapy processes crawl one local site through one OPIC frontier in a real Redis server:
 one joins late, one is killed with SIGKILL midway, and the crawl still fetches every page, visits
-each exactly once and ends with total cash 1."""
+each exactly once and ends with total cash 1. Two processes do the same through a Redis
+Cluster."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections import Counter
@@ -59,8 +61,11 @@ def start_worker(
 
 def leases_of(redis_url: str, key: str, pid: int) -> int:
     """Pages leased right now by the crawl process ``pid`` (its workers entry names its lease
-    tag: ``host:pid:tag``; its lease tokens are ``tag.seq``)."""
-    client = redis.Redis.from_url(redis_url)
+    tag: ``host:pid:tag``; its lease tokens are ``tag.seq``). ``redis_url``: a server or a
+    cluster node."""
+    from scrapy_opic.backends.redis import open_client
+
+    client = open_client(redis_url)
     try:
         ns = "{" + key + "}"
         tags = [
@@ -158,6 +163,93 @@ def test_three_processes_one_killed_still_fetch_every_page_once(tmp_path, redis_
     finally:
         frontier.clear()
         client.close()
+
+
+class GatedSite(Site):
+    """A :class:`Site` that serves its home page at once and holds every other request until
+    ``gate`` is set: a test opens it once each crawl process holds a lease, so that every
+    process takes part however fast the others start."""
+
+    def __init__(self, graph, **kwargs) -> None:
+        super().__init__(graph, **kwargs)
+        self.gate = threading.Event()
+
+    def respond(self, path: str) -> tuple[int, dict[str, str], bytes]:
+        if path != "/p/0.html":
+            self.gate.wait(timeout=300)
+        return super().respond(path)
+
+
+def test_two_processes_crawl_a_site_through_a_redis_cluster(tmp_path, redis_cluster_url):
+    """The crawl of the first test, on a Redis Cluster: its settings name one node, each process
+    finds the cluster from it, and the crawl fetches every page once with total cash 1; the
+    export commands read it back from the cluster."""
+    from scrapy_opic.backends.redis import RedisFrontier
+
+    g = site_graph(300, seed=12)
+    pages = reachable(g)
+    key = f"opic:cluster-crawl:{uuid.uuid4().hex}"
+    settings = {
+        "OPIC_STORE": "redis",
+        "OPIC_REDIS_URL": redis_cluster_url,
+        "OPIC_REDIS_KEY": key,
+        "CONCURRENT_REQUESTS": 4,
+        "LOG_LEVEL": "INFO",
+    }
+    procs: list[subprocess.Popen] = []
+    try:
+        with GatedSite(g) as site:
+            url = site.url(0)
+            procs = [start_worker(tmp_path, name, url, settings) for name in ("a", "b")]
+            for proc in procs:
+                wait_for(
+                    lambda proc=proc: (
+                        proc.poll() is not None or leases_of(redis_cluster_url, key, proc.pid) > 0
+                    ),
+                    f"a lease of process {proc.pid}",
+                )
+            site.gate.set()
+            for name, proc in zip(("a", "b"), procs):
+                log = tmp_path / name / "crawl.log"
+                assert proc.wait(timeout=300) == 0, log.read_text()[-3000:]
+            hits = Counter(site.hits)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+    fetched = {int(p.removeprefix("/p/").removesuffix(".html")) for p in hits}
+    assert fetched == pages and set(hits.values()) == {1}  # every page, each once
+
+    frontier = RedisFrontier.connect(redis_cluster_url, key)
+    try:
+        assert frontier.cluster
+        status = frontier.status()
+        engine = frontier.snapshot().engine()
+        assert status["pages"] == status["visited"] == len(pages)
+        assert status["pending"] == status["leases"] == status["in_flight"] == 0
+        assert (engine.visits[: engine.n] == 1).all()
+        assert engine.total_cash() == pytest.approx(1.0, abs=1e-9)
+        assert frontier.check() == []
+        visits = []
+        for name in ("a", "b"):
+            stats = json.loads((tmp_path / name / "stats.json").read_text())
+            assert stats["finish_reason"] == "finished"
+            visits.append(stats["opic/visits"])
+        assert min(visits) > 0 and sum(visits) == len(pages)  # both crawled
+        out = tmp_path / "pages.csv"
+        export = subprocess.run(
+            ["scrapy", "opic-export", "--state", f"{redis_cluster_url}#{key}", "-o", str(out)],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+        )
+        assert export.returncode == 0, export.stderr
+        assert len(out.read_text().splitlines()) == len(pages) + 1
+    finally:
+        frontier.clear()
+        frontier.client.close()
 
 
 # -- one process at a time: the Redis scheduler's cash paths and its leaving the crawl --------

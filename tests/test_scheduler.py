@@ -1,6 +1,7 @@
 """OpicScheduler against the contract of Scrapy's own scheduler tests, one suite over every
-backend: the embedded frontier without and with a JOBDIR, and the Redis frontier. No engine runs:
-a stub stands in for the downloader's slots. Then what only one backend does."""
+backend: the embedded frontier without and with a JOBDIR, and the Redis frontier (on a plain
+server and on a Redis Cluster). No engine runs: a stub stands in for the downloader's slots. Then
+what only one backend does."""
 
 from __future__ import annotations
 
@@ -20,9 +21,10 @@ from scrapy.utils.test import get_crawler
 from scrapy_opic.backends import StoreError
 from scrapy_opic.backends.sqlite import StateReader
 from scrapy_opic.scheduler import FOLLOW_UP_META, OpicScheduler, OutcomeErrback
+from tests.frontiers import redis_url_of
 
 URLS = [f"http://host{i % 3}.example/page/{i}" for i in range(12)]
-BACKENDS = ["sqlite", "sqlite-jobdir", "redis"]
+BACKENDS = ["sqlite", "sqlite-jobdir", "redis", "redis-cluster"]
 
 
 class ContractSpider(Spider):
@@ -46,7 +48,7 @@ class Schedulers:
         base = {"LOG_ENABLED": False, "OPIC_STATE_PATH": str(self.tmp_path / "state.sqlite")}
         if self.backend == "sqlite-jobdir":
             base["JOBDIR"] = str(self.tmp_path / "job")
-        if self.backend == "redis":
+        if self.backend.startswith("redis"):
             base.update(OPIC_STORE="redis", OPIC_REDIS_URL=self.redis_url, OPIC_REDIS_KEY=self.key)
         crawler = get_crawler(ContractSpider, {**base, **settings})
         crawler.engine = SimpleNamespace(
@@ -66,7 +68,7 @@ class Schedulers:
     def cleanup(self) -> None:
         for scheduler in list(self.open):
             self.close(scheduler)
-        if self.backend == "redis":
+        if self.backend.startswith("redis"):
             from scrapy_opic.backends.redis import RedisFrontier
 
             frontier = RedisFrontier.connect(self.redis_url, self.key)
@@ -76,8 +78,7 @@ class Schedulers:
 
 @pytest.fixture(params=BACKENDS)
 def schedulers(request, tmp_path):
-    url = request.getfixturevalue("redis_url") if request.param == "redis" else None
-    factory = Schedulers(request.param, tmp_path, url)
+    factory = Schedulers(request.param, tmp_path, redis_url_of(request, request.param))
     yield factory
     factory.cleanup()
 
@@ -134,7 +135,7 @@ def test_a_visit_files_its_links_and_the_scheduler_answers_for_them(schedulers):
     trips = s.frontier.round_trips
     visit(s, parent, kids)
     assert [s.enqueue_request(k) for k in kids] == [True, True, True, False]
-    if schedulers.backend == "redis":  # the visit filed them: one round trip for it all
+    if schedulers.backend.startswith("redis"):  # the visit filed them: one round trip for all
         assert s.frontier.round_trips == trips + 1
         assert s.frontier.check() == []
     f = s.frontier.figures()
@@ -267,8 +268,7 @@ def test_a_follow_up_is_for_one_fetch_whatever_the_outcomes(backend, data, tmp_p
     Scrapy made it (its priority adjustment, its ``retry_times`` or ``redirect_urls``, a retry's
     ``dont_filter``), and every later fetch of its page gets the page's own request back: base
     priority, no retry or redirect meta. Total cash stays 1 at every step."""
-    url = request.getfixturevalue("redis_url") if backend == "redis" else None
-    factory = Schedulers(backend, tmp_path / uuid.uuid4().hex, url)
+    factory = Schedulers(backend, tmp_path / uuid.uuid4().hex, redis_url_of(request, backend))
     factory.tmp_path.mkdir()
     try:
         s = factory.make(OPIC_CONTINUOUS=True)

@@ -246,6 +246,32 @@ def _f(x: float) -> str:
     return repr(float(x))
 
 
+def open_client(url: str) -> Any:
+    """A client of the Redis at ``url``: ``redis.cluster.RedisCluster`` if that server is a node
+    of a Redis Cluster (``INFO cluster`` says ``cluster_enabled:1``: one call, here), which
+    finds the other nodes from it and sends each call to the node of its key's hash slot; else
+    ``redis.Redis``. A server that refuses ``INFO`` (an ACL without ``@dangerous``, a renamed
+    command) gets the plain client, as before this check existed.
+
+    Errors are the ``redis`` package's: ``redis.RedisError`` (unreachable, refused) or
+    ``redis.RedisClusterException`` (a cluster that cannot be mapped, a database other than 0
+    or a unix socket on a cluster)."""
+    import redis
+
+    client = redis.Redis.from_url(url)
+    try:
+        enabled = client.info("cluster").get("cluster_enabled")
+    except redis.ResponseError:
+        return client
+    except BaseException:
+        client.close()
+        raise
+    if not enabled:
+        return client
+    client.close()
+    return redis.RedisCluster.from_url(url)
+
+
 #: Fingerprints a process remembers as no longer new (scheduled or fetched by someone): a visit
 #: sends no payload for them. Bounded: the set is emptied when it reaches this size, which only
 #: costs some encoding afterwards.
@@ -259,8 +285,9 @@ class RedisFrontier:
     """A crawl's OPIC frontier in Redis: the :class:`~scrapy_opic.opic.frontier.Frontier`
     contract (see the module docstring).
 
-    :param client: a ``redis.Redis`` client (``decode_responses`` must be off: fingerprints are
-        raw bytes).
+    :param client: a ``redis.Redis`` client, or a ``redis.RedisCluster`` one for a Redis Cluster
+        (``decode_responses`` must be off: fingerprints are raw bytes). On a cluster the whole
+        crawl is in the hash slot of its namespace, so on one node (one shard).
     :param key: the crawl's name on the server, e.g. ``opic:myspider``; several crawls share a
         server under different keys.
     :param lease: seconds a popped page stays leased without renewal.
@@ -285,6 +312,9 @@ class RedisFrontier:
         self.client = client
         self.key = key
         self.ns = "{" + key + "}"
+        #: A Redis Cluster client (``redis.cluster.RedisCluster``): it routes each call by its
+        #: key, and a SCAN must name the node to scan (:meth:`_scan`).
+        self.cluster = hasattr(client, "get_node_from_key")
         self.lease_ms = max(1, int(lease * 1000))
         self._script = client.register_script(lua_script())
         self._encode = encode or (lambda payload: None)
@@ -317,11 +347,10 @@ class RedisFrontier:
 
     @classmethod
     def connect(cls, url: str, key: str, **kw: Any) -> RedisFrontier:
-        """A frontier on the server at ``url`` (the ``redis`` package's URL forms)."""
-        import redis
-
+        """A frontier on the server at ``url`` (the ``redis`` package's URL forms), a plain
+        server or any node of a Redis Cluster (see :func:`open_client`)."""
         kw.setdefault("location", f"{url}#{key}")
-        return cls(redis.Redis.from_url(url), key, **kw)
+        return cls(open_client(url), key, **kw)
 
     def _call(self, *args: Any) -> Any:
         self.round_trips += 1
@@ -380,12 +409,21 @@ class RedisFrontier:
         blob = self.client.get(self.ns + ":s")
         return None if blob is None else _unpack_globals(blob)
 
+    def _scan(self, pattern: str) -> Iterator[bytes]:
+        """The keys matching ``pattern``, one of this crawl's (``<ns>:...``). On a Redis
+        Cluster only the node that serves the crawl's hash slot is scanned: every key of the
+        crawl is in that slot, so the other nodes have none of them."""
+        if self.cluster:
+            node = self.client.get_node_from_key(self.ns)
+            return self.client.scan_iter(match=pattern, count=1000, target_nodes=node)
+        return self.client.scan_iter(match=pattern, count=1000)
+
     def clear(self) -> int:
         """Delete every key of this crawl; returns how many."""
         pattern = _glob(self.ns) + ":*"
         n = 0
         batch: list[bytes] = []
-        for k in self.client.scan_iter(match=pattern, count=1000):
+        for k in self._scan(pattern):
             batch.append(k)
             if len(batch) >= 1000:
                 n += self.client.unlink(*batch)
@@ -767,7 +805,7 @@ class RedisFrontier:
         heads: dict[str, dict[str, float]] = {}  # head index key -> slot -> best stored cash
         tiers_seen = set()
         qprefix = ns + ":q:"
-        for q in c.scan_iter(match=_glob(qprefix) + "*"):
+        for q in self._scan(_glob(qprefix) + "*"):
             name = q.decode()
             pr, side, slot = name[len(qprefix) :].split(":", 2)
             members = c.zrange(q, 0, -1, withscores=True)
@@ -784,7 +822,7 @@ class RedisFrontier:
         }
         heads = {h: by_slot for h, by_slot in heads.items() if by_slot}
         stored_heads: dict[str, dict[str, float]] = {}
-        for h in c.scan_iter(match=_glob(ns + ":h:") + "*"):
+        for h in self._scan(_glob(ns + ":h:") + "*"):
             rows = c.zrange(h, 0, -1, withscores=True)
             stored_heads[h.decode()] = {slot.decode(): x for slot, x in rows}
         if {k: v for k, v in stored_heads.items() if v} != heads:
@@ -990,6 +1028,7 @@ __all__ = [
     "RedisSnapshot",
     "lua_constants",
     "lua_script",
+    "open_client",
     "window_params",
     "window_spec",
 ]
