@@ -265,6 +265,7 @@ class OpicScheduler(BaseScheduler):
         self._limits: dict[Hashable, int] = {}  # download slot -> leases it may hold (cached)
         self._tick: task.LoopingCall | None = None
         self._wake_call: Any = None  # see _wake_after
+        self._fleet_delay = False  # the shared frontier keeps the download delay (fleet)
         self._wake_due = 0.0
         self._enqueued_where = self._dequeued_where = ""  # (set by open)
         self._claimed = False  # a prepared scheduler handed to Scrapy's engine
@@ -375,6 +376,7 @@ class OpicScheduler(BaseScheduler):
                 float(jitter if own_jitter is None else own_jitter),
             )
         self.frontier.set_politeness(concurrency, delay, float(jitter), slots)
+        self._fleet_delay = True
         logger.info(
             "OPIC: fleet politeness: per download slot, all processes together keep %d "
             "concurrent requests and %.3g s between requests (jitter %.2g)%s",
@@ -712,6 +714,13 @@ class OpicScheduler(BaseScheduler):
                 self.counts["opic/undecodable"] += 1
                 continue
             self._hold(lease)
+            if self._fleet_delay:
+                # The fleet spaces this slot's pops by its delay: the downloader must send at
+                # once, or its own delay (drawn apart from the fleet's) would shift this request
+                # towards the next process's.
+                dslot = self.crawler.engine.downloader.slots.get(lease.slot)
+                if dslot is not None and dslot.delay:
+                    dslot.delay = 0.0
             meta = request.meta
             base = self._base[lease.key] = (
                 meta.get("opic_priority", request.priority),

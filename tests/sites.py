@@ -99,7 +99,7 @@ class Site(_LoopbackServer):
         self.hits: list[str] = []
         #: The access log: (host, path, start, end) per request, on this machine's monotonic
         #: clock, from the moment the server reads the request to the moment it has answered.
-        self.log: list[tuple[str, str, float, float]] = []
+        self.access_log: list[tuple[str, str, float, float]] = []
         site = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -127,7 +127,7 @@ class Site(_LoopbackServer):
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
-                site.log.append((host, self.path, start, time.monotonic()))
+                site.access_log.append((host, self.path, start, time.monotonic()))
 
         self._serve(Handler, addresses)
 

@@ -424,7 +424,7 @@ def fleet_crawl(tmp_path: Path, redis_url: str, site_delay: float, **settings) -
             for n, proc in enumerate(procs):
                 log = tmp_path / f"w{n}" / "crawl.log"
                 assert proc.wait(timeout=300) == 0, log.read_text()[-3000:]
-            access = list(site.log)
+            access = list(site.access_log)
     finally:
         for proc in procs:
             if proc.poll() is None:
@@ -477,15 +477,19 @@ def test_the_fleet_keeps_each_hosts_concurrency(tmp_path, redis_url):
     assert max(most_at_once(access, host) for host in HOSTS) > 2
 
 
-def test_the_fleet_keeps_each_hosts_download_delay(tmp_path, redis_url):
-    """DOWNLOAD_DELAY = 0.25 s (no jitter) with four processes: the server sees the requests
-    for each host start at least 0.25 s apart (less a few ms of the way from a pop to the
-    server: Scrapy's own gap is measured where it sends), as from one Scrapy process."""
+@pytest.mark.parametrize("jitter", [0.0, 0.5])
+def test_the_fleet_keeps_each_hosts_download_delay(tmp_path, redis_url, jitter):
+    """DOWNLOAD_DELAY = 0.25 s with four processes: the server sees the requests for each host
+    start at least (1 - jitter) x 0.25 s apart, as from one Scrapy process, less the spread of
+    the way from a pop to the server (Scrapy's own gap is measured where it sends; four crawling
+    processes, the site and Redis share two cores here: up to 22 ms measured)."""
     delay = 0.25
     access, _ = fleet_crawl(
-        tmp_path, redis_url, 0.0, DOWNLOAD_DELAY=delay, DOWNLOAD_DELAY_JITTER=0.0
+        tmp_path, redis_url, 0.0, DOWNLOAD_DELAY=delay, DOWNLOAD_DELAY_JITTER=jitter
     )
     for host in HOSTS:
         starts = sorted(s for h, _, s, _ in access if h == host)
         gaps = np.diff(starts)
-        assert len(starts) >= 25 and gaps.min() >= delay - 0.02, (host, gaps.min())
+        assert len(starts) >= 25 and gaps.min() >= (1 - jitter) * delay - 0.05, (host, gaps)
+        if jitter:  # (the draws do vary: some gaps are well over the delay)
+            assert gaps.max() > delay * 1.2
