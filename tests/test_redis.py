@@ -344,3 +344,23 @@ def test_leases_that_expire_free_their_slot(frontier, redis_url):
     assert frontier.pop().key in rich  # reclaimed: "a" freed, then leased again
     assert frontier.status()["reclaimed"] == 1 and frontier.check() == []
     short.client.close()
+
+
+def test_opic_status_prints_a_fleets_figures_in_one_line(frontier, redis_url, tmp_path):
+    """``scrapy opic-status`` reads a running crawl's counters (O(1) of its pages): what an
+    operator watches, with --every, while the fleet crawls."""
+    from tests.test_export import assert_one_line_error, scrapy_cmd
+
+    frontier.open(window="unbounded")
+    frontier.set_politeness(2, delay=1.5)
+    rich_and_poor(frontier)
+    frontier.pop()
+    location = f"{redis_url}#{frontier.key}"
+    proc = scrapy_cmd("opic-status", "--state", location, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    (line,) = proc.stdout.splitlines()
+    assert "7 pages known, 1 fetched (1 visits), 5 pending, 1 in flight" in line
+    assert "fleet politeness 2/slot, 1.5 s: 1 slots busy, 2 without room" in line
+    missing = scrapy_cmd("opic-status", "--state", location + "-none", cwd=tmp_path)
+    assert_one_line_error(missing)
+    assert "no OPIC crawl" in missing.stderr

@@ -1,6 +1,6 @@
 """Scrapy commands installed through the ``scrapy.commands`` entry point: ``opic-export``,
-``opic-top`` and ``opic-report``. They read a spider's OPIC state where its crawl kept it
-(``JOBDIR/opic.sqlite`` with ``-s JOBDIR=DIR``, else ``OPIC_STATE_PATH`` or
+``opic-top``, ``opic-report`` and ``opic-status``. They read a spider's OPIC state where its
+crawl kept it (``JOBDIR/opic.sqlite`` with ``-s JOBDIR=DIR``, else ``OPIC_STATE_PATH`` or
 ``.scrapy/opic/<spider>.sqlite``; with ``OPIC_STORE = "redis"``, the crawl in Redis) or the
 one given with ``--state`` (a file, or ``redis://host:port/db#KEY``), read-only."""
 
