@@ -11,11 +11,21 @@ import threading
 import time
 import uuid
 
+import numpy as np
 import pytest
 
 from scrapy_opic.backends import StoreError
-from scrapy_opic.backends.redis import LAYOUTS, SCALARS, RedisFrontier, lua_constants
-from scrapy_opic.opic.constants import SCHEDULED
+from scrapy_opic.backends.redis import (
+    BUCKET_LOAD,
+    LAYOUTS,
+    SCALARS,
+    PageLayout,
+    RedisFrontier,
+    lua_constants,
+    pack_url,
+    unpack_url,
+)
+from scrapy_opic.opic.constants import DEAD, FETCHED, SCHEDULED
 from scrapy_opic.opic.frontier import Entry, Link
 from scrapy_opic.simulator.graph import power_law_graph
 from tests.frontiers import key
@@ -172,10 +182,49 @@ def test_a_crawl_started_by_the_previous_version_is_read_and_joined(frontier):
 def test_the_scripts_constants_are_generated_from_python():
     text = lua_constants()
     assert "local SCALARS = {'eps', 'refresh'," in text
-    assert f"fmt = '<{'d' * 7}IBB'" in text and "local SCHEDULED = 1" in text
-    # Every layout fits Redis's listpack values (64 bytes): a page hash stays compact.
-    assert all(struct.calcsize("<" + "".join(c for _, c in f)) <= 64 for f in LAYOUTS)
+    assert f"struct.unpack('<{'d' * 7}B', x)" in text and "local SCHEDULED = 1" in text
+    assert f"local BUCKET_LOAD = {BUCKET_LOAD}" in text and 2 * BUCKET_LOAD < 128
     assert struct.calcsize("<" + "d" * len(SCALARS)) == 8 * len(SCALARS)
+
+
+@pytest.mark.parametrize("mom, wall", [(False, False), (True, False), (False, True)])
+def test_a_page_packs_under_redis_listpack_values_and_back(mom, wall):
+    """A page of a crawl under 2**24 pages fits Redis's listpack values (64 bytes), however
+    often it was visited: its bucket stays compact. Packing and unpacking (one page or many at
+    once) give back every number."""
+    layout = PageLayout(mom, wall)
+    rng = np.random.default_rng(1)
+    pages = []
+    for v, ident in [(0, 0), (255, 255), (256, 256), (2**32 - 1, 2**24 - 1), (7, 2**32 - 1)]:
+        page = {name: float(rng.normal()) for name in layout.doubles}
+        page.update(v=v, id=ident, f=FETCHED | DEAD, st=3, ho=1, ha=0)
+        pages.append(page)
+        x = layout.pack(page)
+        if ident < 2**24:
+            assert len(x) <= 64
+        back = layout.unpack(x)
+        assert all(back[k] == page[k] for k in page)
+    many = layout.unpack_many([layout.pack(p) for p in pages])
+    for row, page in zip(many, pages):
+        assert all(row[k] == page[k] for k in page)
+    assert len(layout.pack({**pages[0], "id": 5_000_000, "v": 200})) == 8 * len(layout.doubles) + 5
+    assert len(LAYOUTS) == 3
+
+
+def test_urls_are_stored_without_their_usual_prefix_and_read_back():
+    for url in [
+        "https://www.example.org/a",
+        "http://www.example.org/",
+        "https://example.org/\u00e9",
+        "http://x",
+        "ftp://x/y",
+        "",
+        "\x01odd",
+        "\x00",
+    ]:
+        data = pack_url(url)
+        assert unpack_url(data) == url
+    assert pack_url("https://www.example.org/a") == b"\x01example.org/a"
 
 
 def test_the_export_api_reads_a_redis_crawl(frontier, redis_url, tmp_path):

@@ -18,17 +18,21 @@
 --                     status counts, the wall clock of the last window step) packed as
 --                     little-endian doubles, in the order of SCALARS
 --   <ns>:g            hash: the parameters again, readable (written once, by init)
---   <ns>:p:<fp>       hash per page (fp = the 20-byte request fingerprint): x (the page's numbers
---                     packed: stored cash s, history h, G at last visit lg, received-cash
---                     moments b and d, wall time of the last visit lt, visits v, fetched flag f,
---                     status st), pr (priority) and sl (download slot) of its last request,
---                     w (the token of its last lease), o (the outcome of its last fetch, only
---                     when it was not OK: an outcome code of constants.py or an HTTP status)
---   <ns>:r            hash: fingerprint -> serialized request, for pending and in-flight pages
---                     (apart from the page: a page hash that held a request would keep its
---                     allocation after the request is deleted, doubling a visited page's size)
---   <ns>:keys         list of the pages in id (discovery) order: fingerprint length (1 byte),
---                     fingerprint, URL
+--   <ns>:p:<b>        hash, bucket b of the pages: fingerprint -> the page's numbers packed
+--                     (pack_page: stored cash s, history h, teleport-credit baseline cb, link
+--                     credit lc, G at last visit lg, received-cash moments b and d or the wall
+--                     time of the last visit lt; then a header byte with status st, flags f and
+--                     which of o and a the page has; visits v; the page's id, its place in
+--                     discovery order). Fingerprint-keyed data of a page lives in the buckets
+--                     of the same number b, each one hash per bucket (see bucket_of):
+--   <ns>:r:<b>        pending and in-flight pages: fingerprint -> priority pr and download slot
+--                     sl of the page's request (length-prefixed), then the request's bytes
+--   <ns>:o:<b>        fingerprint -> the outcome of the page's last fetch, only when it was not
+--                     OK (an outcome code of constants.py or an HTTP status)
+--   <ns>:a:<b>        fingerprint -> the fingerprint of the page it permanently redirects to
+--   <ns>:w            hash: in-flight fingerprint -> the token of its lease
+--   <ns>:u:<c>        list: the URLs of the pages of ids c * URL_CHUNK .. (c + 1) * URL_CHUNK - 1,
+--                     in id order (as the frontier's Python side packs them)
 --   <ns>:q:<pr>:u|f:<slot>  sorted sets of the pending pages of priority pr, never fetched (u) /
 --                     fetched (f), in one download slot, scored by stored cash s
 --   <ns>:h:<pr>:u|f   sorted sets of slot heads: slot -> the best stored cash of its queue
@@ -106,7 +110,79 @@ end
 local P = {}       -- fp -> page table, loaded once per call
 local order = {}   -- fps in load order (flush order)
 
-local function pkey(fp) return ns .. ':p:' .. fp end
+-- Buckets. A page is not a key of its own but an entry of a few hashes, so that it costs a
+-- listpack entry (a few bytes over its data) instead of a key, a hash object and their
+-- allocations. The number of buckets follows the number of pages n (linear hashing):
+-- B = max(1, floor(n / BUCKET_LOAD)); with m the largest power of two <= B, a fingerprint of
+-- hash h lives in bucket h mod 2m, or h mod m if that is B or more. Each new multiple of
+-- BUCKET_LOAD adds bucket B and moves into it the pages of bucket B - m that now belong there
+-- (split), so a bucket holds about BUCKET_LOAD to 2 * BUCKET_LOAD pages: under Redis's
+-- hash-max-listpack-entries (128), the hashes keep their compact encoding. The hash is the
+-- first 32 bits of the fingerprint's SHA-1 (a fingerprint need not be uniform itself). Where a
+-- page lives is a function of its fingerprint and n only: every process finds it.
+local nb_n, nb_B, nb_m
+local function nbuckets()
+  if nb_n ~= g.n then
+    nb_n = g.n
+    nb_B = math.max(1, math.floor(g.n / BUCKET_LOAD))
+    nb_m = 1
+    while nb_m * 2 <= nb_B do nb_m = nb_m * 2 end
+  end
+  return nb_B, nb_m
+end
+
+local function fphash(fp)
+  return tonumber(string.sub(redis.sha1hex(fp), 1, 8), 16)
+end
+
+local function bucket_of(hb)
+  local B, m = nbuckets()
+  local b = hb % (2 * m)
+  if b >= B then b = hb % m end
+  return b
+end
+
+local function bkey(family, b) return ns .. ':' .. family .. ':' .. b end
+
+-- The bucket families, all split together (a page's entries are in buckets of one number).
+local FAMILIES = {'p', 'r', 'o', 'a'}
+
+-- n just reached a multiple of BUCKET_LOAD (2 or more): bucket B - 1 is new, and the pages of
+-- bucket B - 1 - m (m for B - 1 buckets) that belong there now move.
+local function split()
+  local B = nbuckets()
+  local new = B - 1
+  local m = 1
+  while m * 2 <= new do m = m * 2 end
+  local from = new - m
+  local where = {}  -- fingerprint -> stays (every family's fingerprints are pages of 'p')
+  for _, family in ipairs(FAMILIES) do
+    local all = redis.call('HGETALL', bkey(family, from))
+    local moved, gone = {}, {}
+    for k = 1, #all, 2 do
+      local fp = all[k]
+      local stays = where[fp]
+      if stays == nil then
+        stays = bucket_of(fphash(fp)) == from
+        where[fp] = stays
+      end
+      if not stays then
+        moved[#moved + 1] = fp
+        moved[#moved + 1] = all[k + 1]
+        gone[#gone + 1] = fp
+      end
+    end
+    if #gone > 0 then
+      redis.call('HSET', bkey(family, new), unpack(moved))
+      redis.call('HDEL', bkey(family, from), unpack(gone))
+    end
+  end
+end
+
+-- The URL of page id (kept once, in discovery order, URL_CHUNK to a list).
+local function url_of(id)
+  return redis.call('LINDEX', bkey('u', math.floor(id / URL_CHUNK)), id % URL_CHUNK)
+end
 
 -- The pending pages of one priority, one side (never fetched: u, fetched: f) and one download
 -- slot; and, per priority and side, the index of slot heads (slot -> its best stored cash).
@@ -132,17 +208,32 @@ end
 local function page(fp)
   local p = P[fp]
   if p then return p end
-  local r = redis.call('HMGET', pkey(fp), 'x', 'pr', 'sl', 'w', 'o', 'a')
-  if not r[1] then return nil end
-  p = unpack_page(r[1])
-  p.pr, p.sl, p.w = r[2] or '0', r[3] or '', r[4]
+  local hb = fphash(fp)
+  local b = bucket_of(hb)
+  local x = redis.call('HGET', bkey('p', b), fp)
+  if not x then return nil end
+  p = unpack_page(x)
+  p.hb = hb
+  -- pr and sl: the priority and download slot of its request, which a page has only while it
+  -- is pending or in flight (rq: the request's bytes); w: the token of its lease, in flight.
+  p.pr, p.sl = '0', ''
+  if p.st == PENDING or p.st == IN_FLIGHT then
+    local r = redis.call('HGET', bkey('r', b), fp)
+    if r then
+      local pr, sl, at = struct.unpack('<Bc0Hc0', r)
+      p.pr, p.sl, p.rq = pr, sl, string.sub(r, at)
+    end
+    if p.st == IN_FLIGHT then p.w = redis.call('HGET', ns .. ':w', fp) or nil end
+  end
   -- a: the fingerprint of the page it permanently redirects to (Frontier.redirect); a0 what
-  -- the hash holds.
-  p.a, p.a0 = r[6], r[6]
+  -- the bucket holds.
+  if p.ha == 1 then p.a = redis.call('HGET', bkey('a', b), fp) or nil end
+  p.a0 = p.a
   -- o: the outcome of the page's last fetch, kept only when it is not OK (a fetched page
-  -- without it was fetched OK); o0 what the hash holds.
-  p.o = tonumber(r[5] or (unfetched(p) and 0 or OK))
-  p.o0 = r[5] and p.o or nil
+  -- without it was fetched OK); o0 what the bucket holds.
+  local o = p.ho == 1 and tonumber(redis.call('HGET', bkey('o', b), fp)) or nil
+  p.o = o or (unfetched(p) and 0 or OK)
+  p.o0 = o
   if p.st == PENDING then
     local u = unfetched(p)
     local t = tier(p.pr, u)
@@ -164,7 +255,8 @@ end
 local function new_page(fp, url)
   -- (cb = 0: back pay, the teleport credit given before the page joined.)
   local p = {s = -(g.acca + g.accu), h = 0, cb = 0, lc = 0, lg = g.G, v = 0, f = 0,
-    st = DISCOVERED, b = 0, d = 0, lt = 0, pr = '0', sl = '', o = 0, dirty = true}
+    st = DISCOVERED, b = 0, d = 0, lt = 0, pr = '0', sl = '', o = 0, dirty = true,
+    id = g.n, hb = fphash(fp)}
   if interp then
     p.h = g.rate * T
     if wall then p.lt = now() end
@@ -172,9 +264,9 @@ local function new_page(fp, url)
   g.n = g.n + 1
   g.nunf = g.nunf + 1
   g.st0 = g.st0 + 1
-  -- The page list entry: the fingerprint's length, the fingerprint, the URL (kept here rather
-  -- than in the page hash: a URL over 64 bytes would turn the hash into a hashtable).
-  redis.call('RPUSH', ns .. ':keys', string.char(#fp) .. fp .. url)
+  -- The URL, once: in the list of its id's chunk (the page's bucket holds its id).
+  redis.call('RPUSH', bkey('u', math.floor(p.id / URL_CHUNK)), url)
+  if g.n % BUCKET_LOAD == 0 and g.n >= 2 * BUCKET_LOAD then split() end
   P[fp] = p
   order[#order + 1] = fp
   return p
@@ -231,28 +323,30 @@ local function flush()
   for _, fp in ipairs(order) do
     local p = P[fp]
     if p.dirty then
-      local key = pkey(fp)
-      local fields = {'x', pack_page(p)}
+      local b = bucket_of(p.hb)
+      local o = p.o ~= OK and p.o ~= 0 and p.o or nil
+      redis.call('HSET', bkey('p', b), fp, pack_page(p, o and 1 or 0, p.a and 1 or 0))
       if p.req then
-        redis.call('HSET', ns .. ':r', fp, p.req)
-        fields[#fields + 1] = 'pr'; fields[#fields + 1] = p.pr
-        fields[#fields + 1] = 'sl'; fields[#fields + 1] = p.sl
+        redis.call('HSET', bkey('r', b), fp,
+          struct.pack('<Bc0Hc0', #p.pr, p.pr, #p.sl, p.sl) .. p.req)
+        p.rq = p.req
       end
       if p.token then
-        fields[#fields + 1] = 'w'; fields[#fields + 1] = p.token
+        redis.call('HSET', ns .. ':w', fp, p.token)
+      elseif p.w and p.st ~= IN_FLIGHT then
+        -- (A token matters only in flight: a settled page keeps none.)
+        redis.call('HDEL', ns .. ':w', fp)
+        p.w = nil
       end
-      local o = p.o ~= OK and p.o ~= 0 and p.o or nil
-      if o and o ~= p.o0 then
-        fields[#fields + 1] = 'o'; fields[#fields + 1] = o
-      end
-      if p.a and p.a ~= p.a0 then
-        fields[#fields + 1] = 'a'; fields[#fields + 1] = p.a
-      end
-      redis.call('HSET', key, unpack(fields))
-      if p.o0 and not o then redis.call('HDEL', key, 'o') end
-      if p.a0 and not p.a then redis.call('HDEL', key, 'a') end
+      if o and o ~= p.o0 then redis.call('HSET', bkey('o', b), fp, o) end
+      if p.o0 and not o then redis.call('HDEL', bkey('o', b), fp) end
+      if p.a and p.a ~= p.a0 then redis.call('HSET', bkey('a', b), fp, p.a) end
+      if p.a0 and not p.a then redis.call('HDEL', bkey('a', b), fp) end
       p.o0, p.a0 = o, p.a
-      if p.drop then redis.call('HDEL', ns .. ':r', fp) end
+      if p.drop then
+        redis.call('HDEL', bkey('r', b), fp)
+        p.rq = nil
+      end
     end
     local q1 = nil
     local h1 = nil
@@ -584,7 +678,7 @@ elseif cmd == 'pop' then
   -- out, then leases the pending page with the most cash (highest priority first) whose
   -- download slot is not full; when the discovery debt is due (share > 0: frontier.py,
   -- discovery_step), the best page never fetched of the highest tier that has one. Returns
-  -- {fp, request, slot} or {}.
+  -- {fp, {url, request}, slot} or {}.
   local token, lease_ms, share = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
   local discover = share > 0 and g.debt + share >= 1.0
   local full = {}
@@ -663,7 +757,7 @@ elseif cmd == 'pop' then
   redis.call('ZADD', lk, ms + lease_ms, best)
   flush()
   save_g()
-  return {best, redis.call('HGET', ns .. ':r', best), p.sl}
+  return {best, {url_of(p.id), p.rq}, p.sl}
 
 elseif cmd == 'visit' then
   -- ARGV: fp token plain has_boosts vweight later closed_virtual, then (cfp url weight boost
@@ -852,8 +946,7 @@ elseif cmd == 'renew' then
   local until_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[2])
   local n = 0
   for k = 3, #ARGV, 2 do
-    local r = redis.call('HMGET', pkey(ARGV[k]), 'x', 'w')
-    if r[1] and r[2] == ARGV[k + 1] and select(layout.st, struct.unpack(layout.fmt, r[1])) == IN_FLIGHT then
+    if leased(ARGV[k], ARGV[k + 1]) then
       redis.call('ZADD', ns .. ':leases', 'XX', until_ms, ARGV[k])
       n = n + 1
     end
