@@ -16,8 +16,8 @@ process's own count (``opic/round_trips``: every command or pipeline it sent), s
 time per page is the server's own ``INFO commandstats`` time of the script calls (the work
 every process shares: what bounds the number of processes).
 
-**Memory.** ``--memory-pages`` pages are scheduled with a typical serialized request (a
-``scrapy.Request`` with a callback, as the scheduler stores it), then crawled greedily on a
+**Memory.** ``--memory-pages`` pages are scheduled with a typical request (a ``scrapy.Request``
+with a callback, encoded as the scheduler has the frontier store it), then crawled greedily on a
 power-law graph through the frontier API; ``INFO memory`` ``used_memory`` is read before, when
 all are pending, and when all are visited (the request is deleted at the visit). Several sizes
 (``--memory-pages 50000,1000000``) run one after the other, each on a new crawl key of the same
@@ -180,6 +180,7 @@ def memory(n: int, redis_url: str) -> dict:
 
     from scrapy_opic.backends.redis import RedisFrontier
     from scrapy_opic.opic.frontier import Entry, Link
+    from scrapy_opic.scheduler import encode_request
     from scrapy_opic.simulator.graph import power_law_graph
 
     class Bench(Spider):
@@ -190,20 +191,27 @@ def memory(n: int, redis_url: str) -> dict:
 
     spider = Bench()
     client = redis.Redis.from_url(redis_url)
-    frontier = RedisFrontier(client, f"opic:mem{uuid.uuid4().hex[:4]}")  # a realistic key length
+    # (The frontier encodes each request as the scheduler has it do: encode_request.)
+    frontier = RedisFrontier(
+        client,
+        f"opic:mem{uuid.uuid4().hex[:4]}",  # a realistic key length
+        encode=lambda request, url: encode_request(request, spider, url),
+    )
     frontier.open(window="unbounded")
     url = "https://www.example-site-{0}.org/section/{1}/page-{2}.html"
     urls = [url.format(k % 1000, k % 37, k) for k in range(n)]
     fps = [hashlib.sha1(u.encode()).digest() for u in urls]
+    # The typical request: its dict pickled, as Scrapy's disk queues store it, and as stored.
     sample = pickle.dumps(Request(urls[0], callback=spider.parse).to_dict(spider=spider), 4)
+    stored = encode_request(Request(urls[0], callback=spider.parse), spider, urls[0])
     client.memory_purge() if hasattr(client, "memory_purge") else None
     before = client.info("memory")["used_memory"]
     t0 = time.perf_counter()
     for lo in range(0, n, 1000):
         batch = []
         for k in range(lo, min(n, lo + 1000)):
-            data = pickle.dumps(Request(urls[k], callback=spider.parse).to_dict(spider=spider), 4)
-            batch.append(Entry(fps[k], urls[k], 0, f"www.example-site-{k % 1000}.org", data))
+            request = Request(urls[k], callback=spider.parse)
+            batch.append(Entry(fps[k], urls[k], 0, f"www.example-site-{k % 1000}.org", request))
         frontier.schedule(batch)
     schedule_s = time.perf_counter() - t0
     pending = client.info("memory")["used_memory"]
@@ -229,6 +237,7 @@ def memory(n: int, redis_url: str) -> dict:
     return {
         "pages": n,
         "request_bytes": len(sample),
+        "stored_request_bytes": len(stored),
         "bytes_per_pending_page": (pending - before) / n,
         "bytes_per_visited_page": (visited - before) / n,
         "schedule_pages_per_s": n / schedule_s,
@@ -332,7 +341,8 @@ def memory_report(args, mems: list[dict]) -> str:
         lines += [
             f"{mem['pages']:,} pages:",
             "",
-            f"* pending page (with its request, {mem['request_bytes']} bytes pickled): "
+            f"* pending page (with its request: {mem['request_bytes']} bytes as a pickled "
+            f"dict, {mem.get('stored_request_bytes', mem['request_bytes'])} as stored): "
             f"**{mem['bytes_per_pending_page']:.0f} bytes** of Redis memory",
             f"* visited page (request deleted): **{mem['bytes_per_visited_page']:.0f} bytes**",
             f"* scheduling: {mem['schedule_pages_per_s']:,.0f} pages/s in batches of 1,000",

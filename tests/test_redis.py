@@ -211,6 +211,32 @@ def test_a_page_packs_under_redis_listpack_values_and_back(mom, wall):
     assert len(LAYOUTS) == 3
 
 
+def test_a_pop_hands_back_the_url_the_request_was_scheduled_with(frontier):
+    """A request may be stored without its URL (the scheduler's encoding leaves it out): the
+    lease gives back the URL of the entry or link that brought it, also for a page first known
+    under another spelling of its URL (one fingerprint), and a retry keeps it."""
+    frontier.open()
+    frontier.schedule([Entry(key(0), "https://www.a.org/x", 0, "s", b"r0")])
+    lease = frontier.pop()
+    assert lease.url == "https://www.a.org/x" and lease.payload == b"r0"
+    assert frontier.visit(lease, [Link(key(1), "http://a.org/q?b=1&a=2")]) is not None
+    assert frontier.schedule([Entry(key(1), "http://a.org/q?a=2&b=1", 0, "s", b"r1")]) == [1]
+    assert frontier.check() == []
+    lease = frontier.pop()
+    assert lease.url == "http://a.org/q?a=2&b=1" and lease.payload == b"r1"
+    assert frontier.retry(lease, Entry(key(1), "ignored", 0, "s", b"r1 again")) == SCHEDULED
+    lease = frontier.pop()
+    assert lease.url == "http://a.org/q?a=2&b=1" and lease.payload == b"r1 again"
+    # A redirect to itself is a retry under the redirect's URL; its page keeps its first URL.
+    assert frontier.redirect(lease, Entry(key(1), "http://a.org/q?b=1&a=2", 0, "t", b"r")) == 1
+    lease = frontier.pop()
+    assert lease.url == "http://a.org/q?b=1&a=2" and lease.slot == "t"
+    assert frontier.check() == []
+    assert frontier.visit(lease, []) is not None
+    assert frontier.snapshot().urls == ["https://www.a.org/x", "http://a.org/q?b=1&a=2"]
+    assert frontier.check() == []
+
+
 def test_urls_are_stored_without_their_usual_prefix_and_read_back():
     for url in [
         "https://www.example.org/a",

@@ -25,8 +25,9 @@
 --                     which of o and a the page has; visits v; the page's id, its place in
 --                     discovery order). Fingerprint-keyed data of a page lives in the buckets
 --                     of the same number b, each one hash per bucket (see bucket_of):
---   <ns>:r:<b>        pending and in-flight pages: fingerprint -> priority pr and download slot
---                     sl of the page's request (length-prefixed), then the request's bytes
+--   <ns>:r:<b>        pending and in-flight pages: fingerprint -> priority pr, download slot
+--                     sl and URL (when it is not the page's: a page known under another URL
+--                     first) of the page's request, length-prefixed, then the request's bytes
 --   <ns>:o:<b>        fingerprint -> the outcome of the page's last fetch, only when it was not
 --                     OK (an outcome code of constants.py or an HTTP status)
 --   <ns>:a:<b>        fingerprint -> the fingerprint of the page it permanently redirects to
@@ -215,13 +216,15 @@ local function page(fp)
   p = unpack_page(x)
   p.hb = hb
   -- pr and sl: the priority and download slot of its request, which a page has only while it
-  -- is pending or in flight (rq: the request's bytes); w: the token of its lease, in flight.
+  -- is pending or in flight (rq: the request's bytes; rurl: its URL if not the page's); w: the
+  -- token of its lease, in flight.
   p.pr, p.sl = '0', ''
   if p.st == PENDING or p.st == IN_FLIGHT then
     local r = redis.call('HGET', bkey('r', b), fp)
     if r then
-      local pr, sl, at = struct.unpack('<Bc0Hc0', r)
+      local pr, sl, url, at = struct.unpack('<Bc0Hc0I4c0', r)
       p.pr, p.sl, p.rq = pr, sl, string.sub(r, at)
+      if url ~= '' then p.rurl = url end
     end
     if p.st == IN_FLIGHT then p.w = redis.call('HGET', ns .. ':w', fp) or nil end
   end
@@ -256,7 +259,7 @@ local function new_page(fp, url)
   -- (cb = 0: back pay, the teleport credit given before the page joined.)
   local p = {s = -(g.acca + g.accu), h = 0, cb = 0, lc = 0, lg = g.G, v = 0, f = 0,
     st = DISCOVERED, b = 0, d = 0, lt = 0, pr = '0', sl = '', o = 0, dirty = true,
-    id = g.n, hb = fphash(fp)}
+    id = g.n, hb = fphash(fp), fresh = true}
   if interp then
     p.h = g.rate * T
     if wall then p.lt = now() end
@@ -327,8 +330,9 @@ local function flush()
       local o = p.o ~= OK and p.o ~= 0 and p.o or nil
       redis.call('HSET', bkey('p', b), fp, pack_page(p, o and 1 or 0, p.a and 1 or 0))
       if p.req then
+        local url = p.rurl or ''
         redis.call('HSET', bkey('r', b), fp,
-          struct.pack('<Bc0Hc0', #p.pr, p.pr, #p.sl, p.sl) .. p.req)
+          struct.pack('<Bc0Hc0I4c0', #p.pr, p.pr, #p.sl, p.sl, #url, url) .. p.req)
         p.rq = p.req
       end
       if p.token then
@@ -345,7 +349,7 @@ local function flush()
       p.o0, p.a0 = o, p.a
       if p.drop then
         redis.call('HDEL', bkey('r', b), fp)
-        p.rq = nil
+        p.rq, p.rurl = nil, nil
       end
     end
     local q1 = nil
@@ -546,9 +550,16 @@ local function distribute(c, kc, kids, weights, boosts, vweight)
 end
 
 -- ---------------------------------------------------------------- life cycle
+-- The URL a request scheduled with url keeps apart from its page's: none if it is the page's
+-- (always for a page created by this call).
+local function request_url(p, url)
+  if p.fresh or url == url_of(p.id) then return nil end
+  return url
+end
+
 -- MemoryFrontier.schedule: SCHEDULED, DUPLICATE, or NEEDS_PAYLOAD (schedulable, but no request
 -- came with it).
-local function schedule(p, pr, sl, req, again)
+local function schedule(p, pr, sl, req, again, url)
   local st = p.st
   if st == PENDING or st == IN_FLIGHT then return DUPLICATE end
   if dead(p) then  -- closed for good: only asked for explicitly
@@ -559,6 +570,7 @@ local function schedule(p, pr, sl, req, again)
   if req == '' then return NEEDS_PAYLOAD end
   revive(p)
   p.req, p.pr, p.sl, p.drop = req, pr, sl, nil
+  p.rurl = request_url(p, url)
   set_status(p, PENDING)
   return SCHEDULED
 end
@@ -667,7 +679,7 @@ if cmd == 'sched' then
   local out = {}
   for k = 3, #ARGV, 5 do
     local p = page_or_new(ARGV[k], ARGV[k + 1])
-    out[#out + 1] = schedule(p, ARGV[k + 2], ARGV[k + 3], ARGV[k + 4], again)
+    out[#out + 1] = schedule(p, ARGV[k + 2], ARGV[k + 3], ARGV[k + 4], again, ARGV[k + 1])
   end
   flush()
   save_g()
@@ -757,7 +769,7 @@ elseif cmd == 'pop' then
   redis.call('ZADD', lk, ms + lease_ms, best)
   flush()
   save_g()
-  return {best, {url_of(p.id), p.rq}, p.sl}
+  return {best, {p.rurl or url_of(p.id), p.rq}, p.sl}
 
 elseif cmd == 'visit' then
   -- ARGV: fp token plain has_boosts vweight later closed_virtual, then (cfp url weight boost
@@ -771,7 +783,7 @@ elseif cmd == 'visit' then
   -- Children first (Scrapy's page_of: every followed link becomes a page before the visit).
   local links = {}
   for k = 9, #ARGV, 8 do
-    links[#links + 1] = {fp = ARGV[k], p = page_or_new(ARGV[k], ARGV[k + 1]),
+    links[#links + 1] = {fp = ARGV[k], p = page_or_new(ARGV[k], ARGV[k + 1]), url = ARGV[k + 1],
       w = tonumber(ARGV[k + 2]), boost = tonumber(ARGV[k + 3]), again = ARGV[k + 4] == '1',
       pr = ARGV[k + 5], sl = ARGV[k + 6], req = ARGV[k + 7]}
   end
@@ -823,7 +835,7 @@ elseif cmd == 'visit' then
   done(p, ARGV[7])
   local out = {1, fmt(importance_of(p))}
   for _, l in ipairs(links) do
-    out[#out + 1] = schedule(l.p, l.pr, l.sl, l.req, l.again)
+    out[#out + 1] = schedule(l.p, l.pr, l.sl, l.req, l.again, l.url)
   end
   flush()
   save_g()
@@ -884,6 +896,7 @@ elseif cmd == 'redirect' then
   unlease(fp)
   if ARGV[4] == fp then  -- a redirect to itself: a retry
     p.req, p.pr, p.sl = ARGV[8], ARGV[6], ARGV[7]
+    p.rurl = request_url(p, ARGV[5])
     set_status(p, PENDING)
     flush()
     save_g()
@@ -908,7 +921,7 @@ elseif cmd == 'redirect' then
   else
     p.a = nil
   end
-  local code = schedule(q, ARGV[6], ARGV[7], ARGV[8], false)
+  local code = schedule(q, ARGV[6], ARGV[7], ARGV[8], false, ARGV[5])
   flush()
   save_g()
   return {1, code}

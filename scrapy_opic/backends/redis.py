@@ -235,6 +235,18 @@ def n_buckets(n: int) -> int:
     return max(1, n // BUCKET_LOAD)
 
 
+def request_entry(value: bytes) -> tuple[bytes, bytes, bytes, bytes]:
+    """A request entry's parts (``<ns>:r:<b>``, opic.lua ``flush``): priority, download slot,
+    URL (empty: the page's) and the request's bytes."""
+    at = 1 + value[0]
+    pr = value[1:at]
+    n = int.from_bytes(value[at : at + 2], "little")
+    sl = value[at + 2 : at + 2 + n]
+    at += 2 + n
+    n = int.from_bytes(value[at : at + 4], "little")
+    return pr, sl, value[at + 4 : at + 4 + n], value[at + 4 + n :]
+
+
 #: URL prefixes stored as one byte (code k + 1 for URL_PREFIXES[k]): every URL of a crawl
 #: begins with one, and a URL never begins with a control byte. A URL that does is stored after
 #: a 0 byte.
@@ -414,8 +426,11 @@ class RedisFrontier:
     :param key: the crawl's name on the server, e.g. ``opic:myspider``; several crawls share a
         server under different keys.
     :param lease: seconds a popped page stays leased without renewal.
-    :param encode: turns a payload into bytes (``None`` if it cannot): payloads travel to the
-        other processes as bytes.
+    :param encode: ``encode(payload, url)`` turns a payload into bytes (``None`` if it cannot):
+        payloads travel to the other processes as bytes. It may leave ``url`` out of them, the
+        URL of the entry or link that brings the payload: a pop hands it back as
+        :attr:`Lease.url` (the crawl stores it once, with the page, or with the request when
+        the page is known under another URL).
     :param series_seconds: seconds between two points of the crawl's time series (added by
         :meth:`maintain`).
     :param location: where readers find this crawl (``redis://host:port/db#key``).
@@ -437,7 +452,7 @@ class RedisFrontier:
         self.ns = "{" + key + "}"
         self.lease_ms = max(1, int(lease * 1000))
         self._script = client.register_script(lua_script())
-        self._encode = encode or (lambda payload: None)
+        self._encode = encode or (lambda payload, url: None)
         self.location = location
         self.round_trips = 0
         self.continuous = False
@@ -537,10 +552,10 @@ class RedisFrontier:
         return n
 
     # -- payloads ----------------------------------------------------------------------------
-    def _data(self, payload: Any) -> bytes | None:
+    def _data(self, payload: Any, url: str | None) -> bytes | None:
         if payload is None or isinstance(payload, bytes):
             return payload
-        return self._encode(payload)
+        return self._encode(payload, url)
 
     def _remember(self, fp: bytes) -> None:
         if len(self._known) >= KNOWN_LIMIT:
@@ -570,7 +585,7 @@ class RedisFrontier:
         args: list[Any] = ["sched", "1" if again else "0"]
         local = []
         for key, url, priority, slot, payload in entries:
-            data = self._data(payload)
+            data = self._data(payload, url)
             local.append(payload is not None and data is None)
             args += [key, pack_url(url), int(priority), str(slot), data or b""]
         return self._codes((e.key for e in entries), self._call(*args), local)
@@ -601,7 +616,7 @@ class RedisFrontier:
             "1" if plain else "0",
             "1" if boosts else "0",
             _f(virtual_weight),
-            self._later(payload),
+            self._later(payload, lease),
             "1" if self.closed_links_virtual else "0",
         ]
         local = []
@@ -611,7 +626,7 @@ class RedisFrontier:
             # a link to a known page costs no encoding and no bytes on the wire. Should it be
             # schedulable all the same, its code says NEEDS_PAYLOAD.)
             if link.payload is not None and (link.again or link.key not in self._known):
-                data = self._data(link.payload)
+                data = self._data(link.payload, link.url)
                 local.append(data is None)
             else:
                 local.append(False)
@@ -633,15 +648,15 @@ class RedisFrontier:
         return Visit(codes, None if imp < 0 or not importance else imp)
 
     def fail(self, lease: Lease, outcome: int = ERROR, payload: Any = None) -> bool:
-        out = self._call("fail", lease.key, lease.token, int(outcome), self._later(payload))
+        out = self._call("fail", lease.key, lease.token, int(outcome), self._later(payload, lease))
         return bool(int(out[0]))
 
-    def _later(self, payload: Any) -> bytes:
+    def _later(self, payload: Any, lease: Lease) -> bytes:
         """The bytes of a page's payload for its later fetches (``b""``: keep the one it has;
         also when it cannot be encoded)."""
         if payload is None or not self.continuous:
             return b""
-        return self._data(payload) or b""
+        return self._data(payload, lease.url) or b""
 
     def forfeit(self, lease: Lease, outcome: int = FORBIDDEN) -> bool:
         return bool(int(self._call("forfeit", lease.key, lease.token, int(outcome))[0]))
@@ -651,7 +666,7 @@ class RedisFrontier:
 
     def retry(self, lease: Lease, entry: Entry) -> int | None:
         require_payload(entry)
-        data = self._data(entry.payload)
+        data = self._data(entry.payload, lease.url)  # (the page's request keeps its URL)
         if data is None:  # cannot travel: this process fetches it, its cash goes
             return LOCAL if self.forfeit(lease) else None
         out = self._call(
@@ -661,7 +676,7 @@ class RedisFrontier:
 
     def redirect(self, lease: Lease, entry: Entry, permanent: bool = False) -> int | None:
         require_payload(entry)
-        data = self._data(entry.payload)
+        data = self._data(entry.payload, entry.url)
         if data is None:
             return LOCAL if self.forfeit(lease) else None
         out = self._call(
@@ -913,10 +928,7 @@ class RedisFrontier:
             request = entries["r"].get(fp)
             pr = sl = b"?"
             if request is not None:
-                value = request[1]
-                pr = value[1 : 1 + value[0]]
-                at = 1 + value[0]
-                sl = value[at + 2 : at + 2 + int.from_bytes(value[at : at + 2], "little")]
+                pr, sl, _, _ = request_entry(request[1])
             where = queued.pop(fp, [])
             if st == 1:
                 side = "f" if f & 1 else "u"
