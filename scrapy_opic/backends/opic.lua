@@ -118,9 +118,11 @@ local order = {}   -- fps in load order (flush order)
 -- hash h lives in bucket h mod 2m, or h mod m if that is B or more. Each new multiple of
 -- BUCKET_LOAD adds bucket B and moves into it the pages of bucket B - m that now belong there
 -- (split), so a bucket holds about BUCKET_LOAD to 2 * BUCKET_LOAD pages: under Redis's
--- hash-max-listpack-entries (128), the hashes keep their compact encoding. The hash is the
--- first 32 bits of the fingerprint's SHA-1 (a fingerprint need not be uniform itself). Where a
--- page lives is a function of its fingerprint and n only: every process finds it.
+-- hash-max-listpack-entries (128), the hashes keep their compact encoding. The hash of a
+-- 20-byte fingerprint (Scrapy's is a SHA-1, uniform already) is the XOR of its five 32-bit
+-- words, of any other key the first 32 bits of its SHA-1 (hashing every fingerprint again
+-- would cost a tenth of a pop + visit). Where a page lives is a function of its fingerprint and
+-- n only: every process finds it.
 local nb_n, nb_B, nb_m
 local function nbuckets()
   if nb_n ~= g.n then
@@ -133,6 +135,10 @@ local function nbuckets()
 end
 
 local function fphash(fp)
+  if #fp == 20 then
+    local a, b, c, d, e = struct.unpack('>I4I4I4I4I4', fp)
+    return bit.bxor(a, b, c, d, e) % 4294967296
+  end
   return tonumber(string.sub(redis.sha1hex(fp), 1, 8), 16)
 end
 
@@ -143,7 +149,20 @@ local function bucket_of(hb)
   return b
 end
 
-local function bkey(family, b) return ns .. ':' .. family .. ':' .. b end
+local bkeys = {}  -- family -> bucket -> key name (a call builds each name once)
+local function bkey(family, b)
+  local names = bkeys[family]
+  if not names then
+    names = {}
+    bkeys[family] = names
+  end
+  local name = names[b]
+  if not name then
+    name = ns .. ':' .. family .. ':' .. b
+    names[b] = name
+  end
+  return name
+end
 
 -- The bucket families, all split together (a page's entries are in buckets of one number).
 local FAMILIES = {'p', 'r', 'o', 'a'}

@@ -216,8 +216,12 @@ class PageLayout:
 
 
 def fingerprint_hash(fp: bytes) -> int:
-    """The hash that places a page in a bucket (opic.lua ``fphash``): the first 32 bits of the
-    fingerprint's SHA-1, big-endian."""
+    """The hash that places a page in a bucket (opic.lua ``fphash``): for a 20-byte fingerprint
+    (a SHA-1, as Scrapy's), the XOR of its five big-endian 32-bit words; for any other key, the
+    first 32 bits of its SHA-1."""
+    if len(fp) == 20:
+        a, b, c, d, e = struct.unpack(">5I", fp)
+        return a ^ b ^ c ^ d ^ e
     return int.from_bytes(hashlib.sha1(fp).digest()[:4], "big")
 
 
@@ -305,14 +309,23 @@ def lua_constants() -> str:
                 "id = id",
             ]
         )
+        tail = {1: "I1", 4: "I4"}
+        ufmt = [
+            "{" + ", ".join(f"'{dfmt}B{tail[wv]}I{wi}'" for wi in (1, 2, 3, 4)) + "}"
+            for wv in (1, 4)
+        ]
+        # (The formats by the width of v and the width of the id, built once per call.)
         return (
-            f"{{unpack = function(x)\n"
-            f"    local {', '.join(names)}, H = struct.unpack('{dfmt}B', x)\n"
-            f"    local v, id\n"
+            f"(function()\n"
+            f"  local U1 = {ufmt[0]}\n"
+            f"  local U4 = {ufmt[1]}\n"
+            f"  return {{unpack = function(x)\n"
+            f"    local H = string.byte(x, {head + 1})\n"
+            f"    local {', '.join(names)}, v, id\n"
             f"    if H >= {1 << _WIDE} then\n"
-            f"      v, id = struct.unpack(IDFMT4[#x - {head + 5}], x, {head + 2})\n"
+            f"      {', '.join(names)}, H, v, id = struct.unpack(U4[#x - {head + 5}], x)\n"
             f"    else\n"
-            f"      v, id = struct.unpack(IDFMT1[#x - {head + 2}], x, {head + 2})\n"
+            f"      {', '.join(names)}, H, v, id = struct.unpack(U1[#x - {head + 2}], x)\n"
             f"    end\n"
             f"    return {{{record}}}\n"
             f"  end,\n"
@@ -321,12 +334,12 @@ def lua_constants() -> str:
             f"    local id = p.id\n"
             f"    local w = id < 256 and 1 or (id < 65536 and 2 or (id < 16777216 and 3 or 4))\n"
             f"    if p.v >= 256 then\n"
-            f"      return struct.pack('{dfmt}B', {', '.join('p.' + n for n in names)}, "
-            f"H + {1 << _WIDE}) .. struct.pack(IDFMT4[w], p.v, id)\n"
+            f"      return struct.pack(U4[w], {', '.join('p.' + n for n in names)}, "
+            f"H + {1 << _WIDE}, p.v, id)\n"
             f"    end\n"
-            f"    return struct.pack('{dfmt}B', {', '.join('p.' + n for n in names)}, H) .. "
-            f"struct.pack(IDFMT1[w], p.v, id)\n"
-            f"  end}}"
+            f"    return struct.pack(U1[w], {', '.join('p.' + n for n in names)}, H, p.v, id)\n"
+            f"  end}}\n"
+            f"end)()"
         )
 
     lines = [
@@ -334,9 +347,6 @@ def lua_constants() -> str:
         "-- when the script is loaded: the one source of every number both sides share.",
         "local SCALARS = {" + ", ".join(lua(x) for x in SCALARS) + "}",
         f"local N_PARAMS = {len(PARAMS)}",
-        # (v, then the id in 1 to 4 bytes: the formats by the id's width.)
-        "local IDFMT1 = {'<I1I1', '<I1I2', '<I1I3', '<I1I4'}",
-        "local IDFMT4 = {'<I4I1', '<I4I2', '<I4I3', '<I4I4'}",
         "local LAYOUTS = {"
         + ", ".join(f"[{k}] = {layout(f)}" for k, f in enumerate(LAYOUTS))
         + "}",
