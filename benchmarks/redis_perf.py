@@ -2,7 +2,8 @@
 round trips per fetched page, Redis time per page, and Redis memory per URL.
 
     python benchmarks/redis_perf.py [--pages 2000] [--delay 0.1] [--concurrency 8]
-        [--processes 1,2,4] [--memory-pages 50000] [--redis URL] [--out DIR]
+        [--processes 1,2,4] [--memory-pages 50000[,1000000...]] [--memory-only]
+        [--redis URL] [--out DIR]
 
 Without ``--redis`` a redis-server (Debian's package) is started on a free loopback port.
 
@@ -15,10 +16,14 @@ process's own count (``opic/round_trips``: every command or pipeline it sent), s
 time per page is the server's own ``INFO commandstats`` time of the script calls (the work
 every process shares: what bounds the number of processes).
 
-**Memory.** ``--memory-pages`` pages are scheduled with a typical serialized request (a
-``scrapy.Request`` with a callback, as the scheduler stores it), then crawled greedily on a
+**Memory.** ``--memory-pages`` pages are scheduled with a typical request (a ``scrapy.Request``
+with a callback, encoded as the scheduler has the frontier store it), then crawled greedily on a
 power-law graph through the frontier API; ``INFO memory`` ``used_memory`` is read before, when
-all are pending, and when all are visited (the request is deleted at the visit).
+all are pending, and when all are visited (the request is deleted at the visit). Several sizes
+(``--memory-pages 50000,1000000``) run one after the other, each on a new crawl key of the same
+server; the figures per page depend on the size, since Redis turns a sorted set or a hash from
+its compact encoding into a hashtable past 128 entries. ``--memory-only`` runs only this part:
+the report keeps the scaling section of the last full run in ``--out`` as it was, and says so.
 """
 
 from __future__ import annotations
@@ -169,12 +174,13 @@ def scaling(args, redis_url: str, workdir: Path) -> list[dict]:
     return rows
 
 
-def memory(args, redis_url: str) -> dict:
+def memory(n: int, redis_url: str) -> dict:
     import redis
     from scrapy import Request, Spider
 
     from scrapy_opic.backends.redis import RedisFrontier
     from scrapy_opic.opic.frontier import Entry, Link
+    from scrapy_opic.scheduler import encode_request
     from scrapy_opic.simulator.graph import power_law_graph
 
     class Bench(Spider):
@@ -184,22 +190,28 @@ def memory(args, redis_url: str) -> dict:
             pass
 
     spider = Bench()
-    n = args.memory_pages
     client = redis.Redis.from_url(redis_url)
-    frontier = RedisFrontier(client, f"opic:mem{uuid.uuid4().hex[:4]}")  # a realistic key length
+    # (The frontier encodes each request as the scheduler has it do: encode_request.)
+    frontier = RedisFrontier(
+        client,
+        f"opic:mem{uuid.uuid4().hex[:4]}",  # a realistic key length
+        encode=lambda request, url: encode_request(request, spider, url),
+    )
     frontier.open(window="unbounded")
     url = "https://www.example-site-{0}.org/section/{1}/page-{2}.html"
     urls = [url.format(k % 1000, k % 37, k) for k in range(n)]
     fps = [hashlib.sha1(u.encode()).digest() for u in urls]
+    # The typical request: its dict pickled, as Scrapy's disk queues store it, and as stored.
     sample = pickle.dumps(Request(urls[0], callback=spider.parse).to_dict(spider=spider), 4)
+    stored = encode_request(Request(urls[0], callback=spider.parse), spider, urls[0])
     client.memory_purge() if hasattr(client, "memory_purge") else None
     before = client.info("memory")["used_memory"]
     t0 = time.perf_counter()
     for lo in range(0, n, 1000):
         batch = []
         for k in range(lo, min(n, lo + 1000)):
-            data = pickle.dumps(Request(urls[k], callback=spider.parse).to_dict(spider=spider), 4)
-            batch.append(Entry(fps[k], urls[k], 0, f"www.example-site-{k % 1000}.org", data))
+            request = Request(urls[k], callback=spider.parse)
+            batch.append(Entry(fps[k], urls[k], 0, f"www.example-site-{k % 1000}.org", request))
         frontier.schedule(batch)
     schedule_s = time.perf_counter() - t0
     pending = client.info("memory")["used_memory"]
@@ -225,6 +237,7 @@ def memory(args, redis_url: str) -> dict:
     return {
         "pages": n,
         "request_bytes": len(sample),
+        "stored_request_bytes": len(stored),
         "bytes_per_pending_page": (pending - before) / n,
         "bytes_per_visited_page": (visited - before) / n,
         "schedule_pages_per_s": n / schedule_s,
@@ -238,7 +251,7 @@ def memory(args, redis_url: str) -> dict:
     }
 
 
-def report(args, rows: list[dict], mem: dict) -> str:
+def scaling_report(args, rows: list[dict]) -> str:
     base = next(r for r in rows if r["store"] == "embedded")
     one = next((r for r in rows if r["store"] == "redis" and r["processes"] == 1), None)
     lines = [
@@ -246,7 +259,8 @@ def report(args, rows: list[dict], mem: dict) -> str:
         "",
         f"`python benchmarks/redis_perf.py --pages {args.pages} --delay {args.delay} "
         f"--concurrency {args.concurrency} --processes "
-        f"{','.join(map(str, args.processes))} --memory-pages {args.memory_pages}`",
+        f"{','.join(map(str, args.processes))} --memory-pages "
+        f"{','.join(map(str, args.memory_pages))}`",
         "",
         f"Site: {args.pages} generated pages on 127.0.0.1, {args.delay * 1000:.0f} ms per page "
         f"at the server; each process: CONCURRENT_REQUESTS = {args.concurrency}. Machine: "
@@ -307,21 +321,40 @@ def report(args, rows: list[dict], mem: dict) -> str:
             if r["store"] == "redis"
         )
         + ".",
-        "",
-        f"## Memory and server time per URL ({mem['pages']:,} pages)",
-        "",
-        f"* pending page (with its request, {mem['request_bytes']} bytes pickled): "
-        f"**{mem['bytes_per_pending_page']:.0f} bytes** of Redis memory",
-        f"* visited page (request deleted): **{mem['bytes_per_visited_page']:.0f} bytes**",
-        f"* scheduling: {mem['schedule_pages_per_s']:,.0f} pages/s in batches of 1,000",
-        f"* greedy pop + visit ({mem['links_per_visit']:.1f} links per page) from one client: "
-        f"{mem['pop_visit_pages_per_s']:,.0f} pages/s; Redis time "
-        f"{mem['redis_usec_per_pop_and_visit']:.0f} µs per page, so one Redis server "
-        f"serves at most ~{mem['server_ceiling_pages_per_s']:,.0f} pages/s in all, "
-        "whatever the number of processes",
-        f"* {mem['visited']:,} pages visited, total cash {mem['total_cash']:.12f}",
     ]
     return "\n".join(lines) + "\n"
+
+
+MEMORY_HEADING = "## Memory and server time per URL"
+
+
+def memory_report(args, mems: list[dict]) -> str:
+    lines = [MEMORY_HEADING, ""]
+    if args.memory_only:
+        lines += [
+            "`python benchmarks/redis_perf.py --memory-only --memory-pages "
+            f"{','.join(map(str, args.memory_pages))}` (this part only: the scaling above is "
+            "from the last full run)",
+            "",
+        ]
+    for mem in mems:
+        lines += [
+            f"{mem['pages']:,} pages:",
+            "",
+            f"* pending page (with its request: {mem['request_bytes']} bytes as a pickled "
+            f"dict, {mem.get('stored_request_bytes', mem['request_bytes'])} as stored): "
+            f"**{mem['bytes_per_pending_page']:.0f} bytes** of Redis memory",
+            f"* visited page (request deleted): **{mem['bytes_per_visited_page']:.0f} bytes**",
+            f"* scheduling: {mem['schedule_pages_per_s']:,.0f} pages/s in batches of 1,000",
+            f"* greedy pop + visit ({mem['links_per_visit']:.1f} links per page) from one "
+            f"client: {mem['pop_visit_pages_per_s']:,.0f} pages/s; Redis time "
+            f"{mem['redis_usec_per_pop_and_visit']:.0f} µs per page, so one Redis server "
+            f"serves at most ~{mem['server_ceiling_pages_per_s']:,.0f} pages/s in all, "
+            "whatever the number of processes",
+            f"* {mem['visited']:,} pages visited, total cash {mem['total_cash']:.12f}",
+            "",
+        ]
+    return "\n".join(lines).rstrip("\n") + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -330,11 +363,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--delay", type=float, default=0.1)
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--processes", default="1,2,4")
-    p.add_argument("--memory-pages", type=int, default=50_000)
+    p.add_argument("--memory-pages", default="50000", help="one size, or several: 50000,1000000")
+    p.add_argument(
+        "--memory-only", action="store_true", help="skip the crawls (keep their last results)"
+    )
     p.add_argument("--redis", default=None, help="a running server (default: start one)")
     p.add_argument("--out", default=str(ROOT / "results"))
     args = p.parse_args(argv)
     args.processes = [int(x) for x in args.processes.split(",")]
+    args.memory_pages = [int(x) for x in args.memory_pages.split(",")]
+    out = Path(args.out)
+    md, js = out / "redis_perf.md", out / "redis_perf.json"
+    if args.memory_only:
+        if not (md.exists() and js.exists()):
+            p.error(f"--memory-only keeps the scaling results of a full run: none in {out}")
+        scaling_md = md.read_text().split(MEMORY_HEADING)[0]
+        rows = json.loads(js.read_text())["scaling"]
     workdir = Path(tempfile.mkdtemp(prefix="opic-redis-bench-"))
     server = None
     try:
@@ -342,14 +386,17 @@ def main(argv: list[str] | None = None) -> int:
         if url is None:
             server = RedisServer(str(workdir))
             url = server.__enter__()
-        rows = scaling(args, url, workdir)
-        mem = memory(args, url)
-        print(json.dumps(mem), flush=True)
-        out = Path(args.out)
+        if not args.memory_only:
+            rows = scaling(args, url, workdir)
+            scaling_md = scaling_report(args, rows)
+        mems = []
+        for n in args.memory_pages:
+            mems.append(memory(n, url))
+            print(json.dumps(mems[-1]), flush=True)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "redis_perf.md").write_text(report(args, rows, mem))
-        (out / "redis_perf.json").write_text(json.dumps({"scaling": rows, "memory": mem}, indent=1))
-        print((out / "redis_perf.md").read_text())
+        md.write_text(scaling_md.rstrip("\n") + "\n\n" + memory_report(args, mems))
+        js.write_text(json.dumps({"scaling": rows, "memory": mems}, indent=1))
+        print(md.read_text())
     finally:
         if server is not None:
             server.__exit__()

@@ -38,10 +38,12 @@ codes; an in-process frontier files a request when it reaches ``enqueue_request`
 Scrapy's own scheduler) and by cash within a priority. With the default priority 0 for every
 request, cash alone orders the crawl.
 
-Requests are stored (JOBDIR) and shared (Redis) as pickled ``Request.to_dict()``, like Scrapy's
-disk queues. A request that cannot be serialized (a lambda callback, a lock in its meta) is kept
-in memory with one warning, as Scrapy does: it does not survive a restart, and with Redis this
-process fetches it itself, outside the OPIC order.
+Requests are stored (JOBDIR) and shared (Redis) as their ``Request.to_dict()``, like Scrapy's
+disk queues, but compactly (:func:`encode_request`): only the fields that differ from a new
+request's, and not the URL when the frontier keeps it with the page. A request that cannot be
+serialized (a lambda callback, a lock in its meta) is kept in memory with one warning, as Scrapy
+does: it does not survive a restart, and with Redis this process fetches it itself, outside the
+OPIC order.
 
 Stats: the per-request counters (``opic/*``, ``scheduler/enqueued``, ``scheduler/dequeued``,
 ``dupefilter/filtered``) are added to Scrapy's stats collector periodically and at close, with
@@ -51,6 +53,7 @@ call per event would cost more than the pop itself.
 
 from __future__ import annotations
 
+import copy
 import logging
 import pickle
 import time
@@ -164,6 +167,86 @@ def _url(request: Request) -> str:
     it, so the first link's ``#section`` would otherwise name the page for good)."""
     url = request.url
     return url[: url.index("#")] if "#" in url else url
+
+
+#: The fields of ``Request.to_dict()`` that :func:`encode_request` leaves out when they hold
+#: the value a new request has, in the order of the bits of its mask (the stored format: never
+#: reorder; add at the end).
+REQUEST_FIELDS = (
+    ("callback", None),
+    ("errback", None),
+    ("headers", {}),
+    ("body", b""),
+    ("cookies", {}),
+    ("meta", {}),
+    ("encoding", "utf-8"),
+    ("flags", []),
+    ("cb_kwargs", {}),
+    ("dont_filter", False),
+    ("method", "GET"),
+    ("priority", 0),
+)
+#: Mask bits past the fields: the other keys of the dict follow (a Request subclass's
+#: ``_class`` and attributes), the URL follows.
+_REST, _URL = 14, 15
+#: The first byte of a request stored by :func:`encode_request`. (A request stored as a whole
+#: pickled dict, as earlier versions did, begins with pickle's PROTO opcode, 0x80.)
+REQUEST_FORMAT = 1
+
+
+def _pickle(values: tuple) -> bytes:
+    # Without the protocol header and the first frame's (11 bytes that a small pickle does not
+    # need: both are optional for the unpickler).
+    data = pickle.dumps(values, protocol=4)
+    return data[11:] if data[2] == pickle.FRAME[0] else data[2:]
+
+
+def encode_request(request: Request, spider: Spider | None = None, url: str | None = None) -> bytes:
+    """``request.to_dict()`` as bytes: :data:`REQUEST_FORMAT`, a 16-bit mask of the fields of
+    :data:`REQUEST_FIELDS` that differ from their default (by type and value) and of the two
+    extra parts (the dict's other keys, the URL), then the pickle of those values in mask order.
+    The URL is left out when it is ``url`` (the URL the frontier hands back with the request:
+    :attr:`Lease.url`). :func:`decode_request` rebuilds the request from the same dict.
+    Raises what ``to_dict`` or pickle raise for a request that cannot be serialized."""
+    d = request.to_dict(spider=spider)
+    own_url = d.pop("url")
+    mask = 0
+    values = []
+    for bit, (name, default) in enumerate(REQUEST_FIELDS):
+        if name not in d:
+            continue
+        value = d.pop(name)
+        if type(value) is not type(default) or value != default:
+            mask |= 1 << bit
+            values.append(value)
+    if d:
+        mask |= 1 << _REST
+        values.append(d)
+    if own_url != url:
+        mask |= 1 << _URL
+        values.append(own_url)
+    body = _pickle(tuple(values)) if values else b""
+    return bytes([REQUEST_FORMAT]) + mask.to_bytes(2, "little") + body
+
+
+def decode_request(data: bytes, url: str | None = None, spider: Spider | None = None) -> Request:
+    """The request :func:`encode_request` stored (``url``: the one it left out), or one stored
+    as a whole pickled dict by an earlier version."""
+    if data[:1] == pickle.PROTO:
+        return request_from_dict(pickle.loads(data), spider=spider)
+    if data[:1] != bytes([REQUEST_FORMAT]):
+        raise ValueError(f"not a stored request (format byte {data[:1]!r})")
+    mask = int.from_bytes(data[1:3], "little")
+    values = iter(pickle.loads(data[3:]) if len(data) > 3 else ())
+    d: dict[str, Any] = {}
+    for bit, (name, default) in enumerate(REQUEST_FIELDS):
+        d[name] = next(values) if mask >> bit & 1 else copy.copy(default)
+    if mask >> _REST & 1:
+        d.update(next(values))
+    d["url"] = next(values) if mask >> _URL & 1 else url
+    if d["url"] is None:
+        raise ValueError("a request stored without its URL, and none given")
+    return request_from_dict(d, spider=spider)
 
 
 #: The scheduler that :func:`prepare` built for each crawler, its frontier open.
@@ -481,11 +564,12 @@ class OpicScheduler(BaseScheduler):
         (Scrapy marks start_urls dont_filter): a resumed crawl must not fetch its seeds again."""
         return bool(request.dont_filter and not request.meta.get("is_start_request"))
 
-    def _encode(self, request: Request) -> bytes | None:
+    def _encode(self, request: Request, url: str | None = None) -> bytes | None:
         """The request as bytes for a backend that stores or shares it (``None``, with one
-        warning, if it cannot be serialized)."""
+        warning, if it cannot be serialized); without its URL if it is ``url``, which the
+        backend hands back with it (:attr:`Lease.url`)."""
         try:
-            return pickle.dumps(request.to_dict(spider=self.spider), protocol=4)
+            return encode_request(request, self.spider, url)
         except (ValueError, TypeError, AttributeError, pickle.PicklingError) as exc:
             # to_dict refuses a callback that is not a spider method (ValueError); pickle
             # refuses a lock or a lambda in meta or cb_kwargs (TypeError, PicklingError...).
@@ -501,9 +585,10 @@ class OpicScheduler(BaseScheduler):
             self.counts["opic/unserializable"] += 1
             return None
 
-    def _decode(self, payload: Any) -> Request | None:
-        """A lease's payload as a request: as stored, or rebuilt from its bytes (``None``, with
-        an error, if this spider's code cannot rebuild it: written by other spider code)."""
+    def _decode(self, payload: Any, url: str | None = None) -> Request | None:
+        """A lease's payload as a request: as stored, or rebuilt from its bytes (with ``url``,
+        the lease's, if they left it out), or ``None``, with an error, if this spider's code
+        cannot rebuild it (written by other spider code)."""
         if not isinstance(payload, (bytes, dict)):
             # Kept in memory: hand out a copy. Scrapy's components change a request's meta on
             # its way (a continuous crawl keeps the stored one for the page's next fetch), and
@@ -511,8 +596,9 @@ class OpicScheduler(BaseScheduler):
             # (_settle_lost).
             return payload.replace()
         try:
-            data = pickle.loads(payload) if isinstance(payload, bytes) else payload
-            return request_from_dict(data, spider=self.spider)
+            if isinstance(payload, bytes):
+                return decode_request(payload, url, self.spider)
+            return request_from_dict(payload, spider=self.spider)
         except Exception as exc:
             logger.error("OPIC: cannot rebuild a stored request (%s): its page is given up", exc)
             return None
@@ -708,7 +794,7 @@ class OpicScheduler(BaseScheduler):
                 if wake is not None:
                     self._wake_after(wake)
                 return None
-            request = self._decode(lease.payload)
+            request = self._decode(lease.payload, lease.url)
             if request is None:
                 self.frontier.forfeit(lease, ERROR)
                 self.counts["opic/undecodable"] += 1

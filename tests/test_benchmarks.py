@@ -84,7 +84,15 @@ def test_redis_perf_smoke(tmp_path, redis_url):
         if row["store"] == "redis":
             assert row["problems"] == [] and abs(row["total_cash"] - 1) < 1e-9
             assert row["round_trips_per_page"] < 4
-    assert data["memory"]["visited"] == 300
+    assert [m["visited"] for m in data["memory"]] == [300]
+    # The memory part alone, at two sizes: the scaling section of the full run is kept.
+    args = ["--memory-only", "--memory-pages", "200,300"]
+    assert mod.main([*args, "--redis", redis_url, "--out", str(tmp_path)]) == 0
+    again = (tmp_path / "redis_perf.md").read_text()
+    assert again.split("## Memory")[0] == text.split("## Memory")[0]
+    assert "200 pages:" in again and "300 pages:" in again and "--memory-only" in again
+    data = json.loads((tmp_path / "redis_perf.json").read_text())
+    assert [m["visited"] for m in data["memory"]] == [200, 300] and data["scaling"]
 
 
 def test_scale_crawl_smoke(tmp_path):

@@ -74,7 +74,14 @@ def slot(i: int) -> str:
 class Pair:
     """The same operations on an embedded and a Redis frontier, checked to agree."""
 
-    def __init__(self, redis_url: str, window: str, continuous: bool, rng: random.Random) -> None:
+    def __init__(
+        self,
+        redis_url: str,
+        window: str,
+        continuous: bool,
+        rng: random.Random,
+        n_keys: int = N_KEYS,
+    ) -> None:
         from scrapy_opic.backends.redis import RedisFrontier
 
         refresh = 1.0 if continuous else rng.choice([0.0, 0.5])
@@ -91,6 +98,7 @@ class Pair:
         # Links to closed pages left out of the out-degree, or paying the virtual page.
         engine.closed_links_virtual = self.red.closed_links_virtual = rng.random() < 0.5
         self.rng = rng
+        self.n_keys = n_keys  # keys that schedules, drops and links pick among
         self.leases: dict[bytes, tuple] = {}  # key -> (embedded lease, Redis lease)
         self.settled: list[tuple] = []  # leases already settled (for stale outcomes)
         self.steps = 0
@@ -123,7 +131,7 @@ class Pair:
         if op in ("visit", "fail", "forfeit", "redirect", "retry", "release") and not self.leases:
             op = "pop"
         if op == "schedule":
-            entries = [self.entry(rng.randrange(N_KEYS)) for _ in range(rng.randint(1, 3))]
+            entries = [self.entry(rng.randrange(self.n_keys)) for _ in range(rng.randint(1, 3))]
             if rng.random() < 0.2:  # a page known only by its link, no request yet
                 entries.append(entries[0]._replace(payload=None))
             again = rng.random() < 0.2
@@ -132,7 +140,9 @@ class Pair:
         elif op == "pop":
             self.pop()
         elif op == "drop":
-            mem, red = self.both("drop", key(rng.randrange(N_KEYS)), rng.choice(OUTCOME_CHOICES))
+            mem, red = self.both(
+                "drop", key(rng.randrange(self.n_keys)), rng.choice(OUTCOME_CHOICES)
+            )
             assert mem == red
         elif op == "stale" and self.settled:
             lease_mem, lease_red = rng.choice(self.settled)
@@ -158,17 +168,18 @@ class Pair:
                 mem, red = self.both("release", [lease_mem], red_args=([lease_red],))
                 assert mem == red == 1
             else:
-                i = int(rng.choice([rng.randrange(N_KEYS), N_KEYS + self.steps]))
+                i = int(rng.choice([rng.randrange(self.n_keys), self.n_keys + self.steps]))
                 target = self.entry(i)
                 if op == "retry":
-                    target = target._replace(key=lease_mem.key, url="retried")
+                    # (In its own slot: the slot of its key, as every page has; see ties.)
+                    target = target._replace(key=lease_mem.key, url="retried", slot=lease_mem.slot)
                 kw = {"permanent": rng.random() < 0.5} if op == "redirect" else {}
                 mem, red = self.both(op, lease_mem, target, red_args=(lease_red, target), **kw)
                 assert mem == red
         self.compare()
 
     def pop(self) -> None:
-        slots = {slot(i) for i in range(N_KEYS)}
+        slots = {slot(i) for i in range(self.n_keys)}
         full = set(self.rng.sample(sorted(slots), self.rng.randint(0, 8)))
         red = self.red.pop(full)
         debt = self.mem.discovery_debt
@@ -190,9 +201,11 @@ class Pair:
         weighted = rng.random() < 0.5
         links = []
         for _ in range(rng.randint(0, 6)):
-            i = rng.choice([rng.randrange(N_KEYS), N_KEYS + 1000 + len(links) + 7 * self.steps])
+            i = rng.choice(
+                [rng.randrange(self.n_keys), self.n_keys + 1000 + len(links) + 7 * self.steps]
+            )
             if rng.random() < 0.1:
-                i = int.from_bytes(lease_mem.key[:2], "big") % N_KEYS  # maybe a self-link
+                i = int.from_bytes(lease_mem.key[:2], "big") % self.n_keys  # maybe a self-link
                 k = lease_mem.key
             else:
                 k = key(i)
@@ -280,5 +293,27 @@ def test_the_embedded_and_the_redis_frontier_agree_on_every_number(redis_url, wi
         assert pair.red.check() == []  # and Redis's queues, tiers and leases are consistent
         # The script has no rebase: the embedded engine's must not fire in a sequence this short.
         assert pair.mem.engine.rebases == 0
+    finally:
+        pair.close()
+
+
+@pytest.mark.parametrize("continuous", [False, True], ids=["one-pass", "continuous"])
+def test_they_agree_across_bucket_splits(redis_url, continuous):
+    """Hundreds of pages: the Redis pages' buckets split many times over the sequence (a page
+    moves to a new bucket with its request, outcome and alias entries), and every number still
+    agrees, and every page is found where the structure says."""
+    from scrapy_opic.backends.redis import BUCKET_LOAD, n_buckets
+
+    rng = random.Random(f"splits-{continuous}")
+    pair = Pair(redis_url, "unbounded", continuous, rng, n_keys=300)
+    try:
+        pair.both("schedule", [pair.entry(k) for k in range(0, 300, 3)])
+        for k in range(500):
+            pair.step()
+            if k % 100 == 99:
+                assert pair.red.check() == []
+        pages = pair.red.figures()["pages"]
+        assert n_buckets(pages) >= 8 and pages > 8 * BUCKET_LOAD  # three levels of splits
+        assert pair.red.check() == []
     finally:
         pair.close()

@@ -11,11 +11,21 @@ import threading
 import time
 import uuid
 
+import numpy as np
 import pytest
 
 from scrapy_opic.backends import StoreError
-from scrapy_opic.backends.redis import LAYOUTS, SCALARS, RedisFrontier, lua_constants
-from scrapy_opic.opic.constants import SCHEDULED
+from scrapy_opic.backends.redis import (
+    BUCKET_LOAD,
+    LAYOUTS,
+    SCALARS,
+    PageLayout,
+    RedisFrontier,
+    lua_constants,
+    pack_url,
+    unpack_url,
+)
+from scrapy_opic.opic.constants import DEAD, FETCHED, SCHEDULED
 from scrapy_opic.opic.frontier import Entry, Link
 from scrapy_opic.simulator.graph import power_law_graph
 from tests.frontiers import key
@@ -172,10 +182,93 @@ def test_a_crawl_started_by_the_previous_version_is_read_and_joined(frontier):
 def test_the_scripts_constants_are_generated_from_python():
     text = lua_constants()
     assert "local SCALARS = {'eps', 'refresh'," in text
-    assert f"fmt = '<{'d' * 7}IBB'" in text and "local SCHEDULED = 1" in text
-    # Every layout fits Redis's listpack values (64 bytes): a page hash stays compact.
-    assert all(struct.calcsize("<" + "".join(c for _, c in f)) <= 64 for f in LAYOUTS)
+    assert f"'<{'d' * 7}BI1I3'" in text and "local SCHEDULED = 1" in text
+    assert f"local BUCKET_LOAD = {BUCKET_LOAD}" in text and 2 * BUCKET_LOAD < 128
     assert struct.calcsize("<" + "d" * len(SCALARS)) == 8 * len(SCALARS)
+
+
+@pytest.mark.parametrize("mom, wall", [(False, False), (True, False), (False, True)])
+def test_a_page_packs_under_redis_listpack_values_and_back(mom, wall):
+    """A page of a crawl under 2**24 pages fits Redis's listpack values (64 bytes), however
+    often it was visited: its bucket stays compact. Packing and unpacking (one page or many at
+    once) give back every number."""
+    layout = PageLayout(mom, wall)
+    rng = np.random.default_rng(1)
+    pages = []
+    for v, ident in [(0, 0), (255, 255), (256, 256), (2**32 - 1, 2**24 - 1), (7, 2**32 - 1)]:
+        page = {name: float(rng.normal()) for name in layout.doubles}
+        page.update(v=v, id=ident, f=FETCHED | DEAD, st=3, ho=1, ha=0)
+        pages.append(page)
+        x = layout.pack(page)
+        if ident < 2**24:
+            assert len(x) <= 64
+        back = layout.unpack(x)
+        assert all(back[k] == page[k] for k in page)
+    many = layout.unpack_many([layout.pack(p) for p in pages])
+    for row, page in zip(many, pages):
+        assert all(row[k] == page[k] for k in page)
+    assert len(layout.pack({**pages[0], "id": 5_000_000, "v": 200})) == 8 * len(layout.doubles) + 5
+    assert len(LAYOUTS) == 3
+
+
+def test_a_pop_hands_back_the_url_the_request_was_scheduled_with(frontier):
+    """A request may be stored without its URL (the scheduler's encoding leaves it out): the
+    lease gives back the URL of the entry or link that brought it, also for a page first known
+    under another spelling of its URL (one fingerprint), and a retry keeps it."""
+    frontier.open()
+    frontier.schedule([Entry(key(0), "https://www.a.org/x", 0, "s", b"r0")])
+    lease = frontier.pop()
+    assert lease.url == "https://www.a.org/x" and lease.payload == b"r0"
+    assert frontier.visit(lease, [Link(key(1), "http://a.org/q?b=1&a=2")]) is not None
+    assert frontier.schedule([Entry(key(1), "http://a.org/q?a=2&b=1", 0, "s", b"r1")]) == [1]
+    assert frontier.check() == []
+    lease = frontier.pop()
+    assert lease.url == "http://a.org/q?a=2&b=1" and lease.payload == b"r1"
+    assert frontier.retry(lease, Entry(key(1), "ignored", 0, "s", b"r1 again")) == SCHEDULED
+    lease = frontier.pop()
+    assert lease.url == "http://a.org/q?a=2&b=1" and lease.payload == b"r1 again"
+    # A redirect to itself is a retry under the redirect's URL; its page keeps its first URL.
+    assert frontier.redirect(lease, Entry(key(1), "http://a.org/q?b=1&a=2", 0, "t", b"r")) == 1
+    lease = frontier.pop()
+    assert lease.url == "http://a.org/q?b=1&a=2" and lease.slot == "t"
+    assert frontier.check() == []
+    assert frontier.visit(lease, []) is not None
+    assert frontier.snapshot().urls == ["https://www.a.org/x", "http://a.org/q?b=1&a=2"]
+    assert frontier.check() == []
+
+
+def test_keys_of_any_length_find_their_pages_across_bucket_splits(frontier):
+    """A key that is not a 20-byte fingerprint is placed by its SHA-1, a fingerprint by its own
+    bits: the script and the Python side agree on every page's bucket while buckets split."""
+    frontier.open()
+    keys = [b"k%d" % i for i in range(150)] + [key(i) for i in range(150)]
+    for lo in range(0, 300, 25):
+        frontier.schedule(
+            [Entry(k, f"http://x/{k.hex()}", 0, "s", b"r") for k in keys[lo : lo + 25]]
+        )
+    for _ in range(40):
+        lease = frontier.pop()
+        assert frontier.visit(lease, [Link(b"new%d" % len(lease.key), "http://x/n")]) is not None
+    assert frontier.status()["pages"] > 4 * BUCKET_LOAD
+    assert sum(frontier.status_of(k) == "visited" for k in keys) == 40
+    assert all(frontier.status_of(k) in ("pending", "visited") for k in keys)
+    assert frontier.check() == []
+
+
+def test_urls_are_stored_without_their_usual_prefix_and_read_back():
+    for url in [
+        "https://www.example.org/a",
+        "http://www.example.org/",
+        "https://example.org/\u00e9",
+        "http://x",
+        "ftp://x/y",
+        "",
+        "\x01odd",
+        "\x00",
+    ]:
+        data = pack_url(url)
+        assert unpack_url(data) == url
+    assert pack_url("https://www.example.org/a") == b"\x01example.org/a"
 
 
 def test_the_export_api_reads_a_redis_crawl(frontier, redis_url, tmp_path):

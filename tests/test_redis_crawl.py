@@ -75,9 +75,8 @@ def leases_of(redis_url: str, key: str, pid: int) -> int:
         ]
         if not tags:
             return 0
-        prefix = (ns + ":p:").encode()
         leased = client.zrange(ns + ":leases", 0, -1)
-        tokens = [client.hget(prefix + fp, "w") or b"" for fp in leased]
+        tokens = [client.hget(ns + ":w", fp) or b"" for fp in leased]
         return sum(1 for t in tokens if t.decode().startswith(tags[0] + "."))
     finally:
         client.close()

@@ -18,17 +18,22 @@
 --                     status counts, the wall clock of the last window step) packed as
 --                     little-endian doubles, in the order of SCALARS
 --   <ns>:g            hash: the parameters again, readable (written once, by init)
---   <ns>:p:<fp>       hash per page (fp = the 20-byte request fingerprint): x (the page's numbers
---                     packed: stored cash s, history h, G at last visit lg, received-cash
---                     moments b and d, wall time of the last visit lt, visits v, fetched flag f,
---                     status st), pr (priority) and sl (download slot) of its last request,
---                     w (the token of its last lease), o (the outcome of its last fetch, only
---                     when it was not OK: an outcome code of constants.py or an HTTP status)
---   <ns>:r            hash: fingerprint -> serialized request, for pending and in-flight pages
---                     (apart from the page: a page hash that held a request would keep its
---                     allocation after the request is deleted, doubling a visited page's size)
---   <ns>:keys         list of the pages in id (discovery) order: fingerprint length (1 byte),
---                     fingerprint, URL
+--   <ns>:p:<b>        hash, bucket b of the pages: fingerprint -> the page's numbers packed
+--                     (pack_page: stored cash s, history h, teleport-credit baseline cb, link
+--                     credit lc, G at last visit lg, received-cash moments b and d or the wall
+--                     time of the last visit lt; then a header byte with status st, flags f and
+--                     which of o and a the page has; visits v; the page's id, its place in
+--                     discovery order). Fingerprint-keyed data of a page lives in the buckets
+--                     of the same number b, each one hash per bucket (see bucket_of):
+--   <ns>:r:<b>        pending and in-flight pages: fingerprint -> priority pr, download slot
+--                     sl and URL (when it is not the page's: a page known under another URL
+--                     first) of the page's request, length-prefixed, then the request's bytes
+--   <ns>:o:<b>        fingerprint -> the outcome of the page's last fetch, only when it was not
+--                     OK (an outcome code of constants.py or an HTTP status)
+--   <ns>:a:<b>        fingerprint -> the fingerprint of the page it permanently redirects to
+--   <ns>:w            hash: in-flight fingerprint -> the token of its lease
+--   <ns>:u:<c>        list: the URLs of the pages of ids c * URL_CHUNK .. (c + 1) * URL_CHUNK - 1,
+--                     in id order (as the frontier's Python side packs them)
 --   <ns>:q:<pr>:u|f:<slot>  sorted sets of the pending pages of priority pr, never fetched (u) /
 --                     fetched (f), in one download slot, scored by stored cash s
 --   <ns>:h:<pr>:u|f   sorted sets of slot heads: slot -> the best stored cash of its queue
@@ -118,7 +123,98 @@ end
 local P = {}       -- fp -> page table, loaded once per call
 local order = {}   -- fps in load order (flush order)
 
-local function pkey(fp) return ns .. ':p:' .. fp end
+-- Buckets. A page is not a key of its own but an entry of a few hashes, so that it costs a
+-- listpack entry (a few bytes over its data) instead of a key, a hash object and their
+-- allocations. The number of buckets follows the number of pages n (linear hashing):
+-- B = max(1, floor(n / BUCKET_LOAD)); with m the largest power of two <= B, a fingerprint of
+-- hash h lives in bucket h mod 2m, or h mod m if that is B or more. Each new multiple of
+-- BUCKET_LOAD adds bucket B and moves into it the pages of bucket B - m that now belong there
+-- (split), so a bucket holds about BUCKET_LOAD to 2 * BUCKET_LOAD pages: under Redis's
+-- hash-max-listpack-entries (128), the hashes keep their compact encoding. The hash of a
+-- 20-byte fingerprint (Scrapy's is a SHA-1, uniform already) is the XOR of its five 32-bit
+-- words, of any other key the first 32 bits of its SHA-1 (hashing every fingerprint again
+-- would cost a tenth of a pop + visit). Where a page lives is a function of its fingerprint and
+-- n only: every process finds it.
+local nb_n, nb_B, nb_m
+local function nbuckets()
+  if nb_n ~= g.n then
+    nb_n = g.n
+    nb_B = math.max(1, math.floor(g.n / BUCKET_LOAD))
+    nb_m = 1
+    while nb_m * 2 <= nb_B do nb_m = nb_m * 2 end
+  end
+  return nb_B, nb_m
+end
+
+local function fphash(fp)
+  if #fp == 20 then
+    local a, b, c, d, e = struct.unpack('>I4I4I4I4I4', fp)
+    return bit.bxor(a, b, c, d, e) % 4294967296
+  end
+  return tonumber(string.sub(redis.sha1hex(fp), 1, 8), 16)
+end
+
+local function bucket_of(hb)
+  local B, m = nbuckets()
+  local b = hb % (2 * m)
+  if b >= B then b = hb % m end
+  return b
+end
+
+local bkeys = {}  -- family -> bucket -> key name (a call builds each name once)
+local function bkey(family, b)
+  local names = bkeys[family]
+  if not names then
+    names = {}
+    bkeys[family] = names
+  end
+  local name = names[b]
+  if not name then
+    name = ns .. ':' .. family .. ':' .. b
+    names[b] = name
+  end
+  return name
+end
+
+-- The bucket families, all split together (a page's entries are in buckets of one number).
+local FAMILIES = {'p', 'r', 'o', 'a'}
+
+-- n just reached a multiple of BUCKET_LOAD (2 or more): bucket B - 1 is new, and the pages of
+-- bucket B - 1 - m (m for B - 1 buckets) that belong there now move.
+local function split()
+  local B = nbuckets()
+  local new = B - 1
+  local m = 1
+  while m * 2 <= new do m = m * 2 end
+  local from = new - m
+  local where = {}  -- fingerprint -> stays (every family's fingerprints are pages of 'p')
+  for _, family in ipairs(FAMILIES) do
+    local all = redis.call('HGETALL', bkey(family, from))
+    local moved, gone = {}, {}
+    for k = 1, #all, 2 do
+      local fp = all[k]
+      local stays = where[fp]
+      if stays == nil then
+        stays = bucket_of(fphash(fp)) == from
+        where[fp] = stays
+      end
+      if not stays then
+        moved[#moved + 1] = fp
+        moved[#moved + 1] = all[k + 1]
+        gone[#gone + 1] = fp
+      end
+    end
+    if #gone > 0 then
+      redis.call('HSET', bkey(family, new), unpack(moved))
+      redis.call('HDEL', bkey(family, from), unpack(gone))
+    end
+  end
+end
+
+-- The URL of page id (kept once, in discovery order, URL_CHUNK to a list).
+local function url_of(id)
+  return redis.call('LINDEX', bkey('u', math.floor(id / URL_CHUNK)), id % URL_CHUNK)
+end
 
 -- The pending pages of one priority, one side (never fetched: u, fetched: f) and one download
 -- slot; and, per priority and side, the index of slot heads (slot -> its best stored cash).
@@ -144,17 +240,34 @@ end
 local function page(fp)
   local p = P[fp]
   if p then return p end
-  local r = redis.call('HMGET', pkey(fp), 'x', 'pr', 'sl', 'w', 'o', 'a')
-  if not r[1] then return nil end
-  p = unpack_page(r[1])
-  p.pr, p.sl, p.w = r[2] or '0', r[3] or '', r[4]
+  local hb = fphash(fp)
+  local b = bucket_of(hb)
+  local x = redis.call('HGET', bkey('p', b), fp)
+  if not x then return nil end
+  p = unpack_page(x)
+  p.hb = hb
+  -- pr and sl: the priority and download slot of its request, which a page has only while it
+  -- is pending or in flight (rq: the request's bytes; rurl: its URL if not the page's); w: the
+  -- token of its lease, in flight.
+  p.pr, p.sl = '0', ''
+  if p.st == PENDING or p.st == IN_FLIGHT then
+    local r = redis.call('HGET', bkey('r', b), fp)
+    if r then
+      local pr, sl, url, at = struct.unpack('<Bc0Hc0I4c0', r)
+      p.pr, p.sl, p.rq = pr, sl, string.sub(r, at)
+      if url ~= '' then p.rurl = url end
+    end
+    if p.st == IN_FLIGHT then p.w = redis.call('HGET', ns .. ':w', fp) or nil end
+  end
   -- a: the fingerprint of the page it permanently redirects to (Frontier.redirect); a0 what
-  -- the hash holds.
-  p.a, p.a0 = r[6], r[6]
+  -- the bucket holds.
+  if p.ha == 1 then p.a = redis.call('HGET', bkey('a', b), fp) or nil end
+  p.a0 = p.a
   -- o: the outcome of the page's last fetch, kept only when it is not OK (a fetched page
-  -- without it was fetched OK); o0 what the hash holds.
-  p.o = tonumber(r[5] or (unfetched(p) and 0 or OK))
-  p.o0 = r[5] and p.o or nil
+  -- without it was fetched OK); o0 what the bucket holds.
+  local o = p.ho == 1 and tonumber(redis.call('HGET', bkey('o', b), fp)) or nil
+  p.o = o or (unfetched(p) and 0 or OK)
+  p.o0 = o
   if p.st == PENDING then
     local u = unfetched(p)
     local t = tier(p.pr, u)
@@ -292,7 +405,8 @@ end
 local function new_page(fp, url)
   -- (cb = 0: back pay, the teleport credit given before the page joined.)
   local p = {s = -(g.acca + g.accu), h = 0, cb = 0, lc = 0, lg = g.G, v = 0, f = 0,
-    st = DISCOVERED, b = 0, d = 0, lt = 0, pr = '0', sl = '', o = 0, dirty = true}
+    st = DISCOVERED, b = 0, d = 0, lt = 0, pr = '0', sl = '', o = 0, dirty = true,
+    id = g.n, hb = fphash(fp), fresh = true}
   if interp then
     p.h = g.rate * T
     if wall then p.lt = now() end
@@ -300,9 +414,9 @@ local function new_page(fp, url)
   g.n = g.n + 1
   g.nunf = g.nunf + 1
   g.st0 = g.st0 + 1
-  -- The page list entry: the fingerprint's length, the fingerprint, the URL (kept here rather
-  -- than in the page hash: a URL over 64 bytes would turn the hash into a hashtable).
-  redis.call('RPUSH', ns .. ':keys', string.char(#fp) .. fp .. url)
+  -- The URL, once: in the list of its id's chunk (the page's bucket holds its id).
+  redis.call('RPUSH', bkey('u', math.floor(p.id / URL_CHUNK)), url)
+  if g.n % BUCKET_LOAD == 0 and g.n >= 2 * BUCKET_LOAD then split() end
   P[fp] = p
   order[#order + 1] = fp
   return p
@@ -359,28 +473,31 @@ local function flush()
   for _, fp in ipairs(order) do
     local p = P[fp]
     if p.dirty then
-      local key = pkey(fp)
-      local fields = {'x', pack_page(p)}
+      local b = bucket_of(p.hb)
+      local o = p.o ~= OK and p.o ~= 0 and p.o or nil
+      redis.call('HSET', bkey('p', b), fp, pack_page(p, o and 1 or 0, p.a and 1 or 0))
       if p.req then
-        redis.call('HSET', ns .. ':r', fp, p.req)
-        fields[#fields + 1] = 'pr'; fields[#fields + 1] = p.pr
-        fields[#fields + 1] = 'sl'; fields[#fields + 1] = p.sl
+        local url = p.rurl or ''
+        redis.call('HSET', bkey('r', b), fp,
+          struct.pack('<Bc0Hc0I4c0', #p.pr, p.pr, #p.sl, p.sl, #url, url) .. p.req)
+        p.rq = p.req
       end
       if p.token then
-        fields[#fields + 1] = 'w'; fields[#fields + 1] = p.token
+        redis.call('HSET', ns .. ':w', fp, p.token)
+      elseif p.w and p.st ~= IN_FLIGHT then
+        -- (A token matters only in flight: a settled page keeps none.)
+        redis.call('HDEL', ns .. ':w', fp)
+        p.w = nil
       end
-      local o = p.o ~= OK and p.o ~= 0 and p.o or nil
-      if o and o ~= p.o0 then
-        fields[#fields + 1] = 'o'; fields[#fields + 1] = o
-      end
-      if p.a and p.a ~= p.a0 then
-        fields[#fields + 1] = 'a'; fields[#fields + 1] = p.a
-      end
-      redis.call('HSET', key, unpack(fields))
-      if p.o0 and not o then redis.call('HDEL', key, 'o') end
-      if p.a0 and not p.a then redis.call('HDEL', key, 'a') end
+      if o and o ~= p.o0 then redis.call('HSET', bkey('o', b), fp, o) end
+      if p.o0 and not o then redis.call('HDEL', bkey('o', b), fp) end
+      if p.a and p.a ~= p.a0 then redis.call('HSET', bkey('a', b), fp, p.a) end
+      if p.a0 and not p.a then redis.call('HDEL', bkey('a', b), fp) end
       p.o0, p.a0 = o, p.a
-      if p.drop then redis.call('HDEL', ns .. ':r', fp) end
+      if p.drop then
+        redis.call('HDEL', bkey('r', b), fp)
+        p.rq, p.rurl = nil, nil
+      end
     end
     local q1 = nil
     local h1 = nil
@@ -580,9 +697,16 @@ local function distribute(c, kc, kids, weights, boosts, vweight)
 end
 
 -- ---------------------------------------------------------------- life cycle
+-- The URL a request scheduled with url keeps apart from its page's: none if it is the page's
+-- (always for a page created by this call).
+local function request_url(p, url)
+  if p.fresh or url == url_of(p.id) then return nil end
+  return url
+end
+
 -- MemoryFrontier.schedule: SCHEDULED, DUPLICATE, or NEEDS_PAYLOAD (schedulable, but no request
 -- came with it).
-local function schedule(p, pr, sl, req, again)
+local function schedule(p, pr, sl, req, again, url)
   local st = p.st
   if st == PENDING or st == IN_FLIGHT then return DUPLICATE end
   if dead(p) then  -- closed for good: only asked for explicitly
@@ -593,6 +717,7 @@ local function schedule(p, pr, sl, req, again)
   if req == '' then return NEEDS_PAYLOAD end
   revive(p)
   p.req, p.pr, p.sl, p.drop = req, pr, sl, nil
+  p.rurl = request_url(p, url)
   set_status(p, PENDING)
   return SCHEDULED
 end
@@ -702,7 +827,7 @@ if cmd == 'sched' then
   local out = {}
   for k = 3, #ARGV, 5 do
     local p = page_or_new(ARGV[k], ARGV[k + 1])
-    out[#out + 1] = schedule(p, ARGV[k + 2], ARGV[k + 3], ARGV[k + 4], again)
+    out[#out + 1] = schedule(p, ARGV[k + 2], ARGV[k + 3], ARGV[k + 4], again, ARGV[k + 1])
   end
   flush()
   save_g()
@@ -714,7 +839,7 @@ elseif cmd == 'pop' then
   -- cash (highest priority first) whose download slot has room (not full in this process,
   -- not blocked for the fleet); when the discovery debt is due (share > 0: frontier.py,
   -- discovery_step), the best page never fetched of the highest tier that has one. u: a
-  -- uniform draw in [0, 1) for the delay's jitter. Returns {fp, request, slot} or {}.
+  -- uniform draw in [0, 1) for the delay's jitter. Returns {fp, {url, request}, slot} or {}.
   local token, lease_ms, share = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
   local u = tonumber(ARGV[5])
   local discover = share > 0 and g.debt + share >= 1.0
@@ -810,7 +935,7 @@ elseif cmd == 'pop' then
   slot_leased(p.sl, ms, u)
   flush()
   save_g()
-  return {best, redis.call('HGET', ns .. ':r', best), p.sl}
+  return {best, {p.rurl or url_of(p.id), p.rq}, p.sl}
 
 elseif cmd == 'visit' then
   -- ARGV: fp token plain has_boosts vweight later closed_virtual lease_ms, then (cfp url
@@ -825,7 +950,7 @@ elseif cmd == 'visit' then
   -- Children first (Scrapy's page_of: every followed link becomes a page before the visit).
   local links = {}
   for k = 10, #ARGV, 8 do
-    links[#links + 1] = {fp = ARGV[k], p = page_or_new(ARGV[k], ARGV[k + 1]),
+    links[#links + 1] = {fp = ARGV[k], p = page_or_new(ARGV[k], ARGV[k + 1]), url = ARGV[k + 1],
       w = tonumber(ARGV[k + 2]), boost = tonumber(ARGV[k + 3]), again = ARGV[k + 4] == '1',
       pr = ARGV[k + 5], sl = ARGV[k + 6], req = ARGV[k + 7]}
   end
@@ -878,7 +1003,7 @@ elseif cmd == 'visit' then
   local out = {1, fmt(importance_of(p))}
   local owed = false
   for _, l in ipairs(links) do
-    local code = schedule(l.p, l.pr, l.sl, l.req, l.again)
+    local code = schedule(l.p, l.pr, l.sl, l.req, l.again, l.url)
     out[#out + 1] = code
     if code == NEEDS_PAYLOAD then owed = true end
   end
@@ -948,6 +1073,7 @@ elseif cmd == 'redirect' then
   unlease(fp)
   if ARGV[4] == fp then  -- a redirect to itself: a retry
     p.req, p.pr, p.sl = ARGV[8], ARGV[6], ARGV[7]
+    p.rurl = request_url(p, ARGV[5])
     set_status(p, PENDING)
     flush()
     save_g()
@@ -972,7 +1098,7 @@ elseif cmd == 'redirect' then
   else
     p.a = nil
   end
-  local code = schedule(q, ARGV[6], ARGV[7], ARGV[8], false)
+  local code = schedule(q, ARGV[6], ARGV[7], ARGV[8], false, ARGV[5])
   flush()
   save_g()
   return {1, code}
@@ -1052,8 +1178,7 @@ elseif cmd == 'renew' then
   end
   local n = 0
   for k = 4 + n_holds, #ARGV, 2 do
-    local r = redis.call('HMGET', pkey(ARGV[k]), 'x', 'w')
-    if r[1] and r[2] == ARGV[k + 1] and select(layout.st, struct.unpack(layout.fmt, r[1])) == IN_FLIGHT then
+    if leased(ARGV[k], ARGV[k + 1]) then
       redis.call('ZADD', ns .. ':leases', 'XX', until_ms, ARGV[k])
       n = n + 1
     end

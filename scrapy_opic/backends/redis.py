@@ -38,6 +38,7 @@ strings.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -92,7 +93,7 @@ PARAMS = SCALARS[:9]
 #: The version of the crawl's layout in Redis (globals and page fields), a parameter that every
 #: process compares with its own: a crawl started by a version that stored pages otherwise is
 #: refused instead of misread. (A date: no count from an older layout can take its value.)
-LAYOUT = 20261123.0
+LAYOUT = 20261124.0
 _GLOBALS = struct.Struct("<" + "d" * len(SCALARS))
 
 
@@ -102,43 +103,177 @@ def _unpack_globals(blob: bytes) -> dict[str, float]:
 
 
 def page_fields(mom: bool, wall: bool) -> tuple[tuple[str, str], ...]:
-    """A page's packed numbers (the ``x`` field of its hash): stored cash s, (credit) history h,
+    """The doubles at the head of a page's packed numbers: stored cash s, (credit) history h,
     teleport-credit baseline cb, link credit held lc, G at the last visit lg, then the
     received-credit moments b and d (estimators that need them) or the wall time of the last
-    visit lt (wall-clock windows), visits v, flags f, status st. At most 62 bytes: under Redis's
-    hash-max-listpack-value (64), so that a page hash keeps the compact listpack encoding."""
-    extra = (("b", "d"), ("d", "d")) if mom else (("lt", "d"),) if wall else ()
-    return (
-        (("s", "d"), ("h", "d"), ("cb", "d"), ("lc", "d"), ("lg", "d"))
-        + extra
-        + (("v", "I"), ("f", "B"), ("st", "B"))
-    )
+    visit lt (wall-clock windows). :class:`PageLayout` tells the rest."""
+    extra = ("b", "d") if mom else ("lt",) if wall else ()
+    return tuple((name, "d") for name in ("s", "h", "cb", "lc", "lg", *extra))
 
 
 #: The three layouts, by the script's id: 0 plain, 1 with moments, 2 with a wall clock.
 LAYOUTS = (page_fields(False, False), page_fields(True, False), page_fields(False, True))
+#: Pages per bucket on average (the script's linear hashing, opic.lua ``bucket_of``): a bucket
+#: holds about this many to twice as many pages, and must stay under Redis's
+#: hash-max-listpack-entries (128) to keep its compact encoding.
+BUCKET_LOAD = 40
+#: URLs per list of the URL store (``<ns>:u:<chunk>``): a pop reads one with LINDEX, whose cost
+#: grows with the list; a list's fixed cost is shared by this many pages.
+URL_CHUNK = 1024
+# The header byte after the doubles: status (2 bits), flags (3 bits: FETCHED, INITIAL, DEAD),
+# has an outcome entry, has an alias entry, visits take 4 bytes (else 1).
+_ST, _F, _HAS_O, _HAS_A, _WIDE = 0, 2, 5, 6, 7
 
 
 class PageLayout:
-    """The packing of one crawl's pages (moments and wall clock are crawl parameters)."""
+    """The packing of one crawl's pages (moments and wall clock are crawl parameters): the
+    doubles of :func:`page_fields`, a header byte (status, flags, whether the page has an
+    outcome and an alias entry, the width of v), the visits v (1 byte below 256, else 4) and
+    the page's id (little-endian, in as few bytes as it needs: the rest of the string). With
+    moments, a page of a crawl under 16,777,216 pages visited under 256 times packs into 61
+    bytes, at most 64 up to that size: under Redis's hash-max-listpack-value (64), so that its
+    bucket keeps the compact listpack encoding."""
 
     def __init__(self, mom: bool, wall: bool) -> None:
         self.fields = page_fields(mom, wall)
-        self.names = tuple(name for name, _ in self.fields)
-        self.struct = struct.Struct("<" + "".join(code for _, code in self.fields))
+        self.doubles = tuple(name for name, _ in self.fields)
+        self.names = (*self.doubles, "v", "f", "st", "id", "ho", "ha")
+        self.head = 8 * len(self.doubles)
+        self.struct = struct.Struct("<" + "d" * len(self.doubles))
         self.dtype = np.dtype(
-            [(name, {"d": "<f8", "I": "<u4", "B": "u1"}[code]) for name, code in self.fields]
+            [(name, "<f8") for name in self.doubles]
+            + [("v", "<u4"), ("f", "u1"), ("st", "u1"), ("id", "<i8"), ("ho", "u1"), ("ha", "u1")]
         )
 
     @classmethod
     def of(cls, g: dict[str, float]) -> PageLayout:
         return cls(g["mom"] == 1.0, g["wall"] == 1.0)
 
+    def pack(self, page: dict[str, float]) -> bytes:
+        """The bytes the script stores for ``page`` (the inverse of :meth:`unpack`; the script
+        packs in Lua, this is for tests)."""
+        v, ident = int(page["v"]), int(page["id"])
+        head = int(page["st"]) << _ST | int(page["f"]) << _F
+        head |= int(page.get("ho", 0)) << _HAS_O | int(page.get("ha", 0)) << _HAS_A
+        wide = v >= 256
+        width = max(1, (ident.bit_length() + 7) // 8)
+        return (
+            self.struct.pack(*(page[name] for name in self.doubles))
+            + bytes([head | wide << _WIDE])
+            + v.to_bytes(4 if wide else 1, "little")
+            + ident.to_bytes(width, "little")
+        )
+
     def unpack(self, x: bytes) -> dict[str, float]:
-        out = dict(zip(self.names, self.struct.unpack(x)))
+        out: dict[str, float] = dict(zip(self.doubles, self.struct.unpack_from(x)))
+        head = x[self.head]
+        at = self.head + 1  # v, then the id
+        width = 4 if head >> _WIDE & 1 else 1
+        out.update(
+            v=int.from_bytes(x[at : at + width], "little"),
+            f=head >> _F & 7,
+            st=head >> _ST & 3,
+            id=int.from_bytes(x[at + width :], "little"),
+            ho=head >> _HAS_O & 1,
+            ha=head >> _HAS_A & 1,
+        )
         for name in ("b", "d", "lt"):
             out.setdefault(name, 0.0)
         return out
+
+    def unpack_many(self, xs: Sequence[bytes]) -> np.ndarray:
+        """Many pages at once, as a record array of :attr:`dtype` (vectorised: a snapshot
+        decodes every page of the crawl)."""
+        n = len(xs)
+        out = np.zeros(n, self.dtype)
+        if not n:
+            return out
+        width = self.head + 9  # the longest: header, 4 bytes of v, 4 of id
+        lengths = np.fromiter(map(len, xs), np.int64, n)
+        raw = np.frombuffer(b"".join(x.ljust(width, b"\0") for x in xs), np.uint8)
+        raw = raw.reshape(n, width)
+        doubles = raw[:, : self.head].copy().view("<f8")
+        for k, name in enumerate(self.doubles):
+            out[name] = doubles[:, k]
+        head = raw[:, self.head].astype(np.int64)
+        wide = (head >> _WIDE & 1).astype(bool)
+        rows = np.arange(n)
+        v = np.zeros(n, np.int64)
+        for k in range(4):
+            byte = raw[:, min(self.head + 1 + k, width - 1)].astype(np.int64)
+            v += np.where(k == 0 or wide, byte << (8 * k), 0)
+        start = self.head + np.where(wide, 5, 2)
+        ident = np.zeros(n, np.int64)
+        for k in range(4):
+            col = np.minimum(start + k, width - 1)
+            ident += np.where(start + k < lengths, raw[rows, col].astype(np.int64) << (8 * k), 0)
+        out["v"] = v
+        out["f"] = head >> _F & 7
+        out["st"] = head >> _ST & 3
+        out["id"] = ident
+        out["ho"] = head >> _HAS_O & 1
+        out["ha"] = head >> _HAS_A & 1
+        return out
+
+
+def fingerprint_hash(fp: bytes) -> int:
+    """The hash that places a page in a bucket (opic.lua ``fphash``): for a 20-byte fingerprint
+    (a SHA-1, as Scrapy's), the XOR of its five big-endian 32-bit words; for any other key, the
+    first 32 bits of its SHA-1."""
+    if len(fp) == 20:
+        a, b, c, d, e = struct.unpack(">5I", fp)
+        return a ^ b ^ c ^ d ^ e
+    return int.from_bytes(hashlib.sha1(fp).digest()[:4], "big")
+
+
+def bucket_of(fp: bytes, n: int) -> int:
+    """The bucket of the page ``fp`` in a crawl of ``n`` pages (opic.lua ``bucket_of``)."""
+    buckets = max(1, n // BUCKET_LOAD)
+    m = 1 << (buckets.bit_length() - 1)
+    h = fingerprint_hash(fp)
+    b = h % (2 * m)
+    return b if b < buckets else h % m
+
+
+def n_buckets(n: int) -> int:
+    """How many buckets a crawl of ``n`` pages has."""
+    return max(1, n // BUCKET_LOAD)
+
+
+def request_entry(value: bytes) -> tuple[bytes, bytes, bytes, bytes]:
+    """A request entry's parts (``<ns>:r:<b>``, opic.lua ``flush``): priority, download slot,
+    URL (empty: the page's) and the request's bytes."""
+    at = 1 + value[0]
+    pr = value[1:at]
+    n = int.from_bytes(value[at : at + 2], "little")
+    sl = value[at + 2 : at + 2 + n]
+    at += 2 + n
+    n = int.from_bytes(value[at : at + 4], "little")
+    return pr, sl, value[at + 4 : at + 4 + n], value[at + 4 + n :]
+
+
+#: URL prefixes stored as one byte (code k + 1 for URL_PREFIXES[k]): every URL of a crawl
+#: begins with one, and a URL never begins with a control byte. A URL that does is stored after
+#: a 0 byte.
+URL_PREFIXES = ("https://www.", "http://www.", "https://", "http://")
+
+
+def pack_url(url: str) -> bytes:
+    """A URL as the crawl stores it (:func:`unpack_url` gives it back)."""
+    raw = url.encode()
+    for k, prefix in enumerate(URL_PREFIXES):
+        if url.startswith(prefix):
+            return bytes([k + 1]) + raw[len(prefix) :]
+    return b"\0" + raw if raw[:1] and raw[0] <= len(URL_PREFIXES) else raw
+
+
+def unpack_url(data: bytes) -> str:
+    code = data[0] if data else 0xFF
+    if code > len(URL_PREFIXES):
+        return data.decode()
+    if code == 0:
+        return data[1:].decode()
+    return URL_PREFIXES[code - 1] + data[1:].decode()
 
 
 #: Window policies the script runs, by id.
@@ -157,16 +292,55 @@ def lua_constants() -> str:
 
     def layout(fields: tuple[tuple[str, str], ...]) -> str:
         # Straight-line unpack and pack per layout: they run for every page a call touches.
+        # (PageLayout tells the format: the doubles, a header byte, v in 1 or 4 bytes, the id
+        # in the bytes left.)
         names = [name for name, _ in fields]
-        fmt = "<" + "".join(code for _, code in fields)
+        head = 8 * len(names)
+        dfmt = "<" + "d" * len(names)
         absent = [f"{n} = 0" for n in ("b", "d", "lt") if n not in names]
-        record = ", ".join([f"{n} = {n}" for n in names] + absent)
+        record = ", ".join(
+            [f"{n} = {n}" for n in names]
+            + absent
+            + [
+                f"st = H % {1 << _F}",
+                f"f = bit.band(bit.rshift(H, {_F}), 7)",
+                f"ho = bit.band(bit.rshift(H, {_HAS_O}), 1)",
+                f"ha = bit.band(bit.rshift(H, {_HAS_A}), 1)",
+                "v = v",
+                "id = id",
+            ]
+        )
+        tail = {1: "I1", 4: "I4"}
+        ufmt = [
+            "{" + ", ".join(f"'{dfmt}B{tail[wv]}I{wi}'" for wi in (1, 2, 3, 4)) + "}"
+            for wv in (1, 4)
+        ]
+        # (The formats by the width of v and the width of the id, built once per call.)
         return (
-            f"{{fmt = '{fmt}', st = {names.index('st') + 1},\n"
-            f"  unpack = function(x) local {', '.join(names)} = struct.unpack('{fmt}', x) "
-            f"return {{{record}}} end,\n"
-            f"  pack = function(p) return struct.pack('{fmt}', "
-            f"{', '.join('p.' + n for n in names)}) end}}"
+            f"(function()\n"
+            f"  local U1 = {ufmt[0]}\n"
+            f"  local U4 = {ufmt[1]}\n"
+            f"  return {{unpack = function(x)\n"
+            f"    local H = string.byte(x, {head + 1})\n"
+            f"    local {', '.join(names)}, v, id\n"
+            f"    if H >= {1 << _WIDE} then\n"
+            f"      {', '.join(names)}, H, v, id = struct.unpack(U4[#x - {head + 5}], x)\n"
+            f"    else\n"
+            f"      {', '.join(names)}, H, v, id = struct.unpack(U1[#x - {head + 2}], x)\n"
+            f"    end\n"
+            f"    return {{{record}}}\n"
+            f"  end,\n"
+            f"  pack = function(p, ho, ha)\n"
+            f"    local H = p.st + {1 << _F} * p.f + {1 << _HAS_O} * ho + {1 << _HAS_A} * ha\n"
+            f"    local id = p.id\n"
+            f"    local w = id < 256 and 1 or (id < 65536 and 2 or (id < 16777216 and 3 or 4))\n"
+            f"    if p.v >= 256 then\n"
+            f"      return struct.pack(U4[w], {', '.join('p.' + n for n in names)}, "
+            f"H + {1 << _WIDE}, p.v, id)\n"
+            f"    end\n"
+            f"    return struct.pack(U1[w], {', '.join('p.' + n for n in names)}, H, p.v, id)\n"
+            f"  end}}\n"
+            f"end)()"
         )
 
     lines = [
@@ -178,6 +352,8 @@ def lua_constants() -> str:
         + ", ".join(f"[{k}] = {layout(f)}" for k, f in enumerate(LAYOUTS))
         + "}",
         f"local LAYOUT = {LAYOUT!r}",
+        f"local BUCKET_LOAD = {BUCKET_LOAD}",
+        f"local URL_CHUNK = {URL_CHUNK}",
         *(f"local {name.upper()} = {k}" for k, name in enumerate(STATUSES)),
         *(f"local {name.upper()} = {k}" for k, name in enumerate(CODES)),
         f"local FETCHED, DEAD, OK, REDIRECTED = {FETCHED}, {DEAD}, {OK}, {REDIRECTED}",
@@ -193,7 +369,7 @@ def lua_constants() -> str:
         # (layout: the crawl's, set when its globals load; fields it lacks read as 0.)
         "local layout",
         "local function unpack_page(x) return layout.unpack(x) end",
-        "local function pack_page(p) return layout.pack(p) end",
+        "local function pack_page(p, ho, ha) return layout.pack(p, ho, ha) end",
     ]
     return "\n".join(lines) + "\n"
 
@@ -291,8 +467,11 @@ class RedisFrontier:
     :param key: the crawl's name on the server, e.g. ``opic:myspider``; several crawls share a
         server under different keys.
     :param lease: seconds a popped page stays leased without renewal.
-    :param encode: turns a payload into bytes (``None`` if it cannot): payloads travel to the
-        other processes as bytes.
+    :param encode: ``encode(payload, url)`` turns a payload into bytes (``None`` if it cannot):
+        payloads travel to the other processes as bytes. It may leave ``url`` out of them, the
+        URL of the entry or link that brings the payload: a pop hands it back as
+        :attr:`Lease.url` (the crawl stores it once, with the page, or with the request when
+        the page is known under another URL).
     :param series_seconds: seconds between two points of the crawl's time series (added by
         :meth:`maintain`).
     :param location: where readers find this crawl (``redis://host:port/db#key``).
@@ -317,7 +496,7 @@ class RedisFrontier:
         self.cluster = hasattr(client, "get_node_from_key")
         self.lease_ms = max(1, int(lease * 1000))
         self._script = client.register_script(lua_script())
-        self._encode = encode or (lambda payload: None)
+        self._encode = encode or (lambda payload, url: None)
         self.location = location
         self.round_trips = 0
         self.continuous = False
@@ -433,10 +612,10 @@ class RedisFrontier:
         return n
 
     # -- payloads ----------------------------------------------------------------------------
-    def _data(self, payload: Any) -> bytes | None:
+    def _data(self, payload: Any, url: str | None) -> bytes | None:
         if payload is None or isinstance(payload, bytes):
             return payload
-        return self._encode(payload)
+        return self._encode(payload, url)
 
     def _remember(self, fp: bytes) -> None:
         if len(self._known) >= KNOWN_LIMIT:
@@ -466,9 +645,9 @@ class RedisFrontier:
         args: list[Any] = ["sched", "1" if again else "0"]
         local = []
         for key, url, priority, slot, payload in entries:
-            data = self._data(payload)
+            data = self._data(payload, url)
             local.append(payload is not None and data is None)
-            args += [key, url, int(priority), str(slot), data or b""]
+            args += [key, pack_url(url), int(priority), str(slot), data or b""]
         codes = self._codes((e.key for e in entries), self._call(*args), local)
         if self._holds:
             self._unhold()
@@ -487,8 +666,8 @@ class RedisFrontier:
             self.wake_in = None if wait is None else POLL if wait < 0 else wait / 1000.0
             return None
         self.wake_in = None
-        fp, data, slot = got
-        return Lease(fp, token, data, slot.decode())
+        fp, (url, data), slot = got
+        return Lease(fp, token, data, slot.decode(), unpack_url(url))
 
     def visit(
         self,
@@ -507,7 +686,7 @@ class RedisFrontier:
             "1" if plain else "0",
             "1" if boosts else "0",
             _f(virtual_weight),
-            self._later(payload),
+            self._later(payload, lease),
             "1" if self.closed_links_virtual else "0",
             self.lease_ms,
         ]
@@ -518,13 +697,13 @@ class RedisFrontier:
             # a link to a known page costs no encoding and no bytes on the wire. Should it be
             # schedulable all the same, its code says NEEDS_PAYLOAD.)
             if link.payload is not None and (link.again or link.key not in self._known):
-                data = self._data(link.payload)
+                data = self._data(link.payload, link.url)
                 local.append(data is None)
             else:
                 local.append(False)
             args += [
                 link.key,
-                link.url,
+                pack_url(link.url),
                 _f(link.weight),
                 _f(link.boost),
                 "1" if link.again else "0",
@@ -542,15 +721,15 @@ class RedisFrontier:
         return Visit(codes, None if imp < 0 or not importance else imp)
 
     def fail(self, lease: Lease, outcome: int = ERROR, payload: Any = None) -> bool:
-        out = self._call("fail", lease.key, lease.token, int(outcome), self._later(payload))
+        out = self._call("fail", lease.key, lease.token, int(outcome), self._later(payload, lease))
         return bool(int(out[0]))
 
-    def _later(self, payload: Any) -> bytes:
+    def _later(self, payload: Any, lease: Lease) -> bytes:
         """The bytes of a page's payload for its later fetches (``b""``: keep the one it has;
         also when it cannot be encoded)."""
         if payload is None or not self.continuous:
             return b""
-        return self._data(payload) or b""
+        return self._data(payload, lease.url) or b""
 
     def forfeit(self, lease: Lease, outcome: int = FORBIDDEN) -> bool:
         return bool(int(self._call("forfeit", lease.key, lease.token, int(outcome))[0]))
@@ -560,7 +739,7 @@ class RedisFrontier:
 
     def retry(self, lease: Lease, entry: Entry) -> int | None:
         require_payload(entry)
-        data = self._data(entry.payload)
+        data = self._data(entry.payload, lease.url)  # (the page's request keeps its URL)
         if data is None:  # cannot travel: this process fetches it, its cash goes
             return LOCAL if self.forfeit(lease) else None
         out = self._call(
@@ -570,7 +749,7 @@ class RedisFrontier:
 
     def redirect(self, lease: Lease, entry: Entry, permanent: bool = False) -> int | None:
         require_payload(entry)
-        data = self._data(entry.payload)
+        data = self._data(entry.payload, entry.url)
         if data is None:
             return LOCAL if self.forfeit(lease) else None
         out = self._call(
@@ -578,7 +757,7 @@ class RedisFrontier:
             lease.key,
             lease.token,
             entry.key,
-            entry.url,
+            pack_url(entry.url),
             int(entry.priority),
             str(entry.slot),
             data,
@@ -687,9 +866,20 @@ class RedisFrontier:
         return dict(self._figures)
 
     def _page(self, key: Hashable) -> dict[str, float] | None:
-        self.round_trips += 1
-        x = self.client.hget((self.ns + ":p:").encode() + key, "x")
-        return None if x is None else self.layout.unpack(x)
+        g = self.globals()
+        if g is None:
+            return None
+        while True:
+            # (The page's bucket depends on n: read again if another process split it.)
+            self.round_trips += 1
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hget(f"{self.ns}:p:{bucket_of(key, int(g['n']))}", key)
+            pipe.get(self.ns + ":s")
+            x, blob = pipe.execute()
+            now = _unpack_globals(blob)
+            if n_buckets(int(now["n"])) == n_buckets(int(g["n"])):
+                return None if x is None else self.layout.unpack(x)
+            g = now
 
     def status_of(self, key: Hashable) -> str | None:
         page = self._page(key)
@@ -789,18 +979,49 @@ class RedisFrontier:
         return RedisSnapshot(self)
 
     def check(self) -> list[str]:
-        """The frontier's structural invariants, read back from Redis: a pending page is in
-        exactly one queue (of its priority, fetched or not) scored by its stored cash, and no
-        other page is queued; the tiers are the priorities with queued pages; the slot heads
-        are those of the slots not blocked by the fleet's politeness, and a slot's lease count
-        is its leases; the leases are the in-flight pages; pending and in-flight pages have a
-        request; the status counts match. Returns the problems found (none when all hold).
+        """The frontier's structural invariants, read back from Redis: every page is in the
+        bucket its fingerprint and the number of pages say, once, with its own id (ids 0 to
+        n - 1, each with its URL), and no bucket lies beyond the bucket count; a page has a
+        request entry exactly while it is pending or in flight, a lease token exactly while in
+        flight, an outcome or alias entry exactly when its header says so; a pending page is in
+        exactly one queue (of its request's priority and slot, fetched or not) scored by its
+        stored cash, and no other page is queued; the slot heads are the queues' best scores,
+        for the slots not blocked by the fleet's politeness, and a slot's lease count is its
+        leases; the tiers hold the priorities with queued pages; the leases are the in-flight
+        pages; the status counts match. Returns the problems found (none when all hold).
         O(pages), for tests and diagnostics while no process runs."""
         c, ns = self.client, self.ns
         problems: list[str] = []
+        g = self.globals()
+        if g is None:
+            return ["no crawl"]
         snap = self.snapshot()
-        layout = PageLayout.of(self.globals())
-        prefix = (ns + ":p:").encode()
+        n = int(g["n"])
+        layout = PageLayout.of(g)
+        buckets = n_buckets(n)
+        # Every bucket entry of every family, by family: fingerprint -> (bucket, value).
+        entries: dict[str, dict[bytes, tuple[int, bytes]]] = {f: {} for f in "proa"}
+        for k in self._scan(_glob(ns) + ":[proa]:*"):
+            family, b = k.decode()[len(ns) + 1 :].split(":", 1)
+            if not b.isdigit():
+                continue  # (the queue keys <ns>:q:... match too)
+            if int(b) >= buckets:
+                problems.append(f"bucket {k.decode()} beyond the {buckets} buckets")
+            for fp, value in c.hgetall(k).items():
+                if fp in entries[family]:
+                    problems.append(f"{fp.hex()} in two {family} buckets")
+                entries[family][fp] = (int(b), value)
+                if bucket_of(fp, n) != int(b):
+                    problems.append(f"{fp.hex()} in {family} bucket {b}, not its own")
+        if len(entries["p"]) != n:
+            problems.append(f"{len(entries['p'])} pages in the buckets, {n} counted")
+        ids = sorted(layout.unpack(x)["id"] for _, x in entries["p"].values())
+        if ids != list(range(len(ids))):
+            problems.append("page ids are not 0 to n - 1, once each")
+        stored_urls = sum(c.llen(f"{ns}:u:{k}") for k in range(-(-n // URL_CHUNK)))
+        if stored_urls != n or c.exists(f"{ns}:u:{-(-n // URL_CHUNK)}"):
+            problems.append(f"{stored_urls} URLs stored for {n} pages")
+        tokens = c.hgetall(ns + ":w")
         queued: dict[bytes, list[tuple[str, float]]] = {}
         heads: dict[str, dict[str, float]] = {}  # head index key -> slot -> best stored cash
         tiers_seen = set()
@@ -836,51 +1057,101 @@ class RedisFrontier:
         for k, fp in enumerate(snap.keys):
             st = snap.status[k]
             counts[st] += 1
-            pr, sl, w, x = c.hmget(prefix + fp, "pr", "sl", "w", "x")
-            r = c.hget(ns + ":r", fp)
-            fields = layout.unpack(x)
+            fields = layout.unpack(entries["p"][fp][1])  # (the snapshot found every page)
             s_, f = fields["s"], fields["f"]
+            request = entries["r"].get(fp)
+            pr = sl = b"?"
+            if request is not None:
+                pr, sl, _, _ = request_entry(request[1])
             where = queued.pop(fp, [])
             if st == 1:
                 side = "f" if f & 1 else "u"
                 # (A refetch in a continuous crawl waits at priority 0: opic.lua's tier.)
-                tier = "0" if snap.continuous and f & 1 else (pr or b"?").decode()
-                want = f"{ns}:q:{tier}:{side}:{(sl or b'').decode()}"
+                tier = "0" if snap.continuous and f & 1 else pr.decode()
+                want = f"{ns}:q:{tier}:{side}:{sl.decode()}"
                 if [q for q, _ in where] != [want]:
                     problems.append(f"pending page {k} queued in {where}, not {want}")
                 elif where[0][1] != s_:
                     problems.append(f"pending page {k} scored {where[0][1]}, stored cash {s_}")
             elif where:
                 problems.append(f"page {k} with status {st} is queued in {where}")
-            if (st == 2) != (fp in leases) or (st == 2 and w is None):
+            w = tokens.pop(fp, None)
+            if (st == 2) != (fp in leases) or (st == 2) != (w is not None):
                 problems.append(f"page {k} with status {st}: lease {fp in leases}, token {w}")
-            if st in (1, 2) and r is None:
-                problems.append(f"page {k} with status {st} has no request")
+            if (st in (1, 2)) != (request is not None):
+                problems.append(f"page {k} with status {st}: request entry {request is not None}")
+            for family, flag in (("o", "ho"), ("a", "ha")):
+                if bool(fields[flag]) != (fp in entries[family]):
+                    problems.append(f"page {k}: {flag} {fields[flag]}, {family} entry")
+            o = entries["o"].get(fp)
+            if o is not None and int(o[1]) in (0, OK):
+                problems.append(f"page {k} keeps the outcome {int(o[1])}")
         if queued:
             problems.append(f"{len(queued)} queued fingerprints are not pages")
+        if tokens:
+            problems.append(f"{len(tokens)} lease tokens of pages not in flight")
         polite = self.politeness()
         if polite is not None:
             per_slot: dict[str, int] = {}
             for fp in leases:
-                slot = (c.hget(prefix + fp, "sl") or b"").decode()
+                request = entries["r"].get(fp)
+                slot = request_entry(request[1])[1].decode() if request is not None else "?"
                 per_slot[slot] = per_slot.get(slot, 0) + 1
             busy = {k.decode(): int(v) for k, v in c.hgetall(ns + ":busy").items()}
             if busy != per_slot:
                 problems.append(f"slot lease counts {busy}, leases say {per_slot}")
-            for slot, n in per_slot.items():
+            for slot, count in per_slot.items():
                 limit = polite["slots"].get(slot, (polite["concurrency"],))[0]
-                if n >= limit and slot not in blocked:
-                    problems.append(f"slot {slot!r} holds {n} leases of {limit} and is not blocked")
+                if count >= limit and slot not in blocked:
+                    problems.append(f"slot {slot!r} holds {count} leases of {limit}, not blocked")
         elif c.exists(ns + ":blocked", ns + ":busy"):
             problems.append("slots blocked or counted with no fleet politeness")
-        waiting = sum(1 for st in snap.status if st in (1, 2))
-        if c.hlen(ns + ":r") != waiting:
-            problems.append(f"{c.hlen(ns + ':r')} stored requests for {waiting} waiting pages")
         stored = [int(snap.figures[name]) for name in ("discovered", "pending", "in_flight")]
         stored.append(int(snap.figures["visited"]))
         if stored != counts:
             problems.append(f"status counts {stored}, pages say {counts}")
         return problems
+
+
+def _read_pages(
+    frontier: RedisFrontier, n: int, layout: PageLayout
+) -> tuple[list[bytes], np.ndarray, dict[int, int]]:
+    """The pages of ids below ``n``: their fingerprints and unpacked numbers in id order, and
+    the outcomes of those that have one (id -> outcome). Buckets are read a chunk at a time,
+    each chunk in one transaction; buckets that split meanwhile (the crawl went on) are read
+    after, so a page moved by a split is read at least once."""
+    client, ns = frontier.client, frontier.ns
+    fps: list[bytes] = []
+    xs: list[bytes] = []
+    outs: dict[bytes, bytes] = {}
+    done, buckets = 0, n_buckets(n)
+    while done < buckets:
+        for lo in range(done, buckets, 256):
+            pipe = client.pipeline(transaction=True)
+            for b in range(lo, min(buckets, lo + 256)):
+                pipe.hgetall(f"{ns}:p:{b}")
+                pipe.hgetall(f"{ns}:o:{b}")
+            res = pipe.execute()
+            for pages, failed in zip(res[::2], res[1::2]):
+                fps.extend(pages)
+                xs.extend(pages.values())
+                outs.update(failed)
+        done = buckets
+        g = frontier.globals()
+        buckets = n_buckets(int(g["n"])) if g is not None else done
+    cols = layout.unpack_many(xs)
+    at = np.full(n, -1, np.int64)  # id -> where it was read (the last read of a page read twice)
+    read = np.nonzero(cols["id"] < n)[0]
+    at[cols["id"][read]] = read
+    if n and at.min() < 0:
+        raise StoreError(
+            f"the OPIC crawl {frontier.key!r} in Redis lacks {int((at < 0).sum())} of its "
+            f"{n} pages (deleted while it was read?)"
+        )
+    outcomes = {
+        int(k): int(outs[fps[at[k]]]) for k in np.nonzero(cols["ho"][at])[0] if fps[at[k]] in outs
+    }
+    return [fps[k] for k in at], cols[at], outcomes
 
 
 class RedisSnapshot:
@@ -903,32 +1174,21 @@ class RedisSnapshot:
         self._meta = frontier.meta()
         self._meta.setdefault("series", frontier.series())
         n = int(g["n"])
-        keys: list[bytes] = []
         urls: list[str | None] = []
-        for lo in range(0, n, CHUNK):
-            for entry in client.lrange(ns + ":keys", lo, min(n, lo + CHUNK) - 1):
-                k = entry[0]  # the fingerprint's length, then the fingerprint, then the URL
-                keys.append(entry[1 : 1 + k])
-                urls.append(entry[1 + k :].decode())
-        n = len(keys)
-        packed = bytearray()
-        prefix = (ns + ":p:").encode()
-        blank = bytes(layout.struct.size)
-        failed: dict[int, int] = {}  # id -> outcome, for pages whose last fetch was not OK
-        for lo in range(0, n, CHUNK):
+        chunks = -(-n // URL_CHUNK)
+        for lo in range(0, chunks, 64):
             pipe = client.pipeline(transaction=False)
-            for fp in keys[lo : lo + CHUNK]:
-                pipe.hmget(prefix + fp, "x", "o")
-            for k, (x, o) in enumerate(pipe.execute(), lo):
-                packed += x if x is not None else blank
-                if o is not None:
-                    failed[k] = int(o)
-        cols = np.frombuffer(bytes(packed), dtype=layout.dtype, count=n)
-        v, st = cols["v"], cols["st"]
+            for c in range(lo, min(chunks, lo + 64)):
+                pipe.lrange(f"{ns}:u:{c}", 0, -1)
+            for rows in pipe.execute():
+                urls.extend(unpack_url(u) for u in rows)
+        del urls[n:]  # (pages added since n was read)
+        keys, cols, outcomes = _read_pages(frontier, n, layout)
         flags = cols["f"].astype(np.uint8)
         outcome = np.where(flags & FETCHED, OK, 0).astype(np.uint16)
-        for k, o in failed.items():
+        for k, o in outcomes.items():
             outcome[k] = o
+        v, st = cols["v"], cols["st"]
         arrays = {
             "s": cols["s"].astype(float),
             "hist": cols["h"].astype(float),

@@ -148,12 +148,14 @@ class Link(NamedTuple):
 
 class Lease(NamedTuple):
     """A page handed out by :meth:`Frontier.pop`: its key, the lease's token, its payload and
-    download slot. A payload that the backend keeps serialized comes back as ``bytes``."""
+    download slot. A payload that the backend keeps serialized comes back as ``bytes``, with
+    the page's ``url`` (a serialized payload need not hold the URL: the page keeps it)."""
 
     key: Hashable
     token: Any
     payload: Any
     slot: Hashable
+    url: str | None = None
 
 
 class Visit(NamedTuple):
