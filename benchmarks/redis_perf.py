@@ -1,14 +1,17 @@
-"""The Redis store: crawl throughput of 1, 2 and 4 Scrapy processes sharing one frontier, Redis
-round trips per fetched page, Redis time per page, and Redis memory per URL.
+"""The Redis store: crawl throughput of 1, 2, 4 and 8 Scrapy processes sharing one frontier,
+Redis round trips per fetched page, Redis time per page, and Redis memory per URL.
 
-    python benchmarks/redis_perf.py [--pages 2000] [--delay 0.1] [--concurrency 8]
-        [--processes 1,2,4] [--memory-pages 50000[,1000000...]] [--memory-only]
+    python benchmarks/redis_perf.py [--pages 2000] [--delay 0.1] [--concurrency 8] [--hosts 8]
+        [--processes 1,2,4,8] [--memory-pages 50000[,1000000...]] [--memory-only]
         [--redis URL] [--out DIR]
 
 Without ``--redis`` a redis-server (Debian's package) is started on a free loopback port.
 
-**Scaling.** A generated site of ``--pages`` pages is served on 127.0.0.1 with a fixed delay per
-page, so that the downloader, not the CPU, bounds a process (as in a real crawl). N processes
+**Scaling.** A generated site of ``--pages`` pages is served by ``--hosts`` loopback hosts
+(127.0.0.1, 127.0.0.2, ...: one download slot each, pages spread over them) with a fixed delay
+per page, so that the downloader, not the CPU, bounds a process (as in a real crawl). The fleet
+keeps each host's ``CONCURRENT_REQUESTS_PER_DOMAIN`` (``--concurrency``) for all its processes
+(fleet politeness, the default): hosts x concurrency is the most the site takes at once. N processes
 run the same spider with ``OPIC_STORE = "redis"`` and one crawl key, started together. Pages/s
 is counted at the server, from its first hit to its last (process start-up excluded). The
 baseline, measured in the same run: one process with the embedded store. Round trips are each
@@ -60,12 +63,21 @@ def script_usec(client) -> tuple[int, float]:
     return calls, usec
 
 
-def crawl(site_url: str, n_procs: int, settings: dict, workdir: Path) -> list[dict]:
+def redis_cpu(client) -> float:
+    """CPU seconds the Redis server has used (user and system, all its threads)."""
+    cpu = client.info("cpu")
+    return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
+
+
+def crawl(
+    site_url: str, n_procs: int, settings: dict, workdir: Path, allowed: list[str]
+) -> list[dict]:
     procs = []
     for k in range(n_procs):
         d = workdir / f"p{k}"
         d.mkdir(parents=True)
         config = {
+            "allowed": allowed,
             "start_url": site_url,
             "settings": settings,
             "items": str(d / "items.jsonl"),
@@ -102,6 +114,7 @@ def scaling(args, redis_url: str, workdir: Path) -> list[dict]:
 
     client = redis.Redis.from_url(redis_url)
     g = site_graph(args.pages, seed=7)
+    hosts = tuple(f"127.0.0.{k + 1}" for k in range(args.hosts))
     base = {
         "CONCURRENT_REQUESTS": args.concurrency,
         "CONCURRENT_REQUESTS_PER_DOMAIN": args.concurrency,
@@ -115,7 +128,9 @@ def scaling(args, redis_url: str, workdir: Path) -> list[dict]:
     runs = [("embedded", 1)] + [("redis", n) for n in args.processes]
     runs.append(("independent", max(args.processes)))
     for kind, n_procs in runs:
-        with Site(g, delay=args.delay) as site:
+        with Site(
+            g, delay=args.delay, host_of=lambda i: hosts[i % len(hosts)], addresses=hosts
+        ) as site:
             times: list[float] = []
             respond = site.respond
 
@@ -131,8 +146,12 @@ def scaling(args, redis_url: str, workdir: Path) -> list[dict]:
                     {"OPIC_STORE": "redis", "OPIC_REDIS_URL": redis_url, "OPIC_REDIS_KEY": key}
                 )
             calls0, usec0 = script_usec(client)
-            stats = crawl(site.url(0), n_procs, settings, workdir / f"{kind}-{n_procs}")
+            cpu0 = redis_cpu(client)
+            stats = crawl(
+                site.url(0), n_procs, settings, workdir / f"{kind}-{n_procs}", list(hosts)
+            )
             calls1, usec1 = script_usec(client)
+            cpu1 = redis_cpu(client)
             hits = len(site.hits)
             distinct = len(set(site.hits))
         times.sort()
@@ -160,6 +179,8 @@ def scaling(args, redis_url: str, workdir: Path) -> list[dict]:
                     "round_trips_per_page": trips / max(1, hits),
                     "script_calls": calls1 - calls0,
                     "redis_usec_per_page": (usec1 - usec0) / max(1, hits),
+                    # (All of the server's CPU: scripts, other commands, the network.)
+                    "redis_cpu_usec_per_page": (cpu1 - cpu0) * 1e6 / max(1, hits),
                     "per_process_pages": [s.get("opic/visits", 0) for s in stats],
                 }
             )
@@ -258,12 +279,14 @@ def scaling_report(args, rows: list[dict]) -> str:
         "# Redis store: scaling, round trips, memory",
         "",
         f"`python benchmarks/redis_perf.py --pages {args.pages} --delay {args.delay} "
-        f"--concurrency {args.concurrency} --processes "
+        f"--concurrency {args.concurrency} --hosts {args.hosts} --processes "
         f"{','.join(map(str, args.processes))} --memory-pages "
         f"{','.join(map(str, args.memory_pages))}`",
         "",
-        f"Site: {args.pages} generated pages on 127.0.0.1, {args.delay * 1000:.0f} ms per page "
-        f"at the server; each process: CONCURRENT_REQUESTS = {args.concurrency}. Machine: "
+        f"Site: {args.pages} generated pages on {args.hosts} loopback hosts, "
+        f"{args.delay * 1000:.0f} ms per page at the server; each process: CONCURRENT_REQUESTS "
+        f"= {args.concurrency}, and the fleet keeps CONCURRENT_REQUESTS_PER_DOMAIN = "
+        f"{args.concurrency} per host for all its processes. Machine: "
         f"{os.cpu_count()} cores (the site, Redis and every Scrapy process share them).",
         "",
         "Pages/s over the whole crawl (first to last fetch) and in the steady state (the "
@@ -271,9 +294,9 @@ def scaling_report(args, rows: list[dict]) -> str:
         "from, the last by pages found late, whatever the number of processes).",
         "",
         "| store | processes | pages | fetches | seconds | pages/s | steady pages/s "
-        "| steady vs embedded | steady vs 1 process | round trips/page | Redis µs/page "
-        "| total cash |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| steady vs embedded | steady vs 1 process | round trips/page | Redis script µs/page "
+        "| Redis CPU µs/page | total cash |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         steady = r["steady_pages_per_s"]
@@ -286,9 +309,10 @@ def scaling_report(args, rows: list[dict]) -> str:
             f"{steady / base['steady_pages_per_s']:.2f}× | {vs_one} | "
             + (
                 f"{r['round_trips_per_page']:.2f} | {r['redis_usec_per_page']:.0f} | "
+                f"{r.get('redis_cpu_usec_per_page', float('nan')):.0f} | "
                 f"{r['total_cash']:.12f} |"
                 if r["store"] == "redis"
-                else "| | |"
+                else "| | | |"
             )
         )
     control = next((r for r in rows if r["store"] == "independent"), None)
@@ -310,6 +334,22 @@ def scaling_report(args, rows: list[dict]) -> str:
             f"({control['steady_pages_per_s']:.1f} pages/s; each crawls the whole site with "
             "its own embedded store, sharing nothing but the machine: its cores, the site "
             "server and Redis).**",
+        ]
+    redis_rows = [r for r in rows if r["store"] == "redis" and "redis_cpu_usec_per_page" in r]
+    if redis_rows:
+        # The fleet for 10,000 pages/s: processes at the rate one process reached here, and
+        # Redis cores (one per shard) at the CPU a page cost the server in the largest run.
+        big = max(redis_rows, key=lambda r: r["processes"])
+        per_proc = one["steady_pages_per_s"] if one else big["steady_pages_per_s"]
+        cpu = big["redis_cpu_usec_per_page"]
+        lines += [
+            "",
+            f"**Projection to 10,000 pages/s:** {10_000 / per_proc:.0f} processes at the "
+            f"{per_proc:.1f} pages/s one process reached here (its downloader bound: "
+            f"{args.concurrency} requests of {args.delay * 1000:.0f} ms), and "
+            f"{10_000 * cpu / 1e6:.1f} Redis cores at the {cpu:.0f} µs of server CPU a page "
+            f"cost with {big['processes']} processes (one core per crawl today: one shard "
+            f"serves about {1e6 / cpu:,.0f} pages/s).",
         ]
     lines += [
         "",
@@ -362,7 +402,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pages", type=int, default=2000)
     p.add_argument("--delay", type=float, default=0.1)
     p.add_argument("--concurrency", type=int, default=8)
-    p.add_argument("--processes", default="1,2,4")
+    p.add_argument("--processes", default="1,2,4,8")
+    p.add_argument("--hosts", type=int, default=8)
     p.add_argument("--memory-pages", default="50000", help="one size, or several: 50000,1000000")
     p.add_argument(
         "--memory-only", action="store_true", help="skip the crawls (keep their last results)"

@@ -1082,6 +1082,9 @@ def kill_trial(urls: int, options: dict, workdir: Path, when: str, after: int) -
         kind, _, value = line.partition(" ")
         if kind == "c":
             issued.append(int(value))
+            # (A checkpoint can be taken inside a visit, while its links are filed: the
+            # visit is done, in the engine's count, before its "v" line is printed.)
+            done = max(done, int(value))
         elif kind == "v":
             done = int(value)
 
