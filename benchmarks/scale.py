@@ -565,8 +565,10 @@ def fingerprint(url: str) -> bytes:
 
 def request_template() -> dict:
     """``Request.to_dict()`` of a real Scrapy request of the fan-out spider (``parse`` callback,
-    ``meta={"depth": d}``): what the scheduler pickles into a JOBDIR state. Each page's request
-    is this dict with its own URL and depth, pickled as the scheduler's ``_encode`` does."""
+    ``meta={"depth": d}``): what the scheduler stores in a JOBDIR state. Each page's request
+    is this dict with its own URL and depth, pickled whole as the scheduler's ``_encode`` did
+    before it stored only the fields that differ from a new request's
+    (``scrapy_opic.scheduler.encode_request``): the rows measured here are the larger ones."""
     import scrapy
 
     class FanOut(scrapy.Spider):
@@ -588,7 +590,7 @@ def request_of(template: dict, k: int, depth: int) -> dict:
 
 
 def encode_request(data: dict) -> bytes:
-    """The scheduler's ``_encode`` after ``to_dict``: ``pickle.dumps(..., protocol=4)``."""
+    """The scheduler's earlier ``_encode`` after ``to_dict``: ``pickle.dumps(..., protocol=4)``."""
     return pickle.dumps(data, protocol=4)
 
 

@@ -132,9 +132,9 @@ local order = {}   -- fps in load order (flush order)
 -- (split), so a bucket holds about BUCKET_LOAD to 2 * BUCKET_LOAD pages: under Redis's
 -- hash-max-listpack-entries (128), the hashes keep their compact encoding. The hash of a
 -- 20-byte fingerprint (Scrapy's is a SHA-1, uniform already) is the XOR of its five 32-bit
--- words, of any other key the first 32 bits of its SHA-1 (hashing every fingerprint again
--- would cost a tenth of a pop + visit). Where a page lives is a function of its fingerprint and
--- n only: every process finds it.
+-- words, of any other key the first 32 bits of its SHA-1 (hashing a fingerprint again would
+-- cost server time on every page a call touches). Where a page lives is a function of its
+-- fingerprint and n only: every process finds it.
 local nb_n, nb_B, nb_m
 local function nbuckets()
   if nb_n ~= g.n then

@@ -129,10 +129,10 @@ class PageLayout:
     """The packing of one crawl's pages (moments and wall clock are crawl parameters): the
     doubles of :func:`page_fields`, a header byte (status, flags, whether the page has an
     outcome and an alias entry, the width of v), the visits v (1 byte below 256, else 4) and
-    the page's id (little-endian, in as few bytes as it needs: the rest of the string). With
-    moments, a page of a crawl under 16,777,216 pages visited under 256 times packs into 61
-    bytes, at most 64 up to that size: under Redis's hash-max-listpack-value (64), so that its
-    bucket keeps the compact listpack encoding."""
+    the page's id (little-endian, in as few bytes as it needs, at most 4: a crawl holds fewer
+    than 2**32 pages; the rest of the string). With moments, a page of a crawl under 16,777,216
+    pages visited under 256 times packs into 61 bytes, at most 64 up to that size: under Redis's
+    hash-max-listpack-value (64), so that its bucket keeps the compact listpack encoding."""
 
     def __init__(self, mom: bool, wall: bool) -> None:
         self.fields = page_fields(mom, wall)
