@@ -48,7 +48,7 @@ import stat
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from itertools import repeat
 from pathlib import Path
 from typing import IO, Any, NamedTuple
@@ -449,7 +449,10 @@ def open_state(path: str | os.PathLike) -> OpicState:
     return OpicState(path)
 
 
-def _redis_snapshot(location: str) -> Any:
+def read_redis_crawl(location: str, read: Callable[[Any], Any]) -> Any:
+    """``read(frontier)`` on the crawl at ``redis://host:port/db#KEY`` (a
+    :class:`~scrapy_opic.backends.redis.RedisFrontier`, closed afterwards); an unreachable
+    server, a missing package or a bad location is one :class:`StoreError` line."""
     try:
         import redis
     except ImportError:
@@ -460,13 +463,17 @@ def _redis_snapshot(location: str) -> Any:
     try:
         frontier = RedisFrontier.connect(url, key)
         try:
-            return frontier.snapshot()
+            return read(frontier)
         finally:
             frontier.client.close()
     except (redis.RedisError, redis.RedisClusterException, ValueError) as exc:
         raise StoreError(
             f"cannot read the OPIC crawl {key!r} at {masked_url(url)}: {exc}"
         ) from None
+
+
+def _redis_snapshot(location: str) -> Any:
+    return read_redis_crawl(location, lambda frontier: frontier.snapshot())
 
 
 read_state = open_state  # the name of the first release

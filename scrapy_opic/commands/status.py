@@ -7,8 +7,8 @@ import argparse
 import time
 from typing import Any
 
-from ..backends import StoreError, masked_url
-from ..export import open_state, split_location
+from ..backends import StoreError, is_redis_location
+from ..export import open_state, read_redis_crawl
 from . import StateCommand
 
 
@@ -16,29 +16,17 @@ def redis_status(location: str) -> dict[str, Any]:
     """The figures of a crawl in Redis and its fleet's politeness, in O(1) of its pages (its
     global counters, the lease and slot sets): cheap enough to ask every second while it runs.
     """
-    try:
-        import redis
-    except ImportError:
-        raise StoreError("reading a Redis crawl needs: pip install 'scrapy-opic[redis]'") from None
-    from ..backends.redis import RedisFrontier
 
-    url, key = split_location(location)
-    try:
-        frontier = RedisFrontier.connect(url, key)
-        try:
-            if frontier.globals() is None:
-                raise StoreError(f"no OPIC crawl under the key {key!r} at {masked_url(url)}")
-            out: dict[str, Any] = frontier.status()
-            out["politeness"] = frontier.politeness()
-            out["blocked_slots"] = frontier.client.zcard(frontier.ns + ":blocked")
-            busy = frontier.client.hgetall(frontier.ns + ":busy")
-            out["busy_slots"] = len(busy)
-            return out
-        finally:
-            frontier.client.close()
-    except (redis.RedisError, redis.RedisClusterException, ValueError) as exc:
-        where = f"the OPIC crawl {key!r} at {masked_url(url)}"
-        raise StoreError(f"cannot read {where}: {exc}") from None
+    def figures(frontier: Any) -> dict[str, Any]:
+        if frontier.globals() is None:
+            raise StoreError(f"no OPIC crawl under the key {frontier.key!r}")
+        out: dict[str, Any] = frontier.status()
+        out["politeness"] = frontier.politeness()
+        out["blocked_slots"] = frontier.client.zcard(frontier.ns + ":blocked")
+        out["busy_slots"] = frontier.client.hlen(frontier.ns + ":busy")
+        return out
+
+    return read_redis_crawl(location, figures)
 
 
 def status_line(f: dict[str, Any]) -> str:
@@ -88,7 +76,7 @@ class Command(StateCommand):
             return
 
         def figures() -> dict[str, Any]:
-            if str(path).startswith(("redis://", "rediss://", "unix://")):
+            if is_redis_location(str(path)):
                 return redis_status(str(path))
             with open_state(path) as state:  # a state file: its figures as saved
                 return dict(state.stats())
