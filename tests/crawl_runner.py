@@ -85,12 +85,26 @@ class RewriteMiddleware:
 class SiteSpider(scrapy.Spider):
     name = "site"
 
-    def __init__(self, start_url: str, allowed: list[str] | None = None, raise_on=(), **kw) -> None:
+    def __init__(
+        self, start_url: str, allowed: list[str] | None = None, raise_on=(), start_when=None, **kw
+    ) -> None:
         super().__init__(**kw)
         self.start_urls = [start_url]
+        self.start_when = start_when  # a file: the crawl starts once it exists
         self.allowed_domains = allowed or ["127.0.0.1"]
         self.links = LinkExtractor()
         self.raise_on = set(raise_on or ())  # URLs whose callback raises after its links
+
+    async def start(self):
+        if self.start_when:
+            # (Processes started together wait for one another here: the test says when.)
+            from scrapy.utils.defer import maybe_deferred_to_future
+            from twisted.internet import reactor, task
+
+            while not Path(self.start_when).exists():
+                await maybe_deferred_to_future(task.deferLater(reactor, 0.05, lambda: None))
+        for url in self.start_urls:
+            yield scrapy.Request(url, dont_filter=True)
 
     def parse(self, response):
         yield {"url": response.url, "title": response.css("title::text").get()}
@@ -137,7 +151,11 @@ def main() -> None:
     spider_cls = EvidenceSpider if config.get("spider") == "evidence" else SiteSpider
     kwargs = {"start_url": config["start_url"]}
     if spider_cls is SiteSpider:
-        kwargs.update(allowed=config.get("allowed"), raise_on=config.get("raise_on"))
+        kwargs.update(
+            allowed=config.get("allowed"),
+            raise_on=config.get("raise_on"),
+            start_when=config.get("start_when"),
+        )
     settings = {
         "FEEDS": {config["items"]: {"format": "jsonlines"}},
         "TELNETCONSOLE_ENABLED": False,

@@ -39,12 +39,18 @@ def reachable(g, start: int = 0) -> set[int]:
 
 
 def start_worker(
-    tmp_path: Path, name: str, start_url: str, settings: dict, allowed: list[str] | None = None
+    tmp_path: Path,
+    name: str,
+    start_url: str,
+    settings: dict,
+    allowed: list[str] | None = None,
+    start_when: Path | None = None,
 ) -> subprocess.Popen:
     d = tmp_path / name
     d.mkdir()
     config = {
         "allowed": allowed,
+        "start_when": str(start_when) if start_when else None,
         "start_url": start_url,
         "settings": settings,
         "items": str(d / "items.jsonl"),
@@ -416,10 +422,29 @@ def fleet_crawl(tmp_path: Path, redis_url: str, site_delay: float, **settings) -
         **settings,
     }
     procs: list[subprocess.Popen] = []
+    go = tmp_path / "go"
     try:
         with Site(g, delay=site_delay, host_of=lambda i: HOSTS[i % 3], addresses=HOSTS) as site:
             for n in range(4):
-                procs.append(start_worker(tmp_path, f"w{n}", site.url(0), base, list(HOSTS)))
+                procs.append(
+                    start_worker(tmp_path, f"w{n}", site.url(0), base, list(HOSTS), start_when=go)
+                )
+            # The crawl starts once the four have joined: not while some still start up (four
+            # Python processes importing Scrapy on two cores), which would delay the requests
+            # of the others between their pop and the server by more than a delay's jitter.
+            client = redis.Redis.from_url(redis_url)
+            try:
+                wait_for(
+                    lambda: (
+                        client.hlen("{" + key + "}:workers") == 4
+                        or any(p.poll() is not None for p in procs)
+                    ),
+                    "four processes joined",
+                )
+            finally:
+                client.close()
+            time.sleep(0.5)  # (their engines up and idle)
+            go.touch()
             for n, proc in enumerate(procs):
                 log = tmp_path / f"w{n}" / "crawl.log"
                 assert proc.wait(timeout=300) == 0, log.read_text()[-3000:]
