@@ -107,6 +107,12 @@ local function server_time()
   return tonumber(t[1]) + tonumber(t[2]) / 1e6
 end
 
+-- The server's time in whole milliseconds: the clock of leases, holds and slot delays.
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
 -- The clock of the window policy: G, or wall seconds (the server's, read once per call and
 -- recorded in g.clock, so that a replay can feed the embedded engine the same time).
 local now_cache
@@ -346,11 +352,6 @@ local function unblock(sl)
   redis.call('HDEL', NEXT, sl)
   blocked[sl] = false
   reindex(sl)
-end
-
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
 -- A page of slot sl was just leased at ms (u: a uniform draw in [0, 1) from the process, for
@@ -849,8 +850,7 @@ elseif cmd == 'pop' then
     full[ARGV[k]] = true
     n_full = n_full + 1
   end
-  local t = redis.call('TIME')
-  local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local ms = now_ms()
   local lk = ns .. ':leases'
   redis.call('ZREMRANGEBYSCORE', ns .. ':holds', '-inf', ms)
   local expired = redis.call('ZRANGEBYSCORE', lk, '-inf', ms, 'LIMIT', 0, 100)
@@ -1010,9 +1010,7 @@ elseif cmd == 'visit' then
   if owed then
     -- The process files those links next: until then, the crawl is not over (another
     -- process asking whether anything is pending must not leave).
-    local t = redis.call('TIME')
-    local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    redis.call('ZADD', ns .. ':holds', ms + tonumber(ARGV[9]), token)
+    redis.call('ZADD', ns .. ':holds', now_ms() + tonumber(ARGV[9]), token)
   end
   flush()
   save_g()
@@ -1170,8 +1168,7 @@ elseif cmd == 'polite' then
 elseif cmd == 'renew' then
   -- ARGV: lease_ms n_holds hold... (fp token)... Extends the holds and the leases this process
   -- still has.
-  local t = redis.call('TIME')
-  local until_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[2])
+  local until_ms = now_ms() + tonumber(ARGV[2])
   local n_holds = tonumber(ARGV[3])
   for k = 4, 3 + n_holds do
     redis.call('ZADD', ns .. ':holds', 'XX', until_ms, ARGV[k])

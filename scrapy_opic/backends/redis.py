@@ -819,9 +819,10 @@ class RedisFrontier:
             args += [lease.key, lease.token]
         return int(self._call(*args)) if len(args) > 3 else 0
 
-    def _unhold(self) -> None:
-        """End this process's holds once the links they wait for are filed (:attr:`ready`)."""
-        if self.ready():
+    def _unhold(self, leaving: bool = False) -> None:
+        """End this process's holds once the links they wait for are filed (:attr:`ready`), or
+        as it ``leaving`` (what it did not file, nobody will)."""
+        if leaving or self.ready():
             self.round_trips += 1
             self.client.zrem(self.ns + ":holds", *self._holds)
             self._holds = []
@@ -846,10 +847,8 @@ class RedisFrontier:
         try:
             if leases:
                 self.release(leases)
-            if self._holds:  # (what this process did not file, nobody will)
-                self.round_trips += 1
-                self.client.zrem(self.ns + ":holds", *self._holds)
-                self._holds = []
+            if self._holds:
+                self._unhold(leaving=True)
             self.leave()
         finally:
             self.client.close()
