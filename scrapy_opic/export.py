@@ -451,17 +451,19 @@ def open_state(path: str | os.PathLike) -> OpicState:
 
 def read_redis_crawl(location: str, read: Callable[[Any], Any]) -> Any:
     """``read(frontier)`` on the crawl at ``redis://host:port/db#KEY`` (a
-    :class:`~scrapy_opic.backends.redis.RedisFrontier`, closed afterwards); an unreachable
+    :class:`~scrapy_opic.backends.redis.RedisFrontier`, or a
+    :class:`~scrapy_opic.backends.sharded.ShardedRedisFrontier` for a crawl over several
+    partitions, closed afterwards); an unreachable
     server, a missing package or a bad location is one :class:`StoreError` line."""
     try:
         import redis
     except ImportError:
         raise StoreError("reading a Redis crawl needs: pip install 'scrapy-opic[redis]'") from None
-    from .backends.redis import RedisFrontier
+    from .backends.sharded import connect_crawl
 
     url, key = split_location(location)
     try:
-        frontier = RedisFrontier.connect(url, key)
+        frontier = connect_crawl(url, key)
         try:
             return read(frontier)
         finally:

@@ -357,6 +357,14 @@ SETTINGS: tuple[Setting, ...] = (
         _one_of("fleet", "process"),
     ),
     Setting(
+        "OPIC_REDIS_SHARDS",
+        1,
+        "partitions of one Redis crawl, by URL host: on a Redis Cluster they spread over its "
+        "shards, so one crawl uses several Redis cores (every process of a crawl sets the same "
+        "number; a crawl keeps the number it started with)",
+        _integer(1),
+    ),
+    Setting(
         "OPIC_REDIS_RESET",
         False,
         "delete the crawl's keys when this process opens (start afresh; never set it on "
@@ -400,6 +408,7 @@ class OpicSettings:
     redis_key: str
     redis_lease: float
     redis_politeness: str
+    redis_shards: int
     redis_reset: bool
     #: Scrapy's JOBDIR (a resumable crawl), or None.
     jobdir: str | None

@@ -184,19 +184,24 @@ def _open_redis(
             "OPIC_STORE='redis' needs the redis package: pip install 'scrapy-opic[redis]'"
         ) from None
     from .backends.redis import RedisFrontier
+    from .backends.sharded import ShardedRedisFrontier
 
     key = settings.redis_crawl_key(spider_name)
     shown = masked_url(settings.redis_url)
     frontier = None
+    kw: dict[str, Any] = {
+        "lease": settings.redis_lease,
+        "encode": encode,
+        "series_seconds": settings.commit_seconds,
+    }
     try:
         # (Connecting asks the server whether it is a cluster node: it can fail already.)
-        frontier = RedisFrontier.connect(
-            settings.redis_url,
-            key,
-            lease=settings.redis_lease,
-            encode=encode,
-            series_seconds=settings.commit_seconds,
-        )
+        if settings.redis_shards > 1:
+            frontier = ShardedRedisFrontier.connect(
+                settings.redis_url, key, settings.redis_shards, **kw
+            )
+        else:
+            frontier = RedisFrontier.connect(settings.redis_url, key, **kw)
         if settings.redis_reset:
             n = frontier.clear()
             logger.info("OPIC_REDIS_RESET: deleted the %d keys of the crawl %r", n, key)

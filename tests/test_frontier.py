@@ -173,11 +173,11 @@ def test_a_permanent_redirect_makes_its_page_an_alias_of_the_target(frontiers, p
     f.schedule([entry(2)])
     one = f.pop()
     assert one.key == key(1)
-    f.visit(one, [Link(key(2), "u2")])
+    f.visit(one, [Link(key(2), "http://h/2")])
     two = f.pop()
     assert two.key == key(2)
     before = f.cash_of(key(1))
-    f.visit(two, [Link(key(0), "u0")])
+    f.visit(two, [Link(key(0), "http://h/0")])
     if permanent:
         assert f.cash_of(key(0)) == 0.0 and f.cash_of(key(1)) > before
         assert f.schedule([entry(0)]) == [DUPLICATE]

@@ -28,10 +28,10 @@ from scrapy_opic.scheduler import (
     decode_request,
     encode_request,
 )
-from tests.frontiers import redis_url_of
+from tests.frontiers import SHARDS, redis_url_of
 
 URLS = [f"http://host{i % 3}.example/page/{i}" for i in range(12)]
-BACKENDS = ["sqlite", "sqlite-jobdir", "redis", "redis-cluster"]
+BACKENDS = ["sqlite", "sqlite-jobdir", "redis", "redis-cluster", "redis-sharded"]
 
 
 class ContractSpider(Spider):
@@ -57,6 +57,8 @@ class Schedulers:
             base["JOBDIR"] = str(self.tmp_path / "job")
         if self.backend.startswith("redis"):
             base.update(OPIC_STORE="redis", OPIC_REDIS_URL=self.redis_url, OPIC_REDIS_KEY=self.key)
+        if self.backend == "redis-sharded":
+            base["OPIC_REDIS_SHARDS"] = SHARDS
         crawler = get_crawler(ContractSpider, {**base, **settings})
         crawler.engine = SimpleNamespace(
             downloader=SimpleNamespace(get_slot_key=lambda r: urlparse_cached(r).hostname, slots={})
@@ -76,9 +78,9 @@ class Schedulers:
         for scheduler in list(self.open):
             self.close(scheduler)
         if self.backend.startswith("redis"):
-            from scrapy_opic.backends.redis import RedisFrontier
+            from scrapy_opic.backends.sharded import connect_crawl
 
-            frontier = RedisFrontier.connect(self.redis_url, self.key)
+            frontier = connect_crawl(self.redis_url, self.key)
             frontier.clear()
             frontier.client.close()
 
@@ -142,7 +144,9 @@ def test_a_visit_files_its_links_and_the_scheduler_answers_for_them(schedulers):
     trips = s.frontier.round_trips
     visit(s, parent, kids)
     assert [s.enqueue_request(k) for k in kids] == [True, True, True, False]
-    if schedulers.backend.startswith("redis"):  # the visit filed them: one round trip for all
+    if schedulers.backend == "redis-sharded":  # + one for the links of other partitions
+        assert s.frontier.round_trips == trips + 2
+    elif schedulers.backend.startswith("redis"):  # the visit filed them: one round trip
         assert s.frontier.round_trips == trips + 1
         assert s.frontier.check() == []
     f = s.frontier.figures()

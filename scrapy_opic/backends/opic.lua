@@ -62,16 +62,51 @@
 -- halves the server time of a call and the memory of a page (the commands a script issues,
 -- and their arguments, are most of its cost).
 --
--- ARGV[1] is the command; the rest are its arguments (see the Python side, redisstore.py).
+-- ARGV[1] is the command; the rest are its arguments (see the Python side, redis.py). The code
+-- below reads them as A (ARGV, less an 'ack' prefix).
 
 local ns = KEYS[1]
 local SK = ns .. ':s'
-local cmd = ARGV[1]
+-- A sharded crawl's outbox (see the shard commands below): entry id -> entry, and entry id ->
+-- the server time it was written (ms), for the upkeep's replay of old entries.
+local OUT, OUTT = ns .. ':out', ns .. ':outt'
+-- Any command may come after 'ack n id...': the outbox entries of this partition that their
+-- destinations have applied, acknowledged on the way (no round trip of their own).
+local A = ARGV
+if A[1] == 'ack' then
+  local n = tonumber(A[2])
+  if n > 0 then
+    local ids = {}
+    for k = 3, 2 + n do ids[#ids + 1] = A[k] end
+    redis.call('HDEL', OUT, unpack(ids))
+    redis.call('ZREM', OUTT, unpack(ids))
+  end
+  local rest = {}
+  for k = 3 + n, #A do rest[#rest + 1] = A[k] end
+  A = rest
+end
+-- A visit may come after 'vs token live unfetched ...' (the live and never-fetched page counts
+-- of every partition): it sends this partition's virtual cash too (send_virtual).
+local VS = nil
+if A[1] == 'vs' then
+  VS = {token = A[2], lives = {}, unfs = {}}
+  local n = 0
+  local k = 3
+  while A[k] and A[k] ~= 'visit' do
+    VS.lives[n], VS.unfs[n] = tonumber(A[k]), tonumber(A[k + 1])
+    n, k = n + 1, k + 2
+  end
+  VS.n = n
+  local rest = {}
+  for j = k, #A do rest[#rest + 1] = A[j] end
+  A = rest
+end
+local cmd = A[1]
 
 local GFMT = '<' .. string.rep('d', #SCALARS)
 
 local g = {}
-local eps, refresh, cont, interp, wall, mom, T, estimator
+local eps, refresh, cont, interp, wall, mom, T, estimator, sharded
 
 local function fmt(x)
   return string.format('%.17g', x)
@@ -93,6 +128,7 @@ local function load_g()
   layout = LAYOUTS[mom and 1 or (wall and 2 or 0)]
   T = g.T
   estimator = ESTIMATORS[g.est]
+  sharded = g.parts > 1
   return true
 end
 
@@ -113,11 +149,18 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- The clock of the window policy: G, or wall seconds (the server's, read once per call and
--- recorded in g.clock, so that a replay can feed the embedded engine the same time).
+-- The crawl's G clock: G, and in a sharded crawl the other partitions' G as they last sent it
+-- (gother, see apply): one clock for every partition, the crawl's G but for what the others
+-- absorbed since they last sent their virtual cash. (gother is 0 unsharded: G exactly.)
+local function gclock()
+  return g.G + g.gother
+end
+
+-- The clock of the window policy: the G clock, or wall seconds (the server's, read once per
+-- call and recorded in g.clock, so that a replay can feed the embedded engine the same time).
 local now_cache
 local function now()
-  if not wall then return g.G end
+  if not wall then return gclock() end
   if not now_cache then
     now_cache = server_time()
     g.clock = now_cache
@@ -405,7 +448,7 @@ end
 -- OpicEngine.add_page (+ the window's on_new): a new page with no cash.
 local function new_page(fp, url)
   -- (cb = 0: back pay, the teleport credit given before the page joined.)
-  local p = {s = -(g.acca + g.accu), h = 0, cb = 0, lc = 0, lg = g.G, v = 0, f = 0,
+  local p = {s = -(g.acca + g.accu), h = 0, cb = 0, lc = 0, lg = gclock(), v = 0, f = 0,
     st = DISCOVERED, b = 0, d = 0, lt = 0, pr = '0', sl = '', o = 0, dirty = true,
     id = g.n, hb = fphash(fp), fresh = true}
   if interp then
@@ -539,7 +582,7 @@ local function credit(p, x, y)
   if y then
     p.lc = p.lc + y
     if mom then
-      local t = g.G
+      local t = gclock()
       p.b = p.b + y * t
       p.d = p.d + y * (t * t)
     end
@@ -551,7 +594,7 @@ end
 local function credit_total(total)
   g.ctot = g.ctot + total
   if mom then
-    local t = g.G
+    local t = gclock()
     g.btot = g.btot + total * t
     g.dtot = g.dtot + total * (t * t)
   end
@@ -589,8 +632,23 @@ end
 
 -- OpicEngine.payout: the virtual page pays out (before every selection).
 local function payout()
-  local v = g.vcash
   local live = g.n - g.ndead  -- closed pages receive nothing
+  if sharded then
+    -- A partition's virtual page pays what the crawl's virtual page sent it (vsend, apply):
+    -- vin to every live page, vinu to those never fetched, and vcred as teleport credit.
+    local a, u = g.vin, g.vinu
+    if a + u <= 0 or live == 0 then return end
+    if g.nunf == 0 then a, u = a + u, 0 end
+    g.acca = g.acca + a / live
+    if u ~= 0 then g.accu = g.accu + u / g.nunf end
+    g.vin, g.vinu = 0, 0
+    g.vhist = g.vhist + a + u
+    g.G = g.G + a + u
+    g.accc = g.accc + g.vcred
+    g.vcred = 0
+    return
+  end
+  local v = g.vcash
   if v <= 0 or live == 0 then return end
   local to_unf = 0
   if g.nunf > 0 then to_unf = (1 - refresh) * v end
@@ -619,7 +677,7 @@ local function visit_take(p)
   local t = now()
   local received, k = take_credit(p)
   absorb(p, received, t)
-  p.lg = g.G
+  p.lg = gclock()
   if wall then p.lt = t end
   p.v = p.v + 1
   g.G = g.G + c
@@ -675,7 +733,8 @@ local function distribute(c, kc, kids, weights, boosts, vweight)
   local paid = 0
   for k = 1, d do
     credit(kids[k], shares[k], credits[k])
-    paid = paid + credits[k]
+    -- (A page of another partition, a stub here: its partition books the credit it receives.)
+    if not kids[k].remote then paid = paid + credits[k] end
   end
   credit_total(paid)
   g.vcash = g.vcash + to_virtual
@@ -763,7 +822,7 @@ end
 -- O(1) importance of a page just visited, for OPIC_ITEM_FIELD (unbounded windows only: a
 -- windowed policy's normaliser is a sum over all pages).
 local function slope(b, d)
-  local G = g.G
+  local G = gclock()
   if G <= 0 then return 0 end
   local spread = G * b - d
   if spread > SLOPE_NOISE * G * b then return 6.0 * spread / (G * G * G) end
@@ -774,10 +833,13 @@ end
 -- credit received.)
 local function importance_of(p)
   if interp then return -1 end
-  local received = g.ctot
+  -- (In a sharded crawl, the crawl's totals as this partition knows them: its own and the
+  -- others' as they last sent them; unsharded, the others' are 0.)
+  local received = g.ctot + g.octot
+  local n = g.n + g.on
   local lemma = p.h + p.lc
   local est, total
-  local slopes = slope(g.btot, g.dtot)
+  local slopes = slope(g.btot + g.obtot, g.dtot + g.odtot)
   if estimator == 'paper' or estimator == 'lemma' then
     est, total = lemma, received
   elseif estimator == 'regression' then
@@ -788,27 +850,115 @@ local function importance_of(p)
     local y = slopes > 0 and sl / slopes or sl
     est, total = BLEND_LEMMA * x + (1.0 - BLEND_LEMMA) * y, 1.0
   end
-  if not (total > 0) then return 1.0 / g.n end
+  if not (total > 0) then return 1.0 / n end
   local dangling = 0
-  if g.cpass > 0 then dangling = g.cdang / g.cpass end
+  local passed = g.cpass + g.ocpass
+  if passed > 0 then dangling = (g.cdang + g.ocdang) / passed end
   local a = eps + (1.0 - eps) * dangling
-  return a / g.n + (1.0 - a) / total * est
+  return a / n + (1.0 - a) / total * est
+end
+
+-- ---------------------------------------------------------------- shards
+-- A crawl of P partitions (tags {<key>:0} .. {<key>:P-1}, each a whole frontier of the pages
+-- of the download slots that hash to it): cash that leaves a partition (a link's share, a
+-- redirect's cash, the virtual page's income) is written, in the same call that takes it,
+-- as an entry of the partition's outbox; the process then applies the entry on its
+-- destination (which records its id in <ns>:applied, so that applying it twice does nothing)
+-- and acknowledges it here (the 'ack' prefix). Cash in an outbox is in no page's books but in
+-- the crawl's: the total is the partitions' cash plus their outboxes'.
+--   entry: the cash it carries (a little-endian double), then a msgpack array: {'l', links},
+--   each link {fp, url, again, pr, sl, req, cash, credit}; or {'v', to all pages, to pages
+--   never fetched, teleport credit}.
+local APPLIED = ns .. ':applied'
+-- What a partition knows of the others (the sums of what each last sent, <ns>:gk: partition ->
+-- its numbers packed): G, and the totals importance reads.
+local OTHERS = {'gother', 'octot', 'ocpass', 'ocdang', 'obtot', 'odtot', 'on'}
+local OTHERS_FMT = '<ddddddd'
+
+-- Write an outbox entry for partition dest (id: the call's token and dest) and list it in
+-- entries (dest, id, entry) for the reply.
+local function write_entry(entries, token, dest, cash, body)
+  local id = fmt(g.part) .. ':' .. token .. '>' .. dest
+  local blob = struct.pack('<d', cash) .. cmsgpack.pack(body)
+  redis.call('HSET', OUT, id, blob)
+  redis.call('ZADD', OUTT, now_ms(), id)
+  entries[#entries + 1] = dest
+  entries[#entries + 1] = id
+  entries[#entries + 1] = blob
+end
+
+-- The partition's head, for the process's choice among partitions: the highest tier with a
+-- pending page in a slot with room, and the best true cash there ({'', ''}: none).
+local function head()
+  for _, pr in ipairs(redis.call('ZREVRANGE', ns .. ':tiers', 0, -1)) do
+    local best = nil
+    local hu = redis.call('ZREVRANGE', hkey(pr, true), 0, 0, 'WITHSCORES')
+    local hf = redis.call('ZREVRANGE', hkey(pr, false), 0, 0, 'WITHSCORES')
+    if #hu > 0 then best = tonumber(hu[2]) + g.acca + g.accu end
+    if #hf > 0 then
+      local c = tonumber(hf[2]) + g.acca
+      if not best or c > best then best = c end
+    end
+    if best then return {pr, fmt(best)} end
+  end
+  return {'', ''}
+end
+
+-- The partition's virtual cash, sent to every partition: to all of its live pages in
+-- proportion to their number and, (1 - refresh) of it, to the pages never fetched in
+-- proportion to theirs; and as teleport credit, the whole amount to every partition (each of
+-- its pages receives it, as from one virtual page). One virtual page in P parts, whose payout
+-- stays uniform over the crawl's pages however the partitions' incomes differ. lives, unfs:
+-- the partitions' counts (0 .. n-1), as the process last read them.
+local function send_virtual(entries, token, lives, unfs, n)
+  local v = g.vcash
+  local L, U = 0, 0
+  for j = 0, n - 1 do L, U = L + lives[j], U + unfs[j] end
+  if not (v > 0) or L == 0 then return end
+  g.vcash = 0
+  local me = g.part
+  local sent = 0
+  local share = {}
+  for j = 0, n - 1 do
+    local a, u
+    if U > 0 then
+      a, u = refresh * v * lives[j] / L, (1 - refresh) * v * unfs[j] / U
+    else
+      a, u = v * lives[j] / L, 0
+    end
+    share[j] = {a, u}
+    if j ~= me then sent = sent + a + u end
+  end
+  for j = 0, n - 1 do
+    local a, u = share[j][1], share[j][2]
+    if j == me then
+      -- (This partition keeps what the others do not receive: exactly what was taken.)
+      g.vin, g.vinu, g.vcred = g.vin + (v - sent) - u, g.vinu + u, g.vcred + v
+    else
+      write_entry(entries, token, tostring(j), a + u, {'v', a, u, v, g.part, struct.pack(
+        OTHERS_FMT, g.G, g.ctot, g.cpass, g.cdang, g.btot, g.dtot, g.n)})
+    end
+  end
 end
 
 -- ---------------------------------------------------------------- commands
 if cmd == 'init' then
-  -- ARGV: the N_PARAMS first SCALARS (numbers; win and est are ids in the generated WINDOWS
+  -- A: the N_PARAMS first SCALARS (numbers; win and est are ids in the generated WINDOWS
   -- and ESTIMATORS orders). Creates the crawl if there is none;
   -- returns the crawl's parameters (a joining process compares them with its own).
   if redis.call('EXISTS', SK) == 0 then
     for k, name in ipairs(SCALARS) do g[name] = 0 end
     local readable = {}
     for k = 1, N_PARAMS do
-      g[SCALARS[k]] = tonumber(ARGV[k + 1])
+      g[SCALARS[k]] = tonumber(A[k + 1])
       readable[#readable + 1] = SCALARS[k]
-      readable[#readable + 1] = ARGV[k + 1]
+      readable[#readable + 1] = A[k + 1]
     end
-    g.vcash = 1.0  -- all the cash starts in the virtual page
+    -- All the cash starts in the virtual page; in a crawl of P partitions (parts), in
+    -- partition 0's: A[N_PARAMS + 2] is this one's number (part).
+    g.part = tonumber(A[N_PARAMS + 2] or '0')
+    g.parts = tonumber(A[N_PARAMS + 3] or '1')
+    g.vcash = g.part == 0 and 1.0 or 0.0
     save_g()
     redis.call('HSET', ns .. ':g', unpack(readable))
   end
@@ -823,31 +973,31 @@ if not load_g() then
 end
 
 if cmd == 'sched' then
-  -- ARGV: again, then (fp url pr sl req) per request. Returns a code per request (schedule()).
-  local again = ARGV[2] == '1'
+  -- A: again, then (fp url pr sl req) per request. Returns a code per request (schedule()).
+  local again = A[2] == '1'
   local out = {}
-  for k = 3, #ARGV, 5 do
-    local p = page_or_new(ARGV[k], ARGV[k + 1])
-    out[#out + 1] = schedule(p, ARGV[k + 2], ARGV[k + 3], ARGV[k + 4], again, ARGV[k + 1])
+  for k = 3, #A, 5 do
+    local p = page_or_new(A[k], A[k + 1])
+    out[#out + 1] = schedule(p, A[k + 2], A[k + 3], A[k + 4], again, A[k + 1])
   end
   flush()
   save_g()
   return out
 
 elseif cmd == 'pop' then
-  -- ARGV: token lease_ms share u full-slot... Reclaims expired leases, opens the slots whose
+  -- A: token lease_ms share u full-slot... Reclaims expired leases, opens the slots whose
   -- delay has passed, pays the virtual page out, then leases the pending page with the most
   -- cash (highest priority first) whose download slot has room (not full in this process,
   -- not blocked for the fleet); when the discovery debt is due (share > 0: frontier.py,
   -- discovery_step), the best page never fetched of the highest tier that has one. u: a
   -- uniform draw in [0, 1) for the delay's jitter. Returns {fp, {url, request}, slot} or {}.
-  local token, lease_ms, share = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
-  local u = tonumber(ARGV[5])
+  local token, lease_ms, share = A[2], tonumber(A[3]), tonumber(A[4])
+  local u = tonumber(A[5])
   local discover = share > 0 and g.debt + share >= 1.0
   local full = {}
   local n_full = 0
-  for k = 6, #ARGV do
-    full[ARGV[k]] = true
+  for k = 6, #A do
+    full[A[k]] = true
     n_full = n_full + 1
   end
   local ms = now_ms()
@@ -914,14 +1064,17 @@ elseif cmd == 'pop' then
   if not best then
     save_g()
     -- Pages pending, none in a slot with room: when to ask again (ms until the first slot whose
-    -- delay ends; -1 if all wait for a lease to end).
+    -- delay ends; -1 if all wait for a lease to end). In a sharded crawl, then the head (a
+    -- page in a slot full for this process is there for others).
+    local wait = nil
     if polite() and g.st1 > 0 then
       local first = redis.call('ZRANGE', BLOCKED, 0, 0, 'WITHSCORES')
       if #first > 0 then
-        if first[2] == 'inf' then return {'', -1} end
-        return {'', math.max(0, tonumber(first[2]) - ms)}
+        wait = first[2] == 'inf' and -1 or math.max(0, tonumber(first[2]) - ms)
       end
     end
+    if sharded and n_full > 0 then return {'', wait or -3, head()} end
+    if wait then return {'', wait} end
     return {}
   end
   local p = page(best)
@@ -935,31 +1088,40 @@ elseif cmd == 'pop' then
   slot_leased(p.sl, ms, u)
   flush()
   save_g()
-  return {best, {p.rurl or url_of(p.id), p.rq}, p.sl}
+  return {best, {p.rurl or url_of(p.id), p.rq}, p.sl, sharded and head() or {}}
 
 elseif cmd == 'visit' then
-  -- ARGV: fp token plain has_boosts vweight later closed_virtual lease_ms, then (cfp url
+  -- A: fp token plain has_boosts vweight later closed_virtual lease_ms, then (cfp url
   -- weight boost again pr sl req) per followed link; later: the page's request from now on
   -- ('' keeps it); closed_virtual: links to closed pages pay the virtual page; lease_ms: how
   -- long the hold lasts if a link needs its request. Returns {1, importance, code per link} or
   -- {0} for a stale lease.
-  local fp, token = ARGV[2], ARGV[3]
+  local fp, token = A[2], A[3]
   local p = leased(fp, token)
   if not p then return stale() end
-  local plain, has_boosts, vweight = ARGV[4] == '1', ARGV[5] == '1', tonumber(ARGV[6])
+  local plain, has_boosts, vweight = A[4] == '1', A[5] == '1', tonumber(A[6])
   -- Children first (Scrapy's page_of: every followed link becomes a page before the visit).
   local links = {}
-  for k = 10, #ARGV, 8 do
-    links[#links + 1] = {fp = ARGV[k], p = page_or_new(ARGV[k], ARGV[k + 1]), url = ARGV[k + 1],
-      w = tonumber(ARGV[k + 2]), boost = tonumber(ARGV[k + 3]), again = ARGV[k + 4] == '1',
-      pr = ARGV[k + 5], sl = ARGV[k + 6], req = ARGV[k + 7]}
+  local stubs = {}  -- fp -> the stub of a page of another partition (a sharded crawl)
+  for k = 10, #A, 9 do
+    local l = {fp = A[k], url = A[k + 1],
+      w = tonumber(A[k + 2]), boost = tonumber(A[k + 3]), again = A[k + 4] == '1',
+      pr = A[k + 5], sl = A[k + 6], req = A[k + 7], dest = A[k + 8]}
+    if l.dest == '' then
+      l.p = page_or_new(l.fp, l.url)
+    else
+      -- Its partition files it (apply): here it only collects its shares of cash and credit.
+      l.p = stubs[l.fp] or {remote = l.dest, s = 0, lc = 0, b = 0, d = 0}
+      stubs[l.fp] = l.p
+    end
+    links[#links + 1] = l
   end
   local c, kc = visit_take(p)
   local kids, weights, boosts = {}, nil, nil
   local seen = {}  -- fp -> its index in kids
   -- Links to closed pages, when they pay the virtual page (OpicEngine.closed_links_virtual):
   -- each page once, its largest weight, in order.
-  local closed_virtual = ARGV[8] == '1'
+  local closed_virtual = A[8] == '1'
   local gone, gone_w = {}, {}
   if not plain then weights = {} end
   if has_boosts then boosts = {} end
@@ -967,13 +1129,13 @@ elseif cmd == 'visit' then
     -- A link to a closed alias is a link to its target (Frontier._target: up to 8 hops).
     local q, qfp = l.p, l.fp
     for _ = 1, 8 do
-      if not (q.a and dead(q)) then break end
+      if q.remote or not (q.a and dead(q)) then break end
       qfp = q.a
       q = page(qfp)
     end
     -- A self-link is not an endorsement; a link to a closed page is no link; a page links to
     -- another page once (after aliases), with the largest weight and boost.
-    if qfp ~= fp and not dead(q) then
+    if qfp ~= fp and (q.remote or not dead(q)) then
       local k = seen[qfp]
       if k then
         if weights and l.w > weights[k] then weights[k] = l.w end
@@ -999,37 +1161,60 @@ elseif cmd == 'visit' then
   distribute(c, kc, kids, weights, boosts, vweight)
   p.o = OK
   unlease(fp)
-  done(p, ARGV[7])
-  local out = {1, fmt(importance_of(p))}
+  done(p, A[7])
+  local codes = {}
   local owed = false
+  local items = {}  -- dest -> the links it files, in order
   for _, l in ipairs(links) do
-    local code = schedule(l.p, l.pr, l.sl, l.req, l.again, l.url)
-    out[#out + 1] = code
-    if code == NEEDS_PAYLOAD then owed = true end
+    if l.dest == '' then
+      local code = schedule(l.p, l.pr, l.sl, l.req, l.again, l.url)
+      codes[#codes + 1] = code
+      if code == NEEDS_PAYLOAD then owed = true end
+    else
+      codes[#codes + 1] = -1  -- (its partition answers)
+      local it = items[l.dest]
+      if not it then
+        it = {}
+        items[l.dest] = it
+      end
+      -- A page's shares go with its first link; the others are only filed.
+      local x, y = l.p.s, l.p.lc
+      l.p.s, l.p.lc = 0, 0
+      it[#it + 1] = {l.fp, l.url, l.again and 1 or 0, l.pr, l.sl, l.req, x, y}
+    end
   end
+  local entries = {}
+  for dest, it in pairs(items) do
+    local cash = 0
+    for _, x in ipairs(it) do cash = cash + x[7] end
+    write_entry(entries, token, dest, cash, {'l', it})
+  end
+  if VS then send_virtual(entries, VS.token, VS.lives, VS.unfs, VS.n) end
+  local out = {1, fmt(importance_of(p)), codes, entries}
   if owed then
     -- The process files those links next: until then, the crawl is not over (another
     -- process asking whether anything is pending must not leave).
-    redis.call('ZADD', ns .. ':holds', now_ms() + tonumber(ARGV[9]), token)
+    redis.call('ZADD', ns .. ':holds', now_ms() + tonumber(A[9]), token)
   end
   flush()
   save_g()
+  if sharded then out[5] = head() end
   return out
 
 elseif cmd == 'fail' then
-  -- ARGV: fp token outcome later. Fetched but nothing to follow: a visit with no out-links;
+  -- A: fp token outcome later. Fetched but nothing to follow: a visit with no out-links;
   -- closed, unless the crawl is continuous and the outcome not final (then pending again, with
   -- later as its request unless empty).
-  local fp = ARGV[2]
-  local p = leased(fp, ARGV[3])
+  local fp = A[2]
+  local p = leased(fp, A[3])
   if not p then return stale() end
-  local o = tonumber(ARGV[4])
+  local o = tonumber(A[4])
   local c, kc = visit_take(p)
   distribute(c, kc, {}, nil, nil, 0)
   p.o = o
   unlease(fp)
   if cont and not FINAL_OUTCOMES[o] then
-    done(p, ARGV[5])
+    done(p, A[5])
   else
     retire(p)
     kill(p)
@@ -1039,10 +1224,10 @@ elseif cmd == 'fail' then
   return {1}
 
 elseif cmd == 'forfeit' then
-  -- ARGV: fp token outcome. Given up unfetched: cash to the virtual page, closed. With an
+  -- A: fp token outcome. Given up unfetched: cash to the virtual page, closed. With an
   -- empty token (a request a dupefilter refused: Frontier.drop), only a page discovered or
   -- pending, never one in flight or visited.
-  local fp, token = ARGV[2], ARGV[3]
+  local fp, token = A[2], A[3]
   local p
   if token == '' then
     p = page(fp)
@@ -1055,23 +1240,41 @@ elseif cmd == 'forfeit' then
     unlease(fp)
   end
   retire(p)
-  p.o = tonumber(ARGV[4])
+  p.o = tonumber(A[4])
   kill(p)
   flush()
   save_g()
   return {1}
 
 elseif cmd == 'redirect' then
-  -- ARGV: fp token target url pr sl req permanent. The cash moves to the target, which is
+  -- A: fp token target url pr sl req permanent. The cash moves to the target, which is
   -- scheduled; a permanent redirect makes the page a closed alias of the target.
-  local fp, token = ARGV[2], ARGV[3]
+  local fp, token = A[2], A[3]
   local p = leased(fp, token)
   if not p then return stale() end
-  local q = page_or_new(ARGV[4], ARGV[5])
+  local dest = A[10] or ''
+  if dest ~= '' then
+    -- The target is in partition dest: the cash and the credit travel in an outbox entry,
+    -- which files it there. (No alias across partitions: a permanent redirect closes the
+    -- page, and a link to it is a link to a closed page.)
+    unlease(fp)
+    local c = take(p)
+    p.o = REDIRECTED
+    local held, kc = take_credit(p)
+    g.ctot = g.ctot - held
+    retire(p)
+    if A[9] == '1' then kill(p) end
+    local entries = {}
+    write_entry(entries, token, dest, c, {'l', {{A[4], A[5], 0, A[6], A[7], A[8], c, kc}}})
+    flush()
+    save_g()
+    return {1, -1, entries}
+  end
+  local q = page_or_new(A[4], A[5])
   unlease(fp)
-  if ARGV[4] == fp then  -- a redirect to itself: a retry
-    p.req, p.pr, p.sl = ARGV[8], ARGV[6], ARGV[7]
-    p.rurl = request_url(p, ARGV[5])
+  if A[4] == fp then  -- a redirect to itself: a retry
+    p.req, p.pr, p.sl = A[8], A[6], A[7]
+    p.rurl = request_url(p, A[5])
     set_status(p, PENDING)
     flush()
     save_g()
@@ -1090,36 +1293,134 @@ elseif cmd == 'redirect' then
     credit_total(kc)
   end
   retire(p)
-  if ARGV[9] == '1' then  -- permanent: an alias of the target, closed
+  if A[9] == '1' then  -- permanent: an alias of the target, closed
     kill(p)
-    p.a = ARGV[4]
+    p.a = A[4]
   else
     p.a = nil
   end
-  local code = schedule(q, ARGV[6], ARGV[7], ARGV[8], false, ARGV[5])
+  local code = schedule(q, A[6], A[7], A[8], false, A[5])
   flush()
   save_g()
   return {1, code}
 
+elseif cmd == 'apply' then
+  -- A: lease_ms, then (id token entry)... Files the entries of other partitions' outboxes here, each once
+  -- (an entry applied already is skipped: a replay, or the upkeep's after a process died).
+  -- token: the lease token of the visit that wrote it, whose process holds the crawl open
+  -- while links it must file came back NEEDS_PAYLOAD ('': a replay, nobody holds). Returns,
+  -- per entry, the schedule code of each of its links ({} if applied already), then the head.
+  local ms = now_ms()
+  local out = {}
+  local owed = {}
+  for k = 3, #A, 3 do
+    local id, token, blob = A[k], A[k + 1], A[k + 2]
+    local codes = {}
+    if not redis.call('ZSCORE', APPLIED, id) then
+      redis.call('ZADD', APPLIED, ms, id)
+      local e = cmsgpack.unpack(string.sub(blob, 9))
+      if e[1] == 'v' then
+        g.vin = g.vin + e[2]
+        g.vinu = g.vinu + e[3]
+        g.vcred = g.vcred + e[4]
+        -- The source's G and totals, for the crawl's clock and figures here (the latest it
+        -- sent counts: its G never decreases).
+        local was = redis.call('HGET', ns .. ':gk', e[5])
+        local old = {0, 0, 0, 0, 0, 0, 0}
+        if was then old = {struct.unpack(OTHERS_FMT, was)} end
+        local new = {struct.unpack(OTHERS_FMT, e[6])}
+        if new[1] > old[1] then
+          for k, name in ipairs(OTHERS) do g[name] = g[name] + (new[k] - old[k]) end
+          redis.call('HSET', ns .. ':gk', e[5], e[6])
+        end
+      else
+        local paid = 0
+        for _, it in ipairs(e[2]) do
+          local fp, url, again, pr, sl, req, x, y = unpack(it)
+          local p = page_or_new(fp, url)
+          if x ~= 0 or y ~= 0 then
+            local q = p
+            for _ = 1, 8 do
+              if not (q.a and dead(q)) then break end
+              q = page(q.a)
+              if not q then break end
+            end
+            if q and not dead(q) then
+              credit(q, x, y)
+              paid = paid + y
+            else
+              g.vcash = g.vcash + x  -- a closed page receives nothing (OpicEngine.transfer)
+            end
+          end
+          local code = schedule(p, pr, sl, req, again == 1, url)
+          codes[#codes + 1] = code
+          if code == NEEDS_PAYLOAD and token ~= '' then owed[token] = true end
+        end
+        credit_total(paid)
+      end
+    end
+    out[#out + 1] = codes
+  end
+  for token in pairs(owed) do
+    redis.call('ZADD', ns .. ':holds', ms + tonumber(A[2]), token)
+  end
+  flush()
+  payout()  -- (so that the head below is the pages' true cash)
+  save_g()
+  out[#out + 1] = head()
+  return out
+
+elseif cmd == 'vsend' then
+  -- A: token, then (live unfetched) per partition 0..P-1: send_virtual. Returns the entries
+  -- (dest id entry...) for the other partitions.
+  local lives, unfs = {}, {}
+  local n = 0
+  for k = 3, #A, 2 do
+    lives[n], unfs[n] = tonumber(A[k]), tonumber(A[k + 1])
+    n = n + 1
+  end
+  local entries = {}
+  send_virtual(entries, A[2], lives, unfs, n)
+  payout()
+  save_g()
+  return entries
+
+elseif cmd == 'head' then
+  -- The partition's head (after the virtual page's payout), its live and never-fetched page
+  -- counts, its virtual cash, its outbox size, and ms until a held slot opens (-1: none held;
+  -- -2: all held until a lease ends).
+  local ms = now_ms()
+  open_slots(ms)
+  payout()
+  save_g()
+  local wait = -1
+  if polite() and g.st1 > 0 then
+    local first = redis.call('ZRANGE', BLOCKED, 0, 0, 'WITHSCORES')
+    if #first > 0 then
+      wait = first[2] == 'inf' and -2 or math.max(0, tonumber(first[2]) - ms)
+    end
+  end
+  return {head(), g.n - g.ndead, g.nunf, fmt(g.vcash), redis.call('HLEN', OUT), wait}
+
 elseif cmd == 'retry' then
-  -- ARGV: fp token pr sl req. Pending again, nothing moves.
-  local fp = ARGV[2]
-  local p = leased(fp, ARGV[3])
+  -- A: fp token pr sl req. Pending again, nothing moves.
+  local fp = A[2]
+  local p = leased(fp, A[3])
   if not p then return stale() end
   unlease(fp)
-  p.req, p.pr, p.sl = ARGV[6], ARGV[4], ARGV[5]
+  p.req, p.pr, p.sl = A[6], A[4], A[5]
   set_status(p, PENDING)
   flush()
   save_g()
   return {1}
 
 elseif cmd == 'release' then
-  -- ARGV: (fp token)... A leaving process hands its in-flight pages back, cash intact.
+  -- A: (fp token)... A leaving process hands its in-flight pages back, cash intact.
   local n = 0
-  for k = 2, #ARGV, 2 do
-    local p = leased(ARGV[k], ARGV[k + 1])
+  for k = 2, #A, 2 do
+    local p = leased(A[k], A[k + 1])
     if p then
-      unlease(ARGV[k])
+      unlease(A[k])
       set_status(p, PENDING)
       n = n + 1
     end
@@ -1129,12 +1430,12 @@ elseif cmd == 'release' then
   return n
 
 elseif cmd == 'polite' then
-  -- ARGV: conc delay_ms jitter, then (slot conc delay_ms jitter) per slot with limits of its
+  -- A: conc delay_ms jitter, then (slot conc delay_ms jitter) per slot with limits of its
   -- own; conc = 0: no fleet politeness (each process keeps its own). Sets the fleet's limits
   -- (the last process to join sets them for all). Switched on, the slots' lease counts are
   -- taken from the leases out; switched off, every blocked slot is indexed again.
   local was = polite()
-  local conc = tonumber(ARGV[2])
+  local conc = tonumber(A[2])
   redis.call('DEL', ns .. ':lim')
   if conc <= 0 then
     redis.call('DEL', ns .. ':pol')
@@ -1144,9 +1445,9 @@ elseif cmd == 'polite' then
     end
     return 0
   end
-  redis.call('HSET', ns .. ':pol', 'conc', ARGV[2], 'delay', ARGV[3], 'jitter', ARGV[4])
-  for k = 5, #ARGV, 4 do
-    redis.call('HSET', ns .. ':lim', ARGV[k], ARGV[k + 1] .. ' ' .. ARGV[k + 2] .. ' ' .. ARGV[k + 3])
+  redis.call('HSET', ns .. ':pol', 'conc', A[2], 'delay', A[3], 'jitter', A[4])
+  for k = 5, #A, 4 do
+    redis.call('HSET', ns .. ':lim', A[k], A[k + 1] .. ' ' .. A[k + 2] .. ' ' .. A[k + 3])
   end
   pol = nil
   polite()
@@ -1166,17 +1467,17 @@ elseif cmd == 'polite' then
   return 1
 
 elseif cmd == 'renew' then
-  -- ARGV: lease_ms n_holds hold... (fp token)... Extends the holds and the leases this process
+  -- A: lease_ms n_holds hold... (fp token)... Extends the holds and the leases this process
   -- still has.
-  local until_ms = now_ms() + tonumber(ARGV[2])
-  local n_holds = tonumber(ARGV[3])
+  local until_ms = now_ms() + tonumber(A[2])
+  local n_holds = tonumber(A[3])
   for k = 4, 3 + n_holds do
-    redis.call('ZADD', ns .. ':holds', 'XX', until_ms, ARGV[k])
+    redis.call('ZADD', ns .. ':holds', 'XX', until_ms, A[k])
   end
   local n = 0
-  for k = 4 + n_holds, #ARGV, 2 do
-    if leased(ARGV[k], ARGV[k + 1]) then
-      redis.call('ZADD', ns .. ':leases', 'XX', until_ms, ARGV[k])
+  for k = 4 + n_holds, #A, 2 do
+    if leased(A[k], A[k + 1]) then
+      redis.call('ZADD', ns .. ':leases', 'XX', until_ms, A[k])
       n = n + 1
     end
   end

@@ -87,7 +87,8 @@ SCALARS = (
     "eps", "refresh", "cont", "win", "est", "T", "wall", "mom", "layout", "n", "G", "greal",
     "vcash", "vhist", "acca", "accu", "nunf", "visits", "ema", "accc", "ctot", "cpass", "cdang",
     "btot", "dtot", "rate", "st0", "st1", "st2", "st3", "reclaimed", "stale", "clock", "debt",
-    "ndead",
+    "ndead", "parts", "part", "vin", "vinu", "vcred", "gother", "octot", "ocpass", "ocdang",
+    "obtot", "odtot", "on",
 )  # fmt: skip
 PARAMS = SCALARS[:9]
 #: The version of the crawl's layout in Redis (globals and page fields), a parameter that every
@@ -413,6 +414,20 @@ def window_spec(g: dict[str, float]) -> str:
     return "unbounded" if est == "blend" else f"unbounded:{est}"
 
 
+def entries_of(reply: Sequence[bytes]) -> list[tuple[str, str, bytes]]:
+    """The outbox entries a call wrote, from its reply: (destination, id, entry)."""
+    return [
+        (reply[k].decode(), reply[k + 1].decode(), reply[k + 2]) for k in range(0, len(reply), 3)
+    ]
+
+
+def parse_head(head: Sequence[bytes]) -> tuple[float, float] | None:
+    """A partition's head as the script tells it (tier, true cash), ``None`` for none."""
+    if len(head) < 2 or not head[0]:
+        return None
+    return float(head[0]), float(head[1])
+
+
 def _glob(text: str) -> str:
     """``text`` as a literal in a Redis glob pattern (SCAN MATCH)."""
     return "".join("\\" + c if c in "*?[]\\" else c for c in text)
@@ -523,6 +538,18 @@ class RedisFrontier:
         #: Set by the scheduler: whether every link that a visit answered NEEDS_PAYLOAD for has
         #: been filed (or dropped on its way) since.
         self.ready: Callable[[], bool] = lambda: True
+        #: In a sharded crawl (:class:`~scrapy_opic.backends.sharded.ShardedRedisFrontier`):
+        #: this partition's number, the number of partitions, the ids of outbox entries that
+        #: their destinations applied (acknowledged in the next call here), and the head of
+        #: the partition as the last pop left it (tier, true cash), ``None`` if it has none.
+        self.part, self.parts = 0, 1
+        self.acks: list[str] = []
+        self.head: tuple[float, float] | None = None
+        #: Per link of the last visit: whether its payload could not be encoded.
+        self.unencodable: list[bool] = []
+        #: Before the next visit here: ``vs`` and the partitions' page counts, to send this
+        #: partition's virtual cash in the same call (set by the sharded frontier).
+        self.send_virtual: list[Any] | None = None
 
     @classmethod
     def connect(cls, url: str, key: str, **kw: Any) -> RedisFrontier:
@@ -533,6 +560,14 @@ class RedisFrontier:
 
     def _call(self, *args: Any) -> Any:
         self.round_trips += 1
+        if self.acks:
+            acks = self.acks
+            self.acks = []
+            try:
+                return self._script(keys=[self.ns], args=["ack", len(acks), *acks, *args])
+            except BaseException:
+                self.acks = acks + self.acks  # (not sent: the next call carries them)
+                raise
         return self._script(keys=[self.ns], args=args)
 
     # -- the crawl ----------------------------------------------------------------------------
@@ -561,7 +596,19 @@ class RedisFrontier:
         }
         self.round_trips += 1
         existed = bool(self.client.exists(self.ns + ":s"))
-        stored = self._call("init", *(repr(mine[name]) for name in PARAMS))
+        if not existed and self.parts == 1:
+            shards = self.client.get(self.ns + ":shards")
+            if shards is not None:
+                raise ValueError(
+                    f"the OPIC crawl {self.key!r} in Redis runs on {int(shards)} partitions, "
+                    f"not 1 (OPIC_REDIS_SHARDS={int(shards)} to join it)"
+                )
+        stored = self._call(
+            "init",
+            *(repr(mine[name]) for name in PARAMS),
+            str(self.part),  # (the endowment: in partition 0's virtual page)
+            str(self.parts),
+        )
         stored = dict(zip(PARAMS, (float(v) for v in stored)))
         if stored["layout"] != LAYOUT:
             raise ValueError(
@@ -662,11 +709,16 @@ class RedisFrontier:
         if not got or not got[0]:
             # Pages wait in slots the fleet's politeness holds: ask again when the first one
             # opens (its delay) or, if all wait for leases to end elsewhere, after a short poll.
+            # (-3: none held; then the partition's head, its best page in a slot full here.)
             wait = int(got[1]) if got else None
+            self.head = parse_head(got[2]) if len(got) > 2 else None
+            if wait == -3:
+                wait = None
             self.wake_in = None if wait is None else POLL if wait < 0 else wait / 1000.0
             return None
         self.wake_in = None
-        fp, (url, data), slot = got
+        fp, (url, data), slot, head = got
+        self.head = parse_head(head)
         return Lease(fp, token, data, slot.decode(), unpack_url(url))
 
     def visit(
@@ -677,6 +729,22 @@ class RedisFrontier:
         importance: bool = False,
         payload: Any = None,
     ) -> Visit | None:
+        got = self.visit_out(lease, links, (), virtual_weight, importance, payload)
+        return None if got is None else got[0]
+
+    def visit_out(
+        self,
+        lease: Lease,
+        links: Sequence[Link],
+        dests: Sequence[str],
+        virtual_weight: float = 0.0,
+        importance: bool = False,
+        payload: Any = None,
+    ) -> tuple[Visit, list[tuple[str, str, bytes]]] | None:
+        """:meth:`visit`, with the links of other partitions of a sharded crawl: ``dests[k]``
+        is the partition of link ``k`` (``""``: this one; no ``dests``: all here). Their shares
+        go to this partition's outbox; returns the visit (``-1`` as those links' codes: their
+        partition answers) and the entries written (destination, id, entry)."""
         plain = not virtual_weight and all(link.weight == 1.0 for link in links)
         boosts = any(link.boost for link in links)
         args: list[Any] = [
@@ -691,7 +759,7 @@ class RedisFrontier:
             self.lease_ms,
         ]
         local = []
-        for link in links:
+        for k, link in enumerate(links):
             data = None
             # (A page this process knows is no longer new gets no payload: the common case of
             # a link to a known page costs no encoding and no bytes on the wire. Should it be
@@ -710,15 +778,22 @@ class RedisFrontier:
                 int(link.priority),
                 str(link.slot),
                 data or b"",
+                dests[k] if dests else "",
             ]
+        if self.send_virtual:
+            args = [*self.send_virtual, *args]
+            self.send_virtual = None
         out = self._call(*args)
         if not int(out[0]):
             return None
-        if any(int(c) == NEEDS_PAYLOAD for c in out[2:]):
+        if any(int(c) == NEEDS_PAYLOAD for c in out[2]):
             self._holds.append(lease.token)  # (the script holds the crawl open for them)
-        codes = self._codes((link.key for link in links), out[2:], local)
+        codes = self._codes((link.key for link in links), out[2], local)
         imp = float(out[1])
-        return Visit(codes, None if imp < 0 or not importance else imp)
+        if len(out) > 4:
+            self.head = parse_head(out[4])
+        self.unencodable = local
+        return Visit(codes, None if imp < 0 or not importance else imp), entries_of(out[3])
 
     def fail(self, lease: Lease, outcome: int = ERROR, payload: Any = None) -> bool:
         out = self._call("fail", lease.key, lease.token, int(outcome), self._later(payload, lease))
@@ -748,6 +823,15 @@ class RedisFrontier:
         return SCHEDULED if int(out[0]) else None
 
     def redirect(self, lease: Lease, entry: Entry, permanent: bool = False) -> int | None:
+        got = self.redirect_out(lease, entry, permanent)
+        return got if got is None or isinstance(got, int) else DUPLICATE
+
+    def redirect_out(
+        self, lease: Lease, entry: Entry, permanent: bool = False, dest: str = ""
+    ) -> int | list[tuple[str, str, bytes]] | None:
+        """:meth:`redirect`, to a target in partition ``dest`` of a sharded crawl (``""``:
+        this one): then the cash travels in an outbox entry, returned (destination, id,
+        entry) for the caller to apply."""
         require_payload(entry)
         data = self._data(entry.payload, entry.url)
         if data is None:
@@ -762,9 +846,12 @@ class RedisFrontier:
             str(entry.slot),
             data,
             "1" if permanent else "0",
+            dest,
         )
         if not int(out[0]):
             return None
+        if dest:
+            return entries_of(out[2])
         code = int(out[1]) if len(out) > 1 else DUPLICATE
         self._remember(entry.key)
         return code
@@ -941,6 +1028,15 @@ class RedisFrontier:
             "reclaimed": int(num("reclaimed")),
             "stale": int(num("stale")),
         }
+
+    def slot_figures(self) -> tuple[int, int]:
+        """Download slots held by the fleet's politeness, and slots with pages in flight."""
+        self.round_trips += 1
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zcard(self.ns + ":blocked")
+        pipe.hlen(self.ns + ":busy")
+        blocked, busy = pipe.execute()
+        return int(blocked), int(busy)
 
     def heartbeat(self) -> None:
         """Record that this process is alive (its last beat, this machine's clock)."""

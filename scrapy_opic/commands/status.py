@@ -22,8 +22,7 @@ def redis_status(location: str) -> dict[str, Any]:
             raise StoreError(f"no OPIC crawl under the key {frontier.key!r}")
         out: dict[str, Any] = frontier.status()
         out["politeness"] = frontier.politeness()
-        out["blocked_slots"] = frontier.client.zcard(frontier.ns + ":blocked")
-        out["busy_slots"] = frontier.client.hlen(frontier.ns + ":busy")
+        out["blocked_slots"], out["busy_slots"] = frontier.slot_figures()
         return out
 
     return read_redis_crawl(location, figures)
@@ -41,6 +40,8 @@ def status_line(f: dict[str, Any]) -> str:
         )
         if f.get("holds"):
             line += f", {f['holds']} visits filing links"
+        if f.get("shards"):
+            line += f"; {f['shards']} partitions, {f['transit']} transfers not acknowledged"
         pol = f.get("politeness")
         if pol:
             line += (
