@@ -1198,7 +1198,7 @@ elseif cmd == 'visit' then
   end
   flush()
   save_g()
-  if sharded then out[5] = head() end
+  if sharded then out[5], out[6] = head(), fmt(g.vcash) end
   return out
 
 elseif cmd == 'fail' then

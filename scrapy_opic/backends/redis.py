@@ -545,6 +545,7 @@ class RedisFrontier:
         self.part, self.parts = 0, 1
         self.acks: list[str] = []
         self.head: tuple[float, float] | None = None
+        self.vcash = 0.0
         #: Per link of the last visit: whether its payload could not be encoded.
         self.unencodable: list[bool] = []
         #: Before the next visit here: ``vs`` and the partitions' page counts, to send this
@@ -790,8 +791,9 @@ class RedisFrontier:
             self._holds.append(lease.token)  # (the script holds the crawl open for them)
         codes = self._codes((link.key for link in links), out[2], local)
         imp = float(out[1])
-        if len(out) > 4:
+        if len(out) > 5:  # (a partition of a sharded crawl: its head and virtual cash)
             self.head = parse_head(out[4])
+            self.vcash = float(out[5])
         self.unencodable = local
         return Visit(codes, None if imp < 0 or not importance else imp), entries_of(out[3])
 

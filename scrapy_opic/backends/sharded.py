@@ -335,6 +335,9 @@ class ShardedRedisFrontier:
         self._heads_at = time.monotonic()
         self._waits = waits
 
+    def _live(self) -> int:
+        return max(1, sum(live for live, _ in self._counts))
+
     def _send_args(self) -> list[Any]:
         out: list[Any] = ["vs", self.home._token()]
         for live, unf in self._counts:
@@ -423,7 +426,9 @@ class ShardedRedisFrontier:
         dest_of = [self.part_of(link.url) for link in links]
         dests = ["" if d == k else str(d) for d in dest_of]
         self._visits[k] += 1
-        if self._visits[k] % SEND_EVERY == 0:
+        if self._visits[k] % SEND_EVERY == 0 or part.vcash * self._live() >= 1.0:
+            # (Every few visits, or once the partition's virtual page holds more than a page's
+            # average cash: then it matters to the order of the pops.)
             part.send_virtual = self._send_args()
         got = part.visit_out(lease, links, dests, virtual_weight, importance, payload)
         if got is None:
