@@ -10,7 +10,13 @@ is in test_redis_crawl.py."""
 from __future__ import annotations
 
 import hashlib
+import random
+import signal
+import subprocess
+import sys
+import time
 import uuid
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -227,3 +233,83 @@ def test_the_partitions_spread_over_the_cluster(redis_cluster_url):
         assert max(spread) == 3 and sum(s > 1 for s in spread) >= 10
     finally:
         cluster.close()
+
+
+WORKER = Path(__file__).with_name("shard_worker.py")
+
+
+@pytest.mark.slow
+def test_cash_sums_to_one_across_partitions_after_random_kills(tmp_path, server):
+    """Three crawl processes on three partitions, killed with SIGKILL at random moments (often
+    between a visit and its transfers) and replaced; once, all of them at once. With no process
+    running the cash in the partitions and their outboxes is 1; the replacements replay what the
+    dead left in the outboxes, and the crawl ends with every page visited, nothing in transit,
+    and cash 1."""
+    g = site_graph(600, seed=5)
+    k = f"opic:kills:{uuid.uuid4().hex}"
+    rng = random.Random(7)
+    procs: list[subprocess.Popen] = []
+
+    def start() -> subprocess.Popen:
+        p = subprocess.Popen(
+            [sys.executable, str(WORKER), server, k, "3", str(g.n), "5"],
+            stdout=subprocess.DEVNULL,
+            stderr=open(tmp_path / f"w{len(procs)}.log", "w"),  # noqa: SIM115
+        )
+        procs.append(p)
+        return p
+
+    f = ShardedRedisFrontier.connect(server, k, 3)
+    try:
+        alive = [start() for _ in range(3)]
+        kills = 0
+        visits = lambda: f.figures()["visits"]  # noqa: E731
+        deadline = time.monotonic() + 120
+        while visits() < 20:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        for round_ in range(6):
+            time.sleep(rng.uniform(0.1, 0.4))
+            victims = list(alive) if round_ == 3 else [rng.choice(alive)]
+            for v in victims:
+                v.send_signal(signal.SIGKILL)
+                v.wait()
+                alive.remove(v)
+                kills += 1
+            if not alive:
+                # Nobody runs: what the dead left is in the books, in transit or in leases.
+                figures = f.figures()
+                assert f.total_cash() == pytest.approx(1.0, abs=TOL)
+                stranded = figures["transit"] + figures["leases"]
+            alive += [start() for _ in victims]
+            assert f.figures()["visited"] < len(reachable(g))  # (the kills came midway)
+        for p in alive:
+            assert p.wait(timeout=180) == 0, (tmp_path / "w0.log").read_text()[-2000:]
+        figures = f.figures()
+        snap = f.snapshot()
+        engine = snap.engine()
+        assert figures["visits"] < g.n * 1.5  # (a pass, and the pages of reclaimed leases)
+        assert figures["visited"] == figures["pages"] == len(reachable(g))
+        assert figures["pending"] == figures["leases"] == figures["transit"] == 0
+        assert (engine.visits[: engine.n] >= 1).all()
+        assert engine.total_cash() == pytest.approx(1.0, abs=TOL)
+        assert f.check() == []
+        assert kills == 8 and stranded > 0
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        f.clear()
+        f.client.close()
+
+
+def reachable(g, start: int = 0) -> set[int]:
+    seen, todo = {start}, [start]
+    while todo:
+        i = todo.pop()
+        for j in g.children(i):
+            if int(j) not in seen:
+                seen.add(int(j))
+                todo.append(int(j))
+    return seen
