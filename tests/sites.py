@@ -24,6 +24,18 @@ def site_graph(n: int, seed: int = 0) -> Graph:
     return from_edges(src, dst, n)
 
 
+def reachable(g: Graph, start: int = 0) -> set[int]:
+    """The pages of ``g`` reachable from ``start`` (what a one-pass crawl from it fetches)."""
+    seen, todo = {start}, [start]
+    while todo:
+        i = todo.pop()
+        for j in g.children(i):
+            if int(j) not in seen:
+                seen.add(int(j))
+                todo.append(int(j))
+    return seen
+
+
 #: The spider trap's links: day d links to d + k for each k (the next days and months).
 CALENDAR_STEPS = (1, 2, 3, 30, 31)
 

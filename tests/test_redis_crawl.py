@@ -20,24 +20,13 @@ import numpy as np
 import pytest
 
 from scrapy_opic.opic.pagerank import pagerank
-from tests.sites import Site, site_graph
+from tests.sites import Site, reachable, site_graph
 
 pytestmark = pytest.mark.slow
 
 redis = pytest.importorskip("redis")
 
 RUNNER = Path(__file__).with_name("crawl_runner.py")
-
-
-def reachable(g, start: int = 0) -> set[int]:
-    seen, todo = {start}, [start]
-    while todo:
-        i = todo.pop()
-        for j in g.children(i):
-            if int(j) not in seen:
-                seen.add(int(j))
-                todo.append(int(j))
-    return seen
 
 
 def start_worker(

@@ -26,7 +26,7 @@ from scrapy_opic.backends.sharded import ShardedRedisFrontier, partition_of
 from scrapy_opic.opic.constants import DUPLICATE, SCHEDULED
 from scrapy_opic.opic.frontier import Entry, Link
 from scrapy_opic.opic.pagerank import pagerank
-from tests.sites import site_graph
+from tests.sites import reachable, site_graph
 
 redis = pytest.importorskip("redis")
 
@@ -302,14 +302,3 @@ def test_cash_sums_to_one_across_partitions_after_random_kills(tmp_path, server)
                 p.wait()
         f.clear()
         f.client.close()
-
-
-def reachable(g, start: int = 0) -> set[int]:
-    seen, todo = {start}, [start]
-    while todo:
-        i = todo.pop()
-        for j in g.children(i):
-            if int(j) not in seen:
-                seen.add(int(j))
-                todo.append(int(j))
-    return seen

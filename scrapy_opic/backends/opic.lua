@@ -415,6 +415,16 @@ local function slot_leased(sl, ms, u)
   end
 end
 
+-- With pages pending and slots held by the fleet's politeness: ms until the first held slot
+-- opens, or 'inf' if all wait for a lease to end; nil if none is held.
+local function held_for(ms)
+  if not (polite() and g.st1 > 0) then return nil end
+  local first = redis.call('ZRANGE', BLOCKED, 0, 0, 'WITHSCORES')
+  if #first == 0 then return nil end
+  if first[2] == 'inf' then return 'inf' end
+  return math.max(0, tonumber(first[2]) - ms)
+end
+
 -- A lease in slot sl ended (an outcome, a release, an expiry).
 local function slot_freed(sl)
   if not polite() then return end
@@ -1066,13 +1076,8 @@ elseif cmd == 'pop' then
     -- Pages pending, none in a slot with room: when to ask again (ms until the first slot whose
     -- delay ends; -1 if all wait for a lease to end). In a sharded crawl, then the head (a
     -- page in a slot full for this process is there for others).
-    local wait = nil
-    if polite() and g.st1 > 0 then
-      local first = redis.call('ZRANGE', BLOCKED, 0, 0, 'WITHSCORES')
-      if #first > 0 then
-        wait = first[2] == 'inf' and -1 or math.max(0, tonumber(first[2]) - ms)
-      end
-    end
+    local wait = held_for(ms)
+    if wait == 'inf' then wait = -1 end
     if sharded and n_full > 0 then return {'', wait or -3, head()} end
     if wait then return {'', wait} end
     return {}
@@ -1393,13 +1398,8 @@ elseif cmd == 'head' then
   open_slots(ms)
   payout()
   save_g()
-  local wait = -1
-  if polite() and g.st1 > 0 then
-    local first = redis.call('ZRANGE', BLOCKED, 0, 0, 'WITHSCORES')
-    if #first > 0 then
-      wait = first[2] == 'inf' and -2 or math.max(0, tonumber(first[2]) - ms)
-    end
-  end
+  local wait = held_for(ms) or -1
+  if wait == 'inf' then wait = -2 end
   return {head(), g.n - g.ndead, g.nunf, fmt(g.vcash), redis.call('HLEN', OUT), wait}
 
 elseif cmd == 'retry' then
