@@ -85,7 +85,12 @@ def redis_cpu(client) -> float:
 
 
 def crawl(
-    site_url: str, n_procs: int, settings: dict, workdir: Path, allowed: list[str]
+    site_url: str,
+    n_procs: int,
+    settings: dict,
+    workdir: Path,
+    allowed: list[str],
+    sampler: CpuSampler | None = None,
 ) -> list[dict]:
     procs = []
     for k in range(n_procs):
@@ -112,6 +117,8 @@ def crawl(
                 d,
             )
         )
+    if sampler is not None:
+        sampler.start([proc.pid for proc, _, _ in procs])
     out = []
     for proc, log, d in procs:
         code = proc.wait(timeout=1800)
@@ -119,7 +126,63 @@ def crawl(
         if code != 0:
             raise RuntimeError(f"crawl process failed: {(d / 'crawl.log').read_text()[-2000:]}")
         out.append(json.loads((d / "stats.json").read_text()))
+    if sampler is not None:
+        sampler.stop()
     return out
+
+
+class CpuSampler:
+    """While a crawl runs, every ``interval`` seconds: the CPU seconds (user + system) used so
+    far by its Scrapy processes (``/proc/<pid>/stat``), by this process (the site's server
+    threads) and by the Redis servers (``INFO cpu``), so that the CPU of the steady state (the
+    middle of the fetches) can be told from the processes' start and end."""
+
+    def __init__(self, nodes: Nodes, interval: float = 0.2) -> None:
+        self.nodes = nodes
+        self.interval = interval
+        self.samples: list[tuple[float, float, float, float]] = []
+        self.tick = os.sysconf("SC_CLK_TCK")
+
+    def start(self, pids: list[int]) -> None:
+        import threading
+
+        self.cpu = dict.fromkeys(pids, 0.0)  # (a process that ended keeps its last reading)
+        self.done = threading.Event()
+        self.sample()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self) -> None:
+        while not self.done.wait(self.interval):
+            self.sample()
+
+    def stop(self) -> None:
+        self.done.set()
+        self.thread.join()
+        self.sample()
+
+    def sample(self) -> None:
+        for pid in self.cpu:
+            try:
+                with open(f"/proc/{pid}/stat") as fh:
+                    fields = fh.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            self.cpu[pid] = (int(fields[11]) + int(fields[12])) / self.tick  # utime + stime
+        redis_cpu_s = sum(redis_cpu(c) for c in self.nodes.servers)
+        now = time.monotonic()
+        self.samples.append((now, sum(self.cpu.values()), time.process_time(), redis_cpu_s))
+
+    def between(self, t0: float, t1: float) -> tuple[float, float, float]:
+        """CPU seconds of the processes, this process and Redis from ``t0`` to ``t1``
+        (interpolated between the samples)."""
+        import numpy as np
+
+        ts = np.array([s[0] for s in self.samples])
+        return tuple(
+            float(np.interp(t1, ts, col) - np.interp(t0, ts, col))
+            for col in (np.array([s[k] for s in self.samples]) for k in (1, 2, 3))
+        )
 
 
 class Nodes:
@@ -175,6 +238,14 @@ class Nodes:
             c.close()
         if self.cluster:
             self.client.close()
+
+
+def children_cpu() -> float:
+    """CPU seconds (user + system) of this process's children that have ended."""
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
 
 
 def bench_hosts(n_hosts: int, shards: list[int]) -> tuple[str, ...]:
@@ -292,9 +363,11 @@ def one_run(args, g, hosts, base, nodes, workdir, kind, n_procs, shards, sharded
                 settings["OPIC_REDIS_SHARDS"] = shards
         name = f"{kind}-{n_procs}" + (f"-s{shards}" if kind == "redis" and sharded else "")
         before = nodes.read()
-        wall0 = time.monotonic()
-        stats = crawl(site.url(0), n_procs, settings, workdir / name, list(hosts))
+        wall0, own0, kids0 = time.monotonic(), time.process_time(), children_cpu()
+        sampler = CpuSampler(nodes)
+        stats = crawl(site.url(0), n_procs, settings, workdir / name, list(hosts), sampler)
         wall = time.monotonic() - wall0
+        own, kids = time.process_time() - own0, children_cpu() - kids0
         after = nodes.read()
         hits = len(site.hits)
         distinct = len(set(site.hits))
@@ -315,6 +388,20 @@ def one_run(args, g, hosts, base, nodes, workdir, kind, n_procs, shards, sharded
     }
     if kind == "independent":
         row["pages"] = hits // n_procs
+    # The machine's CPU per page: the Scrapy processes' (user + system, all of them), and this
+    # process's (the site's server threads, mostly).
+    row["process_cpu_ms_per_page"] = kids * 1e3 / max(1, hits)
+    row["site_cpu_ms_per_page"] = own * 1e3 / max(1, hits)
+    # The same in the steady state (the middle 80% of the fetches: no start-up, no end), with
+    # Redis's, and the share of the machine's cores they kept busy.
+    procs_s, own_s, redis_s = sampler.between(times[lo], times[hi])
+    fetched = max(1, hi - lo)
+    row["steady_cpu_ms_per_page"] = {
+        "processes": procs_s * 1e3 / fetched,
+        "site": own_s * 1e3 / fetched,
+        "redis": redis_s * 1e3 / fetched,
+    }
+    row["steady_cores_busy"] = (procs_s + own_s + redis_s) / (times[hi] - times[lo])
     calls = [a[0] - b[0] for a, b in zip(after, before)]
     usec = [a[1] - b[1] for a, b in zip(after, before)]
     cpu = [a[2] - b[2] for a, b in zip(after, before)]
@@ -726,7 +813,30 @@ def shards_report(args, rows: list[dict], info: dict) -> str:
                 )
             )
         )
+    cores = os.cpu_count() or 1
+    timed = [r for r in rows if "steady_cpu_ms_per_page" in r]
+    if timed:
+        lines += [
+            "",
+            f"The machine's CPU in the steady state (the middle 80% of the fetches), per page: "
+            "the Scrapy processes' (`/proc/<pid>/stat`, user + system), this benchmark's "
+            "process (the site's server threads) and Redis's (all nodes), sampled every 0.2 s; "
+            f"and how many of the {cores} cores they kept busy (the machine is shared: other "
+            "programs' load is not counted, and may have slowed a run).",
+            "",
+            "| run | processes | steady pages/s | Scrapy processes ms/page | site ms/page "
+            "| Redis ms/page | cores busy |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for r in timed:
+            c = r["steady_cpu_ms_per_page"]
+            lines.append(
+                f"| {label(r, info)} | {r['processes']} | {r['steady_pages_per_s']:.1f} | "
+                f"{c['processes']:.2f} | {c['site']:.2f} | {c['redis']:.2f} | "
+                f"{r['steady_cores_busy']:.2f} |"
+            )
     sharded = [r for r in redis_rows if r["shards"] > 1]
+    control = next((r for r in rows if r["store"] == "independent"), None)
     if sharded:
         p = max(r["shards"] for r in sharded)
         rows_p = [r for r in sharded if r["shards"] == p]
@@ -735,6 +845,7 @@ def shards_report(args, rows: list[dict], info: dict) -> str:
         per_proc = one["steady_pages_per_s"] / one["processes"]
         big_per_proc = big["steady_pages_per_s"] / big["processes"]
         total = big["redis_cpu_usec_per_page"]
+        span = [r["redis_cpu_usec_per_page"] for r in rows_p]
         busiest = big["busiest_shard_cpu_usec_per_page"]
         held = [n for n in big["nodes"] if n["partitions"]]
         even = total / len(held)  # each node's share if the work were spread evenly
@@ -744,42 +855,50 @@ def shards_report(args, rows: list[dict], info: dict) -> str:
         )
         need_even = 10_000 * total / 1e6
         need_here = 10_000 * busiest * len(held) / 1e6
-        lines += [
-            "",
+        text = (
             "**Projection to 10,000 pages/s.** Processes: "
-            f"{10_000 / per_proc:.0f}, at the {per_proc:.1f} pages/s one process reached on "
-            f"{p} shards (its downloader's bound: {args.concurrency} requests of "
-            f"{args.delay * 1000:.0f} ms); {big['processes']} processes here reached "
-            f"{big_per_proc:.1f} pages/s each, bound by this machine's {os.cpu_count()} "
-            "cores, as the control shows. Shards, at one core each: with "
+            f"**{10_000 / per_proc:.0f}**, at the {per_proc:.1f} pages/s one process reached "
+            f"on {p} shards (its downloader's bound: {args.concurrency} requests of "
+            f"{args.delay * 1000:.0f} ms). Shards, at one core each: with "
             f"{big['processes']} processes on {p} shards a page cost {total:.0f} µs of Redis "
-            "CPU in all"
-            + (f" (against {flat['redis_cpu_usec_per_page']:.0f} on one)" if flat else "")
-            + f", {busiest:.0f} µs on the busiest shard ({busiest / even:.2f}× an even "
+            f"CPU in all ({min(span):.0f}-{max(span):.0f} over "
+            f"{', '.join(str(r['processes']) for r in rows_p)} processes"
+            + (f"; {flat['redis_cpu_usec_per_page']:.0f} on one shard" if flat else "")
+            + f"), {busiest:.0f} µs on the busiest shard ({busiest / even:.2f}× an even "
             f"share); 10,000 pages/s needs {need_even:.1f} cores' worth, so "
             f"**{max(p, int(-(-need_even // 1)))} shards if the partitions share the work "
             f"evenly, {int(-(-need_here // 1))} if they stay as uneven as here** (each core "
-            "full: leave headroom). One shard's core would serve "
-            + (
-                f"about {1e6 / flat['redis_cpu_usec_per_page']:,.0f} pages/s. "
-                if flat
-                else "one shard's worth. "
+            "full: leave headroom; and this site sends most links across partitions, see "
+            "above)."
+        )
+        if flat:
+            text += (
+                f" One unsharded crawl's core serves about "
+                f"{1e6 / flat['redis_cpu_usec_per_page']:,.0f} pages/s."
             )
-            + "On this machine the control bounds what can be shown: "
-            + (
-                f"{p} shards reached {big['steady_pages_per_s']:.1f} pages/s with "
-                f"{big['processes']} processes, where {big['processes']} processes sharing "
-                f"nothing reached {control['steady_pages_per_s']:.1f}; the busiest shard's "
-                f"ceiling ({1e6 / busiest:,.0f} pages/s) is "
+        if control:
+            text += (
+                f" On this machine the control bounds what can be shown: {big['processes']} "
+                f"processes sharing nothing fetched {control['steady_pages_per_s']:.1f} "
+                f"pages/s, {big['processes']} on {p} shards {big['steady_pages_per_s']:.1f} "
+                f"({big_per_proc:.1f} each)"
+                + (f" and on one shard {flat['steady_pages_per_s']:.1f}" if flat else "")
                 + (
-                    f"above what this machine's {os.cpu_count()} cores fetch."
-                    if 1e6 / busiest > control["steady_pages_per_s"]
-                    else "what bounds it here."
+                    f", far below the busiest shard's ceiling ({1e6 / busiest:,.0f} pages/s)"
+                    if 1e6 / busiest > 2 * big["steady_pages_per_s"]
+                    else f", near the busiest shard's ceiling ({1e6 / busiest:,.0f} pages/s)"
                 )
-                if (control := next((r for r in rows if r["store"] == "independent"), None))
-                else "no control ran."
-            ),
-        ]
+            )
+            if "steady_cpu_ms_per_page" in big and "steady_cpu_ms_per_page" in control:
+                mine, theirs = big["steady_cpu_ms_per_page"], control["steady_cpu_ms_per_page"]
+                text += (
+                    f"; the {cores} cores were {big['steady_cores_busy']:.2f} busy "
+                    f"({control['steady_cores_busy']:.2f} for the control), the Scrapy "
+                    f"processes spending {mine['processes']:.1f} ms per page on {p} shards "
+                    f"against {theirs['processes']:.1f} in the control"
+                )
+            text += "."
+        lines += ["", text]
     return "\n".join(lines) + "\n"
 
 

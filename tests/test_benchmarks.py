@@ -109,6 +109,7 @@ def test_redis_perf_shards_smoke(tmp_path, redis_cluster_url):
     text = (tmp_path / "redis_perf.md").read_text()
     assert text.endswith(memory) and "## Shards" in text and "--scaling-only" in text
     assert "Projection to 10,000 pages/s" in text and "CPU µs/page per node" in text
+    assert "cores busy" in text
     data = json.loads((tmp_path / "redis_perf.json").read_text())
     assert data["memory"] == [{"x": 1}] and len(data["shards"]["nodes"]) == 3
     rows = [r for r in data["scaling"] if r["store"] == "redis"]
@@ -119,6 +120,8 @@ def test_redis_perf_shards_smoke(tmp_path, redis_cluster_url):
         assert len(row["nodes"]) == 3 and row["redis_cpu_usec_per_page"] > 0
         if row["shards"] == 3:  # the key puts the partitions on the three nodes
             assert len(set(row["partition_nodes"])) == 3
+    for row in data["scaling"]:  # the machine's CPU in the steady state, for every run
+        assert row["steady_cpu_ms_per_page"]["processes"] > 0 and row["steady_cores_busy"] > 0
     # More than --memory-only and --scaling-only at once is refused.
     with pytest.raises(SystemExit):
         mod.main(["--memory-only", "--scaling-only", "--out", str(tmp_path)])
