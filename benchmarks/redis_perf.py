@@ -651,7 +651,7 @@ def scaling_report(args, rows: list[dict], info: dict | None = None) -> str:
         # The fleet for 10,000 pages/s: processes at the rate one process reached here, and
         # Redis cores at the CPU a page cost the server in the largest run.
         big = max(unsharded, key=lambda r: r["processes"])
-        per_proc = one["steady_pages_per_s"] if one else big["steady_pages_per_s"]
+        per_proc = (one or big)["steady_pages_per_s"] / (one or big)["processes"]
         cpu = big["redis_cpu_usec_per_page"]
         lines += [
             "",
