@@ -95,6 +95,38 @@ def test_redis_perf_smoke(tmp_path, redis_url):
     assert [m["visited"] for m in data["memory"]] == [200, 300] and data["scaling"]
 
 
+def test_redis_perf_shards_smoke(tmp_path, redis_cluster_url):
+    """1 and 3 partitions on a Redis Cluster, the crawls only: the memory part of the last run
+    is kept as it was."""
+    pytest.importorskip("redis")
+    mod = load("redis_perf")
+    memory = "## Memory and server time per URL\n\nkept\n"
+    (tmp_path / "redis_perf.md").write_text("# old\n\n" + memory)
+    (tmp_path / "redis_perf.json").write_text(json.dumps({"scaling": [], "memory": [{"x": 1}]}))
+    args = ["--pages", "120", "--delay", "0.005", "--processes", "1,2", "--shards", "1,3"]
+    args += ["--scaling-only", "--redis", redis_cluster_url, "--out", str(tmp_path)]
+    assert mod.main(args) == 0
+    text = (tmp_path / "redis_perf.md").read_text()
+    assert text.endswith(memory) and "## Shards" in text and "--scaling-only" in text
+    assert "Projection to 10,000 pages/s" in text and "CPU µs/page per node" in text
+    assert "cores busy" in text
+    data = json.loads((tmp_path / "redis_perf.json").read_text())
+    assert data["memory"] == [{"x": 1}] and len(data["shards"]["nodes"]) == 3
+    rows = [r for r in data["scaling"] if r["store"] == "redis"]
+    assert [(r["shards"], r["processes"]) for r in rows] == [(1, 1), (1, 2), (3, 1), (3, 2)]
+    for row in rows:
+        assert row["fetches"] == row["pages"] == 120 == sum(row["partition_pages"])
+        assert row["problems"] == [] and abs(row["total_cash"] - 1) < 1e-9
+        assert len(row["nodes"]) == 3 and row["redis_cpu_usec_per_page"] > 0
+        if row["shards"] == 3:  # the key puts the partitions on the three nodes
+            assert len(set(row["partition_nodes"])) == 3
+    for row in data["scaling"]:  # the machine's CPU in the steady state, for every run
+        assert row["steady_cpu_ms_per_page"]["processes"] > 0 and row["steady_cores_busy"] > 0
+    # More than --memory-only and --scaling-only at once is refused.
+    with pytest.raises(SystemExit):
+        mod.main(["--memory-only", "--scaling-only", "--out", str(tmp_path)])
+
+
 def test_scale_crawl_smoke(tmp_path):
     mod = load("scale")
     out = tmp_path / "scale.md"
