@@ -74,8 +74,9 @@ from .redis import (
     window_params,
 )
 
-#: Seconds a process trusts its view of the other partitions' heads before reading them again.
-HEAD_TTL = 0.25
+#: Seconds a process trusts its view of the other partitions' heads before reading them again
+#: (every reply of a partition carries its head: this bounds what other processes changed).
+HEAD_TTL = 0.5
 #: A process sends a partition's virtual cash with every this many of its visits there.
 SEND_EVERY = 8
 #: Outbox entries replayed per partition per upkeep.
@@ -382,9 +383,11 @@ class ShardedRedisFrontier:
         if time.monotonic() - self._heads_at > HEAD_TTL:
             self._refresh_heads()
             refreshed = True
-            # The virtual cash that waits in partitions this process visits little (the
-            # endowment before the first pop): sent now, its payout read in the heads.
-            self._send_virtual(k for k, v in enumerate(self._vcash) if v > 0)
+            # Virtual cash that matters to the order (more than a page's average cash: the
+            # endowment before the first pop, a partition this process visits little), sent
+            # now, its payout read in the heads; less waits for a visit there or the upkeep.
+            live = self._live()
+            self._send_virtual(k for k, v in enumerate(self._vcash) if v * live >= 1.0)
         tried: set[int] = set()
         waits: list[float] = []
         while True:
