@@ -64,7 +64,6 @@ from ..opic.frontier import Entry, Lease, Link, Visit
 from ..series import FIELDS as SERIES_FIELDS
 from . import StoreError
 from .redis import (
-    LAYOUT,
     POLL,
     RedisFrontier,
     RedisSnapshot,
@@ -885,7 +884,6 @@ def connect_crawl(url: str, key: str, **kw: Any) -> RedisFrontier | ShardedRedis
 
 __all__ = [
     "HEAD_TTL",
-    "LAYOUT",
     "ShardedRedisFrontier",
     "ShardedSnapshot",
     "connect_crawl",
