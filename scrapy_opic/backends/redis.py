@@ -414,6 +414,37 @@ def window_spec(g: dict[str, float]) -> str:
     return "unbounded" if est == "blend" else f"unbounded:{est}"
 
 
+def status_figures(g: dict[str, float], leases: int, holds: int, workers: int) -> dict[str, Any]:
+    """A crawl's figures from its globals ``g`` (a partition's, or a sharded crawl's summed)
+    and its lease, hold and process counts. Virtual cash counts what a partition's virtual
+    page received from the others and has not paid out yet (0 unsharded)."""
+
+    def num(name: str) -> float:
+        return float(g.get(name, 0.0))
+
+    G = num("G")
+    n = int(num("n"))
+    visits = num("visits")
+    gathered = 1.0 - VISIT_DECAY**visits
+    return {
+        "pages": n,
+        "fetched": n - int(num("nunf")) - int(num("ndead")),
+        "unfetched": int(num("nunf")),
+        "closed": int(num("ndead")),
+        "visits": int(visits),
+        "G": G,
+        "error_factor": 1.0 / G if G > 0 else float("inf"),
+        "virtual_cash": num("vcash") + num("vin") + num("vinu"),
+        "cash_at_visit_x_n": num("ema") / gathered if gathered > 0 else 0.0,
+        **{name: int(num(f"st{k}")) for k, name in enumerate(STATUSES)},
+        "leases": leases,
+        "holds": holds,
+        "workers": workers,
+        "reclaimed": int(num("reclaimed")),
+        "stale": int(num("stale")),
+    }
+
+
 def entries_of(reply: Sequence[bytes]) -> list[tuple[str, str, bytes]]:
     """The outbox entries a call wrote, from its reply: (destination, id, entry)."""
     return [
@@ -546,8 +577,6 @@ class RedisFrontier:
         self.acks: list[str] = []
         self.head: tuple[float, float] | None = None
         self.vcash = 0.0
-        #: Per link of the last visit: whether its payload could not be encoded.
-        self.unencodable: list[bool] = []
         #: Before the next visit here: ``vs`` and the partitions' page counts, to send this
         #: partition's virtual cash in the same call (set by the sharded frontier).
         self.send_virtual: list[Any] | None = None
@@ -741,11 +770,12 @@ class RedisFrontier:
         virtual_weight: float = 0.0,
         importance: bool = False,
         payload: Any = None,
-    ) -> tuple[Visit, list[tuple[str, str, bytes]]] | None:
+    ) -> tuple[Visit, list[tuple[str, str, bytes]], list[bool]] | None:
         """:meth:`visit`, with the links of other partitions of a sharded crawl: ``dests[k]``
         is the partition of link ``k`` (``""``: this one; no ``dests``: all here). Their shares
         go to this partition's outbox; returns the visit (``-1`` as those links' codes: their
-        partition answers) and the entries written (destination, id, entry)."""
+        partition answers), the entries written (destination, id, entry), and per link
+        whether its payload could not be encoded."""
         plain = not virtual_weight and all(link.weight == 1.0 for link in links)
         boosts = any(link.boost for link in links)
         args: list[Any] = [
@@ -794,8 +824,7 @@ class RedisFrontier:
         if len(out) > 5:  # (a partition of a sharded crawl: its head and virtual cash)
             self.head = parse_head(out[4])
             self.vcash = float(out[5])
-        self.unencodable = local
-        return Visit(codes, None if imp < 0 or not importance else imp), entries_of(out[3])
+        return Visit(codes, None if imp < 0 or not importance else imp), entries_of(out[3]), local
 
     def fail(self, lease: Lease, outcome: int = ERROR, payload: Any = None) -> bool:
         out = self._call("fail", lease.key, lease.token, int(outcome), self._later(payload, lease))
@@ -924,12 +953,21 @@ class RedisFrontier:
         if leases or self._holds:
             self.renew(leases)
         self.heartbeat()
+        f = self.series_tick(self.status)
+        if f is not None:
+            self._figures = f
+
+    def series_tick(self, figures: Callable[[], dict[str, float]]) -> dict[str, float] | None:
+        """Every ``series_seconds``: add a point of ``figures()`` to the crawl's time series and
+        return the figures (else ``None``)."""
         now = time.monotonic()
-        if now - self._last_point >= self._series_seconds:
-            self._last_point = now
-            f = self._figures = self.status()
-            point = {name: f[name] for name in SERIES_FIELDS if name in f}
-            self.add_point({**point, "elapsed": time.time() - self._started})
+        if now - self._last_point < self._series_seconds:
+            return None
+        self._last_point = now
+        f = figures()
+        point = {name: f[name] for name in SERIES_FIELDS if name in f}
+        self.add_point({**point, "elapsed": time.time() - self._started})
+        return f
 
     def close(self, leases: Collection[Lease]) -> None:
         """Hand ``leases`` back (a process can leave a running crawl at any time) and leave."""
@@ -1005,31 +1043,7 @@ class RedisFrontier:
         pipe.zcard(self.ns + ":holds")
         blob, leases, workers, holds = pipe.execute()
         g = _unpack_globals(blob) if blob else {}
-
-        def num(name: str) -> float:
-            return float(g.get(name, 0.0))
-
-        G = num("G")
-        n = int(num("n"))
-        visits = num("visits")
-        gathered = 1.0 - VISIT_DECAY**visits
-        return {
-            "pages": n,
-            "fetched": n - int(num("nunf")) - int(num("ndead")),
-            "unfetched": int(num("nunf")),
-            "closed": int(num("ndead")),
-            "visits": int(visits),
-            "G": G,
-            "error_factor": 1.0 / G if G > 0 else float("inf"),
-            "virtual_cash": num("vcash"),
-            "cash_at_visit_x_n": num("ema") / gathered if gathered > 0 else 0.0,
-            **{name: int(num(f"st{k}")) for k, name in enumerate(STATUSES)},
-            "leases": int(leases),
-            "holds": int(holds),
-            "workers": int(workers),
-            "reclaimed": int(num("reclaimed")),
-            "stale": int(num("stale")),
-        }
+        return status_figures(g, int(leases), int(holds), int(workers))
 
     def slot_figures(self) -> tuple[int, int]:
         """Download slots held by the fleet's politeness, and slots with pages in flight."""

@@ -57,19 +57,20 @@ from ..opic.constants import (
     FORBIDDEN,
     LOCAL,
     NEEDS_PAYLOAD,
-    STATUSES,
     VISIT_DECAY,
 )
 from ..opic.frontier import Entry, Lease, Link, Visit
-from ..series import FIELDS as SERIES_FIELDS
 from . import StoreError
 from .redis import (
     POLL,
+    SCALARS,
     RedisFrontier,
     RedisSnapshot,
     _unpack_globals,
+    entries_of,
     open_client,
     parse_head,
+    status_figures,
     window_params,
 )
 
@@ -144,9 +145,6 @@ class ShardedRedisFrontier:
         self.location = location
         self.lease_ms = self.home.lease_ms
         self.maintain_interval = self.home.maintain_interval
-        self._series_seconds = series_seconds
-        self._last_point = 0.0
-        self._started = time.time()
         self.continuous = False
         self._discovery = 0.0
         self._closed_links_virtual = False
@@ -248,7 +246,7 @@ class ShardedRedisFrontier:
         self.continuous = bool(continuous)
         if created and meta is not None:
             self.set_meta({**meta, "started": time.time(), "shards": self.n_parts})
-        self._started = float(self.meta().get("started", time.time()))
+        self.home._started = float(self.meta().get("started", time.time()))
         self.heartbeat()
         self._refresh_heads()
         self._figures = self.status()
@@ -356,7 +354,7 @@ class ShardedRedisFrontier:
             return
         entries = []
         for (part, _), res in zip(calls, self._eval_many(calls)):
-            entries += [(part.part, d, i, b) for d, i, b in _entries(res)]
+            entries += [(part.part, d, i, b) for d, i, b in entries_of(res)]
             self._vcash[part.part] = 0.0
         self._apply(entries)
 
@@ -435,10 +433,9 @@ class ShardedRedisFrontier:
         got = part.visit_out(lease, links, dests, virtual_weight, importance, payload)
         if got is None:
             return None
-        visit, entries = got
+        visit, entries, unencodable = got
         if not entries:
             return visit
-        unencodable = part.unencodable
         applied = self._apply([(k, d, i, b) for d, i, b in entries], token=lease.token)
         codes = list(visit.codes)
         # Each destination's codes, in the order of its links (none if another process's
@@ -531,12 +528,10 @@ class ShardedRedisFrontier:
         """:meth:`RedisFrontier.maintain` on every partition; then the upkeep of the journal:
         entries older than a lease replayed (their process died or stalled), the virtual cash
         of every partition sent, acknowledgements flushed, and old applied ids forgotten."""
-        by = self._by_part(leases)
-        for k, part in enumerate(self.parts):
+        for part in self.parts:
             if part._holds:
                 part._unhold()
-            if by.get(k) or part._holds:
-                part.renew(by.get(k, ()))
+        self.renew(leases)
         self.heartbeat()
         self._refresh_heads()
         self.replay()
@@ -545,12 +540,9 @@ class ShardedRedisFrontier:
         self._upkeeps += 1
         if self._upkeeps % 10 == 1:
             self.forget_applied()
-        now = time.monotonic()
-        if now - self._last_point >= self._series_seconds:
-            self._last_point = now
-            f = self._figures = self.status()
-            point = {name: f[name] for name in SERIES_FIELDS if name in f}
-            self.add_point({**point, "elapsed": time.time() - self._started})
+        f = self.home.series_tick(self.status)
+        if f is not None:
+            self._figures = f
 
     def _server_ms(self) -> int:
         self._round_trips += 1
@@ -680,10 +672,9 @@ class ShardedRedisFrontier:
         gs = [_unpack_globals(b) if b else {} for b in res[0:-1:4]]
         leases, holds, transit = sum(res[1:-1:4]), sum(res[2:-1:4]), sum(res[3:-1:4])
 
-        def tot(name: str) -> float:
-            return float(sum(g.get(name, 0.0) for g in gs))
-
-        n, visits, G = int(tot("n")), tot("visits"), tot("G")
+        total = {name: float(sum(g.get(name, 0.0) for g in gs)) for name in SCALARS}
+        n, visits = total["n"], total["visits"]
+        figures = status_figures(total, int(leases), int(holds), int(res[-1]))
         # (Each partition's running mean of cash taken per visit times its pages, over the
         # crawl: weighted by visits and scaled to all the pages.)
         ema = 0.0
@@ -693,22 +684,9 @@ class ShardedRedisFrontier:
                 if gathered > 0:
                     ema += g["visits"] / visits * g["ema"] / gathered * n / g["n"]
         return {
-            "pages": n,
-            "fetched": n - int(tot("nunf")) - int(tot("ndead")),
-            "unfetched": int(tot("nunf")),
-            "closed": int(tot("ndead")),
-            "visits": int(visits),
-            "G": G,
-            "error_factor": 1.0 / G if G > 0 else float("inf"),
-            "virtual_cash": tot("vcash") + tot("vin") + tot("vinu"),
+            **figures,
             "cash_at_visit_x_n": ema,
-            **{name: int(tot(f"st{k}")) for k, name in enumerate(STATUSES)},
-            "leases": int(leases),
-            "holds": int(holds),
             "transit": int(transit),
-            "workers": int(res[-1]),
-            "reclaimed": int(tot("reclaimed")),
-            "stale": int(tot("stale")),
             "shards": self.n_parts,
         }
 
@@ -777,16 +755,6 @@ class ShardedRedisFrontier:
         if abs(total - 1.0) > 1e-9:
             problems.append(f"total cash {total!r} != 1 (pages, virtual pages and outboxes)")
         return problems
-
-
-def _entries(reply: Sequence[bytes]) -> list[tuple[str, str, bytes]]:
-    return [
-        (reply[k].decode(), reply[k + 1].decode(), reply[k + 2]) for k in range(0, len(reply), 3)
-    ]
-
-
-def _glob_part(part: RedisFrontier) -> str:
-    return "".join("\\" + c if c in "*?[]\\" else c for c in part.ns)
 
 
 class ShardedSnapshot(RedisSnapshot):
