@@ -804,9 +804,15 @@ class OpicScheduler(BaseScheduler):
                 # The fleet spaces this slot's pops by its delay: the downloader must send at
                 # once, or its own delay (drawn apart from the fleet's) would shift this request
                 # towards the next process's.
+                # Also the wait the downloader set after the slot's first request here (a delay
+                # it drew before this line could zero it, up to 1 + jitter times the fleet's):
+                # it would hold this request back, and send it towards the next one's time.
                 dslot = self.crawler.engine.downloader.slots.get(lease.slot)
-                if dslot is not None and dslot.delay:
+                if dslot is not None:
                     dslot.delay = 0.0
+                    if dslot.latercall is not None:
+                        dslot.latercall.cancel()
+                        dslot.latercall = None
             meta = request.meta
             base = self._base[lease.key] = (
                 meta.get("opic_priority", request.priority),

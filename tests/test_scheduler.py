@@ -547,6 +547,23 @@ def on_redis(redis_url, tmp_path):
     factory.cleanup()
 
 
+def test_the_fleet_spaces_a_slot_so_the_downloader_sends_at_once(on_redis):
+    """With the fleet's politeness the frontier spaces a slot's pops: the downloader's own
+    delay is zeroed, and so is the wait it set after the slot's first request here (drawn
+    with the jitter, up to 1.5 x the delay: it held the next request back until then, towards
+    another process's next request for the host; seen as 20-30 ms gaps in the access log)."""
+    from scrapy.core.downloader import Slot
+
+    s = on_redis.make(DOWNLOAD_DELAY=0.25, DOWNLOAD_DELAY_JITTER=0.5)
+    cancelled = []
+    slot = Slot(8, 0.25, 0.5)
+    slot.latercall = SimpleNamespace(cancel=lambda: cancelled.append(True))
+    s.crawler.engine.downloader.slots["host0.example"] = slot
+    s.enqueue_request(Request(URLS[0]))
+    assert s.next_request().url == URLS[0]
+    assert slot.delay == 0.0 and slot.latercall is None and cancelled == [True]
+
+
 def test_unserializable_requests_are_fetched_by_the_process_that_made_them(on_redis):
     s = on_redis.make()
     local = Request(URLS[1], callback=lambda response: None)  # cannot be pickled
