@@ -449,25 +449,23 @@ def open_state(path: str | os.PathLike) -> OpicState:
     return OpicState(path)
 
 
-def read_redis_crawl(location: str, read: Callable[[Any], Any]) -> Any:
-    """``read(frontier)`` on the crawl at ``redis://host:port/db#KEY`` (a
-    :class:`~scrapy_opic.backends.redis.RedisFrontier`, or a
-    :class:`~scrapy_opic.backends.sharded.ShardedRedisFrontier` for a crawl over several
-    partitions, closed afterwards); an unreachable
-    server, a missing package or a bad location is one :class:`StoreError` line."""
+def read_redis_crawl(location: str, read: Callable[[Any, str], Any]) -> Any:
+    """``read(client, key)`` on the crawl at ``redis://host:port/db#KEY`` (the client closed
+    afterwards); an unreachable server, a missing package or a bad location is one
+    :class:`StoreError` line."""
     try:
         import redis
     except ImportError:
         raise StoreError("reading a Redis crawl needs: pip install 'scrapy-opic[redis]'") from None
-    from .backends.sharded import connect_crawl
+    from .backends.redis import open_client
 
     url, key = split_location(location)
     try:
-        frontier = connect_crawl(url, key)
+        client = open_client(url)
         try:
-            return read(frontier)
+            return read(client, key)
         finally:
-            frontier.client.close()
+            client.close()
     except (redis.RedisError, redis.RedisClusterException, ValueError) as exc:
         raise StoreError(
             f"cannot read the OPIC crawl {key!r} at {masked_url(url)}: {exc}"
@@ -475,7 +473,9 @@ def read_redis_crawl(location: str, read: Callable[[Any], Any]) -> Any:
 
 
 def _redis_snapshot(location: str) -> Any:
-    return read_redis_crawl(location, lambda frontier: frontier.snapshot())
+    from .backends.redis import RedisSnapshot
+
+    return read_redis_crawl(location, RedisSnapshot)
 
 
 read_state = open_state  # the name of the first release

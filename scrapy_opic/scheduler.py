@@ -80,6 +80,7 @@ from .opic.constants import (
     DUPLICATE,
     ERROR,
     FORBIDDEN,
+    FORWARDED,
     IGNORED,
     LOCAL,
     LOST,
@@ -347,9 +348,11 @@ class OpicScheduler(BaseScheduler):
         self._slot_concurrency: dict[str, int] = {}
         self._limits: dict[Hashable, int] = {}  # download slot -> leases it may hold (cached)
         self._tick: task.LoopingCall | None = None
-        self._wake_call: Any = None  # see _wake_after
-        self._fleet_delay = False  # the shared frontier keeps the download delay (fleet)
-        self._wake_due = 0.0
+        #: A pop found nothing while pages were pending elsewhere (see _nudge); the request
+        #: handed to the engine to make it ask again, until it comes back here.
+        self._starved = False
+        self._nudged: Request | None = None
+        self._ready: deque[Request] = deque()  # popped and prepared, to hand out first
         self._enqueued_where = self._dequeued_where = ""  # (set by open)
         self._claimed = False  # a prepared scheduler handed to Scrapy's engine
 
@@ -408,8 +411,6 @@ class OpicScheduler(BaseScheduler):
         self._enqueued_where = f"scheduler/enqueued/{where}"
         self._dequeued_where = f"scheduler/dequeued/{where}"
         _RUNNING[self.crawler] = self
-        if self.frontier.shared:
-            self._share_politeness()
         self._tick = task.LoopingCall(self._maintain)
         self._tick.start(self.frontier.maintain_interval, now=False)
         opened = self.df.open() if self.df is not None else None
@@ -430,50 +431,9 @@ class OpicScheduler(BaseScheduler):
             )
         return opened
 
-    def _share_politeness(self) -> None:
-        """``OPIC_REDIS_POLITENESS = "fleet"``: hand this crawl's per-slot limits to the shared
-        frontier, which then keeps them for every process together. They are the downloader's
-        own: CONCURRENT_REQUESTS_PER_DOMAIN (or _PER_IP), DOWNLOAD_DELAY and its jitter, and
-        DOWNLOAD_SLOTS entries. ("process": each process keeps its limits alone.)"""
-        if self.settings.redis_politeness != "fleet":
-            self.frontier.set_politeness(0)
-            return
-        downloader = self.crawler.engine.downloader
-        cs = self.crawler.settings
-        concurrency = self._default_concurrency
-        # (The downloader's defaults for new slots: AutoThrottle sets its start delay there.)
-        delay = float(getattr(downloader, "_delay", cs.getfloat("DOWNLOAD_DELAY")))
-        jitter = getattr(downloader, "_jitter", None)
-        if jitter is None:  # a Scrapy before DOWNLOAD_DELAY_JITTER
-            jitter = 0.5 if cs.getbool("RANDOMIZE_DOWNLOAD_DELAY") else 0.0
-        slots = {}
-        for key, conf in cs.getdict("DOWNLOAD_SLOTS").items():
-            if not isinstance(conf, dict):
-                continue
-            own_jitter = conf.get("jitter")
-            if own_jitter is None and "randomize_delay" in conf:
-                own_jitter = 0.5 if conf["randomize_delay"] else 0.0
-            slots[str(key)] = (
-                int(conf.get("concurrency", concurrency)),
-                float(conf.get("delay", delay)),
-                float(jitter if own_jitter is None else own_jitter),
-            )
-        self.frontier.set_politeness(concurrency, delay, float(jitter), slots)
-        self._fleet_delay = True
-        logger.info(
-            "OPIC: fleet politeness: per download slot, all processes together keep %d "
-            "concurrent requests and %.3g s between requests (jitter %.2g)%s",
-            concurrency,
-            delay,
-            jitter,
-            f"; {len(slots)} slots with their own limits" if slots else "",
-        )
-
     def close(self, reason: str) -> Any:
         if self._tick is not None and self._tick.running:
             self._tick.stop()
-        if self._wake_call is not None and self._wake_call.active():
-            self._wake_call.cancel()
         frontier = self.frontier
         if frontier is None:  # open() failed: nothing was opened but the dupefilter, maybe
             _RUNNING.pop(self.crawler, None)
@@ -523,10 +483,23 @@ class OpicScheduler(BaseScheduler):
         self._limits.clear()
         try:
             self._settle_lost()
+            if self.frontier.shared:
+                self.frontier.quiet = self._quiet()
             self.frontier.maintain(list(self._leases.values()))
+            if self._starved and len(self.frontier):
+                self._nudge()
             self.update_stats()
         except Exception:
             logger.exception("OPIC: periodic upkeep of the frontier failed (will retry)")
+
+    def _quiet(self) -> float:
+        """Seconds a shared frontier waits after a partition's last outcome here before it
+        hands the partition to another process: the longest download delay of the slots here
+        (Scrapy keeps a slot's delay within a process), with its jitter."""
+        delay = self.crawler.settings.getfloat("DOWNLOAD_DELAY")
+        for slot in self.crawler.engine.downloader.slots.values():
+            delay = max(delay, float(slot.delay))
+        return 1.5 * delay
 
     def _export(self) -> None:
         """``OPIC_EXPORT``: write each target from the state just made durable. A failed export
@@ -707,6 +680,10 @@ class OpicScheduler(BaseScheduler):
             meta.pop("opic_lease", None)
 
     def enqueue_request(self, request: Request) -> bool:
+        if request is self._nudged:
+            self._nudged = None
+            self._ready.append(request)
+            return True
         if self._unfiled:
             self._unfiled.discard(request)
         lease = self._held(request)  # a retry or redirect of a page in flight here?
@@ -717,13 +694,13 @@ class OpicScheduler(BaseScheduler):
         code = self._codes.pop(request, None) if self._codes else None
         if code is None or code == NEEDS_PAYLOAD:  # not filed by a visit: file it now
             code = self.frontier.schedule([self._entry(request)], again=again)[0]
-        if code == SCHEDULED:
+        if code in (SCHEDULED, FORWARDED):
             # The project's own dupefilter, if any, may refuse it (never a dont_filter one):
             # never to be fetched, its cash goes to the virtual page.
             if self.df is not None and not request.dont_filter and self.df.request_seen(request):
                 self.df.log(request, self.spider)
                 self.counts["opic/filtered"] += 1
-                self.frontier.drop(self._key(request))
+                self.frontier.drop(self._key(request), url=_url(request))
                 return False
             self.counts["opic/enqueued"] += 1
             self._count_enqueued()
@@ -772,7 +749,7 @@ class OpicScheduler(BaseScheduler):
             code = self.frontier.redirect(lease, entry, permanent=reasons[-1] in (301, 308))
             if code is not None:
                 self.counts["opic/redirected"] += 1
-        if code == SCHEDULED:
+        if code in (SCHEDULED, FORWARDED):
             self._count_enqueued()
             return True
         if code == LOCAL:
@@ -786,13 +763,18 @@ class OpicScheduler(BaseScheduler):
             self.counts["scheduler/dequeued"] += 1
             self.counts["scheduler/dequeued/memory"] += 1
             return self._extra.popleft()
+        if self._ready:
+            return self._ready.popleft()
+        request = self._pop()
+        self._starved = request is None
+        return request
+
+    def _pop(self) -> Request | None:
+        """The best page's request, its lease held here (see the module docstring)."""
         full = self._full_slots()
         for _attempt in range(10):
             lease = self.frontier.pop(full)
             if lease is None:
-                wake = getattr(self.frontier, "wake_in", None)
-                if wake is not None:
-                    self._wake_after(wake)
                 return None
             request = self._decode(lease.payload, lease.url)
             if request is None:
@@ -800,19 +782,6 @@ class OpicScheduler(BaseScheduler):
                 self.counts["opic/undecodable"] += 1
                 continue
             self._hold(lease)
-            if self._fleet_delay:
-                # The fleet spaces this slot's pops by its delay: the downloader must send at
-                # once, or its own delay (drawn apart from the fleet's) would shift this request
-                # towards the next process's.
-                # Also the wait the downloader set after the slot's first request here (a delay
-                # it drew before this line could zero it, up to 1 + jitter times the fleet's):
-                # it would hold this request back, and send it towards the next one's time.
-                dslot = self.crawler.engine.downloader.slots.get(lease.slot)
-                if dslot is not None:
-                    dslot.delay = 0.0
-                    if dslot.latercall is not None:
-                        dslot.latercall.cancel()
-                        dslot.latercall = None
             meta = request.meta
             base = self._base[lease.key] = (
                 meta.get("opic_priority", request.priority),
@@ -830,26 +799,24 @@ class OpicScheduler(BaseScheduler):
             return request
         return None
 
-    def _wake_after(self, seconds: float) -> None:
-        """Have the engine ask for a request again in ``seconds``: a shared frontier held every
-        slot with pending pages for the fleet's politeness (a delay that ends then, or leases
-        of other processes). Else the engine asks only when one of this process's downloads
-        ends, or at its heartbeat (5 s): a process would idle while its slots open."""
-        from twisted.internet import reactor
-
-        call = self._wake_call
-        due = time.monotonic() + seconds
-        if call is not None and call.active():
-            if self._wake_due <= due:
-                return
-            call.cancel()
-        self._wake_due = due
-        self._wake_call = reactor.callLater(seconds, self._wake)
-
-    def _wake(self) -> None:
-        slot = getattr(self.crawler.engine, "_slot", None)  # (Scrapy's engine: no public hook)
-        if slot is not None:
-            slot.nextcall.schedule()
+    def _nudge(self) -> None:
+        """Scrapy's engine asks for a request when a download ends, or at its heartbeat (every
+        5 s). After a pop found nothing, pages that became pending without a download ending
+        here (a shared frontier's messages, a partition taken over) would wait for the
+        heartbeat: the best one is handed to the engine's public ``crawl()``, which files it
+        back here (:meth:`enqueue_request` knows it) and makes the engine ask at once."""
+        request = self._pop()
+        if request is None:
+            return
+        self._starved = False
+        self._nudged = request
+        self.crawler.engine.crawl(request)
+        if self._nudged is request:  # (a request_scheduled handler dropped it)
+            self._nudged = None
+            lease = self._held(request)
+            if lease is not None:
+                self._end(lease.key)
+                self.frontier.forfeit(lease, IGNORED)
 
     @staticmethod
     def _later(request: Request, base: tuple[int, bool]) -> Request:

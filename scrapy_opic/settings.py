@@ -342,27 +342,26 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "OPIC_REDIS_LEASE",
-        60.0,
-        "seconds before a page popped by a process that stopped renewing its leases (killed) "
-        "goes back to the frontier",
+        30.0,
+        "seconds a partition stays owned by a process that stopped renewing it (killed) before "
+        "another process takes it over",
         _number(0.0, open_low=True),
     ),
     Setting(
-        "OPIC_REDIS_POLITENESS",
-        "fleet",
-        "'fleet': every process of a Redis crawl together keeps each download slot's "
-        "CONCURRENT_REQUESTS_PER_DOMAIN (or _PER_IP), DOWNLOAD_DELAY and DOWNLOAD_SLOTS limits, "
-        "as one Scrapy process would; 'process': each process keeps them on its own (N "
-        "processes may put N times the load on a host)",
-        _one_of("fleet", "process"),
+        "OPIC_REDIS_PARTITIONS",
+        256,
+        "partitions of a Redis crawl, each owned by one process at a time (set when the crawl "
+        "starts; every process of the crawl sets the same number); on a Redis Cluster they "
+        "spread over its shards",
+        _integer(1),
     ),
     Setting(
-        "OPIC_REDIS_SHARDS",
-        1,
-        "partitions of one Redis crawl, by URL host: on a Redis Cluster they spread over its "
-        "shards, so one crawl uses several Redis cores (every process of a crawl sets the same "
-        "number; a crawl keeps the number it started with)",
-        _integer(1),
+        "OPIC_REDIS_PARTITION",
+        "host",
+        "what puts a page in a partition: 'host' (its URL's host: one process crawls a host, "
+        "with Scrapy's own politeness) or 'url' (its request: a host's pages spread over "
+        "processes, each keeping its own politeness)",
+        _one_of("host", "url"),
     ),
     Setting(
         "OPIC_REDIS_RESET",
@@ -407,8 +406,8 @@ class OpicSettings:
     redis_url: str
     redis_key: str
     redis_lease: float
-    redis_politeness: str
-    redis_shards: int
+    redis_partitions: int
+    redis_partition: str
     redis_reset: bool
     #: Scrapy's JOBDIR (a resumable crawl), or None.
     jobdir: str | None
@@ -450,12 +449,6 @@ class OpicSettings:
                 raise OpicSettingsError(
                     "OPIC_KEEP_LINKS=True is not valid with OPIC_STORE='redis': expected False "
                     "(kept links and the pagerank column are embedded-store only)"
-                )
-            if not values["window"].startswith(("unbounded", "interpolation")):
-                raise OpicSettingsError(
-                    f"OPIC_WINDOW={values['window']!r} is not valid with OPIC_STORE='redis': "
-                    "expected unbounded[:estimator] or interpolation:T[:wall] (the variable, "
-                    "fixed and improved windows are embedded-store only)"
                 )
         jobdir = settings.get("JOBDIR")
         values["jobdir"] = str(jobdir) if jobdir else None

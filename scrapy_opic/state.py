@@ -184,65 +184,62 @@ def _open_redis(
             "OPIC_STORE='redis' needs the redis package: pip install 'scrapy-opic[redis]'"
         ) from None
     from .backends.redis import RedisFrontier
-    from .backends.sharded import ShardedRedisFrontier
 
     key = settings.redis_crawl_key(spider_name)
     shown = masked_url(settings.redis_url)
     frontier = None
-    kw: dict[str, Any] = {
-        "lease": settings.redis_lease,
-        "encode": encode,
-        "series_seconds": settings.commit_seconds,
-    }
     try:
         # (Connecting asks the server whether it is a cluster node: it can fail already.)
-        if settings.redis_shards > 1:
-            frontier = ShardedRedisFrontier.connect(
-                settings.redis_url, key, settings.redis_shards, **kw
-            )
-        else:
-            frontier = RedisFrontier.connect(settings.redis_url, key, **kw)
+        frontier = RedisFrontier.connect(
+            settings.redis_url,
+            key,
+            lease=settings.redis_lease,
+            encode=encode,
+            series_seconds=settings.commit_seconds,
+        )
         if settings.redis_reset:
             n = frontier.clear()
             logger.info("OPIC_REDIS_RESET: deleted the %d keys of the crawl %r", n, key)
-        saved = frontier.meta()
-        if saved:
-            check_resume(settings, spider_name, saved, f"the crawl {key!r} on Redis {shown}")
+        if frontier.exists():
+            check_resume(
+                settings, spider_name, frontier.meta(), f"the crawl {key!r} on Redis {shown}"
+            )
+        frontier.discovery = settings.discovery
+        frontier.closed_links_virtual = settings.refused_links == "virtual"
         created = frontier.open(
             epsilon=settings.epsilon,
             refresh=settings.refresh,
             continuous=settings.continuous,
             window=settings.window,
+            partitions=settings.redis_partitions,
+            by="key" if settings.redis_partition == "url" else "host",
             meta=meta,
         )
-    except (redis.RedisError, redis.RedisClusterException, ValueError) as exc:
+    except (redis.RedisError, redis.RedisClusterException) as exc:
         if frontier is not None:
             frontier.client.close()
         detail = " ".join(str(exc).split())
         raise StoreError(
             f"OPIC_STORE='redis': cannot use the Redis server OPIC_REDIS_URL={shown!r} ({detail})"
         ) from None
+    except ValueError as exc:
+        if frontier is not None:
+            frontier.client.close()
+        raise StoreError(str(exc)) from None
     except BaseException:
         if frontier is not None:
             frontier.client.close()
         raise
-    frontier.discovery = settings.discovery
-    frontier.closed_links_virtual = settings.refused_links == "virtual"
-    if settings.item_field and not settings.window.startswith("unbounded"):
-        logger.warning(
-            "OPIC_ITEM_FIELD with the Redis store needs an unbounded window (a windowed "
-            "estimate is normalised over all pages): items will not carry importance"
-        )
     f = frontier.figures()
     logger.info(
-        "OPIC crawl %r on Redis %s, worker %s: %s; %d pages known, %d pending, %d leased",
+        "OPIC crawl %r on Redis %s, process %s: %s; %d pages known, %d pending, %d processes",
         key,
-        masked_url(settings.redis_url),
+        shown,
         frontier.worker,
         "started the crawl" if created else "joined the crawl",
         f["pages"],
         f["pending"],
-        f["leases"],
+        f["workers"],
     )
     return frontier
 

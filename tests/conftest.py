@@ -60,7 +60,7 @@ def redis_cluster_url(redis_cluster_binaries, tmp_path_factory):
 # -- a frontier of every backend, for the contract tests ------------------------------------------
 
 
-@pytest.fixture(params=["memory", "sqlite", "redis", "redis-cluster", "redis-sharded"])
+@pytest.fixture(params=["memory", "sqlite", "redis", "redis-cluster"])
 def frontiers(request, tmp_path):
     """A factory of fresh frontiers of one backend (the test runs once per backend)."""
     from tests.frontiers import Factory, redis_url_of

@@ -12,7 +12,7 @@ from scrapy_opic.backends.sqlite import SqliteFrontier
 from scrapy_opic.opic.engine import OpicEngine
 from scrapy_opic.opic.frontier import MemoryFrontier
 
-BACKENDS = ("memory", "sqlite", "redis", "redis-cluster", "redis-sharded")
+BACKENDS = ("memory", "sqlite", "redis", "redis-cluster")
 
 
 def redis_url_of(request, backend: str) -> str | None:
@@ -21,14 +21,9 @@ def redis_url_of(request, backend: str) -> str | None:
     frontier code, which finds out it is a cluster when it connects), else none."""
     if backend == "redis":
         return request.getfixturevalue("redis_url")
-    if backend in ("redis-cluster", "redis-sharded"):
+    if backend == "redis-cluster":
         return request.getfixturevalue("redis_cluster_url")
     return None
-
-
-#: The partitions of the ``redis-sharded`` backend: one crawl over three partitions of a
-#: Redis Cluster (three shards), the partition of a page chosen by its download slot.
-SHARDS = 3
 
 
 def key(i: int) -> bytes:
@@ -70,12 +65,6 @@ class Factory:
                 memory_requests=3,  # most payloads live on disk only
                 encode=lambda payload: payload,
             )
-        elif self.kind == "redis-sharded":
-            from scrapy_opic.backends.sharded import ShardedRedisFrontier
-
-            key = f"opic:test:{uuid.uuid4().hex}"
-            frontier = ShardedRedisFrontier.connect(self.redis_url, key, SHARDS, lease=lease)
-            frontier.open(epsilon=epsilon, refresh=refresh, continuous=continuous, window=window)
         else:
             from scrapy_opic.backends.redis import RedisFrontier
 

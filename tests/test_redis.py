@@ -1,302 +1,301 @@
-"""What only the Redis frontier does, against a real redis-server on 127.0.0.1: processes that
-share it never share a page nor lose cash, leases expire and are renewed, crawls are namespaced
-in one hash slot, the export API reads a crawl, and its errors are one clear line. (The
-Frontier contract itself runs over every backend in test_frontier.py; the Redis engine's numbers
-are compared with the embedded one's in test_differential.py.)"""
+"""The Redis backend against a real server: processes (here, several RedisFrontier objects in
+one Python process) share a crawl's partitions through leases; a write of a process that lost
+its partition is refused; a process that dies is taken over and the crawl goes on with total
+cash 1; a crawl of another layout, partition count or parameters is refused in one line; an
+emptied Redis stops the crawl. (The frontier and scheduler contract suites run on this backend
+as the ``redis`` and ``redis-cluster`` backends of test_frontier.py and test_scheduler.py.)"""
 
 from __future__ import annotations
 
-import struct
-import threading
 import time
 import uuid
 
-import numpy as np
 import pytest
 
 from scrapy_opic.backends import StoreError
-from scrapy_opic.backends.redis import (
-    BUCKET_LOAD,
-    LAYOUTS,
-    SCALARS,
-    PageLayout,
-    RedisFrontier,
-    lua_constants,
-    pack_url,
-    unpack_url,
-)
-from scrapy_opic.opic.constants import DEAD, FETCHED, SCHEDULED
+from scrapy_opic.backends.redis import RedisFrontier, RedisSnapshot, fleet_status
 from scrapy_opic.opic.frontier import Entry, Link
-from scrapy_opic.simulator.graph import power_law_graph
-from tests.frontiers import key
+from scrapy_opic.opic.partition import POOL, partition_of
+from tests.fleet import key, partition_problems, sequence_problems
 
 redis = pytest.importorskip("redis")
 
+HOSTS = [f"h{i}.example" for i in range(6)]
+
+
+def url(i: int) -> str:
+    return f"http://{HOSTS[i % len(HOSTS)]}/p{i}"
+
+
+def links_of(i: int) -> list[int]:
+    """Each page links to a few pages of its host and of others (a site of 240 pages)."""
+    return sorted({(i * 7 + 1) % 240, (i * 13 + 5) % 240, (i + 6) % 240, (i * 3 + 2) % 240})
+
 
 @pytest.fixture
-def frontier(redis_url):
-    """A fresh crawl under a key of its own; deleted afterwards."""
-    f = RedisFrontier(redis.Redis.from_url(redis_url), f"opic:test:{uuid.uuid4().hex}", lease=30)
-    yield f
-    f.clear()
-    f.client.close()
+def crawl(redis_url):
+    """``crawl(**kw)``: a new process of the crawl under one fresh key (``open()`` done);
+    every process is closed and the keys deleted after."""
+    name = f"opic:test:{uuid.uuid4().hex}"
+    made: list[RedisFrontier] = []
+
+    def make(lease: float = 30.0, **kw) -> RedisFrontier:
+        kw.setdefault("partitions", 16)
+        f = RedisFrontier.connect(redis_url, name, lease=lease)
+        f.open(**kw)
+        made.append(f)
+        return f
+
+    make.key = name
+    make.url = redis_url
+    yield make
+    for f in made:
+        if f.held:
+            for k in list(f.held):  # (closing would write: just let go)
+                f.client.delete(f._k(k, "lease"))
+        f.clear()
+        f.client.close()
 
 
-def entry(i: int) -> Entry:
-    return Entry(key(i), f"http://x/{i}", 0, "s", b"req%d" % i)
+def step(f: RedisFrontier) -> int | None:
+    """Pop and visit one page of ``f``; its number."""
+    lease = f.pop()
+    if lease is None:
+        return None
+    i = int(lease.url.rsplit("/p", 1)[1])
+    links = [Link(key(url(j)), url(j), payload=b"r%d" % j) for j in links_of(i)]
+    assert f.visit(lease, links) is not None
+    return i
 
 
-def test_concurrent_processes_never_share_a_page_nor_lose_cash(frontier, redis_url):
-    frontier.open(window="unbounded")
-    g = power_law_graph(400, seed=6)
-    node = {key(i): i for i in range(400)}
-    frontier.schedule([entry(0)])
-    lock = threading.Lock()
-    in_flight: set[bytes] = set()
-    visits: list[bytes] = []
-    errors: list[str] = []
-
-    def worker() -> None:
-        mine = RedisFrontier(redis.Redis.from_url(redis_url), frontier.key, lease=30)
-        idle = 0
-        while idle < 50:
-            lease = mine.pop()
-            if lease is None:
-                idle += 1
-                time.sleep(0.002)
-                continue
-            idle = 0
-            with lock:
-                if lease.key in in_flight:
-                    errors.append("leased twice at once")
-                in_flight.add(lease.key)
-            i = node[lease.key]
-            links = [Link(key(j), f"u{j}", payload=b"r") for j in g.children(i)]
-            with lock:
-                in_flight.discard(lease.key)
-                visits.append(lease.key)
-            ok = mine.fail(lease) if i % 7 == 0 else mine.visit(lease, links) is not None
-            if not ok:
-                errors.append("stale")
-        mine.client.close()
-
-    threads = [threading.Thread(target=worker) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
-    status = frontier.status()
-    assert status["pending"] == status["leases"] == status["in_flight"] == 0
-    assert len(visits) == len(set(visits)) == status["visited"]  # one-pass: each page once
-    assert frontier.total_cash() == pytest.approx(1.0, abs=1e-12)
-    assert frontier.check() == []
+def run(fleet: list[RedisFrontier], until_idle: bool = True, steps: int = 10_000) -> list[int]:
+    """Crawl with every process in turn, each flushing (and rebalancing) as its scheduler's
+    upkeep would; returns the pages visited, in order."""
+    done = []
+    idle = 0
+    for _ in range(steps):
+        busy = False
+        for f in fleet:
+            for _ in range(3):
+                i = step(f)
+                if i is not None:
+                    done.append(i)
+                    busy = True
+            f._next_rebalance = 0.0 if not busy else f._next_rebalance
+            f.maintain([])
+        if until_idle:
+            idle = 0 if busy else idle + 1
+            if idle >= 3 and not any(f.has_pending() for f in fleet):
+                break
+    return done
 
 
-def test_a_dead_processs_lease_expires_and_the_page_keeps_its_cash(frontier):
-    frontier.open(window="unbounded")
-    frontier.schedule([entry(0)])
-    first = frontier.pop()
-    assert frontier.visit(first, [Link(key(1), "u1", payload=b"r1")]) is not None
-    short = RedisFrontier(frontier.client, frontier.key, lease=0.2)
-    dead = short.pop()  # leased for 0.2 s, never renewed: its process died
-    assert dead.key == key(1)
-    before = frontier.cash_of(key(1))
-    other = RedisFrontier(frontier.client, frontier.key, lease=30)
-    assert other.pop() is None  # leased: nobody else gets it meanwhile
-    time.sleep(0.3)
-    again = other.pop()  # reclaims the lease and pops the page in one call
-    assert again.key == key(1) and again.payload == b"r1"
-    assert frontier.check() == []
-    status = frontier.status()
-    assert status["reclaimed"] == 1 and status["leases"] == 1
-    assert frontier.cash_of(key(1)) >= before > 0
-    # The dead process's late answer changes nothing; the new holder's visit counts.
-    assert short.visit(dead, [Link(key(2), "u2", payload=b"r2")]) is None
-    assert frontier.status()["stale"] == 1 and frontier.status()["pages"] == 2
-    assert other.visit(again, []) is not None
-    assert frontier.total_cash() == pytest.approx(1.0, abs=1e-12)
-    assert frontier.check() == []
+def check(client, name: str) -> list[str]:
+    """The invariants of the crawl as stored (the test's oracle): total cash 1, each
+    partition's frontier consistent, its pages where their URLs say, no numbered message
+    lost or applied twice."""
+    snap = RedisSnapshot(client, name)
+    out = []
+    total = snap.total_cash()
+    if abs(total - 1.0) > 1e-9:
+        out.append(f"total cash {total!r}")
+    for part in snap.parts:
+        out += partition_problems(part)
+    members = {p.k: p for p in snap.parts}
+    members[POOL] = snap.pool
+    moving = [m for mem in members.values() for m in mem.box.unconfirmed.values()]
+    for k in members:
+        for _id, fields in client.xrange(f"{{{name}:{'pool' if k == POOL else k}}}:in"):
+            from scrapy_opic.backends.redis import _unpack
+            from scrapy_opic.opic.partition import Message
+
+            moving += [Message(*raw) for raw in _unpack(fields[b"m"])[0]]
+    return out + sequence_problems(members, moving)
 
 
-def test_renewed_leases_do_not_expire(frontier):
-    frontier.open()
-    short = RedisFrontier(frontier.client, frontier.key, lease=0.3)
-    short.schedule([entry(0)])
-    lease = short.pop()
-    for _ in range(4):
-        time.sleep(0.15)
-        assert short.renew([lease]) == 1
-    assert short.pop() is None
-    assert short.status()["reclaimed"] == 0
-    assert short.renew([lease._replace(token="not-mine")]) == 0
+def test_a_crawl_alone_owns_every_partition_it_meets_and_ends_with_cash_one(crawl):
+    f = crawl()
+    f.schedule([Entry(key(url(0)), url(0), 0, "", b"seed")])
+    done = run([f])
+    assert sorted(set(done)) == sorted(set(done) | {0}) and len(done) == len(set(done))
+    assert len(done) == f.figures()["visited"] and f.figures()["pending"] == 0
+    f.commit()
+    assert check(f.client, crawl.key) == []
+    owned = set(f.held)
+    assert POOL in owned and owned - {POOL} == {partition_of(url(i), key(url(i)), 16) for i in done}
 
 
-def test_lease_tokens_carry_a_64_bit_process_tag(frontier):
-    frontier.open()
-    tags = {RedisFrontier(frontier.client, frontier.key)._tag for _ in range(100)}
-    assert len(tags) == 100 and all(len(t) == 16 for t in tags)
+def test_processes_share_the_partitions_and_every_page_is_fetched_once(crawl):
+    a = crawl()
+    a.schedule([Entry(key(url(0)), url(0), 0, "", b"seed")])
+    done = run([a], steps=5, until_idle=False)  # a alone: it owns what it met
+    b, c = crawl(), crawl()
+    fleet = [a, b, c]
+    for _ in range(40):  # they join: a hands partitions over, b and c take them
+        for f in fleet:
+            f.quiet = 0.0
+            f._next_rebalance = 0.0
+            f.maintain([])
+    owners = [set(f.held) for f in fleet]
+    assert all(owners) and not (
+        owners[0] & owners[1] or owners[0] & owners[2] or owners[1] & owners[2]
+    )
+    done += run(fleet)
+    assert len(done) == len(set(done))  # no page twice
+    assert {0} | {j for i in done for j in links_of(i)} <= set(done)  # every page found
+    for f in fleet:
+        f.commit()
+    assert check(a.client, crawl.key) == []
+    assert (
+        sum(1 for f in fleet if any(p.frontier.engine.visit_count for p in f.parts.values())) >= 2
+    )
 
 
-def test_a_crawl_with_other_parameters_or_an_unsupported_window_is_refused(frontier):
-    assert frontier.open(epsilon=0.15, window="unbounded") is True
-    assert frontier.open(epsilon=0.15, window="unbounded") is False  # joining
-    with pytest.raises(ValueError, match="eps"):
-        frontier.open(epsilon=0.2, window="unbounded")
-    with pytest.raises(ValueError, match="embedded-store only"):
-        RedisFrontier(frontier.client, "opic:other").open(window="variable:4")
+def test_a_process_that_lost_its_partition_cannot_write_it(crawl):
+    a = crawl(lease=0.4)
+    a.schedule([Entry(key(url(0)), url(0), 0, "", b"seed")])
+    a.commit()
+    k = partition_of(url(0), key(url(0)), 16)
+    lease = a.pop()
+    time.sleep(0.5)  # a stalls past its lease
+    b = crawl()
+    assert b._claim(k)  # b takes the partition over, from what a wrote
+    assert b.pop().url == url(0)  # and fetches the page again
+    assert a.visit(lease, []) is not None  # (a does not know yet)
+    a.flush()  # its write is refused: a lets the partition go
+    assert k not in a.parts and k in b.parts
+    b.commit()
+    assert check(b.client, crawl.key) == []
 
 
-def test_keys_are_namespaced_in_one_hash_slot_and_cleared(frontier):
-    frontier.open()
-    other = RedisFrontier(frontier.client, frontier.key + ":neighbour")
-    other.open()
-    frontier.schedule([entry(0)])
-    other.schedule([entry(0)])
-    from redis.crc import key_slot
-
-    mine = list(frontier.client.scan_iter(match=frontier.ns + ":*"))
-    assert len(mine) >= 5 and all(k.startswith(frontier.ns.encode() + b":") for k in mine)
-    # One Redis Cluster hash slot for the whole crawl: every script call is single-slot.
-    assert len({key_slot(k) for k in mine}) == 1
-    assert frontier.clear() == len(mine)
-    assert other.status()["pending"] == 1  # the other crawl is untouched
-    other.clear()
-
-
-def test_a_crawl_started_by_the_previous_version_is_read_and_joined(frontier):
-    """The previous version packed one global fewer (no wall clock of the last window step)."""
-    frontier.open()
-    frontier.schedule([entry(0)])
-    blob = frontier.client.get(frontier.ns + ":s")
-    old = blob[: 8 * (len(SCALARS) - 1)]
-    frontier.client.set(frontier.ns + ":s", old)
-    assert frontier.globals()["clock"] == 0.0
-    assert frontier.open() is False
-    lease = frontier.pop()
-    assert frontier.visit(lease, [Link(key(1), "u1", payload=b"r1")]) is not None
-    assert len(frontier.client.get(frontier.ns + ":s")) == 8 * len(SCALARS)
-    assert frontier.total_cash() == pytest.approx(1.0, abs=1e-12)
-
-
-def test_the_scripts_constants_are_generated_from_python():
-    text = lua_constants()
-    assert "local SCALARS = {'eps', 'refresh'," in text
-    assert f"'<{'d' * 7}BI1I3'" in text and "local SCHEDULED = 1" in text
-    assert f"local BUCKET_LOAD = {BUCKET_LOAD}" in text and 2 * BUCKET_LOAD < 128
-    assert struct.calcsize("<" + "d" * len(SCALARS)) == 8 * len(SCALARS)
+def test_a_process_killed_at_any_moment_is_taken_over_and_the_crawl_finishes(crawl):
+    """A process dies with records not written and messages not sent: its partitions are free
+    when their leases end, another process loads them (checkpoint, journal) and sends again
+    what was not known delivered; every page is fetched, none more than twice, cash 1."""
+    a, b = crawl(lease=0.5), crawl(lease=0.5)
+    a.schedule([Entry(key(url(0)), url(0), 0, "", b"seed")])
+    for f in (a, b):
+        f._next_rebalance = 0.0
+        f.maintain([])
+    fetched = run([a, b], until_idle=False, steps=15)
+    for _ in range(5):  # work a does and never writes
+        i = step(a)
+        if i is not None:
+            fetched.append(i)
+    victim = set(a.held)
+    a.client.close()  # killed: no close(), no more writes
+    deadline = time.monotonic() + 0.6
+    while time.monotonic() < deadline:  # (b goes on: its upkeep renews its own leases)
+        b.maintain([])
+        time.sleep(0.05)
+    b.quiet = 0.0
+    b._next_rebalance = 0.0
+    b.maintain([])
+    assert victim <= set(b.held)  # b took a's partitions over
+    fetched += run([b])
+    assert {0} | {j for i in fetched for j in links_of(i)} <= set(fetched)
+    assert max(fetched.count(i) for i in set(fetched)) <= 2
+    b.commit()
+    assert check(b.client, crawl.key) == []
 
 
-@pytest.mark.parametrize("mom, wall", [(False, False), (True, False), (False, True)])
-def test_a_page_packs_under_redis_listpack_values_and_back(mom, wall):
-    """A page of a crawl under 2**24 pages fits Redis's listpack values (64 bytes), however
-    often it was visited: its bucket stays compact. Packing and unpacking (one page or many at
-    once) give back every number."""
-    layout = PageLayout(mom, wall)
-    rng = np.random.default_rng(1)
-    pages = []
-    for v, ident in [(0, 0), (255, 255), (256, 256), (2**32 - 1, 2**24 - 1), (7, 2**32 - 1)]:
-        page = {name: float(rng.normal()) for name in layout.doubles}
-        page.update(v=v, id=ident, f=FETCHED | DEAD, st=3, ho=1, ha=0)
-        pages.append(page)
-        x = layout.pack(page)
-        if ident < 2**24:
-            assert len(x) <= 64
-        back = layout.unpack(x)
-        assert all(back[k] == page[k] for k in page)
-    many = layout.unpack_many([layout.pack(p) for p in pages])
-    for row, page in zip(many, pages):
-        assert all(row[k] == page[k] for k in page)
-    assert len(layout.pack({**pages[0], "id": 5_000_000, "v": 200})) == 8 * len(layout.doubles) + 5
-    assert len(LAYOUTS) == 3
+def test_a_write_whose_reply_was_lost_is_not_made_twice(crawl):
+    """A flush's reply lost on the way (a connection reset after the server ran it): the next
+    flush finds the journal longer than it thought by what it sent, and goes on."""
+    f = crawl()
+    f.schedule([Entry(key(url(i)), url(i), 0, "", b"r") for i in range(0, 60, 6)])
+    f.commit()
+    k = next(iter(f.parts))
+    held = f.held[k]
+    for _ in range(3):
+        step(f)
+    pipeline = f.client.pipeline
+
+    def lost_reply(*args, **kw):
+        pipe = pipeline(*args, **kw)
+        execute = pipe.execute
+
+        def run_then_fail(*a, **k):
+            execute(*a, **k)
+            raise redis.ConnectionError("reply lost")
+
+        pipe.execute = run_then_fail
+        return pipe
+
+    f.client.pipeline = lost_reply
+    with pytest.raises(redis.ConnectionError):
+        f.flush()
+    f.client.pipeline = pipeline
+    step(f)
+    f.commit()
+    assert k in f.parts and held.log == f.client.llen(f._k(k, "log"))
+    assert check(f.client, crawl.key) == []
 
 
-def test_a_pop_hands_back_the_url_the_request_was_scheduled_with(frontier):
-    """A request may be stored without its URL (the scheduler's encoding leaves it out): the
-    lease gives back the URL of the entry or link that brought it, also for a page first known
-    under another spelling of its URL (one fingerprint), and a retry keeps it."""
-    frontier.open()
-    frontier.schedule([Entry(key(0), "https://www.a.org/x", 0, "s", b"r0")])
-    lease = frontier.pop()
-    assert lease.url == "https://www.a.org/x" and lease.payload == b"r0"
-    assert frontier.visit(lease, [Link(key(1), "http://a.org/q?b=1&a=2")]) is not None
-    assert frontier.schedule([Entry(key(1), "http://a.org/q?a=2&b=1", 0, "s", b"r1")]) == [1]
-    assert frontier.check() == []
-    lease = frontier.pop()
-    assert lease.url == "http://a.org/q?a=2&b=1" and lease.payload == b"r1"
-    assert frontier.retry(lease, Entry(key(1), "ignored", 0, "s", b"r1 again")) == SCHEDULED
-    lease = frontier.pop()
-    assert lease.url == "http://a.org/q?a=2&b=1" and lease.payload == b"r1 again"
-    # A redirect to itself is a retry under the redirect's URL; its page keeps its first URL.
-    assert frontier.redirect(lease, Entry(key(1), "http://a.org/q?b=1&a=2", 0, "t", b"r")) == 1
-    lease = frontier.pop()
-    assert lease.url == "http://a.org/q?b=1&a=2" and lease.slot == "t"
-    assert frontier.check() == []
-    assert frontier.visit(lease, []) is not None
-    assert frontier.snapshot().urls == ["https://www.a.org/x", "http://a.org/q?b=1&a=2"]
-    assert frontier.check() == []
+def test_a_crawl_of_other_parameters_partitions_or_layout_is_refused(crawl, redis_url):
+    a = crawl(epsilon=0.15)
+    with pytest.raises(ValueError, match=r"other parameters \(epsilon: crawl 0.15, here 0.3\)"):
+        crawl(epsilon=0.3)
+    with pytest.raises(ValueError, match="has 16 partitions by host, not 32 by host"):
+        crawl(partitions=32)
+    client = redis.Redis.from_url(redis_url)
+    old = f"opic:old:{uuid.uuid4().hex}"
+    client.hset("{" + old + "}:meta", "layout", "20261124")  # (an earlier layout)
+    try:
+        f = RedisFrontier.connect(redis_url, old)
+        with pytest.raises(ValueError, match="made by another version of scrapy-opic"):
+            f.open()
+        f.client.close()
+    finally:
+        client.delete("{" + old + "}:meta")
+        client.close()
+    assert a.held  # (the first process is unharmed)
 
 
-def test_keys_of_any_length_find_their_pages_across_bucket_splits(frontier):
-    """A key that is not a 20-byte fingerprint is placed by its SHA-1, a fingerprint by its own
-    bits: the script and the Python side agree on every page's bucket while buckets split."""
-    frontier.open()
-    keys = [b"k%d" % i for i in range(150)] + [key(i) for i in range(150)]
-    for lo in range(0, 300, 25):
-        frontier.schedule(
-            [Entry(k, f"http://x/{k.hex()}", 0, "s", b"r") for k in keys[lo : lo + 25]]
-        )
-    for _ in range(40):
-        lease = frontier.pop()
-        assert frontier.visit(lease, [Link(b"new%d" % len(lease.key), "http://x/n")]) is not None
-    assert frontier.status()["pages"] > 4 * BUCKET_LOAD
-    assert sum(frontier.status_of(k) == "visited" for k in keys) == 40
-    assert all(frontier.status_of(k) in ("pending", "visited") for k in keys)
-    assert frontier.check() == []
+def test_a_crawl_with_impossible_parameters_is_never_created(crawl, redis_url):
+    name = f"opic:never:{uuid.uuid4().hex}"
+    f = RedisFrontier.connect(redis_url, name)
+    try:
+        for kw in ({"epsilon": 2.0}, {"epsilon": 0.0}, {"refresh": 5.0}):
+            with pytest.raises(ValueError, match="must be in"):
+                f.open(**kw)
+        assert not f.exists()
+    finally:
+        f.client.close()
 
 
-def test_urls_are_stored_without_their_usual_prefix_and_read_back():
-    for url in [
-        "https://www.example.org/a",
-        "http://www.example.org/",
-        "https://example.org/\u00e9",
-        "http://x",
-        "ftp://x/y",
-        "",
-        "\x01odd",
-        "\x00",
-    ]:
-        data = pack_url(url)
-        assert unpack_url(data) == url
-    assert pack_url("https://www.example.org/a") == b"\x01example.org/a"
+def test_an_emptied_redis_stops_the_crawl(tmp_path):
+    """The server lost every key (restarted without persistence): the process stops with one
+    line instead of making a new crawl out of what it holds."""
+    from tests.sites import RedisServer
+
+    with RedisServer(tmp_path) as server_url:
+        f = RedisFrontier.connect(server_url, "opic:emptied", lease=5.0)
+        f.open(partitions=16)
+        f.schedule([Entry(key(url(0)), url(0), 0, "", b"seed")])
+        f.commit()
+        f.client.flushdb()
+        f._next_rebalance = 0.0
+        with pytest.raises(StoreError, match="is gone from Redis"):
+            f.maintain([])
+        assert f.client.dbsize() == 0  # nothing written back
+        f.client.close()
 
 
-def test_the_export_api_reads_a_redis_crawl(frontier, redis_url, tmp_path):
-    from scrapy_opic.export import open_state, write_export
-
-    frontier.open()
-    g = power_law_graph(80, seed=3)
-    assert frontier.schedule([entry(0)]) == [SCHEDULED]
-    for _ in range(50):
-        lease = frontier.pop()
-        if lease is None:
-            break
-        i = int(lease.payload.removeprefix(b"req"))
-        frontier.visit(
-            lease, [Link(key(j), f"http://x/{j}", payload=b"req%d" % j) for j in g.children(i)]
-        )
-    n = frontier.status()["pages"]
-    location = f"{redis_url}#{frontier.key}"
-    with open_state(location) as state:
-        assert state.n == n
-        top = state.top(5)
-        assert [p.importance for p in top] == sorted((p.importance for p in top), reverse=True)
-        assert sum(p.importance for p in state.pages()) == pytest.approx(1.0)
-        assert state.pending == frontier.status()["pending"]
-    out = tmp_path / "x.csv"
-    with open_state(location) as state:
-        assert write_export(state, str(out)) == n
-    assert len(out.read_text().splitlines()) == n + 1
+def test_the_status_of_a_fleet_counts_its_processes_and_partitions(crawl):
+    a, b = crawl(), crawl()
+    a.schedule([Entry(key(url(i)), url(i), 0, "", b"r") for i in range(12)])
+    for f in (a, b, a, b):
+        f._next_rebalance = 0.0
+        f.maintain([])
+    a.commit()
+    b.commit()
+    status = fleet_status(a.client, crawl.key)
+    assert status["pages"] == 12 and status["pending"] == 12
+    assert status["workers"] == 2 and status["partitions"] == len(
+        {partition_of(url(i), key(url(i)), 16) for i in range(12)}
+    )
+    assert sum(status["owners"].values()) == status["partitions"] + 1  # (the pool too)
 
 
 def test_reading_a_missing_or_unreachable_crawl_is_one_clear_error(redis_url):
@@ -324,136 +323,18 @@ def test_a_password_never_reaches_logs_errors_or_stored_settings():
     assert "s3cret" not in str(bad.value)
 
 
-@pytest.mark.parametrize("kw", [{"epsilon": 2.0}, {"epsilon": 0.0}, {"refresh": 5.0}])
-def test_a_crawl_with_impossible_parameters_is_never_created(frontier, kw):
-    """epsilon 2 would create cash at every visit: refused before anything reaches Redis."""
-    with pytest.raises(ValueError, match="must be in"):
-        frontier.open(**kw)
-    assert frontier.globals() is None
+def test_the_export_api_reads_a_redis_crawl(crawl, tmp_path):
+    from scrapy_opic.export import open_state, write_export
 
-
-def test_the_crawl_is_not_over_while_a_visit_still_has_links_to_file(frontier, redis_url):
-    """A visit whose link comes back NEEDS_PAYLOAD (the visiting process sent no request for it)
-    leaves that link to be filed by its process a moment later. In that gap another process
-    asking whether anything is pending must hear yes: else it closes, and the crawl loses it
-    (or, if it was the last, the crawl ends with pages about to be filed)."""
-    frontier.open(window="unbounded")
-    other = RedisFrontier(redis.Redis.from_url(redis_url), frontier.key, lease=30)
-    other.open(window="unbounded")
-    waiting = {"filed": False}
-    frontier.ready = lambda: waiting["filed"]  # as the scheduler says: links still unfiled
-    frontier.schedule([entry(0)])
-    lease = frontier.pop()
-    visit = frontier.visit(lease, [Link(key(1), "http://x/1")])  # no request sent along
-    assert visit.codes == [2]  # NEEDS_PAYLOAD: this process files it next
-    assert other.has_pending()  # the gap: nothing pending, nothing leased, yet not over
-    frontier.maintain([])  # the upkeep renews the hold while the link is unfiled
-    assert other.has_pending()
-    waiting["filed"] = True
-    assert frontier.schedule([entry(1)]) == [SCHEDULED]  # filed: the hold ends with it
-    assert other.status()["holds"] == 0 and other.has_pending()  # (page 1 is pending)
-    lease = other.pop()
-    other.visit(lease, [])
-    assert not other.has_pending()
-    other.client.close()
-
-
-def test_a_dead_processs_hold_expires(frontier, redis_url):
-    """A process killed between its visit and the filing of the visit's links holds the crawl
-    open no longer than a lease: the next pop after expiry clears it."""
-    short = RedisFrontier(redis.Redis.from_url(redis_url), frontier.key, lease=0.2)
-    short.open(window="unbounded")
-    short.ready = lambda: False
-    short.schedule([entry(0)])
-    short.visit(short.pop(), [Link(key(1), "http://x/1")])
-    assert frontier.has_pending()
-    time.sleep(0.3)  # the process "died": no renewal
-    assert frontier.pop() is None  # (clears expired holds)
-    assert not frontier.has_pending()
-    short.client.close()
-
-
-# -- fleet politeness ---------------------------------------------------------------------------
-
-
-def rich_and_poor(frontier) -> tuple[list[bytes], list[bytes]]:
-    """Pages 1-3 in slot "a" with more cash than pages 4-6 in slot "b" (a seed page in slot
-    "s", visited, pays them 3:1)."""
-    frontier.schedule([Entry(key(0), "http://s/0", 0, "s", b"r0")])
-    lease = frontier.pop()
-    rich = [Link(key(i), f"http://a/{i}", 3.0, 0.0, False, 0, "a", b"r%d" % i) for i in (1, 2, 3)]
-    poor = [Link(key(i), f"http://b/{i}", 1.0, 0.0, False, 0, "b", b"r%d" % i) for i in (4, 5, 6)]
-    frontier.visit(lease, rich + poor)
-    return [link.key for link in rich], [link.key for link in poor]
-
-
-def test_fleet_politeness_caps_a_slots_leases_for_all_processes(frontier, redis_url):
-    """Two processes, each with room of its own, together lease at most the slot's concurrency;
-    a pop then takes the richest page of a slot that has room (exact among them), and a slot
-    opens again as soon as one of its leases ends."""
-    frontier.open(window="unbounded")
-    other = RedisFrontier(redis.Redis.from_url(redis_url), frontier.key, lease=30)
-    other.open(window="unbounded")
-    frontier.set_politeness(2)
-    rich, poor = rich_and_poor(frontier)
-    first, second = frontier.pop(), other.pop()
-    assert {first.key, second.key} <= set(rich)  # slot "a" is now full for the fleet
-    third = frontier.pop()
-    assert third.key in poor and third.slot == "b"
-    assert frontier.check() == []
-    other.visit(second, [])  # a lease of slot "a" ends: it has room again
-    fourth = other.pop()
-    assert fourth.key in rich
-    assert frontier.check() == []
-    assert frontier.politeness() == {"concurrency": 2, "delay": 0.0, "jitter": 0.0, "slots": {}}
-    other.client.close()
-
-
-def test_fleet_politeness_spaces_a_slots_leases_by_its_delay(frontier):
-    frontier.open(window="unbounded")
-    frontier.set_politeness(8, delay=0.3, slots={"b": (1, 0.0, 0.0)})
-    rich, poor = rich_and_poor(frontier)
-    t0 = time.monotonic()
-    assert frontier.pop().key in rich
-    assert frontier.pop().key in poor  # "a" waits for its delay; "b" has no delay...
-    assert frontier.pop() is None  # ...but a concurrency of its own, 1
-    assert frontier.check() == []
-    while (lease := frontier.pop()) is None:
-        time.sleep(0.01)
-    assert lease.key in rich
-    assert time.monotonic() - t0 >= 0.29  # (server time and this clock: a ms of rounding)
-    frontier.set_politeness(0)  # switched off: every blocked slot is a head again
-    assert frontier.check() == []
-    assert frontier.pop().key in rich
-
-
-def test_leases_that_expire_free_their_slot(frontier, redis_url):
-    short = RedisFrontier(redis.Redis.from_url(redis_url), frontier.key, lease=0.2)
-    short.open(window="unbounded")
-    short.set_politeness(1)
-    rich, _ = rich_and_poor(short)
-    assert short.pop().key in rich  # "a" full; its process dies
-    time.sleep(0.3)
-    assert frontier.pop().key in rich  # reclaimed: "a" freed, then leased again
-    assert frontier.status()["reclaimed"] == 1 and frontier.check() == []
-    short.client.close()
-
-
-def test_opic_status_prints_a_fleets_figures_in_one_line(frontier, redis_url, tmp_path):
-    """``scrapy opic-status`` reads a running crawl's counters (O(1) of its pages): what an
-    operator watches, with --every, while the fleet crawls."""
-    from tests.test_export import assert_one_line_error, scrapy_cmd
-
-    frontier.open(window="unbounded")
-    frontier.set_politeness(2, delay=1.5)
-    rich_and_poor(frontier)
-    frontier.pop()
-    location = f"{redis_url}#{frontier.key}"
-    proc = scrapy_cmd("opic-status", "--state", location, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    (line,) = proc.stdout.splitlines()
-    assert "7 pages known, 1 fetched (1 visits), 5 pending, 1 in flight" in line
-    assert "fleet politeness 2/slot, 1.5 s: 1 slots busy, 2 without room" in line
-    missing = scrapy_cmd("opic-status", "--state", location + "-none", cwd=tmp_path)
-    assert_one_line_error(missing)
-    assert "no OPIC crawl" in missing.stderr
+    f = crawl()
+    f.schedule([Entry(key(url(0)), url(0), 0, "", b"seed")])
+    done = run([f])
+    f.commit()
+    with open_state(f"{crawl.url}#{crawl.key}") as state:
+        assert state.n == len(done) and state.pending == 0
+        assert state.total_cash() == pytest.approx(1.0, abs=1e-9)
+        assert state.importance().sum() == pytest.approx(1.0)
+        top = state.top(3)
+        assert len(top) == 3 and top[0].importance >= top[1].importance
+        n = write_export(state, str(tmp_path / "out.csv"))
+    assert n == len(done)

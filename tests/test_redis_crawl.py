@@ -550,6 +550,7 @@ def sharded_crawl(
                 proc.kill()
                 proc.wait()
     from scrapy_opic.backends.sharded import connect_crawl
+
     from scrapy_opic.export import open_state
 
     frontier = connect_crawl(redis_url, key)

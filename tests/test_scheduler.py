@@ -28,10 +28,10 @@ from scrapy_opic.scheduler import (
     decode_request,
     encode_request,
 )
-from tests.frontiers import SHARDS, redis_url_of
+from tests.frontiers import redis_url_of
 
 URLS = [f"http://host{i % 3}.example/page/{i}" for i in range(12)]
-BACKENDS = ["sqlite", "sqlite-jobdir", "redis", "redis-cluster", "redis-sharded"]
+BACKENDS = ["sqlite", "sqlite-jobdir", "redis", "redis-cluster"]
 
 
 class ContractSpider(Spider):
@@ -57,8 +57,6 @@ class Schedulers:
             base["JOBDIR"] = str(self.tmp_path / "job")
         if self.backend.startswith("redis"):
             base.update(OPIC_STORE="redis", OPIC_REDIS_URL=self.redis_url, OPIC_REDIS_KEY=self.key)
-        if self.backend == "redis-sharded":
-            base["OPIC_REDIS_SHARDS"] = SHARDS
         crawler = get_crawler(ContractSpider, {**base, **settings})
         crawler.engine = SimpleNamespace(
             downloader=SimpleNamespace(get_slot_key=lambda r: urlparse_cached(r).hostname, slots={})
@@ -78,9 +76,9 @@ class Schedulers:
         for scheduler in list(self.open):
             self.close(scheduler)
         if self.backend.startswith("redis"):
-            from scrapy_opic.backends.sharded import connect_crawl
+            from scrapy_opic.backends.redis import RedisFrontier
 
-            frontier = connect_crawl(self.redis_url, self.key)
+            frontier = RedisFrontier.connect(self.redis_url, self.key)
             frontier.clear()
             frontier.client.close()
 
@@ -144,11 +142,8 @@ def test_a_visit_files_its_links_and_the_scheduler_answers_for_them(schedulers):
     trips = s.frontier.round_trips
     visit(s, parent, kids)
     assert [s.enqueue_request(k) for k in kids] == [True, True, True, False]
-    if schedulers.backend == "redis-sharded":  # + one for the links of other partitions
-        assert s.frontier.round_trips == trips + 2
-    elif schedulers.backend.startswith("redis"):  # the visit filed them: one round trip
-        assert s.frontier.round_trips == trips + 1
-        assert s.frontier.check() == []
+    if schedulers.backend.startswith("redis"):  # the visit filed them without a round trip
+        assert s.frontier.round_trips == trips
     f = s.frontier.figures()
     assert f["pending"] == 3 and f["visited"] == 1
     assert total_cash(s) == pytest.approx(1.0, abs=1e-12)
@@ -547,21 +542,18 @@ def on_redis(redis_url, tmp_path):
     factory.cleanup()
 
 
-def test_the_fleet_spaces_a_slot_so_the_downloader_sends_at_once(on_redis):
-    """With the fleet's politeness the frontier spaces a slot's pops: the downloader's own
-    delay is zeroed, and so is the wait it set after the slot's first request here (drawn
-    with the jitter, up to 1.5 x the delay: it held the next request back until then, towards
-    another process's next request for the host; seen as 20-30 ms gaps in the access log)."""
+def test_a_redis_crawl_leaves_the_downloaders_slots_alone(on_redis):
+    """Each host's partition is owned by one process, whose downloader keeps the host's
+    delay as Scrapy does: the scheduler never touches a slot (no private attribute of it)."""
     from scrapy.core.downloader import Slot
 
     s = on_redis.make(DOWNLOAD_DELAY=0.25, DOWNLOAD_DELAY_JITTER=0.5)
-    cancelled = []
     slot = Slot(8, 0.25, 0.5)
-    slot.latercall = SimpleNamespace(cancel=lambda: cancelled.append(True))
+    slot.latercall = marker = object()
     s.crawler.engine.downloader.slots["host0.example"] = slot
     s.enqueue_request(Request(URLS[0]))
     assert s.next_request().url == URLS[0]
-    assert slot.delay == 0.0 and slot.latercall is None and cancelled == [True]
+    assert slot.delay == 0.25 and slot.latercall is marker
 
 
 def test_unserializable_requests_are_fetched_by_the_process_that_made_them(on_redis):
@@ -578,41 +570,59 @@ def test_a_process_with_other_parameters_cannot_join(on_redis):
         on_redis.make(OPIC_EPSILON=0.3)
 
 
-def test_a_redis_error_during_a_visit_lets_the_lease_lapse(on_redis):
+def test_a_redis_error_during_a_flush_loses_nothing(on_redis, caplog):
+    """A visit never waits for Redis; a flush that fails (the server went away for a while)
+    keeps its records, and the next one writes them: another process then reads the visit."""
     import redis
 
-    s = on_redis.make(OPIC_REDIS_LEASE=0.3)
+    from scrapy_opic.backends.redis import RedisFrontier
+
+    s = on_redis.make()
     s.enqueue_request(Request(URLS[0]))
     r = s.next_request()
-    script = s.frontier._script
+    pipeline = s.frontier.client.pipeline
 
-    def broken(keys, args):
-        if args[0] == "visit":
+    def broken(*args, **kw):
+        pipe = pipeline(*args, **kw)
+
+        def execute(*args, **kw):
             raise redis.ConnectionError("connection reset")
-        return script(keys=keys, args=args)
 
-    s.frontier._script = broken
-    with pytest.raises(redis.ConnectionError):
-        visit(s, r)
-    s.frontier._script = script
-    assert not s._leases and not s._slot_load  # no longer renewed by this process
-    time.sleep(0.4)
-    s._maintain()
-    other = type(s.frontier)(s.frontier.client, s.frontier.key)
-    assert other.pop() is not None  # back in the frontier for anyone
+        pipe.execute = execute
+        return pipe
+
+    s.frontier.client.pipeline = broken
+    visit(s, r, [Request(URLS[1])])
+    with pytest.raises(redis.ConnectionError):  # (the scheduler's upkeep logs it, goes on)
+        s.frontier.flush()
+    s.frontier.client.pipeline = pipeline
+    s.frontier.commit()
+    reader = RedisFrontier.connect(on_redis.redis_url, on_redis.key)
+    try:
+        state = reader.snapshot()
+        assert state.n == 2 and state.engine().visit_count == 1
+        assert state.total_cash() == pytest.approx(1.0, abs=1e-12)
+    finally:
+        reader.client.close()
 
 
-def test_a_page_popped_again_after_its_lease_lapsed_is_held_once(on_redis):
-    s = on_redis.make(OPIC_REDIS_LEASE=0.2)
+def test_a_partition_taken_over_makes_the_old_owners_outcome_stale(on_redis):
+    """A process that stalled past its partition's lease lost it to another process: its
+    late outcome changes nothing, and its next write of that partition is refused."""
+    s = on_redis.make(OPIC_REDIS_LEASE=0.5)
     s.enqueue_request(Request(URLS[0]))
+    s.frontier.commit()  # (as its upkeep does)
     first = s.next_request()
-    time.sleep(0.3)  # a blocked reactor: no renewal for a whole lease
-    second = s.next_request()  # reclaimed and handed back to this process
-    assert second.url == first.url and s._slot_load == {"host0.example": 1}
+    k = next(iter(s.frontier.parts))
+    held = s.frontier.held[k]
+    time.sleep(0.6)  # a blocked reactor: no renewal for a whole lease
+    other = on_redis.make()
+    assert other.frontier._claim(k)  # another process takes the partition over
+    assert other.next_request().url == first.url  # and fetches the page again
+    s.frontier.flush()  # this process's write is refused: it lets the partition go
+    assert k not in s.frontier.parts and held.token != other.frontier.held[k].token
     visit(s, first)  # the lapsed lease answers: ignored
-    assert s.frontier.figures()["visits"] == 0 and len(s._leases) == 1
-    visit(s, second)
-    assert s.frontier.figures()["visits"] == 1 and not s._leases and not s._slot_load
+    assert s.counts["opic/stale"] == 1
 
 
 def test_a_callback_error_is_the_spiders_whatever_it_raised(tmp_path):

@@ -1,483 +1,138 @@
-"""The Redis backend: one OPIC frontier that any number of crawling processes share.
+"""The Redis backend: one crawl shared by many Scrapy processes, on many machines, each owning
+some of the crawl's partitions (:mod:`scrapy_opic.opic.partition`) and running for them the
+very engine and frontier that the embedded store runs.
 
-Redis is the engine here, not a cache of it: the cash, history and status of every page, the
-clock G, the virtual page and the pending queues live in Redis, and every change is one call of
-one Lua script (``opic.lua``), which Redis runs atomically. So:
+Redis stores and carries; it computes nothing of OPIC. For each partition (and for the crawl's
+pool, the member ``pool``) it holds:
 
-* two processes that visit and pay at the same moment never create or lose cash, and never
-  lease the same page twice at once;
-* the greedy pop is global: the page with the most cash across the whole frontier (among those
-  of the highest priority, in a download slot the asking process has room for);
-* the virtual page's payout stays O(1): the same per-page accumulators as
-  :class:`~scrapy_opic.opic.engine.OpicEngine`, so queue scores never move on a payout;
-* a popped page is *leased* for ``lease`` seconds (server time). Its process renews the leases
-  it holds (:meth:`RedisFrontier.maintain`); a process that dies stops renewing, and the next
-  pop after expiry puts the page back in the queue with its cash intact (it kept growing
-  meanwhile). An outcome reported under an expired lease (``stale``) changes nothing.
+* a *lease* (``{K:k}:lease``): the token of the process that owns it, with an expiry that the
+  owner renews; a process that dies stops renewing, and the partition is free when it expires;
+* a *checkpoint* (``{K:k}:ck``, a hash: a header, blocks of page arrays, blocks of keys, URLs
+  and requests, each compressed) and the *journal* since (``{K:k}:log``, a list of batches of
+  records): a process that takes the partition over loads the one and replays the other through
+  the same frontier (:meth:`Partition.replay <scrapy_opic.opic.partition.Partition.replay>`);
+* an *inbox* (``{K:k}:in``, a stream): the messages of other partitions, and the pages other
+  processes file there, applied by its owner in order and once, then deleted;
+* its *figures* (``{K:k}:fig``), what the crawl's status adds up.
 
-One source: the script runs the embedded engine's formulas operation for operation, and every
-number the two share (statuses, schedule codes, estimator ids, decay rates, the blend weight, the
-packed layouts of the globals and of a page) is generated into the script from Python
-(:func:`lua_constants`) when it is loaded, never copied by hand. ``tests/test_differential.py``
-replays one random sequence of every operation on this frontier and on the embedded one, for
-every window and estimator the script runs, and compares every number after every step.
+Every write of a member's state goes through one short script that first checks that the
+writer still holds the lease and that the journal is as long as it thinks (a write lost with a
+restarted Redis): a process that lost its partition (it stalled past its lease) can never
+write over its successor's. That check is the only script: no OPIC rule runs in Redis.
 
-Window policies: the unbounded history (every estimator) and Interpolation (G or wall clock);
-the multi-measure windows (variable, fixed, improved) keep a list of measures per page and are
-embedded-store only. Selection: Greedy only.
+The crawl's own keys: ``{K}:meta`` (parameters, partition count, spider, who holds the
+endowment), ``{K}:workers`` (each process's last beat), ``{K}:parts`` (partitions that have
+pages or messages), ``{K}:owners`` (who owns what, as the owners last said).
 
-Keys (``ns`` is the crawl's key wrapped in a Redis Cluster hash tag, e.g. ``{opic:site}``): see
-the header of ``opic.lua``. Memory per page and round trips per fetched page are measured by
-``benchmarks/redis_perf.py`` (README, "Figures"): a fetched page costs one call to pop it and
-one to visit it, which also schedules the links it pays; :attr:`RedisFrontier.round_trips`
-counts every call.
+Pace. A process appends its journals, sends the messages whose records are durable, reads its
+inboxes and renews its leases in one pipeline every :data:`FLUSH` seconds (a round trip per
+node of a Redis Cluster); it looks at the fleet (who is alive, which partitions it should own)
+every :data:`REBALANCE` seconds. A pop or a visit never waits for Redis.
 
-Nothing here knows Scrapy: payloads are encoded by the function the frontier is given, slots are
-strings.
+A Redis Cluster spreads the partitions over its shards by their hash tags (``{K:k}``): every
+key of one member is in one slot, so each script touches one node.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import random
+import pickle
 import socket
-import struct
 import time
 import uuid
-from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Sequence
-from pathlib import Path
+import zlib
+from collections.abc import Callable, Collection, Hashable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
-from ..opic.constants import (
-    BLEND_LEMMA,
-    CODES,
-    DEAD,
-    DUPLICATE,
-    ERROR,
-    ESTIMATORS,
-    FETCHED,
-    FILTERED,
-    FINAL_OUTCOMES,
-    FORBIDDEN,
-    LOCAL,
-    NEEDS_PAYLOAD,
-    OK,
-    RATE_DECAY,
-    REDIRECTED,
-    SCHEDULED,
-    SLOPE_NOISE,
-    STATUSES,
-    VISIT_DECAY,
-)
+from ..opic.constants import IN_FLIGHT, PENDING
 from ..opic.engine import OpicEngine
-from ..opic.frontier import Entry, Lease, Link, Visit, require_payload
-from ..opic.window import Interpolation, UnboundedHistory, parse_window
-from ..series import FIELDS as SERIES_FIELDS
+from ..opic.frontier import Lease
+from ..opic.partition import (
+    FIGURES,
+    POOL,
+    Fleet,
+    Member,
+    Message,
+    Note,
+    Partition,
+    Pool,
+    add_figures,
+    finish_figures,
+    in_transit,
+)
+from ..series import Series
 from . import StoreError
 from .sqlite import CHUNK
 
-#: The packed globals of a crawl (``<ns>:s``, little-endian doubles), in order: the parameters
-#: first (:data:`PARAMS`), then the clock, the virtual page, the accumulators, the status counts
-#: and the clock time of the last wall-clock window step (``clock``).
-SCALARS = (
-    "eps", "refresh", "cont", "win", "est", "T", "wall", "mom", "layout", "n", "G", "greal",
-    "vcash", "vhist", "acca", "accu", "nunf", "visits", "ema", "accc", "ctot", "cpass", "cdang",
-    "btot", "dtot", "rate", "st0", "st1", "st2", "st3", "reclaimed", "stale", "clock", "debt",
-    "ndead", "parts", "part", "vin", "vinu", "vcred", "gother", "octot", "ocpass", "ocdang",
-    "obtot", "odtot", "on",
-)  # fmt: skip
-PARAMS = SCALARS[:9]
-#: The version of the crawl's layout in Redis (globals and page fields), a parameter that every
-#: process compares with its own: a crawl started by a version that stored pages otherwise is
-#: refused instead of misread. (A date: no count from an older layout can take its value.)
-LAYOUT = 20261124.0
-_GLOBALS = struct.Struct("<" + "d" * len(SCALARS))
+#: The layout of a crawl's keys, compared by every process that joins: a crawl stored
+#: otherwise is refused.
+LAYOUT = "opic-partitions-1"
+#: Seconds between two looks at whether to flush (the scheduler's upkeep tick).
+TICK = 0.1
+#: Seconds between two flushes (journals, messages, inboxes, leases: one pipeline) of a
+#: process with pages to pop (one that found none flushes at every tick).
+FLUSH = 0.25
+#: Seconds between two reads of the inboxes when there is nothing to write.
+READ = 0.5
+#: Seconds between two looks at the fleet (beats, partition shares, claims, releases).
+REBALANCE = 1.0
+#: A member's journal gets a new checkpoint after this many batches, or this many seconds.
+CHECKPOINT_BATCHES = 200
+CHECKPOINT_SECONDS = 60.0
+#: Pages per block of a checkpoint.
+BLOCK = 1024
+#: Inbox entries read per member per flush.
+READ_COUNT = 500
+#: Seconds between two rounds of reports to the pool (and of its payouts).
+REPORT = 0.5
 
-
-def _unpack_globals(blob: bytes) -> dict[str, float]:
-    # A crawl started by an older version packed fewer globals: the new ones read as 0.
-    return dict(zip(SCALARS, _GLOBALS.unpack(blob.ljust(_GLOBALS.size, b"\0"))))
-
-
-def page_fields(mom: bool, wall: bool) -> tuple[tuple[str, str], ...]:
-    """The doubles at the head of a page's packed numbers: stored cash s, (credit) history h,
-    teleport-credit baseline cb, link credit held lc, G at the last visit lg, then the
-    received-credit moments b and d (estimators that need them) or the wall time of the last
-    visit lt (wall-clock windows). :class:`PageLayout` tells the rest."""
-    extra = ("b", "d") if mom else ("lt",) if wall else ()
-    return tuple((name, "d") for name in ("s", "h", "cb", "lc", "lg", *extra))
-
-
-#: The three layouts, by the script's id: 0 plain, 1 with moments, 2 with a wall clock.
-LAYOUTS = (page_fields(False, False), page_fields(True, False), page_fields(False, True))
-#: Pages per bucket on average (the script's linear hashing, opic.lua ``bucket_of``): a bucket
-#: holds about this many to twice as many pages, and must stay under Redis's
-#: hash-max-listpack-entries (128) to keep its compact encoding.
-BUCKET_LOAD = 40
-#: URLs per list of the URL store (``<ns>:u:<chunk>``): a pop reads one with LINDEX, whose cost
-#: grows with the list; a list's fixed cost is shared by this many pages.
-URL_CHUNK = 1024
-# The header byte after the doubles: status (2 bits), flags (3 bits: FETCHED, INITIAL, DEAD),
-# has an outcome entry, has an alias entry, visits take 4 bytes (else 1).
-_ST, _F, _HAS_O, _HAS_A, _WIDE = 0, 2, 5, 6, 7
-
-
-class PageLayout:
-    """The packing of one crawl's pages (moments and wall clock are crawl parameters): the
-    doubles of :func:`page_fields`, a header byte (status, flags, whether the page has an
-    outcome and an alias entry, the width of v), the visits v (1 byte below 256, else 4) and
-    the page's id (little-endian, in as few bytes as it needs, at most 4: a crawl holds fewer
-    than 2**32 pages; the rest of the string). With moments, a page of a crawl under 16,777,216
-    pages visited under 256 times packs into 61 bytes, at most 64 up to that size: under Redis's
-    hash-max-listpack-value (64), so that its bucket keeps the compact listpack encoding."""
-
-    def __init__(self, mom: bool, wall: bool) -> None:
-        self.fields = page_fields(mom, wall)
-        self.doubles = tuple(name for name, _ in self.fields)
-        self.names = (*self.doubles, "v", "f", "st", "id", "ho", "ha")
-        self.head = 8 * len(self.doubles)
-        self.struct = struct.Struct("<" + "d" * len(self.doubles))
-        self.dtype = np.dtype(
-            [(name, "<f8") for name in self.doubles]
-            + [("v", "<u4"), ("f", "u1"), ("st", "u1"), ("id", "<i8"), ("ho", "u1"), ("ha", "u1")]
-        )
-
-    @classmethod
-    def of(cls, g: dict[str, float]) -> PageLayout:
-        return cls(g["mom"] == 1.0, g["wall"] == 1.0)
-
-    def pack(self, page: dict[str, float]) -> bytes:
-        """The bytes the script stores for ``page`` (the inverse of :meth:`unpack`; the script
-        packs in Lua, this is for tests)."""
-        v, ident = int(page["v"]), int(page["id"])
-        head = int(page["st"]) << _ST | int(page["f"]) << _F
-        head |= int(page.get("ho", 0)) << _HAS_O | int(page.get("ha", 0)) << _HAS_A
-        wide = v >= 256
-        width = max(1, (ident.bit_length() + 7) // 8)
-        return (
-            self.struct.pack(*(page[name] for name in self.doubles))
-            + bytes([head | wide << _WIDE])
-            + v.to_bytes(4 if wide else 1, "little")
-            + ident.to_bytes(width, "little")
-        )
-
-    def unpack(self, x: bytes) -> dict[str, float]:
-        out: dict[str, float] = dict(zip(self.doubles, self.struct.unpack_from(x)))
-        head = x[self.head]
-        at = self.head + 1  # v, then the id
-        width = 4 if head >> _WIDE & 1 else 1
-        out.update(
-            v=int.from_bytes(x[at : at + width], "little"),
-            f=head >> _F & 7,
-            st=head >> _ST & 3,
-            id=int.from_bytes(x[at + width :], "little"),
-            ho=head >> _HAS_O & 1,
-            ha=head >> _HAS_A & 1,
-        )
-        for name in ("b", "d", "lt"):
-            out.setdefault(name, 0.0)
-        return out
-
-    def unpack_many(self, xs: Sequence[bytes]) -> np.ndarray:
-        """Many pages at once, as a record array of :attr:`dtype` (vectorised: a snapshot
-        decodes every page of the crawl)."""
-        n = len(xs)
-        out = np.zeros(n, self.dtype)
-        if not n:
-            return out
-        width = self.head + 9  # the longest: header, 4 bytes of v, 4 of id
-        lengths = np.fromiter(map(len, xs), np.int64, n)
-        raw = np.frombuffer(b"".join(x.ljust(width, b"\0") for x in xs), np.uint8)
-        raw = raw.reshape(n, width)
-        doubles = raw[:, : self.head].copy().view("<f8")
-        for k, name in enumerate(self.doubles):
-            out[name] = doubles[:, k]
-        head = raw[:, self.head].astype(np.int64)
-        wide = (head >> _WIDE & 1).astype(bool)
-        rows = np.arange(n)
-        v = np.zeros(n, np.int64)
-        for k in range(4):
-            byte = raw[:, min(self.head + 1 + k, width - 1)].astype(np.int64)
-            v += np.where(k == 0 or wide, byte << (8 * k), 0)
-        start = self.head + np.where(wide, 5, 2)
-        ident = np.zeros(n, np.int64)
-        for k in range(4):
-            col = np.minimum(start + k, width - 1)
-            ident += np.where(start + k < lengths, raw[rows, col].astype(np.int64) << (8 * k), 0)
-        out["v"] = v
-        out["f"] = head >> _F & 7
-        out["st"] = head >> _ST & 3
-        out["id"] = ident
-        out["ho"] = head >> _HAS_O & 1
-        out["ha"] = head >> _HAS_A & 1
-        return out
-
-
-def fingerprint_hash(fp: bytes) -> int:
-    """The hash that places a page in a bucket (opic.lua ``fphash``): for a 20-byte fingerprint
-    (a SHA-1, as Scrapy's), the XOR of its five big-endian 32-bit words; for any other key, the
-    first 32 bits of its SHA-1."""
-    if len(fp) == 20:
-        a, b, c, d, e = struct.unpack(">5I", fp)
-        return a ^ b ^ c ^ d ^ e
-    return int.from_bytes(hashlib.sha1(fp).digest()[:4], "big")
-
-
-def bucket_of(fp: bytes, n: int) -> int:
-    """The bucket of the page ``fp`` in a crawl of ``n`` pages (opic.lua ``bucket_of``)."""
-    buckets = max(1, n // BUCKET_LOAD)
-    m = 1 << (buckets.bit_length() - 1)
-    h = fingerprint_hash(fp)
-    b = h % (2 * m)
-    return b if b < buckets else h % m
-
-
-def n_buckets(n: int) -> int:
-    """How many buckets a crawl of ``n`` pages has."""
-    return max(1, n // BUCKET_LOAD)
-
-
-def request_entry(value: bytes) -> tuple[bytes, bytes, bytes, bytes]:
-    """A request entry's parts (``<ns>:r:<b>``, opic.lua ``flush``): priority, download slot,
-    URL (empty: the page's) and the request's bytes."""
-    at = 1 + value[0]
-    pr = value[1:at]
-    n = int.from_bytes(value[at : at + 2], "little")
-    sl = value[at + 2 : at + 2 + n]
-    at += 2 + n
-    n = int.from_bytes(value[at : at + 4], "little")
-    return pr, sl, value[at + 4 : at + 4 + n], value[at + 4 + n :]
-
-
-#: URL prefixes stored as one byte (code k + 1 for URL_PREFIXES[k]): every URL of a crawl
-#: begins with one, and a URL never begins with a control byte. A URL that does is stored after
-#: a 0 byte.
-URL_PREFIXES = ("https://www.", "http://www.", "https://", "http://")
-
-
-def pack_url(url: str) -> bytes:
-    """A URL as the crawl stores it (:func:`unpack_url` gives it back)."""
-    raw = url.encode()
-    for k, prefix in enumerate(URL_PREFIXES):
-        if url.startswith(prefix):
-            return bytes([k + 1]) + raw[len(prefix) :]
-    return b"\0" + raw if raw[:1] and raw[0] <= len(URL_PREFIXES) else raw
-
-
-def unpack_url(data: bytes) -> str:
-    code = data[0] if data else 0xFF
-    if code > len(URL_PREFIXES):
-        return data.decode()
-    if code == 0:
-        return data[1:].decode()
-    return URL_PREFIXES[code - 1] + data[1:].decode()
-
-
-#: Window policies the script runs, by id.
-WINDOWS = ("unbounded", "interpolation")
-
-
-def lua_constants() -> str:
-    """The Lua definitions of every number the script shares with Python (prepended to
-    ``opic.lua`` when it is loaded)."""
-
-    def lua(x: Any) -> str:
-        return repr(x) if isinstance(x, (int, float)) else "'" + str(x) + "'"
-
-    def table(names: Sequence[str]) -> str:
-        return "{" + ", ".join(f"[{k}] = {lua(v)}" for k, v in enumerate(names)) + "}"
-
-    def layout(fields: tuple[tuple[str, str], ...]) -> str:
-        # Straight-line unpack and pack per layout: they run for every page a call touches.
-        # (PageLayout tells the format: the doubles, a header byte, v in 1 or 4 bytes, the id
-        # in the bytes left.)
-        names = [name for name, _ in fields]
-        head = 8 * len(names)
-        dfmt = "<" + "d" * len(names)
-        absent = [f"{n} = 0" for n in ("b", "d", "lt") if n not in names]
-        record = ", ".join(
-            [f"{n} = {n}" for n in names]
-            + absent
-            + [
-                f"st = H % {1 << _F}",
-                f"f = bit.band(bit.rshift(H, {_F}), 7)",
-                f"ho = bit.band(bit.rshift(H, {_HAS_O}), 1)",
-                f"ha = bit.band(bit.rshift(H, {_HAS_A}), 1)",
-                "v = v",
-                "id = id",
-            ]
-        )
-        tail = {1: "I1", 4: "I4"}
-        ufmt = [
-            "{" + ", ".join(f"'{dfmt}B{tail[wv]}I{wi}'" for wi in (1, 2, 3, 4)) + "}"
-            for wv in (1, 4)
-        ]
-        # (The formats by the width of v and the width of the id, built once per call.)
-        return (
-            f"(function()\n"
-            f"  local U1 = {ufmt[0]}\n"
-            f"  local U4 = {ufmt[1]}\n"
-            f"  return {{unpack = function(x)\n"
-            f"    local H = string.byte(x, {head + 1})\n"
-            f"    local {', '.join(names)}, v, id\n"
-            f"    if H >= {1 << _WIDE} then\n"
-            f"      {', '.join(names)}, H, v, id = struct.unpack(U4[#x - {head + 5}], x)\n"
-            f"    else\n"
-            f"      {', '.join(names)}, H, v, id = struct.unpack(U1[#x - {head + 2}], x)\n"
-            f"    end\n"
-            f"    return {{{record}}}\n"
-            f"  end,\n"
-            f"  pack = function(p, ho, ha)\n"
-            f"    local H = p.st + {1 << _F} * p.f + {1 << _HAS_O} * ho + {1 << _HAS_A} * ha\n"
-            f"    local id = p.id\n"
-            f"    local w = id < 256 and 1 or (id < 65536 and 2 or (id < 16777216 and 3 or 4))\n"
-            f"    if p.v >= 256 then\n"
-            f"      return struct.pack(U4[w], {', '.join('p.' + n for n in names)}, "
-            f"H + {1 << _WIDE}, p.v, id)\n"
-            f"    end\n"
-            f"    return struct.pack(U1[w], {', '.join('p.' + n for n in names)}, H, p.v, id)\n"
-            f"  end}}\n"
-            f"end)()"
-        )
-
-    lines = [
-        "-- Generated from Python (scrapy_opic/backends/redis.py, scrapy_opic/opic/constants.py)",
-        "-- when the script is loaded: the one source of every number both sides share.",
-        "local SCALARS = {" + ", ".join(lua(x) for x in SCALARS) + "}",
-        f"local N_PARAMS = {len(PARAMS)}",
-        "local LAYOUTS = {"
-        + ", ".join(f"[{k}] = {layout(f)}" for k, f in enumerate(LAYOUTS))
-        + "}",
-        f"local LAYOUT = {LAYOUT!r}",
-        f"local BUCKET_LOAD = {BUCKET_LOAD}",
-        f"local URL_CHUNK = {URL_CHUNK}",
-        *(f"local {name.upper()} = {k}" for k, name in enumerate(STATUSES)),
-        *(f"local {name.upper()} = {k}" for k, name in enumerate(CODES)),
-        f"local FETCHED, DEAD, OK, REDIRECTED = {FETCHED}, {DEAD}, {OK}, {REDIRECTED}",
-        "local FINAL_OUTCOMES = {"
-        + ", ".join(f"[{k}] = true" for k in sorted(FINAL_OUTCOMES))
-        + "}",
-        f"local ESTIMATORS = {table(ESTIMATORS)}",
-        f"local WIN_INTERPOLATION = {WINDOWS.index('interpolation')}",
-        f"local VISIT_DECAY = {VISIT_DECAY!r}",
-        f"local RATE_DECAY = {RATE_DECAY!r}",
-        f"local BLEND_LEMMA = {BLEND_LEMMA!r}",
-        f"local SLOPE_NOISE = {SLOPE_NOISE!r}",
-        # (layout: the crawl's, set when its globals load; fields it lacks read as 0.)
-        "local layout",
-        "local function unpack_page(x) return layout.unpack(x) end",
-        "local function pack_page(p, ho, ha) return layout.pack(p, ho, ha) end",
-    ]
-    return "\n".join(lines) + "\n"
-
-
-def lua_script() -> str:
-    """The whole script: the generated constants, then ``opic.lua``."""
-    return lua_constants() + Path(__file__).with_name("opic.lua").read_text()
-
-
-def window_params(window: str) -> dict[str, float]:
-    """The script's parameters for a window spec, or :class:`ValueError` for a window the Redis
-    store does not run."""
-    policy = parse_window(window)
-    if isinstance(policy, UnboundedHistory):
-        return {
-            "win": float(WINDOWS.index("unbounded")),
-            "est": float(ESTIMATORS.index(policy.estimator)),
-            "T": 0.0,
-            "wall": 0.0,
-            "mom": 1.0 if policy.needs_moments else 0.0,
-        }
-    if isinstance(policy, Interpolation):
-        return {
-            "win": float(WINDOWS.index("interpolation")),
-            "est": 0.0,
-            "T": policy.T,
-            "wall": 1.0 if policy.clock == "wall" else 0.0,
-            "mom": 0.0,
-        }
-    raise ValueError(
-        f"the Redis store runs the unbounded and interpolation windows, not {window!r} "
-        "(the variable, fixed and improved windows are embedded-store only)"
-    )
-
-
-def window_spec(g: dict[str, float]) -> str:
-    """The window spec of a crawl's parameters (the inverse of :func:`window_params`)."""
-    if WINDOWS[int(g["win"])] == "interpolation":
-        return f"interpolation:{g['T']:g}" + (":wall" if g["wall"] == 1.0 else "")
-    est = ESTIMATORS[int(g["est"])]
-    return "unbounded" if est == "blend" else f"unbounded:{est}"
-
-
-def status_figures(g: dict[str, float], leases: int, holds: int, workers: int) -> dict[str, Any]:
-    """A crawl's figures from its globals ``g`` (a partition's, or a sharded crawl's summed)
-    and its lease, hold and process counts. Virtual cash counts what a partition's virtual
-    page received from the others and has not paid out yet (0 unsharded)."""
-
-    def num(name: str) -> float:
-        return float(g.get(name, 0.0))
-
-    G = num("G")
-    n = int(num("n"))
-    visits = num("visits")
-    gathered = 1.0 - VISIT_DECAY**visits
-    return {
-        "pages": n,
-        "fetched": n - int(num("nunf")) - int(num("ndead")),
-        "unfetched": int(num("nunf")),
-        "closed": int(num("ndead")),
-        "visits": int(visits),
-        "G": G,
-        "error_factor": 1.0 / G if G > 0 else float("inf"),
-        "virtual_cash": num("vcash") + num("vin") + num("vinu"),
-        "cash_at_visit_x_n": num("ema") / gathered if gathered > 0 else 0.0,
-        **{name: int(num(f"st{k}")) for k, name in enumerate(STATUSES)},
-        "leases": leases,
-        "holds": holds,
-        "workers": workers,
-        "reclaimed": int(num("reclaimed")),
-        "stale": int(num("stale")),
-    }
-
-
-def entries_of(reply: Sequence[bytes]) -> list[tuple[str, str, bytes]]:
-    """The outbox entries a call wrote, from its reply: (destination, id, entry)."""
-    return [
-        (reply[k].decode(), reply[k + 1].decode(), reply[k + 2]) for k in range(0, len(reply), 3)
-    ]
-
-
-def parse_head(head: Sequence[bytes]) -> tuple[float, float] | None:
-    """A partition's head as the script tells it (tier, true cash), ``None`` for none."""
-    if len(head) < 2 or not head[0]:
-        return None
-    return float(head[0]), float(head[1])
-
-
-def _glob(text: str) -> str:
-    """``text`` as a literal in a Redis glob pattern (SCAN MATCH)."""
-    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
-
-
-def _f(x: float) -> str:
-    return repr(float(x))
+_APPEND = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
+local n = redis.call('LLEN', KEYS[2])
+if n ~= tonumber(ARGV[2]) then return -2 end
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+local blobs = tonumber(ARGV[4])
+for i = 5, 4 + blobs do n = redis.call('RPUSH', KEYS[2], ARGV[i]) end
+redis.call('SET', KEYS[3], ARGV[5 + blobs])
+for i = 6 + blobs, #ARGV do redis.call('XDEL', KEYS[4], ARGV[i]) end
+return n
+"""
+_CHECKPOINT = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
+if redis.call('LLEN', KEYS[2]) ~= tonumber(ARGV[2]) then return -2 end
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('DEL', KEYS[2], KEYS[5])
+local fields = tonumber(ARGV[5])
+for i = 6, 5 + 2 * fields, 2 do redis.call('HSET', KEYS[5], ARGV[i], ARGV[i + 1]) end
+redis.call('SET', KEYS[3], ARGV[4])
+for i = 6 + 2 * fields, #ARGV do redis.call('XDEL', KEYS[4], ARGV[i]) end
+return 0
+"""
+_BEAT = """
+if redis.call('EXISTS', KEYS[2]) == 0 then return -1 end
+local t = redis.call('TIME')
+local ms = t[1] * 1000 + math.floor(t[2] / 1000)
+redis.call('HSET', KEYS[1], ARGV[1], ms)
+return ms
+"""
+_RENEW = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+"""
+_RELEASE = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+return redis.call('DEL', KEYS[1])
+"""
 
 
 def open_client(url: str) -> Any:
     """A client of the Redis at ``url``: ``redis.cluster.RedisCluster`` if that server is a node
-    of a Redis Cluster (``INFO cluster`` says ``cluster_enabled:1``: one call, here), which
-    finds the other nodes from it and sends each call to the node of its key's hash slot; else
-    ``redis.Redis``. A server that refuses ``INFO`` (an ACL without ``@dangerous``, a renamed
-    command) gets the plain client, as before this check existed.
-
-    Errors are the ``redis`` package's: ``redis.RedisError`` (unreachable, refused) or
-    ``redis.RedisClusterException`` (a cluster that cannot be mapped, a database other than 0
-    or a unix socket on a cluster)."""
+    of a Redis Cluster (``INFO cluster`` says ``cluster_enabled:1``), else ``redis.Redis``. A
+    server that refuses ``INFO`` (an ACL without ``@dangerous``) gets the plain client.
+    Errors are the ``redis`` package's."""
     import redis
 
     client = redis.Redis.from_url(url)
@@ -494,111 +149,180 @@ def open_client(url: str) -> Any:
     return redis.RedisCluster.from_url(url)
 
 
-#: Fingerprints a process remembers as no longer new (scheduled or fetched by someone): a visit
-#: sends no payload for them. Bounded: the set is emptied when it reaches this size, which only
-#: costs some encoding afterwards.
-KNOWN_LIMIT = 500_000
-#: Seconds before asking again when every slot with pending pages is full for the fleet (a
-#: lease ends in another process: nothing tells this one).
-POLL = 0.2
+def _pack(obj: Any) -> bytes:
+    return zlib.compress(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), 1)
 
 
-class RedisFrontier:
-    """A crawl's OPIC frontier in Redis: the :class:`~scrapy_opic.opic.frontier.Frontier`
-    contract (see the module docstring).
+def _unpack(blob: bytes) -> Any:
+    return pickle.loads(zlib.decompress(blob))
 
-    :param client: a ``redis.Redis`` client, or a ``redis.RedisCluster`` one for a Redis Cluster
-        (``decode_responses`` must be off: fingerprints are raw bytes). On a cluster the whole
-        crawl is in the hash slot of its namespace, so on one node (one shard).
-    :param key: the crawl's name on the server, e.g. ``opic:myspider``; several crawls share a
-        server under different keys.
-    :param lease: seconds a popped page stays leased without renewal.
-    :param encode: ``encode(payload, url)`` turns a payload into bytes (``None`` if it cannot):
-        payloads travel to the other processes as bytes. It may leave ``url`` out of them, the
-        URL of the entry or link that brings the payload: a pop hands it back as
-        :attr:`Lease.url` (the crawl stores it once, with the page, or with the request when
-        the page is known under another URL).
-    :param series_seconds: seconds between two points of the crawl's time series (added by
-        :meth:`maintain`).
-    :param location: where readers find this crawl (``redis://host:port/db#key``).
+
+def _shuffled(a: np.ndarray) -> bytes:
+    """An array's bytes grouped by position in the item (all first bytes, then all second
+    bytes...): the exponents and high bytes of floats of one magnitude then compress."""
+    width = a.dtype.itemsize
+    raw = np.ascontiguousarray(a).view(np.uint8).reshape(-1, width)
+    return raw.T.tobytes()
+
+
+def _unshuffled(data: bytes, dtype: np.dtype, n: int) -> np.ndarray:
+    width = dtype.itemsize
+    raw = np.frombuffer(data, np.uint8).reshape(width, n).T
+    return np.ascontiguousarray(raw).view(dtype).reshape(n)
+
+
+def pack_state(state: dict[str, Any]) -> dict[str, bytes]:
+    """A partition's checkpoint (:meth:`Partition.state`) as the fields of its Redis hash: a
+    header (``h``), blocks of the page arrays (``a:<b>``: each column byte-shuffled) and blocks
+    of the pages' keys, URLs and requests (``p:<b>``), each compressed."""
+    n = len(state["keys"])
+    cols = {name: np.asarray(a) for name, a in state["arrays"].items()}
+    cols["f.status"] = np.frombuffer(state["status"], np.uint8)
+    cols["f.outcome"] = np.frombuffer(state["outcome"], np.uint16)
+    cols["f.tier"] = np.frombuffer(state["tier"], np.uint32)
+    layout = [(name, a.dtype.str) for name, a in cols.items()]
+    head = {k: v for k, v in state.items() if k not in _BIG}
+    head.update(n=n, layout=layout, block=BLOCK)
+    fields = {"h": _pack(head)}
+    payloads = state["payloads"]
+    keys, urls = state["keys"], state["urls"]
+    for b, lo in enumerate(range(0, n, BLOCK)):
+        hi = min(n, lo + BLOCK)
+        arrays = b"".join(_shuffled(cols[name][lo:hi]) for name, _ in layout)
+        fields[f"a:{b}"] = zlib.compress(arrays, 1)
+        rows = [(keys[i], urls[i], payloads.get(i)) for i in range(lo, hi)]
+        fields[f"p:{b}"] = _pack(rows)
+    return fields
+
+
+_BIG = ("arrays", "status", "outcome", "tier", "payloads", "urls", "keys")
+
+
+def unpack_state(fields: dict[bytes, bytes]) -> dict[str, Any]:
+    """The checkpoint of :func:`pack_state` (:class:`ValueError` if it is incomplete)."""
+    head = _unpack(fields[b"h"])
+    n, block = head["n"], head["block"]
+    cols: dict[str, list] = {name: [] for name, _ in head["layout"]}
+    keys: list = []
+    urls: list = []
+    payloads: dict[int, bytes] = {}
+    for b, lo in enumerate(range(0, n, block)):
+        size = min(n, lo + block) - lo
+        raw = zlib.decompress(fields[f"a:{b}".encode()])
+        at = 0
+        for name, dt in head["layout"]:
+            dtype = np.dtype(dt)
+            cols[name].append(_unshuffled(raw[at : at + dtype.itemsize * size], dtype, size))
+            at += dtype.itemsize * size
+        for i, (key, url, payload) in enumerate(_unpack(fields[f"p:{b}".encode()]), lo):
+            keys.append(key)
+            urls.append(url)
+            if payload is not None:
+                payloads[i] = payload
+    merged = {
+        name: np.concatenate(parts) if parts else np.zeros(0, np.dtype(dt))
+        for (name, dt), parts in zip(head["layout"], cols.values())
+    }
+    state = dict(head)
+    state["status"] = merged.pop("f.status").tobytes()
+    state["outcome"] = merged.pop("f.outcome").tobytes()
+    state["tier"] = merged.pop("f.tier").tobytes()
+    state.update(arrays=merged, keys=keys, urls=urls, payloads=payloads)
+    return state
+
+
+class _Held:
+    """What a process knows of a member it owns: its lease token, its journal's length in
+    Redis, the batches of records not written yet (kept until a write succeeds), the inbox
+    entries applied (deleted with the next write) and where to read the inbox from."""
+
+    def __init__(self, member: Member, token: str, log: int) -> None:
+        self.member = member
+        self.token = token
+        self.log = log
+        #: Batches of records taken from the member and not known written: ``(blob, records
+        #: made up to the batch's end)``.
+        self.unwritten: list[tuple[bytes, int]] = []
+        self.consumed: list[bytes] = []
+        self.read_from = "-"
+        self.since_checkpoint = log
+        self.checkpoint_at = time.monotonic()
+        self.figures = b""
+        self.renew_at = 0.0
+        self.leaving = False
+        self.last_active = time.monotonic()
+
+
+class RedisFrontier(Fleet):
+    """The :class:`~scrapy_opic.opic.partition.Fleet` of one process of a Redis crawl: the
+    partitions it owns, leased in Redis (see the module docstring). Open one with
+    :meth:`connect` and :meth:`open`.
+
+    :param client: a ``redis.Redis`` or ``redis.RedisCluster`` client (bytes, not decoded).
+    :param key: the crawl's name (``OPIC_REDIS_KEY``).
+    :param lease: seconds a partition stays its process's without renewal (a killed process's
+        partitions are taken over after that).
+    :param encode: ``encode(payload, url)``: a request as bytes (``None`` if it cannot be).
+    :param series_seconds: seconds between two points of the crawl's time series.
     """
-
-    shared = True
 
     def __init__(
         self,
         client: Any,
         key: str,
-        lease: float = 60.0,
-        encode: Callable[[Any], bytes | None] | None = None,
-        series_seconds: float = 10.0,
+        *,
+        lease: float = 30.0,
+        encode: Callable[[Any, str | None], bytes | None] | None = None,
         location: str | None = None,
+        series_seconds: float = 10.0,
     ) -> None:
+        super().__init__(1, encode=encode)
         self.client = client
         self.key = key
         self.ns = "{" + key + "}"
-        #: A Redis Cluster client (``redis.cluster.RedisCluster``): it routes each call by its
-        #: key, and a SCAN must name the node to scan (:meth:`_scan`).
-        self.cluster = hasattr(client, "get_node_from_key")
-        self.lease_ms = max(1, int(lease * 1000))
-        self._script = client.register_script(lua_script())
-        self._encode = encode or (lambda payload, url: None)
         self.location = location
+        self.lease_ms = max(100, int(lease * 1000))
+        self.worker = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+        self.maintain_interval = TICK
         self.round_trips = 0
-        self.continuous = False
-        #: The share of pops owed to pages never fetched in a continuous crawl (the debt is the
-        #: crawl's, in Redis; each process's pops add its own share).
-        self.discovery = 0.0
-        #: Links to closed pages pay the virtual page (OpicEngine.closed_links_virtual).
-        self.closed_links_virtual = False
-        self.maintain_interval = max(0.05, min(lease / 3.0, series_seconds))
+        self.held: dict[int, _Held] = {}
+        #: Seconds to wait after the last outcome of a partition before handing it to another
+        #: process (its hosts' download delay, which Scrapy keeps only within a process): set
+        #: by the scheduler.
+        self.quiet = 0.0
+        self.series: Series | None = None  # the crawl's time series, while this owns the pool
         self._series_seconds = series_seconds
-        self._last_point = 0.0
-        self._started = time.time()
-        #: This process in the crawl: host, pid and a random 64-bit tag (a pid can be reused).
-        self._tag = uuid.uuid4().hex[:16]
-        self.worker = f"{socket.gethostname()}:{os.getpid()}:{self._tag}"
-        self._seq = 0  # lease tokens are <tag>.<seq>: short, since a page keeps its last one
-        self._known: set[bytes] = set()
-        self._figures: dict[str, float] = {}
-        #: After a pop that found nothing: seconds until a page may be leasable (the fleet's
-        #: politeness holds every slot that has pending pages), or None.
-        self.wake_in: float | None = None
-        #: Tokens of this process's visits whose links still have to be filed (``<ns>:holds``).
-        self._holds: list[str] = []
-        #: Set by the scheduler: whether every link that a visit answered NEEDS_PAYLOAD for has
-        #: been filed (or dropped on its way) since.
-        self.ready: Callable[[], bool] = lambda: True
-        #: In a sharded crawl (:class:`~scrapy_opic.backends.sharded.ShardedRedisFrontier`):
-        #: this partition's number, the number of partitions, the ids of outbox entries that
-        #: their destinations applied (acknowledged in the next call here), and the head of
-        #: the partition as the last pop left it (tier, true cash), ``None`` if it has none.
-        self.part, self.parts = 0, 1
-        self.acks: list[str] = []
-        self.head: tuple[float, float] | None = None
-        self.vcash = 0.0
-        #: Before the next visit here: ``vs`` and the partitions' page counts, to send this
-        #: partition's virtual cash in the same call (set by the sharded frontier).
-        self.send_virtual: list[Any] | None = None
+        self._known_parts: set[int] = set()
+        self._resend: list[Message] = []
+        self._live: list[str] = [self.worker]
+        self._next_rebalance = 0.0
+        self._next_report = 0.0
+        self._last_flush = 0.0
+        self._hungry = False  # the last pop found nothing
+        self._next_point = 0.0
+        self._global: dict[str, float] | None = None
+        self._global_at = -1e9
+        self.started = time.time()
+
+    # -- keys and calls --------------------------------------------------------------------
+    def _k(self, k: int, suffix: str) -> str:
+        return f"{{{self.key}:{'pool' if k == POOL else k}}}:{suffix}"
+
+    def _member_keys(self, k: int) -> list[str]:
+        return [self._k(k, s) for s in ("lease", "log", "fig", "in", "ck")]
+
+    @staticmethod
+    def _run(client: Any, script: str, keys: list[str], args: list[Any]) -> Any:
+        # (EVAL, not EVALSHA: a pipeline on a Redis Cluster cannot reload a script a node
+        # lost; Redis caches each script's compiled form all the same.)
+        return client.execute_command("EVAL", script, len(keys), *keys, *args)
 
     @classmethod
     def connect(cls, url: str, key: str, **kw: Any) -> RedisFrontier:
-        """A frontier on the server at ``url`` (the ``redis`` package's URL forms), a plain
-        server or any node of a Redis Cluster (see :func:`open_client`)."""
+        """A process of the crawl ``key`` on the Redis at ``url`` (a plain server or any node
+        of a Redis Cluster: see :func:`open_client`)."""
         kw.setdefault("location", f"{url}#{key}")
         return cls(open_client(url), key, **kw)
-
-    def _call(self, *args: Any) -> Any:
-        self.round_trips += 1
-        if self.acks:
-            acks = self.acks
-            self.acks = []
-            try:
-                return self._script(keys=[self.ns], args=["ack", len(acks), *acks, *args])
-            except BaseException:
-                self.acks = acks + self.acks  # (not sent: the next call carries them)
-                raise
-        return self._script(keys=[self.ns], args=args)
 
     # -- the crawl ----------------------------------------------------------------------------
     def open(
@@ -607,776 +331,722 @@ class RedisFrontier:
         refresh: float = 1.0,
         continuous: bool = False,
         window: str = "unbounded",
+        partitions: int = 256,
+        by: str = "host",
         meta: dict[str, Any] | None = None,
     ) -> bool:
-        """Join the crawl under this key, creating it if there is none (with ``meta`` for its
-        readers: spider, settings). Returns whether this call created it. :class:`ValueError`
-        if the crawl was started with other parameters (two processes running different
-        formulas on one frontier would make no sense)."""
+        """Join the crawl under this key, creating it if there is none; returns whether this
+        call created it. :class:`ValueError` (one line) for a crawl made with other parameters,
+        another partition count, or another layout."""
         if not 0.0 < epsilon <= 1.0:
             raise ValueError(f"epsilon must be in (0, 1], not {epsilon!r}")
         if not 0.0 <= refresh <= 1.0:
             raise ValueError(f"refresh must be in [0, 1], not {refresh!r}")
         mine = {
-            "eps": float(epsilon),
-            "refresh": float(refresh),
-            "cont": 1.0 if continuous else 0.0,
-            **window_params(window),
             "layout": LAYOUT,
+            "epsilon": repr(float(epsilon)),
+            "refresh": repr(float(refresh)),
+            "continuous": "1" if continuous else "0",
+            "window": str(window),
+            "partitions": str(int(partitions)),
+            "by": by,
         }
+        meta_key = self.ns + ":meta"
         self.round_trips += 1
-        existed = bool(self.client.exists(self.ns + ":s"))
-        if not existed and self.parts == 1:
-            shards = self.client.get(self.ns + ":shards")
-            if shards is not None:
-                raise ValueError(
-                    f"the OPIC crawl {self.key!r} in Redis runs on {int(shards)} partitions, "
-                    f"not 1 (OPIC_REDIS_SHARDS={int(shards)} to join it)"
-                )
-        stored = self._call(
-            "init",
-            *(repr(mine[name]) for name in PARAMS),
-            str(self.part),  # (the endowment: in partition 0's virtual page)
-            str(self.parts),
-        )
-        stored = dict(zip(PARAMS, (float(v) for v in stored)))
-        if stored["layout"] != LAYOUT:
+        created = bool(self.client.hsetnx(meta_key, "layout", LAYOUT))
+        if created:
+            info = json.dumps({**(meta or {}), "started": time.time()}, default=str)
+            self.client.hset(meta_key, mapping={**mine, "info": info})
+        stored = self._meta_fields()
+        for _ in range(100):  # (a creator between its two writes)
+            if "partitions" in stored or stored.get("layout") != LAYOUT:
+                break
+            time.sleep(0.02)
+            stored = self._meta_fields()
+        if stored.get("layout") != LAYOUT:
             raise ValueError(
-                f"the OPIC crawl {self.key!r} in Redis was started by an older scrapy-opic, "
-                "which stored its pages otherwise: finish it with that version, or start afresh "
-                "(OPIC_REDIS_RESET=True)"
+                f"the OPIC crawl {self.key!r} in Redis was made by another version of "
+                "scrapy-opic: start afresh (OPIC_REDIS_RESET=True)"
             )
-        differ = {k: (stored[k], mine[k]) for k in PARAMS if stored[k] != mine[k]}
+        if stored.get("partitions") != mine["partitions"] or stored.get("by") != by:
+            raise ValueError(
+                f"the OPIC crawl {self.key!r} in Redis has {stored.get('partitions')} partitions "
+                f"by {stored.get('by')}, not {partitions} by {by}: every process of a crawl sets "
+                "the same OPIC_REDIS_PARTITIONS and OPIC_REDIS_PARTITION"
+            )
+        differ = [
+            f"{name}: crawl {stored.get(name)}, here {mine[name]}"
+            for name in ("epsilon", "refresh", "continuous", "window")
+            if stored.get(name) != mine[name]
+        ]
         if differ:
-            what = ", ".join(f"{k}: crawl {a!r}, here {b!r}" for k, (a, b) in differ.items())
-            raise ValueError(f"the OPIC crawl {self.key!r} in Redis has other parameters ({what})")
+            raise ValueError(
+                f"the OPIC crawl {self.key!r} in Redis has other parameters ({'; '.join(differ)})"
+            )
+        self.P, self.by = int(partitions), by
+        self.epsilon, self.refresh, self.window = float(epsilon), float(refresh), str(window)
         self.continuous = bool(continuous)
-        self.layout = PageLayout(mine["mom"] == 1.0, mine["wall"] == 1.0)
-        if not existed and meta is not None:
-            self.set_meta({**meta, "started": time.time()})
-        self._started = float(self.meta().get("started", time.time()))
-        self.heartbeat()
-        self._figures = self.status()
-        return not existed
+        self.started = float(json.loads(stored.get("info", "{}")).get("started", time.time()))
+        self._rebalance()
+        return created
 
-    def globals(self) -> dict[str, float] | None:
-        """The crawl's parameters and global scalars (``None`` if there is no crawl)."""
+    def _meta_fields(self) -> dict[str, str]:
+        raw = self.client.hgetall(self.ns + ":meta")
+        return {k.decode(): v.decode() for k, v in raw.items()}
+
+    def exists(self) -> bool:
+        """Is there a crawl under this key (of any layout)?"""
         self.round_trips += 1
-        blob = self.client.get(self.ns + ":s")
-        return None if blob is None else _unpack_globals(blob)
-
-    def _scan(self, pattern: str) -> Iterator[bytes]:
-        """The keys matching ``pattern``, one of this crawl's (``<ns>:...``). On a Redis
-        Cluster only the node that serves the crawl's hash slot is scanned: every key of the
-        crawl is in that slot, so the other nodes have none of them."""
-        if self.cluster:
-            node = self.client.get_node_from_key(self.ns)
-            return self.client.scan_iter(match=pattern, count=1000, target_nodes=node)
-        return self.client.scan_iter(match=pattern, count=1000)
+        return bool(self.client.exists(self.ns + ":meta"))
 
     def clear(self) -> int:
         """Delete every key of this crawl; returns how many."""
-        pattern = _glob(self.ns) + ":*"
-        n = 0
-        batch: list[bytes] = []
-        for k in self._scan(pattern):
-            batch.append(k)
-            if len(batch) >= 1000:
-                n += self.client.unlink(*batch)
-                batch = []
-        if batch:
-            n += self.client.unlink(*batch)
-        return n
+        raw = self.client.hget(self.ns + ":meta", "partitions")
+        parts = int(raw) if raw else 0
+        pipe = self.client.pipeline(transaction=False)
+        for suffix in ("meta", "workers", "parts", "owners"):
+            pipe.unlink(f"{self.ns}:{suffix}")
+        for k in range(-1, parts):
+            for key in self._member_keys(k):
+                pipe.unlink(key)
+        return sum(pipe.execute())
 
-    # -- payloads ----------------------------------------------------------------------------
-    def _data(self, payload: Any, url: str | None) -> bytes | None:
-        if payload is None or isinstance(payload, bytes):
-            return payload
-        return self._encode(payload, url)
+    def meta(self) -> dict[str, Any]:
+        """What the crawl's creator recorded (spider, settings, start time)."""
+        raw = self.client.hget(self.ns + ":meta", "info")
+        return json.loads(raw) if raw else {}
 
-    def _remember(self, fp: bytes) -> None:
-        if len(self._known) >= KNOWN_LIMIT:
-            self._known.clear()
-        self._known.add(fp)
+    # -- owning members ------------------------------------------------------------------------
+    def owner_of(self, k: int) -> Partition | None:
+        part = self.parts.get(k)
+        if part is None and len(self._live) <= 1:
+            # Alone in the crawl: this process will own every partition anyway.
+            self._claim(k)
+            part = self.parts.get(k)
+        return part
 
-    def _codes(self, keys: Iterable[bytes], codes: Iterable[Any], unencodable: list[bool]):
-        """The script's schedule codes, with LOCAL for a page whose payload could not be
-        encoded; remembers the pages that are no longer new."""
-        out = []
-        for key, code, local in zip(keys, (int(c) for c in codes), unencodable):
-            if code == NEEDS_PAYLOAD and local:
-                code = LOCAL
-            if code != NEEDS_PAYLOAD and code != LOCAL:
-                self._remember(key)
-            out.append(code)
-        return out
-
-    def _token(self) -> str:
-        self._seq += 1
-        return f"{self._tag}.{self._seq:x}"
-
-    # -- the contract ---------------------------------------------------------------------------
-    def schedule(self, entries: Sequence[Entry], again: bool = False) -> list[int]:
-        if not entries:
-            return []
-        args: list[Any] = ["sched", "1" if again else "0"]
-        local = []
-        for key, url, priority, slot, payload in entries:
-            data = self._data(payload, url)
-            local.append(payload is not None and data is None)
-            args += [key, pack_url(url), int(priority), str(slot), data or b""]
-        codes = self._codes((e.key for e in entries), self._call(*args), local)
-        if self._holds:
-            self._unhold()
-        return codes
-
-    def pop(self, full_slots: Collection[Hashable] = ()) -> Lease | None:
-        token = self._token()
-        share = _f(self.discovery if self.continuous else 0.0)
-        # (The delay's jitter draws from this process: a script's random numbers repeat.)
-        u = _f(random.random())  # noqa: S311 (not for security)
-        got = self._call("pop", token, self.lease_ms, share, u, *(str(s) for s in full_slots))
-        if not got or not got[0]:
-            # Pages wait in slots the fleet's politeness holds: ask again when the first one
-            # opens (its delay) or, if all wait for leases to end elsewhere, after a short poll.
-            # (-3: none held; then the partition's head, its best page in a slot full here.)
-            wait = int(got[1]) if got else None
-            self.head = parse_head(got[2]) if len(got) > 2 else None
-            if wait == -3:
-                wait = None
-            self.wake_in = None if wait is None else POLL if wait < 0 else wait / 1000.0
-            return None
-        self.wake_in = None
-        fp, (url, data), slot, head = got
-        self.head = parse_head(head)
-        return Lease(fp, token, data, slot.decode(), unpack_url(url))
-
-    def visit(
-        self,
-        lease: Lease,
-        links: Sequence[Link],
-        virtual_weight: float = 0.0,
-        importance: bool = False,
-        payload: Any = None,
-    ) -> Visit | None:
-        got = self.visit_out(lease, links, (), virtual_weight, importance, payload)
-        return None if got is None else got[0]
-
-    def visit_out(
-        self,
-        lease: Lease,
-        links: Sequence[Link],
-        dests: Sequence[str],
-        virtual_weight: float = 0.0,
-        importance: bool = False,
-        payload: Any = None,
-    ) -> tuple[Visit, list[tuple[str, str, bytes]], list[bool]] | None:
-        """:meth:`visit`, with the links of other partitions of a sharded crawl: ``dests[k]``
-        is the partition of link ``k`` (``""``: this one; no ``dests``: all here). Their shares
-        go to this partition's outbox; returns the visit (``-1`` as those links' codes: their
-        partition answers), the entries written (destination, id, entry), and per link
-        whether its payload could not be encoded."""
-        plain = not virtual_weight and all(link.weight == 1.0 for link in links)
-        boosts = any(link.boost for link in links)
-        args: list[Any] = [
-            "visit",
-            lease.key,
-            lease.token,
-            "1" if plain else "0",
-            "1" if boosts else "0",
-            _f(virtual_weight),
-            self._later(payload, lease),
-            "1" if self.closed_links_virtual else "0",
-            self.lease_ms,
-        ]
-        local = []
-        for k, link in enumerate(links):
-            data = None
-            # (A page this process knows is no longer new gets no payload: the common case of
-            # a link to a known page costs no encoding and no bytes on the wire. Should it be
-            # schedulable all the same, its code says NEEDS_PAYLOAD.)
-            if link.payload is not None and (link.again or link.key not in self._known):
-                data = self._data(link.payload, link.url)
-                local.append(data is None)
-            else:
-                local.append(False)
-            args += [
-                link.key,
-                pack_url(link.url),
-                _f(link.weight),
-                _f(link.boost),
-                "1" if link.again else "0",
-                int(link.priority),
-                str(link.slot),
-                data or b"",
-                dests[k] if dests else "",
-            ]
-        if self.send_virtual:
-            args = [*self.send_virtual, *args]
-            self.send_virtual = None
-        out = self._call(*args)
-        if not int(out[0]):
-            return None
-        if any(int(c) == NEEDS_PAYLOAD for c in out[2]):
-            self._holds.append(lease.token)  # (the script holds the crawl open for them)
-        codes = self._codes((link.key for link in links), out[2], local)
-        imp = float(out[1])
-        if len(out) > 5:  # (a partition of a sharded crawl: its head and virtual cash)
-            self.head = parse_head(out[4])
-            self.vcash = float(out[5])
-        return Visit(codes, None if imp < 0 or not importance else imp), entries_of(out[3]), local
-
-    def fail(self, lease: Lease, outcome: int = ERROR, payload: Any = None) -> bool:
-        out = self._call("fail", lease.key, lease.token, int(outcome), self._later(payload, lease))
-        return bool(int(out[0]))
-
-    def _later(self, payload: Any, lease: Lease) -> bytes:
-        """The bytes of a page's payload for its later fetches (``b""``: keep the one it has;
-        also when it cannot be encoded)."""
-        if payload is None or not self.continuous:
-            return b""
-        return self._data(payload, lease.url) or b""
-
-    def forfeit(self, lease: Lease, outcome: int = FORBIDDEN) -> bool:
-        return bool(int(self._call("forfeit", lease.key, lease.token, int(outcome))[0]))
-
-    def drop(self, key: Hashable, outcome: int = FILTERED) -> bool:
-        return bool(int(self._call("forfeit", key, "", int(outcome))[0]))
-
-    def retry(self, lease: Lease, entry: Entry) -> int | None:
-        require_payload(entry)
-        data = self._data(entry.payload, lease.url)  # (the page's request keeps its URL)
-        if data is None:  # cannot travel: this process fetches it, its cash goes
-            return LOCAL if self.forfeit(lease) else None
-        out = self._call(
-            "retry", lease.key, lease.token, int(entry.priority), str(entry.slot), data
-        )
-        return SCHEDULED if int(out[0]) else None
-
-    def redirect(self, lease: Lease, entry: Entry, permanent: bool = False) -> int | None:
-        got = self.redirect_out(lease, entry, permanent)
-        return got if got is None or isinstance(got, int) else DUPLICATE
-
-    def redirect_out(
-        self, lease: Lease, entry: Entry, permanent: bool = False, dest: str = ""
-    ) -> int | list[tuple[str, str, bytes]] | None:
-        """:meth:`redirect`, to a target in partition ``dest`` of a sharded crawl (``""``:
-        this one): then the cash travels in an outbox entry, returned (destination, id,
-        entry) for the caller to apply."""
-        require_payload(entry)
-        data = self._data(entry.payload, entry.url)
-        if data is None:
-            return LOCAL if self.forfeit(lease) else None
-        out = self._call(
-            "redirect",
-            lease.key,
-            lease.token,
-            entry.key,
-            pack_url(entry.url),
-            int(entry.priority),
-            str(entry.slot),
-            data,
-            "1" if permanent else "0",
-            dest,
-        )
-        if not int(out[0]):
-            return None
-        if dest:
-            return entries_of(out[2])
-        code = int(out[1]) if len(out) > 1 else DUPLICATE
-        self._remember(entry.key)
-        return code
-
-    def set_politeness(
-        self,
-        concurrency: int,
-        delay: float = 0.0,
-        jitter: float = 0.0,
-        slots: dict[str, tuple[int, float, float]] | None = None,
-    ) -> None:
-        """Politeness for the whole fleet: per download slot, every process together leases at
-        most ``concurrency`` pages at once, and leases a page of it at least ``delay`` seconds
-        (times a uniform factor in ``1 ± jitter``, as Scrapy's downloader draws) after the
-        slot's last lease. ``slots``: the slots with limits of their own (slot -> concurrency,
-        delay, jitter). A concurrency of 0 switches it off (each process's own limits only).
-        The last process to call it sets it for every process of the crawl."""
-        args: list[Any] = ["polite", int(concurrency), int(round(delay * 1000)), _f(jitter)]
-        for slot, (conc, d, j) in (slots or {}).items():
-            args += [str(slot), int(conc), int(round(d * 1000)), _f(j)]
-        self._call(*args)
-
-    def politeness(self) -> dict[str, Any] | None:
-        """The fleet's politeness (concurrency, delay in seconds, jitter, and the slots with
-        limits of their own), or ``None`` when each process keeps its own."""
+    def _claim(self, k: int) -> bool:
+        """Take partition ``k`` (or the pool) if no process owns it: load its checkpoint and
+        replay its journal. Returns whether it is this process's now."""
+        token = f"{self.worker}:{uuid.uuid4().hex[:8]}"
         self.round_trips += 1
-        raw = self.client.hgetall(self.ns + ":pol")
-        if not raw:
-            return None
-        own = {
-            k.decode(): tuple(float(x) for x in v.split())
-            for k, v in self.client.hgetall(self.ns + ":lim").items()
-        }
-        return {
-            "concurrency": int(raw[b"conc"]),
-            "delay": int(raw[b"delay"]) / 1000.0,
-            "jitter": float(raw[b"jitter"]),
-            "slots": {k: (int(c), d / 1000.0, j) for k, (c, d, j) in own.items()},
-        }
+        if not self.client.set(self._k(k, "lease"), token, nx=True, px=self.lease_ms):
+            return False
+        try:
+            member, log, series = load_member(self, k, writer=True)
+        except BaseException:
+            self._run(self.client, _RELEASE, [self._k(k, "lease")], [token])
+            raise
+        self.held[k] = _Held(member, token, log)
+        if k == POOL:
+            self.pool = member  # type: ignore[assignment]
+            self.series = series
+        else:
+            self.adopt(member)  # type: ignore[arg-type]
+            if k not in self._known_parts:
+                self.client.sadd(self.ns + ":parts", k)
+                self._known_parts.add(k)
+        self._resend.extend(member.resend())
+        self.client.hset(self.ns + ":owners", str(k), self.worker)
+        return True
 
-    def release(self, leases: Iterable[Lease]) -> int:
-        args: list[Any] = ["release"]
-        for lease in leases:
-            args += [lease.key, lease.token]
-        return int(self._call(*args)) if len(args) > 1 else 0
+    def _lose(self, k: int) -> None:
+        """Member ``k`` is no longer this process's: forgotten (the scheduler's leases of its
+        pages are stale from now on)."""
+        self.held.pop(k, None)
+        if k == POOL:
+            self.pool = None
+            self.series = None
+        else:
+            self.abandon(k)
 
-    def renew(self, leases: Iterable[Lease]) -> int:
-        """Extend the leases still held under these tokens, and this process's holds; returns
-        how many leases."""
-        args: list[Any] = ["renew", self.lease_ms, len(self._holds), *self._holds]
-        for lease in leases:
-            args += [lease.key, lease.token]
-        return int(self._call(*args)) if len(args) > 3 else 0
-
-    def _unhold(self, leaving: bool = False) -> None:
-        """End this process's holds once the links they wait for are filed (:attr:`ready`), or
-        as it ``leaving`` (what it did not file, nobody will)."""
-        if leaving or self.ready():
-            self.round_trips += 1
-            self.client.zrem(self.ns + ":holds", *self._holds)
-            self._holds = []
+    # -- the contract, over the partitions owned --------------------------------------------
+    def pop(self, full_slots: Collection[Hashable] = ()) -> Lease | None:
+        self.settle()  # (alone: its pages on their way between its partitions, first)
+        leaving = [k for k, h in self.held.items() if h.leaving and k in self.parts]
+        if leaving:  # (a partition being handed over gives no more pages)
+            everything = self.parts
+            self.parts = {k: p for k, p in everything.items() if k not in leaving}
+            try:
+                lease = super().pop(full_slots)
+            finally:
+                self.parts = everything
+        else:
+            lease = super().pop(full_slots)
+        self._hungry = lease is None
+        if lease is not None:
+            self.held[lease.token[0]].last_active = time.monotonic()
+        return lease
 
     def maintain(self, leases: Collection[Lease]) -> None:
-        """End or renew this process's holds, renew its leases, mark it alive and, every
-        ``series_seconds``, add a point to the crawl's time series."""
-        if self._holds:
-            self._unhold()
-        if leases or self._holds:
-            self.renew(leases)
-        self.heartbeat()
-        f = self.series_tick(self.status)
-        if f is not None:
-            self._figures = f
-
-    def series_tick(self, figures: Callable[[], dict[str, float]]) -> dict[str, float] | None:
-        """Every ``series_seconds``: add a point of ``figures()`` to the crawl's time series and
-        return the figures (else ``None``)."""
+        """Every :data:`FLUSH` seconds, a flush if there is anything to write or send, or the
+        inboxes to read (every :data:`READ` seconds at least); every :data:`REBALANCE`, the
+        fleet."""
         now = time.monotonic()
-        if now - self._last_point < self._series_seconds:
-            return None
-        self._last_point = now
-        f = figures()
-        point = {name: f[name] for name in SERIES_FIELDS if name in f}
-        self.add_point({**point, "elapsed": time.time() - self._started})
-        return f
+        if now >= self._next_rebalance:
+            self._next_rebalance = now + REBALANCE
+            self._rebalance()
+        busy = self._in_motion() or any(
+            h.unwritten or h.member.journal or h.consumed for h in self.held.values()
+        )
+        # A process with pages to pop batches its writes (fewer round trips); one that found
+        # nothing to pop flushes at every tick, for the pages that other partitions send it.
+        pace = TICK if self._hungry else FLUSH
+        renew = any(now >= h.renew_at for h in self.held.values())
+        if renew or now >= self._last_flush + (pace if busy else max(pace, READ)):
+            self.flush()
 
+    def flush(self, reports: bool = False) -> None:
+        """One pipeline: each member's new records (or a checkpoint), the messages whose
+        records are durable and the notes, and a read of every inbox; the reports to the pool
+        and its payouts every :data:`REPORT` seconds (or now, with ``reports``)."""
+        now = time.monotonic()
+        if reports or now >= self._next_report:
+            self._next_report = now + REPORT
+            self.reports()
+            self._series_point(now)
+        self._last_flush = now
+        pipe = self.client.pipeline(transaction=False)
+        plan: list[tuple[str, Any]] = []
+        for k, held in self.held.items():
+            if not self._queue_write(k, held, pipe, plan, now) and now >= held.renew_at:
+                self._run(pipe, _RENEW, [self._k(k, "lease")], [held.token, self.lease_ms])
+                plan.append(("renew", k))
+            else:
+                held.renew_at = now + self.lease_ms / 3000
+        self._queue_sends(pipe, plan)
+        for k, held in self.held.items():
+            pipe.xrange(self._k(k, "in"), min=held.read_from, max="+", count=READ_COUNT)
+            plan.append(("read", k))
+        if not plan:
+            return
+        self.round_trips += 1
+        results = pipe.execute(raise_on_error=False)
+        lost = []
+        for (kind, info), got in zip(plan, results):
+            if kind == "read":
+                held = self.held.get(info)
+                if held is not None and not isinstance(got, Exception):
+                    self._read_inbox(info, held, got)
+            elif kind == "send":
+                if isinstance(got, Exception):
+                    self._resend.extend(info)
+                    continue
+                for m in info:
+                    src = self.member(m.src)
+                    if src is not None:
+                        src.confirm(m.dst, m.seq)
+            elif kind == "write":
+                k, written, checkpoint = info
+                if not self._written(k, written, checkpoint, got):
+                    lost.append(k)
+            elif kind == "renew" and got == 0:  # (the lease lapsed: another process's now)
+                lost.append(info)
+        for k in lost:
+            self._lose(k)
+        self._resend.sort(key=lambda m: (m.dst, m.src, m.seq))
+
+    def _queue_write(self, k: int, held: _Held, pipe: Any, plan: list, now: float) -> bool:
+        """Queue member ``k``'s write (new records, or a checkpoint) if it has anything new;
+        whether it has (a write renews the lease too)."""
+        member = held.member
+        batch = member.take_journal()
+        if batch:
+            held.unwritten.append((_pack(batch), member.records))
+        figures = self._figures_of(member)
+        if not (held.unwritten or held.consumed or figures != held.figures):
+            return False
+        held.figures = figures
+        keys = self._member_keys(k)
+        checkpoint = k == POOL or (
+            held.unwritten
+            and (
+                held.since_checkpoint >= CHECKPOINT_BATCHES
+                or now - held.checkpoint_at >= CHECKPOINT_SECONDS
+                or held.leaving
+            )
+        )
+        if checkpoint:
+            fields = pack_pool(member, self.series) if k == POOL else pack_state(member.state())
+            args: list[Any] = [held.token, held.log, self.lease_ms, figures, len(fields)]
+            for name, value in fields.items():
+                args += [name, value]
+            self._run(pipe, _CHECKPOINT, keys, args + held.consumed)
+        else:
+            blobs = [blob for blob, _ in held.unwritten]
+            args = [held.token, held.log, self.lease_ms, len(blobs), *blobs, figures]
+            self._run(pipe, _APPEND, keys[:4], args + held.consumed)
+        plan.append(("write", (k, member.records, bool(checkpoint))))
+        return True
+
+    def _written(self, k: int, records: int, checkpoint: bool, got: Any) -> bool:
+        """After a member's write: whether this process still owns it. A write that failed
+        (a Redis error) is made again at the next flush."""
+        held = self.held.get(k)
+        if held is None or isinstance(got, Exception):
+            return True
+        if got == -1:  # another process holds the lease: this one stalled past it
+            return False
+        if got == -2:
+            # The journal is not as long as this process thinks: batches of an earlier flush
+            # whose reply never came back did land (they are written: the rest goes next), or
+            # a restarted Redis lost writes (this process's state is not Redis's any more).
+            landed = int(self.client.llen(self._k(k, "log"))) - held.log
+            if not 0 < landed <= len(held.unwritten):
+                return False
+            held.member.durable = held.unwritten[landed - 1][1]
+            del held.unwritten[:landed]
+            held.log += landed
+            held.since_checkpoint += landed
+            return True
+        held.member.durable = records
+        held.unwritten = []
+        held.consumed = []
+        if checkpoint:
+            held.log = 0
+            held.since_checkpoint = 0
+            held.checkpoint_at = time.monotonic()
+        else:
+            held.since_checkpoint += int(got) - held.log
+            held.log = int(got)
+        return True
+
+    @staticmethod
+    def _figures_of(member: Member) -> bytes:
+        return json.dumps(member.figures_dict()).encode()  # type: ignore[attr-defined]
+
+    def _queue_sends(self, pipe: Any, plan: list) -> None:
+        """The sendable messages and the notes, one inbox entry per destination."""
+        messages, notes = self.outgoing()
+        messages = self._resend + messages
+        self._resend = []
+        by_dst: dict[int, tuple[list[Message], list]] = {}
+        for m in messages:
+            by_dst.setdefault(m.dst, ([], []))[0].append(m)
+        for n in notes:
+            by_dst.setdefault(n.dst, ([], []))[1].append(tuple(n))
+        for dst, (msgs, ns) in by_dst.items():
+            if dst not in self.held and len(self._live) <= 1:
+                self._claim(dst)  # (alone in the crawl: every partition is this process's)
+            pipe.xadd(self._k(dst, "in"), {"m": _pack(([tuple(m) for m in msgs], ns))})
+            plan.append(("send", msgs))
+            if dst != POOL and dst not in self._known_parts:
+                pipe.sadd(self.ns + ":parts", dst)
+                plan.append(("sadd", dst))
+                self._known_parts.add(dst)
+
+    def _read_inbox(self, k: int, held: _Held, entries: list) -> None:
+        member = held.member
+        keep = None  # the first entry with a message that waits for an earlier one
+        for entry_id, fields in entries:
+            messages, notes = _unpack(fields[b"m"])
+            for raw in notes:
+                self.note(Note(*raw))
+            for raw in messages:
+                member.receive(Message(*raw))
+            if keep is None:
+                waiting = member.box.waiting
+                if any(Message(*raw).seq in waiting.get(raw[0], {}) for raw in messages):
+                    keep = entry_id
+                else:
+                    held.consumed.append(entry_id)
+            held.read_from = "(" + entry_id.decode()
+        if keep is not None:
+            held.read_from = keep.decode()
+
+    def _series_point(self, now: float) -> None:
+        """A point of the crawl's time series, every ``series_seconds``, by the pool's owner
+        (from the partitions' last reports)."""
+        if self.series is None or self.pool is None or now < self._next_point:
+            return
+        self._next_point = now + self._series_seconds
+        figures = self.pool.figures.values()
+        pages = sum(f[2] for f in figures)
+        fetched = sum(f[2] - f[1] - (f[2] - f[0]) for f in figures)
+        G = self.pool.clock
+        self.series.add(
+            elapsed=time.time() - self.started,
+            visits=sum(f[9] for f in figures),
+            G=G,
+            error_factor=1.0 / G if G > 0 else 0.0,
+            pages=pages,
+            fetched=fetched,
+            pending=sum(f[10 + PENDING] for f in figures),
+            virtual_cash=self.pool.total_cash(),
+        )
+        self.pool.version += 1
+
+    # -- the fleet ------------------------------------------------------------------------------
+    def _rebalance(self) -> None:
+        """Beat, read the fleet, and claim or release partitions to own this process's share."""
+        pipe = self.client.pipeline(transaction=False)
+        # (The beat in the server's clock: TIME, from a script on the node of the crawl's keys,
+        # as TIME cannot be pipelined to a Redis Cluster.)
+        self._run(pipe, _BEAT, [self.ns + ":workers", self.ns + ":meta"], [self.worker])
+        pipe.hgetall(self.ns + ":workers")
+        pipe.smembers(self.ns + ":parts")
+        pipe.hgetall(self.ns + ":owners")
+        self.round_trips += 1
+        now, workers, parts, owners = pipe.execute()
+        if now == -1:
+            raise StoreError(
+                f"the OPIC crawl {self.key!r} is gone from Redis (the server was emptied, or "
+                "restarted without persistence?): this process stops"
+            )
+        now_ms = int(now)
+        alive = sorted(
+            {w.decode() for w, beat in workers.items() if now_ms - int(beat) < self.lease_ms}
+            | {self.worker}
+        )
+        self._live = alive
+        nonempty = sorted({int(k) for k in parts} | {POOL})
+        self._known_parts |= {k for k in nonempty if k != POOL}
+        owner = {int(k): w.decode() for k, w in owners.items()}
+        mine = set(self.held)
+        at = alive.index(self.worker)
+        share = len(nonempty) // len(alive) + (1 if at < len(nonempty) % len(alive) else 0)
+        if len(mine) < share:
+            for k in nonempty:
+                if len(self.held) >= share:
+                    break
+                if k not in self.held and owner.get(k) not in alive:
+                    self._claim(k)
+        elif len(mine) > share:
+            counts: dict[str, int] = {}
+            for k in nonempty:
+                if owner.get(k) in alive:
+                    counts[owner[k]] = counts.get(owner[k], 0) + 1
+            low = len(nonempty) // len(alive)
+            if any(counts.get(w, 0) < low for w in alive if w != self.worker):
+                for k in sorted(mine, reverse=True)[: len(mine) - share]:
+                    self.held[k].leaving = True
+        self._hand_over()
+
+    def _hand_over(self) -> None:
+        """Release the members marked leaving whose pages are all back and whose hosts have
+        been quiet for :attr:`quiet` seconds: checkpointed first."""
+        now = time.monotonic()
+        ready = []
+        for k, held in self.held.items():
+            part = self.parts.get(k)
+            if not held.leaving or (part is not None and part.frontier.counts[IN_FLIGHT]):
+                continue
+            if now - held.last_active >= self.quiet:
+                ready.append(k)
+        if not ready:
+            return
+        self.commit()
+        for k in ready:
+            held = self.held.get(k)
+            if held is not None:
+                self._run(self.client, _RELEASE, [self._k(k, "lease")], [held.token])
+                self.client.hdel(self.ns + ":owners", str(k))
+                self._lose(k)
+
+    # -- figures -----------------------------------------------------------------------------
+    def crawl_figures(self, fresh: bool = False) -> dict[str, float]:
+        """The crawl's figures: those of the members this process owns, now, and the others'
+        as they last wrote them, with the messages in every inbox (read at most once a second,
+        unless ``fresh``)."""
+        now = time.monotonic()
+        if fresh or self._global is None or now - self._global_at >= 1.0:
+            self._global = read_figures(self.client, self.key, skip=set(self.held))
+            self._global_at = now
+            self.round_trips += 1
+        out = dict(self._global)
+        for member in self.members():
+            add_figures(out, member.figures_dict())  # type: ignore[attr-defined]
+        out["owned"] = len(self.parts)
+        return finish_figures(out)
+
+    def has_pending(self) -> bool:
+        if super().has_pending() or self._resend or any(h.unwritten for h in self.held.values()):
+            return True
+        f = self.crawl_figures(fresh=True)
+        if f["pending"] or f["in_flight"] or f["messages"] or f["unconfirmed"]:
+            return True
+        if not f["others"]:  # (every member is this process's: nothing moves unseen)
+            return False
+        # Idle at one look. A message may have gone from a member not read yet to one read
+        # already while the look read them one after the other; but every write of a member
+        # counts a record: a second look that finds the same records finds the crawl still.
+        again = self.crawl_figures(fresh=True)
+        return (again["records"], again["pages"]) != (f["records"], f["pages"])
+
+    def figures(self) -> dict[str, float]:
+        self.settle()
+        return self.crawl_figures()
+
+    def settle(self) -> None:
+        """For a process alone in its crawl: flush until nothing it made is on its way (its
+        records written, its messages and notes delivered, and applied, since it owns their
+        destinations), so that its figures, and a page's status and cash, are those of now,
+        as one frontier's would be. (With other processes the crawl is never still: figures
+        are as each process last wrote them.)"""
+        for _ in range(4):
+            if len(self._live) > 1 or not self._in_motion():
+                return
+            self.flush(reports=True)
+
+    def commit(self, wait: bool = True) -> None:
+        """Make what this process did durable now: its records written and its messages sent
+        (readers of the crawl see them)."""
+        self.flush(reports=True)
+        for _ in range(10):
+            if not self._in_motion() and not any(
+                h.unwritten or h.member.journal or h.consumed for h in self.held.values()
+            ):
+                return
+            self.flush()
+
+    def _in_motion(self) -> bool:
+        """Messages or notes of this process on their way."""
+        return bool(self.notes or self._resend or any(h.member.outbox for h in self.held.values()))
+
+    def status_of(self, key: Hashable) -> str | None:
+        self.settle()
+        return super().status_of(key)
+
+    def cash_of(self, key: Hashable) -> float | None:
+        self.settle()
+        return super().cash_of(key)
+
+    def total_cash(self) -> float:
+        """The whole crawl's cash, read back from Redis after a flush (O(pages))."""
+        self.flush(reports=True)
+        self.flush()
+        return self.snapshot().total_cash()
+
+    # -- closing ----------------------------------------------------------------------------
     def close(self, leases: Collection[Lease]) -> None:
-        """Hand ``leases`` back (a process can leave a running crawl at any time) and leave."""
+        """Hand ``leases`` back, checkpoint every member and release them all."""
         try:
-            if leases:
-                self.release(leases)
-            if self._holds:
-                self._unhold(leaving=True)
-            self.leave()
+            self.release(leases)
+            for held in self.held.values():
+                held.leaving = True
+            self.commit()
+            for k, held in list(self.held.items()):
+                if not held.unwritten:
+                    self._run(self.client, _RELEASE, [self._k(k, "lease")], [held.token])
+                    self.client.hdel(self.ns + ":owners", str(k))
+                self._lose(k)
+            self.client.hdel(self.ns + ":workers", self.worker)
         finally:
             self.client.close()
 
-    def has_pending(self) -> bool:
-        f = self._figures = self.status()
-        return f["pending"] > 0 or f["leases"] > 0 or f["holds"] > 0
-
-    def __len__(self) -> int:
-        return int(self._figures.get("pending", 0))
-
-    def figures(self) -> dict[str, float]:
-        self._figures = self.status()
-        return dict(self._figures)
-
-    def _page(self, key: Hashable) -> dict[str, float] | None:
-        g = self.globals()
-        if g is None:
-            return None
-        while True:
-            # (The page's bucket depends on n: read again if another process split it.)
-            self.round_trips += 1
-            pipe = self.client.pipeline(transaction=False)
-            pipe.hget(f"{self.ns}:p:{bucket_of(key, int(g['n']))}", key)
-            pipe.get(self.ns + ":s")
-            x, blob = pipe.execute()
-            now = _unpack_globals(blob)
-            if n_buckets(int(now["n"])) == n_buckets(int(g["n"])):
-                return None if x is None else self.layout.unpack(x)
-            g = now
-
-    def status_of(self, key: Hashable) -> str | None:
-        page = self._page(key)
-        return None if page is None else STATUSES[int(page["st"])]
-
-    def cash_of(self, key: Hashable) -> float | None:
-        page = self._page(key)
-        g = self.globals()
-        if page is None or g is None:
-            return None
-        f = int(page["f"])
-        if f & DEAD:
-            return page["s"]
-        return page["s"] + g["acca"] + (g["accu"] if not f & FETCHED else 0.0)
-
-    def total_cash(self) -> float:
-        """All cash, virtual page included (1 up to rounding when no process is running).
-        O(pages)."""
-        return self.snapshot().engine().total_cash()
-
-    def top_page(self) -> tuple[str, float] | None:
-        return None  # O(pages) over the network: the export commands tell it
-
-    # -- figures and the crawl's records ------------------------------------------------------
-    def status(self) -> dict[str, float]:
-        """The crawl's global figures (one round trip): pages, pending, in flight, leases, holds
-        (visits whose links their process has yet to file), the processes that joined and have
-        not left (``workers``: a killed one stays listed)...
-        O(1)."""
-        self.round_trips += 1
-        pipe = self.client.pipeline(transaction=False)
-        pipe.get(self.ns + ":s")
-        pipe.zcard(self.ns + ":leases")
-        pipe.hlen(self.ns + ":workers")
-        pipe.zcard(self.ns + ":holds")
-        blob, leases, workers, holds = pipe.execute()
-        g = _unpack_globals(blob) if blob else {}
-        return status_figures(g, int(leases), int(holds), int(workers))
-
-    def slot_figures(self) -> tuple[int, int]:
-        """Download slots held by the fleet's politeness, and slots with pages in flight."""
-        self.round_trips += 1
-        pipe = self.client.pipeline(transaction=False)
-        pipe.zcard(self.ns + ":blocked")
-        pipe.hlen(self.ns + ":busy")
-        blocked, busy = pipe.execute()
-        return int(blocked), int(busy)
-
-    def heartbeat(self) -> None:
-        """Record that this process is alive (its last beat, this machine's clock)."""
-        self.round_trips += 1
-        self.client.hset(self.ns + ":workers", self.worker, time.time())
-
-    def leave(self) -> None:
-        self.round_trips += 1
-        self.client.hdel(self.ns + ":workers", self.worker)
-
-    def add_point(self, point: dict[str, float], keep: int = 10_000) -> None:
-        """Append a point of the crawl's time series (bounded to the last ``keep``)."""
-        self.round_trips += 1
-        pipe = self.client.pipeline(transaction=False)
-        pipe.rpush(self.ns + ":series", json.dumps(point))
-        pipe.ltrim(self.ns + ":series", -keep, -1)
-        pipe.execute()
-
-    def series(self) -> list[dict[str, float]]:
-        return [json.loads(x) for x in self.client.lrange(self.ns + ":series", 0, -1)]
-
-    def set_meta(self, meta: dict[str, Any]) -> None:
-        self.round_trips += 1
-        self.client.set(self.ns + ":meta", json.dumps(meta, default=str))
-
-    def meta(self) -> dict[str, Any]:
-        self.round_trips += 1
-        raw = self.client.get(self.ns + ":meta")
-        return json.loads(raw) if raw else {}
-
     def snapshot(self) -> RedisSnapshot:
-        """Read every page into an :class:`OpicEngine` (for exports and checks). Pages are read
-        a chunk at a time while the crawl may go on: a stopped crawl reads exactly; a running
-        one gives each page as it was when its chunk was read."""
-        return RedisSnapshot(self)
-
-    def check(self) -> list[str]:
-        """The frontier's structural invariants, read back from Redis: every page is in the
-        bucket its fingerprint and the number of pages say, once, with its own id (ids 0 to
-        n - 1, each with its URL), and no bucket lies beyond the bucket count; a page has a
-        request entry exactly while it is pending or in flight, a lease token exactly while in
-        flight, an outcome or alias entry exactly when its header says so; a pending page is in
-        exactly one queue (of its request's priority and slot, fetched or not) scored by its
-        stored cash, and no other page is queued; the slot heads are the queues' best scores,
-        for the slots not blocked by the fleet's politeness, and a slot's lease count is its
-        leases; the tiers hold the priorities with queued pages; the leases are the in-flight
-        pages; the status counts match. Returns the problems found (none when all hold).
-        O(pages), for tests and diagnostics while no process runs."""
-        c, ns = self.client, self.ns
-        problems: list[str] = []
-        g = self.globals()
-        if g is None:
-            return ["no crawl"]
-        snap = self.snapshot()
-        n = int(g["n"])
-        layout = PageLayout.of(g)
-        buckets = n_buckets(n)
-        # Every bucket entry of every family, by family: fingerprint -> (bucket, value).
-        entries: dict[str, dict[bytes, tuple[int, bytes]]] = {f: {} for f in "proa"}
-        for k in self._scan(_glob(ns) + ":[proa]:*"):
-            family, b = k.decode()[len(ns) + 1 :].split(":", 1)
-            if not b.isdigit():
-                continue  # (the queue keys <ns>:q:... match too)
-            if int(b) >= buckets:
-                problems.append(f"bucket {k.decode()} beyond the {buckets} buckets")
-            for fp, value in c.hgetall(k).items():
-                if fp in entries[family]:
-                    problems.append(f"{fp.hex()} in two {family} buckets")
-                entries[family][fp] = (int(b), value)
-                if bucket_of(fp, n) != int(b):
-                    problems.append(f"{fp.hex()} in {family} bucket {b}, not its own")
-        if len(entries["p"]) != n:
-            problems.append(f"{len(entries['p'])} pages in the buckets, {n} counted")
-        ids = sorted(layout.unpack(x)["id"] for _, x in entries["p"].values())
-        if ids != list(range(len(ids))):
-            problems.append("page ids are not 0 to n - 1, once each")
-        stored_urls = sum(c.llen(f"{ns}:u:{k}") for k in range(-(-n // URL_CHUNK)))
-        if stored_urls != n or c.exists(f"{ns}:u:{-(-n // URL_CHUNK)}"):
-            problems.append(f"{stored_urls} URLs stored for {n} pages")
-        tokens = c.hgetall(ns + ":w")
-        queued: dict[bytes, list[tuple[str, float]]] = {}
-        heads: dict[str, dict[str, float]] = {}  # head index key -> slot -> best stored cash
-        tiers_seen = set()
-        qprefix = ns + ":q:"
-        for q in self._scan(_glob(qprefix) + "*"):
-            name = q.decode()
-            pr, side, slot = name[len(qprefix) :].split(":", 2)
-            members = c.zrange(q, 0, -1, withscores=True)
-            if members:
-                tiers_seen.add(pr)
-                heads.setdefault(f"{ns}:h:{pr}:{side}", {})[slot] = max(x for _, x in members)
-            for fp, score in members:
-                queued.setdefault(fp, []).append((name, score))
-        # A blocked slot (fleet politeness: no room) is out of every head index.
-        blocked = {sl.decode() for sl in c.zrange(ns + ":blocked", 0, -1)}
-        heads = {
-            h: {sl: x for sl, x in by_slot.items() if sl not in blocked}
-            for h, by_slot in heads.items()
-        }
-        heads = {h: by_slot for h, by_slot in heads.items() if by_slot}
-        stored_heads: dict[str, dict[str, float]] = {}
-        for h in self._scan(_glob(ns + ":h:") + "*"):
-            rows = c.zrange(h, 0, -1, withscores=True)
-            stored_heads[h.decode()] = {slot.decode(): x for slot, x in rows}
-        if {k: v for k, v in stored_heads.items() if v} != heads:
-            problems.append(f"slot heads {stored_heads}, queues say {heads}")
-        # (A priority whose queues emptied may linger in the tiers until a pop looks at it.)
-        tiers = {t.decode() for t in c.zrange(ns + ":tiers", 0, -1)}
-        if not tiers_seen <= tiers:
-            problems.append(f"tiers {sorted(tiers)} miss queued priorities {sorted(tiers_seen)}")
-        leases = set(c.zrange(ns + ":leases", 0, -1))
-        counts = [0, 0, 0, 0]
-        for k, fp in enumerate(snap.keys):
-            st = snap.status[k]
-            counts[st] += 1
-            fields = layout.unpack(entries["p"][fp][1])  # (the snapshot found every page)
-            s_, f = fields["s"], fields["f"]
-            request = entries["r"].get(fp)
-            pr = sl = b"?"
-            if request is not None:
-                pr, sl, _, _ = request_entry(request[1])
-            where = queued.pop(fp, [])
-            if st == 1:
-                side = "f" if f & 1 else "u"
-                # (A refetch in a continuous crawl waits at priority 0: opic.lua's tier.)
-                tier = "0" if snap.continuous and f & 1 else pr.decode()
-                want = f"{ns}:q:{tier}:{side}:{sl.decode()}"
-                if [q for q, _ in where] != [want]:
-                    problems.append(f"pending page {k} queued in {where}, not {want}")
-                elif where[0][1] != s_:
-                    problems.append(f"pending page {k} scored {where[0][1]}, stored cash {s_}")
-            elif where:
-                problems.append(f"page {k} with status {st} is queued in {where}")
-            w = tokens.pop(fp, None)
-            if (st == 2) != (fp in leases) or (st == 2) != (w is not None):
-                problems.append(f"page {k} with status {st}: lease {fp in leases}, token {w}")
-            if (st in (1, 2)) != (request is not None):
-                problems.append(f"page {k} with status {st}: request entry {request is not None}")
-            for family, flag in (("o", "ho"), ("a", "ha")):
-                if bool(fields[flag]) != (fp in entries[family]):
-                    problems.append(f"page {k}: {flag} {fields[flag]}, {family} entry")
-            o = entries["o"].get(fp)
-            if o is not None and int(o[1]) in (0, OK):
-                problems.append(f"page {k} keeps the outcome {int(o[1])}")
-        if queued:
-            problems.append(f"{len(queued)} queued fingerprints are not pages")
-        if tokens:
-            problems.append(f"{len(tokens)} lease tokens of pages not in flight")
-        polite = self.politeness()
-        if polite is not None:
-            per_slot: dict[str, int] = {}
-            for fp in leases:
-                request = entries["r"].get(fp)
-                slot = request_entry(request[1])[1].decode() if request is not None else "?"
-                per_slot[slot] = per_slot.get(slot, 0) + 1
-            busy = {k.decode(): int(v) for k, v in c.hgetall(ns + ":busy").items()}
-            if busy != per_slot:
-                problems.append(f"slot lease counts {busy}, leases say {per_slot}")
-            for slot, count in per_slot.items():
-                limit = polite["slots"].get(slot, (polite["concurrency"],))[0]
-                if count >= limit and slot not in blocked:
-                    problems.append(f"slot {slot!r} holds {count} leases of {limit}, not blocked")
-        elif c.exists(ns + ":blocked", ns + ":busy"):
-            problems.append("slots blocked or counted with no fleet politeness")
-        stored = [int(snap.figures[name]) for name in ("discovered", "pending", "in_flight")]
-        stored.append(int(snap.figures["visited"]))
-        if stored != counts:
-            problems.append(f"status counts {stored}, pages say {counts}")
-        return problems
+        """Every member read back from Redis (checkpoint and journal replayed) and the messages
+        not yet applied: the crawl as one state, for exports and checks."""
+        return RedisSnapshot(self.client, self.key)
 
 
-def _read_pages(
-    frontier: RedisFrontier, n: int, layout: PageLayout
-) -> tuple[list[bytes], np.ndarray, dict[int, int]]:
-    """The pages of ids below ``n``: their fingerprints and unpacked numbers in id order, and
-    the outcomes of those that have one (id -> outcome). Buckets are read a chunk at a time,
-    each chunk in one transaction; buckets that split meanwhile (the crawl went on) are read
-    after, so a page moved by a split is read at least once."""
-    client, ns = frontier.client, frontier.ns
-    fps: list[bytes] = []
-    xs: list[bytes] = []
-    outs: dict[bytes, bytes] = {}
-    done, buckets = 0, n_buckets(n)
-    while done < buckets:
-        for lo in range(done, buckets, 256):
-            pipe = client.pipeline(transaction=True)
-            for b in range(lo, min(buckets, lo + 256)):
-                pipe.hgetall(f"{ns}:p:{b}")
-                pipe.hgetall(f"{ns}:o:{b}")
-            res = pipe.execute()
-            for pages, failed in zip(res[::2], res[1::2]):
-                fps.extend(pages)
-                xs.extend(pages.values())
-                outs.update(failed)
-        done = buckets
-        g = frontier.globals()
-        buckets = n_buckets(int(g["n"])) if g is not None else done
-    cols = layout.unpack_many(xs)
-    at = np.full(n, -1, np.int64)  # id -> where it was read (the last read of a page read twice)
-    read = np.nonzero(cols["id"] < n)[0]
-    at[cols["id"][read]] = read
-    if n and at.min() < 0:
+def pack_pool(pool: Pool, series: Series | None) -> dict[str, bytes]:
+    fields = {"h": _pack(pool.state())}
+    if series is not None:
+        fields["series"] = _pack(series.as_list())
+    return fields
+
+
+def load_member(fleet: RedisFrontier, k: int, writer: bool) -> tuple[Member, int, Series | None]:
+    """Member ``k`` of ``fleet``'s crawl as stored: its checkpoint, its journal replayed; the
+    number of journal batches, and (the pool) the crawl's time series. A ``writer`` (the
+    member's new owner) also gives the crawl's endowment to the first partition made."""
+    client = fleet.client
+    pipe = client.pipeline(transaction=False)
+    pipe.hgetall(fleet._k(k, "ck"))
+    pipe.lrange(fleet._k(k, "log"), 0, -1)
+    pipe.hget(fleet.ns + ":meta", "endowed")
+    fields, batches, endowed = pipe.execute()
+    try:
+        if k == POOL:
+            pool = Pool.from_state(_unpack(fields[b"h"])) if fields else Pool()
+            raw = fields.get(b"series") if fields else None
+            return pool, 0, Series.from_list(_unpack(raw)) if raw else Series()
+        if fields:
+            state = unpack_state(fields)
+            part = Partition.from_state(state, fleet.P, continuous=fleet.continuous, by=fleet.by)
+        else:
+            part = fleet.new_partition(k)
+        for blob in batches:
+            part.replay(_unpack(blob))
+    except Exception as exc:
         raise StoreError(
-            f"the OPIC crawl {frontier.key!r} in Redis lacks {int((at < 0).sum())} of its "
-            f"{n} pages (deleted while it was read?)"
+            f"the OPIC crawl {fleet.key!r} in Redis: partition {k} is damaged "
+            f"({' '.join(str(exc).split())[:200]})"
+        ) from None
+    if writer and not part.endowed:
+        if endowed is None:  # the first partition made takes the crawl's endowment
+            client.hsetnx(fleet.ns + ":meta", "endowed", k)
+            endowed = client.hget(fleet.ns + ":meta", "endowed")
+        if int(endowed) == k:
+            part.endow()
+    return part, len(batches), None
+
+
+def read_figures(client: Any, key: str, skip: Collection[int] = ()) -> dict[str, float]:
+    """The figures of a crawl's members but ``skip`` (see
+    :data:`~scrapy_opic.opic.partition.FIGURES`) as they last wrote them, the messages in
+    their inboxes, the processes that beat, the partitions in use; O(partitions)."""
+    ns = "{" + key + "}"
+    parts = sorted(int(k) for k in client.smembers(ns + ":parts"))
+    pipe = client.pipeline(transaction=False)
+    for k in [*parts, POOL]:
+        tag = "pool" if k == POOL else k
+        pipe.xlen(f"{{{key}:{tag}}}:in")
+        if k not in skip:
+            pipe.get(f"{{{key}:{tag}}}:fig")
+    pipe.hlen(ns + ":workers")
+    res = iter(pipe.execute())
+    out: dict[str, float] = dict.fromkeys(FIGURES, 0)
+    out["messages"] = 0
+    for k in [*parts, POOL]:
+        out["messages"] += int(next(res))
+        if k not in skip:
+            fig = next(res)
+            if fig:
+                add_figures(out, json.loads(fig))
+    out["workers"] = int(next(res))
+    out["partitions"] = len(parts)
+    out["others"] = sum(1 for k in [*parts, POOL] if k not in skip)
+    return out
+
+
+def fleet_status(client: Any, key: str) -> dict[str, Any]:
+    """The crawl's figures (:func:`read_figures`) and how many partitions each live process
+    owns; :class:`StoreError` if there is no crawl."""
+    fleet, _meta = reader_fleet(client, key)
+    out: dict[str, Any] = finish_figures(read_figures(client, key))
+    owners = client.hgetall(fleet.ns + ":owners")
+    per: dict[str, int] = {}
+    for w in owners.values():
+        per[w.decode()] = per.get(w.decode(), 0) + 1
+    out["owners"] = per
+    return out
+
+
+def reader_fleet(client: Any, key: str) -> tuple[RedisFrontier, dict[str, str]]:
+    """A fleet with the crawl's parameters that owns nothing (to read members with), and the
+    crawl's meta fields (:class:`StoreError` if there is no crawl of this layout)."""
+    fleet = RedisFrontier(client, key)
+    meta = fleet._meta_fields()
+    if not meta:
+        raise StoreError(f"no OPIC crawl under the key {key!r} in Redis")
+    if meta.get("layout") != LAYOUT or "partitions" not in meta:
+        raise StoreError(
+            f"the OPIC crawl {key!r} in Redis was made by another version of scrapy-opic"
         )
-    outcomes = {
-        int(k): int(outs[fps[at[k]]]) for k in np.nonzero(cols["ho"][at])[0] if fps[at[k]] in outs
-    }
-    return [fps[k] for k in at], cols[at], outcomes
+    fleet.P, fleet.by = int(meta["partitions"]), meta["by"]
+    fleet.epsilon, fleet.refresh = float(meta["epsilon"]), float(meta["refresh"])
+    fleet.window, fleet.continuous = meta["window"], meta["continuous"] == "1"
+    return fleet, meta
 
 
 class RedisSnapshot:
-    """The pages of a Redis crawl read into numpy arrays and an :class:`OpicEngine`, with the
-    same reading interface as :class:`~scrapy_opic.backends.sqlite.StateReader` (``n``, ``status``,
-    ``continuous``, :meth:`engine`, :meth:`meta`, :meth:`page_chunks`, :meth:`urls_of`), so
-    that the export commands and API read Redis the same way as a state file."""
+    """A Redis crawl read into memory as one state (the reading interface of
+    :class:`~scrapy_opic.backends.sqlite.StateReader`: ``n``, :meth:`header`, :meth:`meta`,
+    :meth:`columns`, :meth:`page_chunks`, :meth:`urls_of`): every partition loaded as its next
+    owner would (checkpoint, then journal), the pool, and the messages not yet applied (their
+    cash counts with the virtual page's). Exact once the crawl's processes have stopped; while
+    they run, each partition is as it was when read."""
 
-    def __init__(self, frontier: RedisFrontier) -> None:
-        client, ns = frontier.client, frontier.ns
-        g = frontier.globals()
-        if g is None:
-            raise StoreError(f"no OPIC crawl under the key {frontier.key!r} in Redis")
-        if g["layout"] != LAYOUT:
-            raise StoreError(
-                f"the OPIC crawl {frontier.key!r} in Redis was started by an older scrapy-opic, "
-                "which stored its pages otherwise: read it with that version"
-            )
-        layout = PageLayout.of(g)
-        self._meta = frontier.meta()
-        self._meta.setdefault("series", frontier.series())
-        n = int(g["n"])
-        urls: list[str | None] = []
-        chunks = -(-n // URL_CHUNK)
-        for lo in range(0, chunks, 64):
-            pipe = client.pipeline(transaction=False)
-            for c in range(lo, min(chunks, lo + 64)):
-                pipe.lrange(f"{ns}:u:{c}", 0, -1)
-            for rows in pipe.execute():
-                urls.extend(unpack_url(u) for u in rows)
-        del urls[n:]  # (pages added since n was read)
-        keys, cols, outcomes = _read_pages(frontier, n, layout)
-        flags = cols["f"].astype(np.uint8)
-        outcome = np.where(flags & FETCHED, OK, 0).astype(np.uint16)
-        for k, o in outcomes.items():
-            outcome[k] = o
-        v, st = cols["v"], cols["st"]
-        arrays = {
-            "s": cols["s"].astype(float),
-            "hist": cols["h"].astype(float),
-            "cb": cols["cb"].astype(float),
-            "lc": cols["lc"].astype(float),
-            "last_g": cols["lg"].astype(float),
-            "visits": v.astype(np.uint32),
-            "flags": flags,
-        }
-        if g["wall"] == 1.0:
-            arrays["last_t"] = cols["lt"].astype(float)
-        if g["mom"] == 1.0:
-            arrays["b"], arrays["d"] = cols["b"].astype(float), cols["d"].astype(float)
-        self._state = {
-            "params": {
-                "epsilon": g["eps"],
-                "refresh": g["refresh"],
-                "window": window_spec(g),
-                "self_links": False,
-            },
-            "scalars": {
-                "n": n,
-                "G": g["G"],
-                "g_real": g["greal"],
-                "virtual_cash": g["vcash"],
-                "virtual_history": g["vhist"],
-                "acc_all": g["acca"],
-                "acc_unfetched": g["accu"],
-                "n_unfetched": int(((flags & (FETCHED | DEAD)) == 0).sum()),
-                "n_dead": int(g["ndead"]),
-                "n_initial": 0,
-                "c0": 0.0,
-                "visit_count": int(g["visits"]),
-                "_cash_at_visit_ema": g["ema"],
-                "acc_credit": g["accc"],
-                "credit_total": g["ctot"],
-                "credit_passed": g["cpass"],
-                "credit_dangling": g["cdang"],
-                "b_total": g["btot"],
-                "d_total": g["dtot"],
-                "default_rate": g["rate"],
-            },
-            "arrays": arrays,
-            "window": {},
-            "keys": keys,
-        }
+    links_kept = False
+
+    def __init__(self, client: Any, key: str) -> None:
+        fleet, meta = reader_fleet(client, key)
+        self.continuous = fleet.continuous
+        self._meta = json.loads(meta.get("info", "{}"))
+        ks = sorted(int(k) for k in client.smembers(fleet.ns + ":parts"))
+        self.parts: list[Partition] = []
+        self.pool = Pool()
+        series = None
+        messages: dict[tuple[int, int, int], Message] = {}
+        for k in [*ks, POOL]:
+            member, _batches, got = load_member(fleet, k, writer=False)
+            if k == POOL:
+                self.pool, series = member, got  # type: ignore[assignment]
+            else:
+                self.parts.append(member)  # type: ignore[arg-type]
+            for m in member.box.unconfirmed.values():
+                messages[(m.src, m.dst, m.seq)] = m
+            for _id, fields in client.xrange(fleet._k(k, "in"), "-", "+"):
+                for raw in _unpack(fields[b"m"])[0]:
+                    m = Message(*raw)
+                    messages[(m.src, m.dst, m.seq)] = m
+        members: dict[int, Member] = {p.k: p for p in self.parts}
+        members[POOL] = self.pool
+        #: Cash on its way: messages not applied yet, and the endowment if no partition has it.
+        self.transit = in_transit(
+            m for m in messages.values() if m.dst not in members or members[m.dst].box.is_new(m)
+        )
+        if not any(p.endowed for p in self.parts):
+            self.transit += 1.0
+        self._meta.setdefault("series", series.as_list() if series is not None else [])
+        self._build(meta)
+
+    def _build(self, meta: dict[str, str]) -> None:
+        engines = [p.frontier.engine for p in self.parts]
+        for e in engines:
+            e.rebase()  # (the accumulators folded in: every page's stored cash is its cash)
+        n = sum(e.n for e in engines)
         self.n = n
-        self.status = bytes(st.astype(np.uint8))
-        self.outcome = outcome.tobytes()
-        self.continuous = g["cont"] == 1.0
-        self.urls = urls
-        self.keys = keys
-        self.figures = frontier.status()
+        self._arrays: dict[str, np.ndarray] = {}
+        if engines:
+            for name in engines[0].page_arrays():
+                self._arrays[name] = np.concatenate([e.page_arrays()[name][: e.n] for e in engines])
+        frs = [p.frontier for p in self.parts]
+        self.status = b"".join(bytes(f.status[: f.engine.n]) for f in frs)
+        self.outcome = b"".join(f.outcome[: f.engine.n].tobytes() for f in frs)
+        self.keys = [k for f in frs for k in f.engine.keys.listing(f.engine.n)]
+        self.urls = [u for f in frs for u in f.urls[: f.engine.n]]
+        made = sum(e.G - e.g_others for e in engines)
+        clock = self.pool.paid + max(made, sum(self.pool.made.values()))
+        virtual = sum(e.virtual_cash + e.pool_all + e.pool_unfetched for e in engines)
+        scalars: dict[str, float] = {
+            "n": n,
+            "G": max([clock, *(e.G for e in engines)]),
+            "g_real": sum(e.g_real for e in engines),
+            "virtual_cash": virtual + self.pool.total_cash() + self.transit,
+            "virtual_history": sum(e.virtual_history for e in engines) + self.pool.paid,
+            "n_unfetched": sum(e.n_unfetched for e in engines),
+            "n_dead": sum(e.n_dead for e in engines),
+            "visit_count": sum(e.visit_count for e in engines),
+        }
+        for name in ("credit_total", "credit_passed", "credit_dangling", "b_total", "d_total"):
+            scalars[name] = sum(getattr(e, name) for e in engines)
+        params = {
+            "epsilon": float(meta["epsilon"]),
+            "refresh": float(meta["refresh"]),
+            "window": meta["window"],
+            "self_links": False,
+        }
+        window = engines[0].window.scalars() if engines else {}
+        self._header = {"params": params, "scalars": scalars, "window": window}
 
     def engine(self, **engine_kw: Any) -> OpicEngine:
-        try:
-            return OpicEngine.from_state(self._state, **engine_kw)
-        except Exception as exc:
-            raise StoreError(f"cannot read the OPIC crawl in Redis: {exc}") from None
+        """The crawl as one engine, every page loaded."""
+        e = OpicEngine.from_header(self._header, **engine_kw)
+        e._grow(max(1, self.n))
+        for name, a in e.page_arrays().items():
+            a[: self.n] = self._arrays[name]
+        return e
+
+    def total_cash(self) -> float:
+        """All the crawl's cash: pages, virtual pages, pool, messages on their way."""
+        return self.engine().total_cash()
 
     def meta(self) -> dict:
         return self._meta
 
     def header(self) -> dict:
-        """The engine's parameters and scalars (as :meth:`OpicEngine.header`)."""
-        return {"params": self._state["params"], "scalars": self._state["scalars"], "window": {}}
+        return self._header
 
     def columns(
         self, names: Sequence[str] | None = None, batch: int = 0
     ) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
-        """The per-page columns, as :meth:`StateReader.columns` has them (one batch: the pages
-        are in memory already)."""
-        n = self.n
-        cols = {k: a[:n] for k, a in self.engine().page_arrays().items()}
+        cols = dict(self._arrays)
         cols["f.status"] = np.frombuffer(self.status, np.uint8)
         cols["f.outcome"] = np.frombuffer(self.outcome, np.uint16)
-        if n:
+        if self.n:
             yield 0, cols if names is None else {k: cols[k] for k in names}
 
     def page_chunks(self, first: int = 0) -> Iterator[tuple[int, list[tuple[Any, str | None]]]]:
@@ -1393,13 +1063,11 @@ class RedisSnapshot:
 
 __all__ = [
     "LAYOUT",
-    "PageLayout",
-    "SCALARS",
     "RedisFrontier",
     "RedisSnapshot",
-    "lua_constants",
-    "lua_script",
+    "fleet_status",
+    "load_member",
     "open_client",
-    "window_params",
-    "window_spec",
+    "read_figures",
+    "reader_fleet",
 ]

@@ -7,25 +7,17 @@ import argparse
 import time
 from typing import Any
 
-from ..backends import StoreError, is_redis_location
+from ..backends import is_redis_location
 from ..export import open_state, read_redis_crawl
 from . import StateCommand
 
 
 def redis_status(location: str) -> dict[str, Any]:
-    """The figures of a crawl in Redis and its fleet's politeness, in O(1) of its pages (its
-    global counters, the lease and slot sets): cheap enough to ask every second while it runs.
-    """
+    """The figures of a crawl in Redis, as its members last wrote them, with its processes
+    and partitions: O(partitions), cheap enough to ask every second while it runs."""
+    from ..backends.redis import fleet_status
 
-    def figures(frontier: Any) -> dict[str, Any]:
-        if frontier.globals() is None:
-            raise StoreError(f"no OPIC crawl under the key {frontier.key!r}")
-        out: dict[str, Any] = frontier.status()
-        out["politeness"] = frontier.politeness()
-        out["blocked_slots"], out["busy_slots"] = frontier.slot_figures()
-        return out
-
-    return read_redis_crawl(location, figures)
+    return read_redis_crawl(location, fleet_status)
 
 
 def status_line(f: dict[str, Any]) -> str:
@@ -34,22 +26,13 @@ def status_line(f: dict[str, Any]) -> str:
     if "pending" in f:
         line += f", {f['pending']} pending"
     if "workers" in f:
+        owned = f.get("owners", {})
+        per = ", ".join(f"{n}" for n in sorted(owned.values(), reverse=True)) or "none"
         line += (
-            f", {f['leases']} in flight; {f['workers']} processes joined; "
-            f"{f['reclaimed']} leases reclaimed (a process died), {f['stale']} stale outcomes"
+            f", {f['in_flight']} in flight; {f['workers']} processes, {f['partitions']} "
+            f"partitions in use (per process: {per}); {f['messages']} message batches "
+            f"queued, {f['unconfirmed']} messages not yet delivered"
         )
-        if f.get("holds"):
-            line += f", {f['holds']} visits filing links"
-        if f.get("shards"):
-            line += f"; {f['shards']} partitions, {f['transit']} transfers not acknowledged"
-        pol = f.get("politeness")
-        if pol:
-            line += (
-                f"; fleet politeness {pol['concurrency']}/slot, {pol['delay']:g} s: "
-                f"{f['busy_slots']} slots busy, {f['blocked_slots']} without room"
-            )
-        else:
-            line += "; politeness per process"
     line += f"; G={f['G']:.4f}, virtual cash {f['virtual_cash']:.4f}"
     return line
 

@@ -24,7 +24,8 @@ DUPLICATE = 0  #: pending or in flight already, or (one-pass) visited: not sched
 SCHEDULED = 1  #: pending from now on, with the payload given
 NEEDS_PAYLOAD = 2  #: schedulable, but no payload came with it: schedule it with one
 LOCAL = 3  #: (a shared frontier) its payload cannot be encoded for other processes
-CODES = ("duplicate", "scheduled", "needs_payload", "local")
+FORWARDED = 4  #: (a partitioned frontier) sent to the partition that holds the page: it files it
+CODES = ("duplicate", "scheduled", "needs_payload", "local", "forwarded")
 
 #: How a page's last fetch ended (the export's ``status``): a code below 100 names an outcome;
 #: 100 to 599 is the HTTP status of an error response (``http_<code>``). 0: never settled.
@@ -78,6 +79,7 @@ __all__ = [
     "FILTERED",
     "FINAL_OUTCOMES",
     "FORBIDDEN",
+    "FORWARDED",
     "IGNORED",
     "INITIAL",
     "IN_FLIGHT",

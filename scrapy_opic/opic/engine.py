@@ -125,7 +125,7 @@ import mmap
 import sys
 import time
 from collections.abc import Hashable, Iterable, Sequence
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
@@ -218,6 +218,23 @@ class DictKeys:
         return sys.getsizeof(self._ids) + sys.getsizeof(self._keys)
 
 
+class CrawlView(NamedTuple):
+    """What one partition's engine knows of the rest of its crawl (a pooled engine: see
+    :mod:`~scrapy_opic.opic.partition`), as the crawl's pool last told it: the live pages and
+    the pages never fetched in the *other* partitions (how the virtual page's cash is split),
+    and the crawl's sums that tell a page's importance (:meth:`OpicEngine.importance_of`)."""
+
+    live_others: int  #: live pages of the other partitions
+    unfetched_others: int  #: of which never fetched
+    n: int  #: pages known in the crawl
+    credit_total: float  #: link credit received by all pages
+    b_total: float  #: the received-credit moments' sums (the regression estimator)
+    d_total: float
+    credit_passed: float  #: credit passed on by visits, and by dangling pages' visits
+    credit_dangling: float
+    normaliser: float  #: the sum of the window's estimates (windowed policies)
+
+
 class OpicEngine:
     """On-line Page Importance Computation over pages with dense integer ids.
 
@@ -270,6 +287,12 @@ class OpicEngine:
         #: A link to a closed page pays the virtual page its share (``OPIC_REFUSED_LINKS =
         #: "virtual"``), instead of being left out of the out-degree. A setting, not state.
         self.closed_links_virtual = False
+        #: A partition of a crawl over several engines: the virtual page's cash goes to the
+        #: crawl's pool instead of being paid out here (see :meth:`payout`). A setting.
+        self.pooled = False
+        #: The crawl's totals as its pool last told them (a pooled engine), for the importance
+        #: of one page (:meth:`importance_of`); ``None``: this engine's own.
+        self.view: CrawlView | None = None
         self.time_fn = time_fn
         self.rebase_at = float(rebase_at or 0.0)  #: a setting, not state (0: never rebase)
         self.window: WindowPolicy = parse_window(window)
@@ -279,6 +302,10 @@ class OpicEngine:
         # Global scalars.
         self.n = 0
         self.G = 0.0  #: the clock: total history (real pages + virtual page payouts)
+        #: A pooled engine: the part of G that the rest of the crawl made (see set_clock), and
+        #: the virtual page's cash that waits for the pool (see payout).
+        self.g_others = 0.0
+        self.pool_all = self.pool_unfetched = self.pool_credit = 0.0
         self.g_real = 0.0  #: cash absorbed by real pages' visits
         self.virtual_cash = 1.0  #: all cash starts in the virtual page
         self.virtual_history = 0.0  #: cash the virtual page has paid out
@@ -504,8 +531,8 @@ class OpicEngine:
 
     def received_total(self) -> float:
         """Link credit received by all pages so far (``sum(hist + link credit held)`` for the
-        unbounded history), in O(1)."""
-        return self.credit_total
+        unbounded history), in O(1): the crawl's, for a partition that has its :attr:`view`."""
+        return self.view.credit_total if self.view is not None else self.credit_total
 
     def link_credit(self, ids: np.ndarray | Sequence[int] | None = None) -> np.ndarray:
         """Link credit each page received since its last visit (what the window policy will
@@ -517,15 +544,19 @@ class OpicEngine:
         """PageRank's uniform share ``a = eps + (1 - eps) * D`` (``D``: the share of the credit
         flow that passed through dangling pages): a page with no in-link has importance
         ``a / n``."""
-        passed = self.credit_passed
-        dangling = self.credit_dangling / passed if passed > 0 else 0.0
+        view = self.view
+        passed = self.credit_passed if view is None else view.credit_passed
+        spent = self.credit_dangling if view is None else view.credit_dangling
+        dangling = spent / passed if passed > 0 else 0.0
         return self.epsilon + (1.0 - self.epsilon) * dangling
 
     def slope_total(self) -> float:
         """Sum over pages of the regression slope of their received cash, in O(1)."""
         G = self.G
-        spread = G * self.b_total - self.d_total
-        return 6.0 * spread / G**3 if G > 0 and spread > SLOPE_NOISE * G * self.b_total else 0.0
+        view = self.view
+        b, d = (self.b_total, self.d_total) if view is None else (view.b_total, view.d_total)
+        spread = G * b - d
+        return 6.0 * spread / G**3 if G > 0 and spread > SLOPE_NOISE * G * b else 0.0
 
     def total_cash(self) -> float:
         """Sum of all cash including the virtual page: 1 up to rounding. O(n) time, for checks;
@@ -533,7 +564,7 @@ class OpicEngine:
         total = 0.0
         for lo in range(0, self.n, SCAN):
             total += float(self.cash(np.arange(lo, min(self.n, lo + SCAN))).sum())
-        return total + self.virtual_cash
+        return total + self.virtual_cash + self.pool_all + self.pool_unfetched
 
     def fetched(self, ids: np.ndarray | None = None) -> np.ndarray:
         ids = np.arange(self.n) if ids is None else np.asarray(ids, dtype=np.int64)
@@ -576,6 +607,34 @@ class OpicEngine:
         The virtual page pays out later, in :meth:`payout`, which the selection strategies call
         before every pop: so consecutive visits see the same virtual page a batch would.
         """
+        return self._visit(i, children, weights, boosts, virtual_weight, ())[0]
+
+    def visit_out(
+        self,
+        i: int,
+        children: Sequence[int],
+        weights: Sequence[float] | None,
+        boosts: Sequence[float] | None,
+        virtual_weight: float,
+        outside: Sequence[tuple[float, float]],
+    ) -> tuple[float, list[tuple[float, float]]]:
+        """:meth:`visit` of a page whose links also lead to pages this engine does not hold (a
+        partition's page linking into other partitions): ``outside`` gives each such link's
+        ``(weight, boost)``. They count in the out-degree like any link; their shares are not
+        credited here but returned, ``(cash, credit)`` per outside link in order (the cash
+        with its boost's extra), for the caller to pay where those pages live. Returns the cash
+        absorbed and those shares; the cash absorbed equals what stays here plus their sum."""
+        return self._visit(i, children, weights, boosts, virtual_weight, outside)
+
+    def _visit(
+        self,
+        i: int,
+        children: Sequence[int],
+        weights: Sequence[float] | None,
+        boosts: Sequence[float] | None,
+        virtual_weight: float,
+        outside: Sequence[tuple[float, float]],
+    ) -> tuple[float, list[tuple[float, float]]]:
         first = not (self._flags_mv[i] & FETCHED)
         c = self._take(i)
         for obs in self._observers:
@@ -593,8 +652,7 @@ class OpicEngine:
         self._record_visit(c, 1)
         if first and self._learn_default and self._windowed:
             self._learn_rate(self.window.estimate_one(i, 0.0, now), 1)
-        self._distribute(i, c, k, children, weights, boosts, virtual_weight)
-        return c
+        return c, self._distribute(i, c, k, children, weights, boosts, virtual_weight, outside)
 
     def _take_credit(self, i: int) -> tuple[float, float]:
         """Take all of page ``i``'s credit: returns the link credit it received since its last
@@ -606,32 +664,69 @@ class OpicEngine:
         self._lc_mv[i] = 0.0
         return received, k
 
-    def _distribute(self, i, c, k, children, weights, boosts, virtual_weight=0.0) -> None:
-        """Pay cash ``c`` and credit ``k`` of page ``i`` over its links, in the same shares."""
-        if (not self.self_links and i in children) or (
+    def _live_links(
+        self,
+        i: int,
+        children: Sequence[int],
+        weights: Sequence[float] | None,
+        boosts: Sequence[float] | None,
+        virtual_weight: float,
+    ) -> tuple[Sequence[int], Sequence[float] | None, Sequence[float] | None, float]:
+        """The links of page ``i`` that count: a self-link and a link to a closed page are no
+        links (a closed page is no page), unless ``closed_links_virtual``, where a link to a
+        closed page gives its share to the virtual page instead, as a refused link does."""
+        if (self.self_links or i not in children) and not (
             self.n_dead and any(self._flags_mv[j] & DEAD for j in children)
         ):
-            # Self-links and links to closed pages are no links (a closed page is no page);
-            # with closed_links_virtual a link to a closed page gives its share to the virtual
-            # page instead, as a refused link does.
-            fl, own = self._flags_mv, -1 if self.self_links else i
-            keep = [m for m, j in enumerate(children) if j != own and not fl[j] & DEAD]
-            if self.closed_links_virtual:
-                for m, j in enumerate(children):
-                    if j != own and fl[j] & DEAD:
-                        virtual_weight += 1.0 if weights is None else weights[m]
-            children = [children[m] for m in keep]
-            weights = None if weights is None else [weights[m] for m in keep]
-            boosts = None if boosts is None else [boosts[m] for m in keep]
-        d = len(children)
+            return children, weights, boosts, virtual_weight
+        fl, own = self._flags_mv, -1 if self.self_links else i
+        keep = [m for m, j in enumerate(children) if j != own and not fl[j] & DEAD]
+        if self.closed_links_virtual:
+            for m, j in enumerate(children):
+                if j != own and fl[j] & DEAD:
+                    virtual_weight += 1.0 if weights is None else weights[m]
+        return (
+            [children[m] for m in keep],
+            None if weights is None else [weights[m] for m in keep],
+            None if boosts is None else [boosts[m] for m in keep],
+            virtual_weight,
+        )
+
+    def _distribute(
+        self,
+        i: int,
+        c: float,
+        k: float,
+        children: Sequence[int],
+        weights: Sequence[float] | None,
+        boosts: Sequence[float] | None,
+        virtual_weight: float,
+        outside: Sequence[tuple[float, float]] = (),
+    ) -> list[tuple[float, float]]:
+        """Pay cash ``c`` and credit ``k`` of page ``i`` over its links, in the same shares: the
+        local ``children`` are credited here, the ``outside`` links' shares are returned (see
+        :meth:`visit_out`)."""
+        children, weights, boosts, virtual_weight = self._live_links(
+            i, children, weights, boosts, virtual_weight
+        )
+        local = len(children)
+        d = local + len(outside)
         self.credit_passed += k
         if d == 0:  # dangling: the cash goes to the virtual page, the credit is spent
             self.virtual_cash += c
             self.credit_dangling += k
-            return
+            return []
         to_virtual = self.epsilon * c
         rest = c - to_virtual
         k_rest = k - self.epsilon * k
+        if outside:
+            weights = [1.0] * local if weights is None else list(weights)
+            weights += [w for w, _ in outside]
+            if boosts is not None or any(b for _, b in outside):
+                boosts = [0.0] * local if boosts is None else list(boosts)
+                boosts += [b for _, b in outside]
+            if not virtual_weight and all(w == 1.0 for w in weights):
+                weights = None
         if weights is None and not virtual_weight:
             shares = [rest / d] * d
             credits = [k_rest / d] * d
@@ -642,21 +737,24 @@ class OpicEngine:
             if not total_w > 0:  # no usable weight: behave as a dangling page
                 self.virtual_cash += c
                 self.credit_dangling += k
-                return
+                return [(0.0, 0.0)] * len(outside)
             shares = [rest * w / total_w for w in weights]
             credits = [k_rest * w / total_w for w in weights]
             to_virtual += rest * virtual_weight / total_w
-        self._credit(children, shares, credits)
+        self._credit(children, shares[:local], credits[:local])
         self.virtual_cash += to_virtual
+        out = list(zip(shares[local:], credits[local:]))
         if boosts is not None:
             extra = [b * x for b, x in zip(boosts, shares)]
             want = sum(extra)
             if want > 0 and self.virtual_cash > 0:
                 scale = min(1.0, self.virtual_cash / want)
-                self._credit(children, [x * scale for x in extra])
+                self._credit(children, [x * scale for x in extra[:local]])
+                out = [(x + e * scale, y) for (x, y), e in zip(out, extra[local:])]
                 self.virtual_cash -= want * scale
                 if self.virtual_cash < 0:  # rounding when scale == V / want
                     self.virtual_cash = 0.0
+        return out
 
     def _credit(
         self,
@@ -844,19 +942,30 @@ class OpicEngine:
         crawl's discovery share never takes it for a page it has yet to fetch."""
         if src == dst:
             return 0.0
+        c, k = self.take_out(src)
+        self.receive(dst, c, k)
+        return c
+
+    def take_out(self, src: int) -> tuple[float, float]:
+        """Take all of page ``src``'s cash and the credit it holds, to be received by another
+        page (:meth:`transfer`, or :meth:`receive` in the partition that holds it): returns
+        ``(cash, credit)``. ``src`` counts as fetched, as in :meth:`transfer`."""
         c = self._take(src)
         for obs in self._observers:
             obs.taken((src,))
-        if self._flags_mv[dst] & DEAD:
-            # A redirect to a closed page is a link to no page: the cash goes to the virtual
-            # page (a closed page holds none), the credit stays.
-            self.virtual_cash += c
-            return c
         # The credit goes with the cash: the target receives all that the source held.
         held, k = self._take_credit(src)
         self.credit_total -= held
-        self._credit((dst,), (c,), (k,))
-        return c
+        return c, k
+
+    def receive(self, i: int, cash: float, credit: float) -> None:
+        """Page ``i`` receives ``cash`` and link ``credit`` taken elsewhere (:meth:`take_out`,
+        or a share of a page of another partition: see :meth:`visit_out`). A closed page is no
+        page: the cash goes to the virtual page, the credit is spent."""
+        if self._flags_mv[i] & DEAD:
+            self.virtual_cash += cash
+            return
+        self._credit((i,), (cash,), (credit,))
 
     def boost(self, ids: Sequence[int], amount: float) -> float:
         """Give each of ``ids`` up to ``amount`` extra cash taken from the virtual page (scaled
@@ -873,26 +982,82 @@ class OpicEngine:
 
     def payout(self) -> float:
         """Pay the virtual page's cash out: ``refresh`` of it to all pages, the rest to unfetched
-        pages (all to all pages when none is unfetched). O(1). Returns the amount paid."""
+        pages (all to all pages when none is unfetched). O(1). Returns the amount paid here.
+
+        A pooled engine (:attr:`pooled`: a partition of a crawl over several engines) pays here
+        only its partition's share, by its live pages (and its pages never fetched) against the
+        others' (:attr:`view`); the rest waits in :attr:`pool_all` and :attr:`pool_unfetched`,
+        with the whole amount as teleport credit in :attr:`pool_credit`, for the crawl's pool,
+        which pays the other partitions (:meth:`take_pooled`, :meth:`receive_payout`)."""
         v = self.virtual_cash
         live = self.n - self.n_dead  # closed pages receive nothing
         if v <= 0.0 or live == 0:
             return 0.0
-        to_unfetched = (1.0 - self.refresh) * v if self.n_unfetched else 0.0
-        self.acc_all += (v - to_unfetched) / live
+        view = self.view if self.pooled else None
+        others_live = view.live_others if view is not None else 0
+        others_unf = view.unfetched_others if view is not None else 0
+        to_unfetched = (1.0 - self.refresh) * v if self.n_unfetched or others_unf else 0.0
+        to_all = v - to_unfetched
+        self.virtual_cash = 0.0
+        if others_live:
+            # (The shares of the other partitions' pages go to the pool; without others, all
+            # of it is paid here, with no rounding: the engine of a crawl of one partition.)
+            own_all = to_all * live / (live + others_live)
+            unf = self.n_unfetched
+            own_unf = to_unfetched * unf / (unf + others_unf) if unf else 0.0
+            self.pool_all += to_all - own_all
+            self.pool_unfetched += to_unfetched - own_unf
+            self.pool_credit += v
+            to_all, to_unfetched = own_all, own_unf
+        paid = to_all + to_unfetched if others_live else v
+        self.virtual_history += paid
+        self.G += paid
+        self._pay(to_all, to_unfetched, v)
+        return paid
+
+    def _pay(self, to_all: float, to_unfetched: float, credit: float) -> None:
+        """The payout rule: ``to_all`` equally to every live page, ``to_unfetched`` equally to
+        the live pages never fetched (to every live page when there is none), and ``credit`` of
+        teleport credit to every page, known or not yet (see "Importance" in the module
+        docstring). O(1): the accumulators. The caller has debited the cash."""
+        live = self.n - self.n_dead
+        if to_unfetched and not self.n_unfetched:
+            to_all, to_unfetched = to_all + to_unfetched, 0.0
+        self.acc_all += to_all / live
         if to_unfetched:
             self.acc_unfetched += to_unfetched / self.n_unfetched
-        self.virtual_cash = 0.0
-        self.virtual_history += v
-        self.G += v
-        # Teleport credit: the same to every page, known or not yet (see the docstring).
-        self.acc_credit += v
+        self.acc_credit += credit
         # One rounding of acc_all moves the cash of every live page at once: the total cash by
         # up to acc_all * live float epsilons (acc_unfetched: times the pages it pays).
         at, drift = self.rebase_at, self.acc_all * live + self.acc_unfetched * self.n_unfetched
         if at and (drift > at or self.acc_credit > at):
             self.rebase()
-        return v
+
+    # -- a partition of a crawl (see scrapy_opic.opic.partition) ------------------------------
+    def take_pooled(self) -> tuple[float, float, float]:
+        """The virtual page's cash that :meth:`payout` left for the pool, ``(to all pages, to
+        pages never fetched, teleport credit)``, taken (a pooled engine)."""
+        out = (self.pool_all, self.pool_unfetched, self.pool_credit)
+        self.pool_all = self.pool_unfetched = self.pool_credit = 0.0
+        return out
+
+    def receive_payout(self, to_all: float, to_unfetched: float, credit: float) -> None:
+        """This partition's share of the other partitions' virtual cash, from the crawl's pool:
+        paid as :meth:`payout` pays (its clock moves by the pool's: :meth:`set_clock`). With no
+        live page to pay, the cash waits in the virtual page."""
+        if self.n - self.n_dead == 0:
+            self.virtual_cash += to_all + to_unfetched
+            self.acc_credit += credit
+            return
+        self.virtual_history += to_all + to_unfetched
+        self._pay(to_all, to_unfetched, credit)
+
+    def set_clock(self, others: float) -> None:
+        """A pooled engine's clock is the crawl's: what it absorbed and paid itself plus
+        ``others``, the rest of the crawl's clock as the pool last told it (never decreasing)."""
+        if others > self.g_others:
+            self.G += others - self.g_others
+            self.g_others = others
 
     def rebase(self) -> None:
         """Fold the accumulators into the per-page values and restart them at 0 (see "Rebasing"
@@ -940,6 +1105,10 @@ class OpicEngine:
         "b_total",
         "d_total",
         "default_rate",
+        "g_others",
+        "pool_all",
+        "pool_unfetched",
+        "pool_credit",
     )
 
     def _arrays(self) -> dict[str, np.ndarray]:
@@ -1016,6 +1185,7 @@ class OpicEngine:
             },
             "scalars": {k: getattr(self, k) for k in self._SCALARS},
             "window": self.window.scalars(),
+            "view": None if self.view is None else tuple(self.view),
         }
 
     @classmethod
@@ -1031,6 +1201,8 @@ class OpicEngine:
             if k in cls._SCALARS:
                 setattr(engine, k, type(getattr(engine, k))(v))
         engine.window.load_scalars(header["window"])
+        view = header.get("view")
+        engine.view = None if view is None else CrawlView(*view)
         return engine
 
     # ------------------------------------------------------------------ statistics
@@ -1105,19 +1277,22 @@ class OpicEngine:
         now = self._now()
         est = self.window.estimate_one(i, self._lc_mv[i], now)
         total = self._normaliser(now)
-        return self._mix(est, total) if total > 0 else 1.0 / self.n
+        n = self.n if self.view is None else self.view.n
+        return self._mix(est, total) if total > 0 else 1.0 / n
 
     def _mix(self, est, total: float):
         """PageRank's split: the teleport share ``a / n`` plus ``1 - a`` by share of the link
         credit (``est / total``; arrays or floats)."""
         a = self.teleport_share()
-        return a / self.n + (1.0 - a) / total * est
+        return a / (self.n if self.view is None else self.view.n) + (1.0 - a) / total * est
 
     def _normaliser(self, now: float) -> float:
         w = self.window
         total = w.normaliser()
         if total is not None:
             return total
+        if self.view is not None:
+            return self.view.normaliser
         cached = self._norm_cache
         if (
             cached is None
@@ -1143,4 +1318,4 @@ class OpicEngine:
         }
 
 
-__all__ = ["FETCHED", "INITIAL", "CashObserver", "OpicEngine"]
+__all__ = ["FETCHED", "INITIAL", "CashObserver", "CrawlView", "OpicEngine"]

@@ -92,7 +92,7 @@ Nothing here knows Scrapy or does I/O: payloads are opaque objects, download slo
 from __future__ import annotations
 
 from array import array
-from collections.abc import Collection, Hashable, Iterable, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
@@ -227,9 +227,10 @@ class Frontier(Protocol):
         visited and closed."""
         ...
 
-    def drop(self, key: Hashable, outcome: int = FILTERED) -> bool:
+    def drop(self, key: Hashable, outcome: int = FILTERED, url: str | None = None) -> bool:
         """A page not in flight (discovered or pending) is given up before its fetch: its cash
-        goes to the virtual page; closed. False if the page is unknown, in flight or visited."""
+        goes to the virtual page; closed. False if the page is unknown, in flight or visited.
+        ``url``, the page's, tells a partitioned frontier where the page lives."""
         ...
 
     def retry(self, lease: Lease, entry: Entry) -> int | None:
@@ -314,6 +315,11 @@ def discovery_step(debt: float, share: float, fetched: bool) -> float:
     return debt if fetched else max(debt - 1.0, 0.0)
 
 
+def _room(full_slots: Collection[Hashable]) -> Callable[[Hashable], bool] | None:
+    """A selection's ``has_room`` for the download slots ``full_slots`` (None: all have room)."""
+    return (lambda slot: slot not in full_slots) if full_slots else None
+
+
 def _one_link_per_page(
     ids: list[int], weights: list[float] | None, boosts: list[float] | None
 ) -> tuple[list[int], list[float] | None, list[float] | None]:
@@ -353,6 +359,8 @@ class MemoryFrontier:
     location: str | None = None
     maintain_interval = 10.0
     round_trips = 0
+    #: Leases carry the page's URL (payloads kept as bytes without it: a partition's).
+    lease_urls = False
 
     def __init__(
         self,
@@ -560,22 +568,40 @@ class MemoryFrontier:
         sel = self.selection
         if self._tiered:
             share = self.discovery if self.continuous else 0.0
-            room = (lambda slot: slot not in full_slots) if full_slots else None
-            i = sel.pop(room, share and self.discovery_debt + share >= 1.0)
+            i = sel.pop(_room(full_slots), bool(share) and self.discovery_debt + share >= 1.0)
             if i is not None and share:
-                fetched = bool(self.engine._flags_mv[i] & FETCHED)
-                self.discovery_debt = discovery_step(self.discovery_debt, share, fetched)
+                self.discovery_debt = discovery_step(self.discovery_debt, share, self._fetched(i))
         else:
             i = sel.pop()
-        if i is None:
-            return None
+        return None if i is None else self._lease(i)
+
+    def peek(
+        self, full_slots: Collection[Hashable] = (), discover: bool = False
+    ) -> tuple[int, int, float] | None:
+        """``(page id, priority, true cash)`` of the page a greedy pop would lease (with
+        ``discover``: preferring a page never fetched, see :func:`discovery_step`), left
+        pending; ``None`` if none. For a pooled engine (no payout before a pop): what
+        :meth:`take` then leases, so that a crawl over several frontiers pops the best page
+        of all (:class:`~scrapy_opic.opic.partition.Fleet`)."""
+        return self.selection.peek(_room(full_slots), discover)
+
+    def take(self, i: int) -> Lease:
+        """Lease pending page ``i`` (the page :meth:`peek` chose, or the page a replayed outcome
+        names: see :mod:`~scrapy_opic.opic.partition`)."""
+        self.selection.discard(i)
+        return self._lease(i)
+
+    def _fetched(self, i: int) -> bool:
+        return bool(self.engine._flags_mv[i] & FETCHED)
+
+    def _lease(self, i: int) -> Lease:
         self._set(i, IN_FLIGHT)
         self._seq += 1
         self._tokens[i] = self._seq
         code = self.tier[i]
         slot = self.tiers.slot(code) if code else ""
         key, payload = self._lease_parts(i)
-        return Lease(key, self._seq, payload, slot)
+        return Lease(key, self._seq, payload, slot, self.url_of(i) if self.lease_urls else None)
 
     def visit(
         self,
@@ -585,12 +611,28 @@ class MemoryFrontier:
         importance: bool = False,
         payload: Any = None,
     ) -> Visit | None:
+        got = self.visit_out(lease, links, (), virtual_weight, importance, payload)
+        return None if got is None else got[0]
+
+    def visit_out(
+        self,
+        lease: Lease,
+        links: Sequence[Link],
+        outside: Sequence[tuple[float, float]],
+        virtual_weight: float = 0.0,
+        importance: bool = False,
+        payload: Any = None,
+    ) -> tuple[Visit, list[tuple[float, float]]] | None:
+        """:meth:`visit` of a page that also links to pages this frontier does not hold (see
+        :meth:`OpicEngine.visit_out <scrapy_opic.opic.engine.OpicEngine.visit_out>`):
+        ``outside`` gives each such link's ``(weight, boost)``; returns the visit and those
+        links' shares ``(cash, credit)``, to be paid where their pages live."""
         i = self._held(lease)
         if i is None:
             return None
         children = [self.page(link.key, link.url) for link in links]
         paid = [self._target(j) for j in children] if self.alias else children
-        # (Decided on the links as given, as the Redis script does: the same float operations.)
+        # (Decided on the links as given: the same float operations whatever the backend.)
         weights = boosts = None
         if virtual_weight or any(link.weight != 1.0 for link in links):
             weights = [link.weight for link in links]
@@ -598,7 +640,11 @@ class MemoryFrontier:
             boosts = [link.boost for link in links]
         if len(set(paid)) < len(paid):
             paid, weights, boosts = _one_link_per_page(paid, weights, boosts)
-        self.engine.visit(i, paid, weights, boosts, virtual_weight)
+        if outside:
+            shares = self.engine.visit_out(i, paid, weights, boosts, virtual_weight, outside)[1]
+        else:
+            self.engine.visit(i, paid, weights, boosts, virtual_weight)
+            shares = []
         if self.keep_links:  # (the list is not changed after this: kept as is, no copy)
             self.link_changes[i] = children
         self.outcome[i] = OK
@@ -610,7 +656,7 @@ class MemoryFrontier:
         ]
         visit = Visit(codes, self.engine.importance_of(i) if importance else None)
         self._visited(i)
-        return visit
+        return visit, shares
 
     def _visited(self, i: int) -> None:
         """Hook: page ``i`` was just visited (a backend counts visits for its checkpoints)."""
@@ -640,7 +686,7 @@ class MemoryFrontier:
         self._close(i)
         return True
 
-    def drop(self, key: Hashable, outcome: int = FILTERED) -> bool:
+    def drop(self, key: Hashable, outcome: int = FILTERED, url: str | None = None) -> bool:
         i = self.engine.id_of(key)
         if i is None or self.status[i] not in (DISCOVERED, PENDING):
             return False
@@ -694,6 +740,24 @@ class MemoryFrontier:
         else:
             self.alias.pop(i, None)
         return self.schedule([entry])[0]
+
+    def redirect_out(self, lease: Lease, permanent: bool = False) -> tuple[float, float] | None:
+        """:meth:`redirect` to a page this frontier does not hold: the page's cash and the
+        credit it holds are taken, returned as ``(cash, credit)`` to be paid to the target where
+        it lives; the page is visited (closed if ``permanent``: the caller keeps the alias)."""
+        i = self._held(lease)
+        if i is None:
+            return None
+        del self._tokens[i]
+        moved = self.engine.take_out(i)
+        self.outcome[i] = REDIRECTED
+        if self.keep_links:
+            self.link_changes[i] = None
+        self._retire(i)
+        if permanent:
+            self.engine.kill(i)
+        self.alias.pop(i, None)
+        return moved
 
     def _target(self, j: int) -> int:
         """The page a link to page ``j`` pays: ``j``, or the page it permanently redirects to

@@ -729,19 +729,35 @@ class TieredSelection(Selection):
         if not self._count:
             return None
         self.engine.payout()
+        got = self._choose(has_room, discover, True)
+        return None if got is None else got[0]
+
+    def peek(
+        self, has_room: Callable[[Hashable], bool] | None = None, discover: bool = False
+    ) -> tuple[int, int, float] | None:
+        """``(page, priority, true cash)`` of the candidate :meth:`pop` would take (without the
+        virtual page's payout that a pop makes first: exact for a pooled engine, which pays
+        none), left a candidate; ``None`` if there is none."""
+        if not self._count:
+            return None
+        return self._choose(has_room, discover, False)
+
+    def _choose(
+        self, has_room: Callable[[Hashable], bool] | None, discover: bool, take: bool
+    ) -> tuple[int, int, float] | None:
         if discover:
             for priority in self._order:
                 heads = self._heads[priority]
                 if heads[1].items:
-                    i = self._pop_tier(heads, has_room, True)
-                    if i is not None:
-                        return i
+                    got = self._pop_tier(heads, has_room, True, take)
+                    if got is not None:
+                        return got[0], priority, got[1]
         for priority in self._order:
             heads = self._heads[priority]
             if heads[0].items or heads[1].items:
-                i = self._pop_tier(heads, has_room, False)
-                if i is not None:
-                    return i
+                got = self._pop_tier(heads, has_room, False, take)
+                if got is not None:
+                    return got[0], priority, got[1]
         return None
 
     def _pop_tier(
@@ -749,9 +765,11 @@ class TieredSelection(Selection):
         heads: tuple[_Heap, _Heap],
         has_room: Callable[[Hashable], bool] | None,
         unfetched: bool,
-    ) -> int | None:
-        """Remove and return the candidate of one priority with the most cash among the slots
-        with room (never fetched only, with ``unfetched``); ``None`` if there is none."""
+        take: bool = True,
+    ) -> tuple[int, float] | None:
+        """The candidate of one priority with the most cash among the slots with room (never
+        fetched only, with ``unfetched``) and its true cash, removed if ``take``; ``None`` if
+        there is none."""
         e = self.engine
         keys_f, keys_u = self._head_key
         tops_f, tops_u = heads[0].items, heads[1].items
@@ -773,10 +791,12 @@ class TieredSelection(Selection):
                     h = 2 * k + st
                     heap = self._heaps[h]
                     i = heap.items[0]
-                    heap.remove(i)
-                    self._count -= 1
-                    self._refresh_head(h)
-                    return i
+                    cash = e._s_mv[i] + e.acc_all + (e.acc_unfetched if st else 0.0)
+                    if take:
+                        heap.remove(i)
+                        self._count -= 1
+                        self._refresh_head(h)
+                    return i, cash
                 for s2 in (0, 1):  # a full slot: set it aside for this pop
                     if head_pos[s2][k] >= 0:
                         heads[s2].remove(k)

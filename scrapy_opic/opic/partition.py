@@ -1,0 +1,1305 @@
+"""One crawl over many partitions: the paper's distributed OPIC (its section 4.1), each
+partition's pages in a :class:`~.frontier.MemoryFrontier` of their own, the cash that crosses
+partitions carried by messages, and the virtual page split over the partitions and a pool.
+
+Nothing here does I/O: a backend (:mod:`scrapy_opic.backends.redis`) stores each partition's
+journal and checkpoints, carries the messages and decides which process owns which partition.
+Every rule of the crawl is the one engine's and the one frontier's; this module only says where
+the money goes between them.
+
+Partitions. A crawl has ``P`` partitions, fixed when it starts. A page belongs to the
+partition of its URL's host (:func:`partition_of`; with ``by="key"``, of its key): a host's
+pages, its download slot and the links between its pages (most links) stay in one partition,
+owned by one process at a time, whose downloader then keeps the host's politeness as Scrapy does.
+
+Money between partitions. A visit pays the links to pages of its own partition as any frontier
+does; the shares of links to pages of other partitions (:meth:`OpicEngine.visit_out
+<scrapy_opic.opic.engine.OpicEngine.visit_out>`), and a redirect's cash to a page of another
+partition, leave in a *message* to that partition (a transfer), which credits and files the
+pages there. A message is numbered per pair of partitions (1, 2...): its destination applies
+each pair's messages once and in order (:class:`Mailbox`), so a message delivered twice (a
+sender that died before it knew its message arrived, and whose successor sends it again) or
+early (after a later one) changes nothing.
+
+The virtual page in parts. Each partition's engine is *pooled*: its virtual page collects the
+partition's income (the epsilon shares, dangling pages, closed pages), and before each pop pays
+the partition's own share of it, by its live pages against the rest of the crawl's (and its
+pages never fetched, for the discovery share), to its own pages; the rest goes in a report to
+the crawl's :class:`Pool`, which pays each other partition its share by the same counts, with
+the whole amount as teleport credit, so that every page of the crawl is paid as one virtual page
+would pay it. A crawl whose pages are all in one partition is exactly one engine.
+
+One clock. A partition's clock is what it absorbed and paid itself plus the rest of the crawl's
+clock as the pool last told it (:meth:`OpicEngine.set_clock
+<scrapy_opic.opic.engine.OpicEngine.set_clock>`); with the pool's payouts come the crawl's sums
+that tell a page's importance (:class:`~scrapy_opic.opic.engine.CrawlView`).
+
+Invariant (tested): the crawl's cash, the pages' and virtual pages' of every partition, the
+pool's, and the messages not yet applied, is 1.
+
+Durability. Every change of a partition is a *record* of its :attr:`Member.journal` (a page
+filed, a visit with its links, an outcome, a message applied, a payout...), made in the order
+the changes happened: a partition's checkpoint (:meth:`Partition.state`) plus the records since,
+applied again by :meth:`Partition.replay` through the same frontier, rebuild its state exactly
+(the same operations in the same order give the same floats), the messages it sent included. A
+message may leave only once the record that made it is durable (:attr:`Member.durable`), so no
+partition ever holds money that a message also carries.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
+from typing import Any, NamedTuple
+from urllib.parse import urlsplit
+
+from .constants import (
+    DEAD,
+    DUPLICATE,
+    ERROR,
+    FILTERED,
+    FORBIDDEN,
+    FORWARDED,
+    IN_FLIGHT,
+    LOCAL,
+    NEEDS_PAYLOAD,
+    PENDING,
+    STATUSES,
+)
+from .engine import CrawlView, DictKeys, OpicEngine
+from .frontier import (
+    Entry,
+    Lease,
+    Link,
+    MemoryFrontier,
+    Visit,
+    discovery_step,
+    require_payload,
+)
+
+#: The number of the crawl's pool, as a message's source or destination.
+POOL = -1
+
+
+def _bytes_only(payload: Any, url: str | None) -> bytes | None:
+    return payload if isinstance(payload, bytes) else None
+
+
+def partition_of(url: str | None, key: Hashable, parts: int, by: str = "host") -> int:
+    """The partition of a page: a hash of its URL's host (``by="host"``) or of its key
+    (``by="key"``), modulo ``parts``. BLAKE2b: the same in every process and every Python, and
+    spread evenly for similar names (www1, www2...). A URL without a host goes by its text."""
+    if by == "host" and url is not None:
+        try:
+            text = urlsplit(url).hostname or url
+        except ValueError:  # (a malformed URL, e.g. a bad IPv6 literal: its text)
+            text = url
+        data = text.encode("utf-8", "surrogatepass")
+    else:
+        data = key if isinstance(key, bytes) else str(key).encode("utf-8", "surrogatepass")
+    digest = hashlib.blake2b(data, digest_size=8).digest()
+    return int.from_bytes(digest, "little") % parts
+
+
+class Message(NamedTuple):
+    """Money (and what comes with it) from one partition, or the pool, to another.
+
+    ``kind``: ``"t"`` transfers (``body``: items ``(key, url, cash, credit, payload, priority,
+    slot, again)``, one per page paid; a payload files the page), ``"r"`` a report to the pool
+    (``body``: :meth:`Partition.report`'s), ``"p"`` a payout of the pool (``body``: ``(to all,
+    to never fetched, teleport credit, the clock of the rest of the crawl, crawl view)``)."""
+
+    src: int
+    dst: int
+    seq: int
+    kind: str
+    body: Any
+
+
+class Note(NamedTuple):
+    """A request about a page of a partition this process does not own, with no money in it
+    (nothing is lost or created if it is lost or comes twice): ``"s"`` file entries (``body``:
+    ``(entries, again)``), ``"d"`` drop a page (``body``: ``(key, outcome)``)."""
+
+    dst: int
+    kind: str
+    body: Any
+
+
+class Mailbox:
+    """A partition's (or the pool's) numbered messages, both ways.
+
+    Sending: :meth:`stamp` numbers a message for its destination and keeps it as *unconfirmed*
+    until :meth:`confirm` (its delivery is known); :attr:`delivered` is, per destination, the
+    last number known delivered. Receiving: :meth:`accept` applies each source's messages once,
+    in order of their numbers: one already applied is a duplicate, one ahead of a gap waits."""
+
+    def __init__(self) -> None:
+        self.next_seq: dict[int, int] = {}  # destination -> last number given
+        self.applied: dict[int, int] = {}  # source -> last number applied
+        self.delivered: dict[int, int] = {}  # destination -> last number known delivered
+        self.unconfirmed: dict[tuple[int, int], Message] = {}  # (destination, seq) -> message
+        self.waiting: dict[int, dict[int, Message]] = {}  # source -> seq -> message
+
+    def stamp(self, src: int, dst: int, kind: str, body: Any) -> Message:
+        seq = self.next_seq.get(dst, 0) + 1
+        self.next_seq[dst] = seq
+        m = Message(src, dst, seq, kind, body)
+        self.unconfirmed[(dst, seq)] = m
+        return m
+
+    def confirm(self, dst: int, seq: int) -> None:
+        if seq > self.delivered.get(dst, 0):
+            self.delivered[dst] = seq
+        for s in [s for (d, s) in self.unconfirmed if d == dst and s <= seq]:
+            del self.unconfirmed[(dst, s)]
+
+    def drop_delivered(self) -> None:
+        """Forget the unconfirmed messages that :attr:`delivered` says arrived (after a
+        replay, which makes every message again)."""
+        gone = [k for k in self.unconfirmed if k[1] <= self.delivered.get(k[0], 0)]
+        for k in gone:
+            del self.unconfirmed[k]
+
+    def accept(self, m: Message) -> list[Message]:
+        """The messages to apply now, in order: ``m`` and those that waited behind it, if ``m``
+        is the next of its source; none if it is a duplicate or early (it waits)."""
+        done = self.applied.get(m.src, 0)
+        if m.seq <= done:
+            return []
+        if m.seq > done + 1:
+            self.waiting.setdefault(m.src, {})[m.seq] = m
+            return []
+        out = [m]
+        later = self.waiting.get(m.src)
+        seq = m.seq
+        while later and seq + 1 in later:
+            seq += 1
+            out.append(later.pop(seq))
+        self.applied[m.src] = seq
+        return out
+
+    def is_new(self, m: Message) -> bool:
+        """``m`` is neither applied already nor waiting."""
+        return m.seq > self.applied.get(m.src, 0) and m.seq not in self.waiting.get(m.src, {})
+
+    def state(self) -> dict:
+        return {
+            "next_seq": dict(self.next_seq),
+            "applied": dict(self.applied),
+            "delivered": dict(self.delivered),
+            "unconfirmed": sorted(self.unconfirmed.values()),
+        }
+
+    def load(self, state: dict) -> None:
+        self.next_seq = dict(state["next_seq"])
+        self.applied = dict(state["applied"])
+        self.delivered = dict(state["delivered"])
+        self.unconfirmed = {(m.dst, m.seq): Message(*m) for m in state["unconfirmed"]}
+        self.waiting = {}
+
+
+class Member:
+    """What a partition and the pool share: a number, a mailbox, the messages made since the
+    transport last took them (each with the journal length at its making: it may leave once
+    the journal is durable that far), the records since the backend last took them, and how
+    many records are durable."""
+
+    def __init__(self, k: int) -> None:
+        self.k = k
+        self.box = Mailbox()
+        #: Messages made and not handed to the transport yet: ``(message, records)``, the
+        #: message sendable once :attr:`durable` reaches ``records``.
+        self.outbox: list[tuple[Message, int]] = []
+        #: Records made since the backend took them (:meth:`take_journal`).
+        self.journal: list[tuple] = []
+        #: Records made so far (in this member's life: from its checkpoint on) and of those,
+        #: durable (the backend counts them in as it stores them).
+        self.records = 0
+        self.durable = 0
+        #: Bumped by every change (a cached best page is stale).
+        self.version = 0
+        self.replaying = False
+
+    def _send(self, dst: int, kind: str, body: Any) -> Message:
+        m = self.box.stamp(self.k, dst, kind, body)
+        self.outbox.append((m, self.records + 1))  # (sendable with the record that makes it)
+        return m
+
+    def _record(self, *rec: Any) -> None:
+        self.version += 1
+        if not self.replaying:
+            self.journal.append(rec)
+        self.records += 1
+
+    def take_journal(self) -> list[tuple]:
+        """The records made since the last call, for the backend to store in order."""
+        out, self.journal = self.journal, []
+        return out
+
+    def sendable(self) -> list[Message]:
+        """The messages whose records are durable, taken from the outbox."""
+        ready = [m for m, at in self.outbox if at <= self.durable]
+        self.outbox = [(m, at) for m, at in self.outbox if at > self.durable]
+        return ready
+
+    def resend(self) -> list[Message]:
+        """Every message not known delivered (after a takeover: its new owner sends them again;
+        their destinations drop those they have), in order; the outbox starts afresh."""
+        self.outbox = []
+        return sorted(self.box.unconfirmed.values(), key=lambda m: (m.dst, m.seq))
+
+    def confirm(self, dst: int, seq: int) -> None:
+        """The transport delivered message ``seq`` to ``dst`` (and every one before it)."""
+        if seq > self.box.delivered.get(dst, 0):
+            self.box.confirm(dst, seq)
+            self._record("c", dst, seq)
+
+
+class Partition(Member):
+    """One partition of a crawl: its pages' :class:`~.frontier.MemoryFrontier` (on a pooled
+    engine), the links and redirects that lead out of it, the messages it receives, and the
+    journal of every change (see the module docstring).
+
+    Pages are leased by key and token as in any frontier; every method that changes the
+    partition appends its record. Payloads are bytes (the backend stores them)."""
+
+    def __init__(
+        self,
+        k: int,
+        parts: int,
+        frontier: MemoryFrontier,
+        by: str = "host",
+        time_fn: Callable[[], float] = time.time,
+    ) -> None:
+        super().__init__(k)
+        self.parts = parts
+        self.by = by
+        self.frontier = frontier
+        frontier.lease_urls = True
+        engine = frontier.engine
+        engine.pooled = True
+        self.time_fn = time_fn
+        self._t = time_fn()
+        # Every wall-clock reading of an operation is the one its record keeps: a replay reads
+        # the same.
+        engine.time_fn = lambda: self._t
+        #: page id -> ``(key, url, partition)`` of the page of another partition it permanently
+        #: redirects to (a link to it pays that page, as an alias does within a partition).
+        self.remote_alias: dict[int, tuple[Hashable, str, int]] = {}
+        #: The partition received the crawl's endowment (its first virtual cash).
+        self.endowed = False
+        #: The clock reported to the pool so far (what this partition absorbed and paid).
+        self.reported_g = 0.0
+        self._reported: tuple = ()
+        #: The number of the process's adoption of this partition (see Fleet.adopt).
+        self.epoch = 0
+        #: ``look(partition, key, again)``: for a page of another partition that this process
+        #: owns, whether it is closed (a link to it is no link) and whether a request for it
+        #: would be filed; ``None`` when it cannot tell (see :meth:`Fleet.look`).
+        self.look: Callable[[int, Hashable, bool], tuple[bool, bool] | None] | None = None
+
+    # -- building --------------------------------------------------------------------------
+    @classmethod
+    def new(
+        cls,
+        k: int,
+        parts: int,
+        *,
+        epsilon: float,
+        refresh: float,
+        window: str,
+        continuous: bool = False,
+        by: str = "host",
+        time_fn: Callable[[], float] = time.time,
+    ) -> Partition:
+        """An empty partition (no cash: the endowment comes with :meth:`endow`)."""
+        engine = OpicEngine(epsilon=epsilon, refresh=refresh, window=window, capacity=64)
+        engine.virtual_cash = 0.0
+        return cls(k, parts, MemoryFrontier(engine, "greedy", continuous), by, time_fn)
+
+    def state(self) -> dict[str, Any]:
+        """Everything to rebuild this partition (a checkpoint): the engine's header and page
+        arrays, the frontier's page arrays, tiers, aliases, payloads, URLs and keys, and the
+        partition's own state (mailbox, remote aliases...). Arrays are views of the live ones
+        (cut to the pages): the caller copies or packs them before the partition changes."""
+        fr = self.frontier
+        e = fr.engine
+        n = e.n
+        arrays = {name: a[:n] for name, a in e.page_arrays().items()}
+        return {
+            "k": self.k,
+            "engine": e.header(),
+            "arrays": arrays,
+            "status": bytes(fr.status[:n]),
+            "outcome": fr.outcome[:n].tobytes(),
+            "tier": fr.tier[:n].tobytes(),
+            "tiers": fr.tiers.as_list(),
+            "alias": dict(fr.alias),
+            "payloads": dict(fr.payloads),
+            "urls": fr.urls[:n],
+            "keys": e.keys.listing(n),
+            "debt": fr.discovery_debt,
+            "box": self.box.state(),
+            "remote_alias": dict(self.remote_alias),
+            "endowed": self.endowed,
+            "reported_g": self.reported_g,
+            "reported": self._reported,
+        }
+
+    @classmethod
+    def from_state(
+        cls,
+        state: dict[str, Any],
+        parts: int,
+        *,
+        continuous: bool = False,
+        by: str = "host",
+        time_fn: Callable[[], float] = time.time,
+    ) -> Partition:
+        """The partition of a checkpoint (:meth:`state`): pages that were in flight are pending
+        again (their fetch may not have happened)."""
+        import numpy as np
+
+        keys = state["keys"]
+        engine = OpicEngine.from_header(state["engine"], keys=DictKeys(keys))
+        n = engine.n
+        engine._grow(n)
+        for name, a in engine.page_arrays().items():
+            a[:n] = state["arrays"][name]
+        fr = MemoryFrontier(engine, "greedy", continuous)
+        fr.restore(
+            np.frombuffer(state["status"], np.uint8),
+            np.frombuffer(state["outcome"], np.uint16),
+            np.frombuffer(state["tier"], np.uint32),
+            state["tiers"],
+            state["alias"],
+            state["payloads"],
+            state["urls"],
+        )
+        fr.discovery_debt = float(state["debt"])
+        part = cls(state["k"], parts, fr, by, time_fn)
+        part.box.load(state["box"])
+        part.remote_alias = dict(state["remote_alias"])
+        part.endowed = bool(state["endowed"])
+        part.reported_g = float(state["reported_g"])
+        part._reported = tuple(state["reported"])
+        return part
+
+    # -- where pages live ---------------------------------------------------------------------
+    def route(self, url: str | None, key: Hashable) -> int:
+        return partition_of(url, key, self.parts, self.by)
+
+    def _place(self, key: Hashable, url: str) -> tuple[int, Hashable, str, bool]:
+        """``(partition, key, url, aliased)`` of the page a link to ``(key, url)`` pays: its
+        own, or, for a page of this partition that permanently redirects to a page of
+        another, that page."""
+        k = self.route(url, key)
+        if k == self.k and self.remote_alias:
+            i = self.frontier.engine.id_of(key)
+            if i is not None and i in self.remote_alias:
+                tkey, turl, tk = self.remote_alias[i]
+                return tk, tkey, turl, True
+        return k, key, url, False
+
+    def _begin(self, now: float | None = None) -> float:
+        self._t = self.time_fn() if now is None else now
+        return self._t
+
+    def _held(self, key: Hashable) -> Lease | None:
+        """During a replay: a lease on the page ``key`` that a record settles (pending again
+        since its checkpoint: its pop is not a record)."""
+        fr = self.frontier
+        i = fr.engine.id_of(key)
+        if i is None:
+            raise ValueError(f"partition {self.k}: a record names a page it does not have")
+        if fr.status[i] == PENDING:
+            return fr.take(i)
+        raise ValueError(
+            f"partition {self.k}: a record settles page {i}, {STATUSES[fr.status[i]]}, not pending"
+        )
+
+    # -- the frontier, recorded ----------------------------------------------------------------
+    def schedule(self, entries: Sequence[Entry], again: bool = False) -> list[int]:
+        self._begin()
+        codes = self.frontier.schedule(entries, again)
+        self._record("s", self._t, [tuple(e) for e in entries], again)
+        return codes
+
+    def pay_out(self, others: tuple[int, int] | None = None) -> None:
+        """The virtual page pays its partition's share out (before a pop: see the module
+        docstring), recorded; ``others``: the live pages and those never fetched of the
+        other partitions, if the caller knows them better than the pool last said."""
+        e = self.frontier.engine
+        if e.virtual_cash > 0.0 and e.n > e.n_dead:
+            if others is not None and e.view is not None:
+                e.view = e.view._replace(live_others=others[0], unfetched_others=others[1])
+            elif others is not None:
+                e.view = CrawlView(*others, e.n, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+            e.payout()
+            self._record("o", others)
+
+    def peek(
+        self, full_slots: Collection[Hashable] = (), discover: bool = False
+    ) -> tuple[int, int, float] | None:
+        return self.frontier.peek(full_slots, discover)
+
+    def take(self, i: int) -> Lease:
+        return self.frontier.take(i)
+
+    def visit(
+        self,
+        lease: Lease,
+        links: Sequence[Link],
+        virtual_weight: float = 0.0,
+        importance: bool = False,
+        payload: Any = None,
+    ) -> Visit | None:
+        """The frontier's visit; the links to pages of other partitions leave as transfers
+        (their code: :data:`FORWARDED` with a payload, else :data:`DUPLICATE`)."""
+        now = self._begin()
+        local: list[Link] = []
+        where: list[int] = []  # per link: -1 a local one, else its transfer's index
+        remote: dict[Hashable, list] = {}
+        kept: list[Link] = []  # (what the record keeps: the links less those to closed pages)
+        for link in links:
+            k, key, url, aliased = self._place(link.key, link.url)
+            seen = self.look(k, key, link.again) if k != self.k and self.look else None
+            if seen is not None and seen[0] and not link.again:
+                # A closed page of another partition this process can see: no page, as a
+                # closed page of this one is (left out, or the virtual page's share).
+                where.append(-2)
+                if self.frontier.engine.closed_links_virtual:
+                    virtual_weight += link.weight
+                continue
+            kept.append(link)
+            if k == self.k:
+                where.append(-1)
+                local.append(link)
+                continue
+            data = None if aliased else link.payload
+            r = remote.get(key)
+            if r is None:
+                # (Filed there, unless this process owns that partition and sees it will not be.)
+                where.append(len(remote) if seen is None or seen[1] else -2)
+                remote[key] = [k, url, link.weight, link.boost, data, link.priority, link.slot]
+                remote[key].append(link.again)
+            else:  # a page links to another page once (the largest weight and boost)
+                where.append(-2)
+                r[2], r[3] = max(r[2], link.weight), max(r[3], link.boost)
+                r[4] = r[4] if r[4] is not None else data
+                r[7] = r[7] or link.again
+        outside = [(r[2], r[3]) for r in remote.values()]
+        got = self.frontier.visit_out(lease, local, outside, virtual_weight, importance, payload)
+        if got is None:
+            return None
+        visit, shares = got
+        self._transfers(remote, shares)
+        self._record("v", now, lease.key, [tuple(x) for x in kept], virtual_weight, payload)
+        codes = iter(visit.codes)
+        rows = list(remote.values())
+        out = [
+            next(codes) if w == -1 else DUPLICATE if w == -2 or rows[w][4] is None else FORWARDED
+            for w in where
+        ]
+        return Visit(out, visit.importance)
+
+    def _transfers(self, remote: dict[Hashable, list], shares: Sequence[tuple[float, float]]):
+        by_dst: dict[int, list] = {}
+        for (key, r), (cash, credit) in zip(remote.items(), shares):
+            k, url, _w, _b, data, priority, slot, again = r
+            by_dst.setdefault(k, []).append((key, url, cash, credit, data, priority, slot, again))
+        for k, items in by_dst.items():
+            self._send(k, "t", items)
+
+    def fail(self, lease: Lease, outcome: int, payload: Any = None) -> bool:
+        now = self._begin()
+        done = self.frontier.fail(lease, outcome, payload)
+        if done:
+            self._record("f", now, lease.key, outcome, payload)
+        return done
+
+    def forfeit(self, lease: Lease, outcome: int = FORBIDDEN) -> bool:
+        self._begin()
+        done = self.frontier.forfeit(lease, outcome)
+        if done:
+            self._record("x", lease.key, outcome)
+        return done
+
+    def drop(self, key: Hashable, outcome: int = FILTERED) -> bool:
+        self._begin()
+        done = self.frontier.drop(key, outcome)
+        if done:
+            self._record("d", key, outcome)
+        return done
+
+    def retry(self, lease: Lease, entry: Entry) -> int | None:
+        now = self._begin()
+        code = self.frontier.retry(lease, entry)
+        if code is not None:
+            self._record("y", now, lease.key, tuple(entry))
+        return code
+
+    def redirect(self, lease: Lease, entry: Entry, permanent: bool = False) -> int | None:
+        """The frontier's redirect; to a page of another partition, the cash leaves in a
+        transfer that files the target there (:data:`FORWARDED`)."""
+        require_payload(entry)
+        now = self._begin()
+        k = self.route(entry.url, entry.key)
+        if k == self.k:
+            code = self.frontier.redirect(lease, entry, permanent)
+        else:
+            moved = self.frontier.redirect_out(lease, permanent)
+            if moved is None:
+                return None
+            i = self.frontier.engine.id_of(lease.key)
+            if permanent:
+                self.remote_alias[i] = (entry.key, entry.url, k)
+            else:
+                self.remote_alias.pop(i, None)
+            e = entry
+            item = (e.key, e.url, moved[0], moved[1], e.payload, e.priority, e.slot, False)
+            self._send(k, "t", [item])
+            seen = self.look(k, e.key, False) if self.look else None
+            code = FORWARDED if seen is None or seen[1] else DUPLICATE
+        if code is not None:
+            self._record("z", now, lease.key, tuple(entry), permanent)
+        return code
+
+    def release(self, leases: Iterable[Lease]) -> int:
+        self.version += 1
+        return self.frontier.release(leases)
+
+    # -- messages --------------------------------------------------------------------------
+    def receive(self, m: Message) -> int:
+        """Apply ``m`` and those that waited for it (see :class:`Mailbox`); how many."""
+        ready = self.box.accept(m)
+        for r in ready:
+            self._apply(r, self._begin())
+        return len(ready)
+
+    def _apply(self, m: Message, now: float) -> None:
+        self._t = now
+        fr = self.frontier
+        e = fr.engine
+        if m.kind == "t":
+            for key, url, cash, credit, data, priority, slot, again in m.body:
+                j = fr.page(key, url)
+                target = fr._target(j) if fr.alias else j
+                alias = self.remote_alias.get(target) if self.remote_alias else None
+                if alias is not None and e._flags_mv[target] & DEAD:
+                    tkey, turl, tk = alias  # (a page that moved to another partition)
+                    self._send(tk, "t", [(tkey, turl, cash, credit, None, 0, "", False)])
+                else:
+                    e.receive(target, cash, credit)
+                if data is not None:
+                    fr.schedule([Entry(key, url, priority, slot, data)], again)
+        elif m.kind == "p":
+            to_all, to_unfetched, credit, others, view = m.body
+            e.view = CrawlView(*view)
+            e.set_clock(others)
+            e.receive_payout(to_all, to_unfetched, credit)
+        else:
+            raise ValueError(f"partition {self.k}: a message of kind {m.kind!r}")
+        self._record("m", now, m)
+
+    def endow(self, cash: float = 1.0) -> None:
+        """The crawl's endowment (its first virtual cash) comes to this partition, once."""
+        if not self.endowed:
+            self._begin()
+            self.frontier.engine.virtual_cash += cash
+            self.endowed = True
+            self._record("e", cash)
+
+    def figures(self) -> tuple:
+        """What the pool adds up: live pages, never fetched, pages, the credit sums, the
+        window's normaliser, visits, and the pages per status."""
+        e = self.frontier.engine
+        fr = self.frontier
+        norm = e.window.normaliser()
+        if norm is None:
+            norm = e._normaliser(e._now())
+        return (
+            e.n - e.n_dead,
+            e.n_unfetched,
+            e.n,
+            e.credit_total,
+            e.b_total,
+            e.d_total,
+            e.credit_passed,
+            e.credit_dangling,
+            float(norm),
+            e.visit_count,
+            *fr.counts,
+        )
+
+    def figures_dict(self) -> dict[str, float]:
+        """This partition's figures, by the names of :data:`FIGURES`."""
+        fr = self.frontier
+        e = fr.engine
+        out: dict[str, float] = dict(zip(STATUSES, fr.counts))
+        out.update(
+            pages=e.n,
+            fetched=e.n - e.n_unfetched - e.n_dead,
+            closed=e.n_dead,
+            visits=e.visit_count,
+            G=e.G,
+            virtual_cash=e.virtual_cash + e.pool_all + e.pool_unfetched,
+            records=self.records,
+            unconfirmed=len(self.box.unconfirmed),
+        )
+        return out
+
+    def report(self, force: bool = False, now: float | None = None) -> Message | None:
+        """A report to the pool, if there is anything new to tell: the virtual cash left for
+        it (:meth:`OpicEngine.take_pooled <scrapy_opic.opic.engine.OpicEngine.take_pooled>`),
+        the clock this partition made since the last report, and its figures."""
+        e = self.frontier.engine
+        now = self._begin(now)
+        made = e.G - e.g_others
+        figures = self.figures()
+        pooled = e.pool_all or e.pool_unfetched or e.pool_credit
+        if not (force or pooled or made != self.reported_g or figures != self._reported):
+            return None
+        cash = e.take_pooled()
+        dg, self.reported_g = made - self.reported_g, made
+        self._reported = figures
+        m = self._send(POOL, "r", (*cash, dg, figures))
+        self._record("r", now)
+        return m
+
+    # -- replay --------------------------------------------------------------------------------
+    def replay(self, records: Iterable[tuple]) -> None:
+        """Apply the records of a journal again, in order, on this partition as it was when
+        the first of them was made (its checkpoint): the same changes, the same messages."""
+        self.replaying = True
+        try:
+            for rec in records:
+                self._replay_one(rec)
+        finally:
+            self.replaying = False
+        self.durable = self.records
+        self.box.drop_delivered()
+        self.outbox = []
+
+    def _replay_one(self, rec: tuple) -> None:
+        op = rec[0]
+        if op == "s":
+            self._t = rec[1]
+            self.frontier.schedule([Entry(*e) for e in rec[2]], rec[3])
+            self._record(*rec)
+        elif op == "v":
+            _, now, key, links, vw, payload = rec
+            self.time_fn, fn = (lambda: now), self.time_fn
+            try:
+                self.visit(self._held(key), [Link(*x) for x in links], vw, False, payload)
+            finally:
+                self.time_fn = fn
+        elif op == "f":
+            self._t = rec[1]
+            self.frontier.fail(self._held(rec[2]), rec[3], rec[4])
+            self._record(*rec)
+        elif op == "x":
+            self.frontier.forfeit(self._held(rec[1]), rec[2])
+            self._record(*rec)
+        elif op == "d":
+            self.frontier.drop(rec[1], rec[2])
+            self._record(*rec)
+        elif op == "y":
+            self._t = rec[1]
+            self.frontier.retry(self._held(rec[2]), Entry(*rec[3]))
+            self._record(*rec)
+        elif op == "z":
+            _, now, key, entry, permanent = rec
+            self.time_fn, fn = (lambda: now), self.time_fn
+            try:
+                self.redirect(self._held(key), Entry(*entry), permanent)
+            finally:
+                self.time_fn = fn
+        elif op == "o":
+            self.pay_out(rec[1])
+        elif op == "m":
+            m = Message(*rec[2])
+            self.box.accept(m)  # (in order in the journal: never a duplicate or early)
+            self._apply(m, rec[1])
+        elif op == "r":
+            self._t = rec[1]
+            self.report(force=True, now=rec[1])
+        elif op == "c":
+            self.box.confirm(rec[1], rec[2])
+            self._record(*rec)
+        elif op == "e":
+            self.frontier.engine.virtual_cash += rec[1]
+            self.endowed = True
+            self._record(*rec)
+        else:
+            raise ValueError(f"partition {self.k}: a record of unknown kind {op!r}")
+
+
+class Pool(Member):
+    """The crawl's pool: the part of every partition's virtual cash that belongs to the pages
+    of the other partitions, paid to them (see the module docstring).
+
+    A report from partition ``k`` brings ``(to all, to never fetched, credit)``: the first is
+    owed to the other partitions by their live pages, the second by their pages never fetched
+    (by their live pages where none has any), the teleport credit to each of them whole. What a
+    partition is owed waits in :attr:`owed` until :meth:`pay`, which sends it in one message
+    with the crawl's clock and sums (:class:`~scrapy_opic.opic.engine.CrawlView`)."""
+
+    def __init__(self) -> None:
+        super().__init__(POOL)
+        #: The endowment until a partition takes it, and what no partition can be paid yet.
+        self.cash = 0.0
+        #: Per partition: its last figures (:meth:`Partition.figures`) and the clock it made.
+        self.figures: dict[int, tuple] = {}
+        self.made: dict[int, float] = {}
+        #: What the pool paid out (the virtual page's history beyond the partitions' own).
+        self.paid = 0.0
+        #: Per partition: ``[to all, to never fetched, credit]`` owed and not yet sent.
+        self.owed: dict[int, list[float]] = {}
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "cash": self.cash,
+            "figures": dict(self.figures),
+            "made": dict(self.made),
+            "paid": self.paid,
+            "owed": {k: list(v) for k, v in self.owed.items()},
+            "box": self.box.state(),
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> Pool:
+        pool = cls()
+        pool.cash = float(state["cash"])
+        pool.figures = {int(k): tuple(v) for k, v in state["figures"].items()}
+        pool.made = {int(k): float(v) for k, v in state["made"].items()}
+        pool.paid = float(state["paid"])
+        pool.owed = {int(k): list(v) for k, v in state["owed"].items()}
+        pool.box.load(state["box"])
+        return pool
+
+    @property
+    def clock(self) -> float:
+        """The crawl's clock as the pool knows it: what every partition reported it made, and
+        what the pool paid."""
+        return sum(self.made.values()) + self.paid
+
+    def receive(self, m: Message) -> int:
+        ready = self.box.accept(m)
+        for r in ready:
+            self._apply(r)
+        return len(ready)
+
+    def _apply(self, m: Message) -> None:
+        if m.kind != "r":
+            raise ValueError(f"the pool received a message of kind {m.kind!r}")
+        to_all, to_unfetched, credit, dg, figures = m.body
+        self.made[m.src] = self.made.get(m.src, 0.0) + dg
+        self.figures[m.src] = tuple(figures)
+        self._share(m.src, to_all, to_unfetched, credit)
+        self._record("m", m)
+
+    def _share(self, src: int | None, to_all: float, to_unfetched: float, credit: float) -> None:
+        """Owe ``to_all`` to the partitions other than ``src`` by their live pages,
+        ``to_unfetched`` by their pages never fetched (by live pages if none has any), and
+        ``credit`` to each of them; with no other live partition, it stays with the pool."""
+        live = {k: f[0] for k, f in self.figures.items() if k != src and f[0] > 0}
+        total = sum(live.values())
+        if not total:
+            self.cash += to_all + to_unfetched
+            return
+        unf = {k: self.figures[k][1] for k in live if self.figures[k][1] > 0}
+        total_unf = sum(unf.values())
+        if not total_unf:
+            to_all, to_unfetched = to_all + to_unfetched, 0.0
+        self.paid += to_all + to_unfetched
+        ks = sorted(live)
+        rest_a, rest_u = to_all, to_unfetched
+        for n, k in enumerate(ks):
+            last = n == len(ks) - 1
+            a = rest_a if last else to_all * live[k] / total
+            u = rest_u if last else (to_unfetched * unf.get(k, 0) / total_unf if total_unf else 0.0)
+            rest_a -= a
+            rest_u -= u
+            owed = self.owed.setdefault(k, [0.0, 0.0, 0.0])
+            owed[0] += a
+            owed[1] += u
+            owed[2] += credit
+
+    def view_for(self, k: int) -> tuple:
+        """The :class:`~scrapy_opic.opic.engine.CrawlView` that partition ``k`` gets."""
+        sums = [0.0] * 9
+        live_others = unf_others = 0
+        for j, f in self.figures.items():
+            if j != k:
+                live_others += f[0]
+                unf_others += f[1]
+            for x in range(2, 9):
+                sums[x] += f[x]
+        return (live_others, unf_others, int(sums[2]), *sums[3:9])
+
+    def pay(self, only: Collection[int] | None = None) -> list[Message]:
+        """Send what each partition is owed (of ``only``, if given), with the crawl's clock
+        without that partition's part, and its view."""
+        if self.cash > 0.0 and any(f[0] for f in self.figures.values()):
+            cash, self.cash = self.cash, 0.0  # (what found no partition to pay before)
+            self._share(None, cash, 0.0, cash)
+        out = []
+        clock = self.clock
+        for k in sorted(self.owed if only is None else set(only) & set(self.owed)):
+            a, u, credit = self.owed.pop(k)
+            body = (a, u, credit, clock - self.made.get(k, 0.0), self.view_for(k))
+            out.append(self._send(k, "p", body))
+        if out:
+            self._record("p")
+        return out
+
+    def figures_dict(self) -> dict[str, float]:
+        """The pool's figures (see :data:`FIGURES`): its cash, records, messages."""
+        return {
+            "virtual_cash": self.total_cash(),
+            "records": self.records,
+            "unconfirmed": len(self.box.unconfirmed),
+        }
+
+    def total_cash(self) -> float:
+        """The pool's cash: what it holds and owes."""
+        return self.cash + sum(a + u for a, u, _c in self.owed.values())
+
+
+def _others(counts: dict[int, tuple[int, int]], k: int) -> tuple[int, int]:
+    """The live pages and pages never fetched of the partitions other than ``k``."""
+    live = unf = 0
+    for j, (a, b) in counts.items():
+        if j != k:
+            live += a
+            unf += b
+    return live, unf
+
+
+#: The figures of a crawl's members, added up over the members (:func:`add_figures`).
+FIGURES = (
+    "pages",
+    "fetched",
+    "closed",
+    "visits",
+    "G",
+    "virtual_cash",
+    "records",
+    "unconfirmed",
+    *STATUSES,
+)
+
+
+def add_figures(out: dict[str, float], f: dict[str, float]) -> None:
+    """Add a member's figures ``f`` to ``out`` (the clock: the largest)."""
+    for name in FIGURES:
+        if name == "G":
+            out["G"] = max(out.get("G", 0.0), f.get("G", 0.0))
+        else:
+            out[name] = out.get(name, 0) + f.get(name, 0)
+
+
+def finish_figures(out: dict[str, float]) -> dict[str, float]:
+    """The figures derived from the sums: the error factor, the leases (pages in flight)."""
+    out["error_factor"] = 1.0 / out["G"] if out["G"] > 0 else float("inf")
+    out["leases"] = out["in_flight"]
+    out.setdefault("cash_at_visit_x_n", 0.0)
+    return out
+
+
+def in_transit(messages: Iterable[Message]) -> float:
+    """The cash that ``messages`` carry."""
+    total = 0.0
+    for m in messages:
+        if m.kind == "t":
+            total += sum(item[2] for item in m.body)
+        elif m.kind in ("r", "p"):
+            total += m.body[0] + m.body[1]
+    return total
+
+
+class Fleet:
+    """The partitions of a crawl that one process owns (and maybe its pool), as one
+    :class:`~.frontier.Frontier`: what the Scrapy scheduler drives. No I/O: a backend makes
+    partitions and the pool its own (:meth:`adopt`), gives them up (:meth:`abandon`), stores
+    their journals and carries the messages (:meth:`outgoing`, :meth:`deliver`).
+
+    A pop takes the best page of all the partitions it owns (priority, then cash; in a
+    continuous crawl the discovery share is the process's); an outcome goes to the partition
+    of its lease; pages of partitions it does not own are filed there by a :class:`Note`.
+
+    :param parts: the crawl's partition count; ``by``: pages go by ``"host"`` or ``"key"``.
+    :param encode: ``encode(payload, url)``, a payload as bytes (``None`` if it cannot be).
+    """
+
+    shared = True
+    lease_urls = True
+    location: str | None = None
+    maintain_interval = 0.1
+    round_trips = 0
+
+    def __init__(
+        self,
+        parts: int,
+        *,
+        epsilon: float = 0.15,
+        refresh: float = 1.0,
+        window: str = "unbounded",
+        continuous: bool = False,
+        by: str = "host",
+        encode: Callable[[Any, str | None], bytes | None] | None = None,
+        time_fn: Callable[[], float] = time.time,
+    ) -> None:
+        if parts < 1:
+            raise ValueError(f"a crawl has at least one partition, not {parts}")
+        self.P = parts
+        self.by = by
+        self.epsilon, self.refresh, self.window = epsilon, refresh, window
+        self.continuous = continuous
+        self.encode = encode or _bytes_only
+        self.time_fn = time_fn
+        self.parts: dict[int, Partition] = {}
+        self.pool: Pool | None = None
+        self.notes: list[Note] = []
+        #: The share of pops owed to pages never fetched (continuous crawls), and the debt.
+        self.discovery = 0.0
+        self.discovery_debt = 0.0
+        self.closed_links_virtual = False
+        self._adoptions = 0
+
+    # -- partitions ---------------------------------------------------------------------------
+    def route(self, url: str | None, key: Hashable) -> int:
+        return partition_of(url, key, self.P, self.by)
+
+    def new_partition(self, k: int) -> Partition:
+        return Partition.new(
+            k,
+            self.P,
+            epsilon=self.epsilon,
+            refresh=self.refresh,
+            window=self.window,
+            continuous=self.continuous,
+            by=self.by,
+            time_fn=self.time_fn,
+        )
+
+    def adopt(self, part: Partition) -> None:
+        """Partition ``part`` is this process's from now on (leases of an earlier time it was
+        are stale: a lease's token holds the adoption's number)."""
+        part.frontier.discovery = self.discovery
+        part.frontier.engine.closed_links_virtual = self.closed_links_virtual
+        self._adoptions += 1
+        part.epoch = self._adoptions
+        part.look = self.look
+        self.parts[part.k] = part
+
+    def look(self, k: int, key: Hashable, again: bool) -> tuple[bool, bool] | None:
+        """For page ``key`` of partition ``k``, if this process owns it: whether the page is
+        closed, and whether a request for it would be filed (unknown or schedulable);
+        ``None`` if this process does not own the partition."""
+        part = self.parts.get(k)
+        if part is None:
+            return None
+        fr = part.frontier
+        i = fr.engine.id_of(key)
+        if i is None:
+            return False, True
+        return bool(fr.engine._flags_mv[i] & DEAD), fr._schedulable(i, again)
+
+    def abandon(self, k: int) -> Partition | None:
+        """Partition ``k`` is no longer this process's (its leases are stale from now on)."""
+        return self.parts.pop(k, None)
+
+    def owner_of(self, k: int) -> Partition | None:
+        """The partition ``k`` if this process owns it; a backend may make it its own now
+        (one that no other process owns)."""
+        return self.parts.get(k)
+
+    def _data(self, payload: Any, url: str | None) -> tuple[Any, bool]:
+        """A payload as bytes, and whether it could not be encoded."""
+        if payload is None or isinstance(payload, bytes):
+            return payload, False
+        data = self.encode(payload, url)
+        return data, data is None
+
+    # -- the contract ------------------------------------------------------------------------
+    def schedule(self, entries: Sequence[Entry], again: bool = False) -> list[int]:
+        codes = [DUPLICATE] * len(entries)
+        local: dict[int, list[tuple[int, Entry]]] = {}
+        for n, e in enumerate(entries):
+            data, unencodable = self._data(e.payload, e.url)
+            if unencodable:
+                codes[n] = -1  # (known below: LOCAL, or what the partition says)
+            local.setdefault(self.route(e.url, e.key), []).append((n, e._replace(payload=data)))
+        for k, batch in local.items():
+            part = self.owner_of(k)
+            if part is None:
+                self.notes.append(Note(k, "s", ([tuple(e) for _, e in batch], again)))
+                for n, _e in batch:
+                    codes[n] = LOCAL if codes[n] == -1 else FORWARDED
+                continue
+            got = part.schedule([e for _, e in batch], again)
+            for (n, _e), code in zip(batch, got):
+                codes[n] = LOCAL if codes[n] == -1 and code == NEEDS_PAYLOAD else code
+        return codes
+
+    def pop(self, full_slots: Collection[Hashable] = ()) -> Lease | None:
+        share = self.discovery if self.continuous else 0.0
+        discover = bool(share) and self.discovery_debt + share >= 1.0
+        best: tuple | None = None
+        counts = self._counts()
+        for part in self.parts.values():
+            if not part.frontier.counts[PENDING]:
+                continue
+            part.pay_out(None if counts is None else _others(counts, part.k))
+            got = part.peek(full_slots, discover)
+            if got is None:
+                continue
+            i, priority, cash = got
+            fresh = discover and not part.frontier._fetched(i)
+            rank = (fresh, priority, cash)
+            if best is None or rank > best[0]:
+                best = (rank, part, i)
+        if best is None:
+            return None
+        _, part, i = best
+        lease = part.take(i)
+        if share:
+            self.discovery_debt = discovery_step(
+                self.discovery_debt, share, part.frontier._fetched(i)
+            )
+        return lease._replace(token=(part.k, part.epoch, lease.token))
+
+    def _counts(self) -> dict[int, tuple[int, int]] | None:
+        """The live pages and pages never fetched of every partition of the crawl, when this
+        process owns them all (its pool knows no other): then a partition's share of its
+        virtual cash is split by the crawl's counts of now, not as the pool last told it."""
+        pool = self.pool
+        if pool is None or not set(pool.figures) <= set(self.parts):
+            return None
+        out = {}
+        for k, part in self.parts.items():
+            e = part.frontier.engine
+            out[k] = (e.n - e.n_dead, e.n_unfetched)
+        return out
+
+    def _part_of(self, lease: Lease) -> tuple[Partition | None, Lease]:
+        token = lease.token
+        if not isinstance(token, tuple) or len(token) != 3:
+            return None, lease
+        part = self.parts.get(token[0])
+        if part is None or part.epoch != token[1]:
+            return None, lease
+        return part, lease._replace(token=token[2])
+
+    def visit(
+        self,
+        lease: Lease,
+        links: Sequence[Link],
+        virtual_weight: float = 0.0,
+        importance: bool = False,
+        payload: Any = None,
+    ) -> Visit | None:
+        part, own = self._part_of(lease)
+        if part is None:
+            return None
+        unencodable = []
+        ready = []
+        for link in links:
+            data, bad = self._data(link.payload, link.url)
+            unencodable.append(bad)
+            ready.append(link._replace(payload=data) if link.payload is not data else link)
+        data, _ = self._data(payload, lease.url)
+        visit = part.visit(own, ready, virtual_weight, importance, data)
+        if visit is None or not any(unencodable):
+            return visit
+        # A request that cannot be encoded is fetched by this process, outside the frontier:
+        # a page of its own partition that needs it, or any page of another partition (whose
+        # owner could not be sent it).
+        codes = [
+            LOCAL
+            if bad and (code == NEEDS_PAYLOAD or self.route(link.url, link.key) != part.k)
+            else code
+            for code, bad, link in zip(visit.codes, unencodable, links)
+        ]
+        return Visit(codes, visit.importance)
+
+    def fail(self, lease: Lease, outcome: int = ERROR, payload: Any = None) -> bool:
+        part, own = self._part_of(lease)
+        if part is None:
+            return False
+        return part.fail(own, outcome, self._data(payload, lease.url)[0])
+
+    def forfeit(self, lease: Lease, outcome: int = FORBIDDEN) -> bool:
+        part, own = self._part_of(lease)
+        return part is not None and part.forfeit(own, outcome)
+
+    def drop(self, key: Hashable, outcome: int = FILTERED, url: str | None = None) -> bool:
+        if url is None and self.by == "host":
+            # (A key alone: its page is in at most one partition this process owns.)
+            return any(p.drop(key, outcome) for p in self.parts.values())
+        k = self.route(url, key)
+        part = self.owner_of(k)
+        if part is None:
+            self.notes.append(Note(k, "d", (key, outcome)))
+            return True
+        return part.drop(key, outcome)
+
+    def retry(self, lease: Lease, entry: Entry) -> int | None:
+        require_payload(entry)
+        part, own = self._part_of(lease)
+        if part is None:
+            return None
+        data, bad = self._data(entry.payload, entry.url)
+        if bad:
+            part.forfeit(own, ERROR)
+            return LOCAL
+        return part.retry(own, entry._replace(payload=data))
+
+    def redirect(self, lease: Lease, entry: Entry, permanent: bool = False) -> int | None:
+        require_payload(entry)
+        part, own = self._part_of(lease)
+        if part is None:
+            return None
+        data, bad = self._data(entry.payload, entry.url)
+        if bad:
+            part.forfeit(own, ERROR)
+            return LOCAL
+        return part.redirect(own, entry._replace(payload=data), permanent)
+
+    def release(self, leases: Iterable[Lease]) -> int:
+        n = 0
+        for lease in leases:
+            part, own = self._part_of(lease)
+            if part is not None:
+                n += part.release([own])
+        return n
+
+    def maintain(self, leases: Collection[Lease]) -> None:
+        pass
+
+    def close(self, leases: Collection[Lease]) -> None:
+        self.release(leases)
+
+    # -- messages ------------------------------------------------------------------------------
+    def members(self) -> list[Member]:
+        out: list[Member] = list(self.parts.values())
+        if self.pool is not None:
+            out.append(self.pool)
+        return out
+
+    def member(self, k: int) -> Member | None:
+        return self.pool if k == POOL else self.parts.get(k)
+
+    def reports(self) -> None:
+        """Each partition's report to the pool, if it has anything new (see
+        :meth:`Partition.report`), and the pool's payouts: at the transport's pace. A partition
+        with no page to pop pays its virtual cash out here (else at its pops), so that the
+        pool gets its part."""
+        for part in self.parts.values():
+            if not part.frontier.counts[PENDING]:
+                part.pay_out()
+            part.report()
+        if self.pool is not None:
+            self.pool.pay()
+
+    def outgoing(self) -> tuple[list[Message], list[Note]]:
+        """The messages whose records are durable, and the notes, taken."""
+        out: list[Message] = []
+        for member in self.members():
+            out.extend(member.sendable())
+        notes, self.notes = self.notes, []
+        return out, notes
+
+    def deliver(self, m: Message) -> int:
+        """A message for a member this process owns: applied (with those it unblocks), or a
+        duplicate, or early; returns how many were applied."""
+        member = self.member(m.dst)
+        if member is None:
+            raise KeyError(f"no member {m.dst} here")
+        return member.receive(m)
+
+    def note(self, n: Note) -> None:
+        part = self.parts[n.dst]
+        if n.kind == "s":
+            part.schedule([Entry(*e) for e in n.body[0]], n.body[1])
+        elif n.kind == "d":
+            part.drop(*n.body)
+        else:
+            raise ValueError(f"a note of kind {n.kind!r}")
+
+    # -- figures ---------------------------------------------------------------------------
+    def has_pending(self) -> bool:
+        return (
+            any(
+                p.frontier.counts[PENDING] or p.frontier.counts[IN_FLIGHT]
+                for p in self.parts.values()
+            )
+            or any(m.outbox for m in self.members())
+            or bool(self.notes)
+        )
+
+    def __len__(self) -> int:
+        return sum(p.frontier.counts[PENDING] for p in self.parts.values())
+
+    def figures(self) -> dict[str, float]:
+        """The figures of the members this process owns: pages, fetched, closed, visits, G,
+        the virtual cash (the pool's included), records made, messages not known delivered,
+        and the pages per status."""
+        out: dict[str, float] = dict.fromkeys(FIGURES, 0)
+        for part in self.parts.values():
+            add_figures(out, part.figures_dict())
+        if self.pool is not None:
+            add_figures(out, self.pool.figures_dict())
+        return finish_figures(out)
+
+    def _find(self, key: Hashable) -> tuple[Partition, int] | None:
+        for part in self.parts.values():
+            i = part.frontier.engine.id_of(key)
+            if i is not None:
+                return part, i
+        return None
+
+    def status_of(self, key: Hashable) -> str | None:
+        found = self._find(key)
+        return None if found is None else STATUSES[found[0].frontier.status[found[1]]]
+
+    def cash_of(self, key: Hashable) -> float | None:
+        found = self._find(key)
+        return None if found is None else found[0].frontier.engine.cash_of(found[1])
+
+    def total_cash(self) -> float:
+        """The cash of the members this process owns and of their messages not yet sent (the
+        whole crawl's when it owns every partition and the pool and nothing is in transit)."""
+        total = sum(p.frontier.engine.total_cash() for p in self.parts.values())
+        if self.pool is not None:
+            total += self.pool.total_cash()
+        return total + in_transit(m for member in self.members() for m, _ in member.outbox)
+
+    def top_page(self) -> tuple[str, float] | None:
+        best = None
+        for part in self.parts.values():
+            got = part.frontier.top_page()
+            if got is not None and (best is None or got[1] > best[1]):
+                best = got
+        return best
+
+
+__all__ = [
+    "FIGURES",
+    "POOL",
+    "Fleet",
+    "Mailbox",
+    "Member",
+    "Message",
+    "Note",
+    "Partition",
+    "Pool",
+    "add_figures",
+    "finish_figures",
+    "in_transit",
+    "partition_of",
+]

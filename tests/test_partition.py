@@ -1,0 +1,296 @@
+"""One crawl over many partitions (scrapy_opic.opic.partition), in memory: fleets of processes
+exchange their messages through tests.fleet.Bus, which can reorder and repeat them and lose a
+process. Cash stays 1, a journal replayed rebuilds a partition bit for bit, a crawl taken over
+finishes, and the importance is PageRank's."""
+
+from __future__ import annotations
+
+import pickle
+import random
+
+import numpy as np
+import pytest
+
+from scrapy_opic.opic.constants import DUPLICATE, FORWARDED, SCHEDULED
+from scrapy_opic.opic.engine import OpicEngine
+from scrapy_opic.opic.frontier import Entry, Link, MemoryFrontier
+from scrapy_opic.opic.pagerank import pagerank
+from scrapy_opic.opic.partition import (
+    POOL,
+    Fleet,
+    Mailbox,
+    Message,
+    Partition,
+    Pool,
+    partition_of,
+)
+from tests.fleet import Bus, crawl_step, key, partition_problems, seed, sequence_problems
+
+TOL = 1e-9
+P = 8
+
+
+def site(hosts: int = 6, per_host: int = 25, seed_: int = 1):
+    """A site of ``hosts`` hosts: each page links to 3 pages of its host and 2 anywhere."""
+    rnd = random.Random(seed_)
+    pages = [f"http://h{h}.example/p{j}" for h in range(hosts) for j in range(per_host)]
+    by_host: dict[str, list[str]] = {}
+    for u in pages:
+        by_host.setdefault(u.split("/")[2], []).append(u)
+    links = {}
+    for u in pages:
+        same = [v for v in by_host[u.split("/")[2]] if v != u]
+        links[u] = rnd.sample(same, 3) + rnd.sample(pages, 2)
+    return pages, links
+
+
+def fleets(n: int, continuous: bool = False, refresh: float = 0.0, **kw) -> list[Fleet]:
+    """``n`` processes sharing the partitions round-robin; the first owns the pool."""
+    out = [Fleet(P, continuous=continuous, refresh=refresh, **kw) for _ in range(n)]
+    out[0].pool = Pool()
+    for k in range(P):
+        f = out[k % n]
+        f.adopt(f.new_partition(k))
+    return out
+
+
+def test_a_mailbox_applies_each_sources_messages_once_and_in_order():
+    box = Mailbox()
+    sent = Mailbox()
+    m1, m2, m3 = (sent.stamp(3, 5, "t", i) for i in range(3))
+    assert box.accept(m2) == []  # early: waits for m1
+    assert box.accept(m1) == [m1, m2]  # m1 and what waited behind it
+    assert box.accept(m1) == [] and box.accept(m2) == []  # duplicates
+    assert box.accept(m3) == [m3]
+    assert box.applied == {3: 3}
+    assert len(sent.unconfirmed) == 3
+    sent.confirm(5, 2)
+    assert sorted(sent.unconfirmed) == [(5, 3)] and sent.delivered == {5: 2}
+
+
+def test_the_pool_pays_each_other_partition_its_share_and_the_whole_credit():
+    pool = Pool()
+    # Partition 0 has 10 live pages (4 never fetched), 1 has 30 (0), 2 has 60 (20).
+    for k, (live, unf) in enumerate([(10, 4), (30, 0), (60, 20)]):
+        pool.figures[k] = (live, unf, live, 0, 0, 0, 0, 0, 1.0, 0, 0, 0, 0, 0)
+    body = (0.9, 0.3, 1.2, 0.0, pool.figures[0])
+    pool.receive(Message(0, POOL, 1, "r", body))
+    paid = {m.dst: m.body for m in pool.pay()}
+    assert set(paid) == {1, 2}  # (not back to its source)
+    assert paid[1][0] == pytest.approx(0.9 * 30 / 90) and paid[2][0] == pytest.approx(0.9 * 60 / 90)
+    assert paid[1][1] == 0.0 and paid[2][1] == pytest.approx(0.3)  # never fetched: only 2 has
+    assert paid[1][2] == paid[2][2] == 1.2  # the teleport credit, whole, to each
+    assert sum(b[0] + b[1] for b in paid.values()) == pytest.approx(1.2)
+    assert pool.total_cash() == 0.0
+
+
+def test_a_crawl_of_one_partition_is_one_engine_bit_for_bit():
+    """All pages on one host: the partition's engine makes exactly the floats of a frontier of
+    one engine driven by the same operations."""
+    pages, links = site(hosts=1, per_host=60)
+    (fleet,) = fleets(1, refresh=0.3)
+    one = MemoryFrontier(OpicEngine(refresh=0.3), "greedy")
+    seed([fleet], pages[0])
+    one.schedule([Entry(key(pages[0]), pages[0], 0, "", b"seed")])
+    for _ in range(60):
+        a, b = fleet.pop(), one.pop()
+        assert a.key == b.key
+        kids = [Link(key(u), u, payload=b"r") for u in links[a.url]]
+        fleet.visit(a, kids)
+        one.visit(b, kids)
+    (part,) = [p for p in fleet.parts.values() if p.frontier.engine.n]
+    x, y = part.frontier.engine, one.engine
+    for name, arr in y.page_arrays().items():
+        assert np.array_equal(arr[: y.n], x.page_arrays()[name][: x.n]), name
+    assert x.virtual_cash == y.virtual_cash and x.G == y.G
+
+
+@pytest.mark.parametrize("continuous", [False, True], ids=["one-pass", "continuous"])
+def test_cash_stays_one_whatever_the_order_messages_arrive_in(continuous):
+    pages, links = site()
+    fs = fleets(3, continuous=continuous, refresh=1.0 if continuous else 0.0)
+    bus = Bus(fs, seed=3)
+    seed(fs, pages[0])
+    rnd = random.Random(5)
+    for step in range(1500):
+        crawl_step(rnd.choice(fs), links.__getitem__)
+        if step % 7 == 0:
+            bus.round(shuffle=True, repeat=0.2)  # reordered, some twice
+        assert bus.total_cash() == pytest.approx(1.0, abs=TOL), step
+    for _ in range(5):
+        bus.round()
+    assert sequence_problems(bus.members(), bus.moving()) == []
+    for f in fs:
+        for part in f.parts.values():
+            assert partition_problems(part) == []
+    if not continuous:
+        fetched = sum(p.frontier.engine.visit_count for f in fs for p in f.parts.values())
+        assert fetched == len(
+            {u for u in pages if any(u in v for v in links.values())} | {pages[0]}
+        )
+
+
+def test_a_journal_replayed_on_a_checkpoint_rebuilds_the_partition_bit_for_bit():
+    pages, links = site()
+    fs = fleets(2, continuous=True, refresh=1.0, window="interpolation:30")
+    bus = Bus(fs)
+    seed(fs, pages[0])
+    rnd = random.Random(2)
+    for _ in range(400):
+        crawl_step(rnd.choice(fs), links.__getitem__)
+        bus.round()
+    for f in fs:
+        for part in f.parts.values():
+            bus.store.checkpoint(part)
+    for step in range(800):
+        f = rnd.choice(fs)
+        lease = f.pop()
+        if step % 11 == 0:
+            f.fail(lease, 503)
+        elif step % 13 == 0:
+            target = rnd.choice(pages)
+            entry = Entry(key(target), target, 0, "", b"moved")
+            f.redirect(lease, entry, permanent=step % 2 == 0)
+        else:
+            f.visit(lease, [Link(key(u), u, payload=b"r") for u in links[lease.url]])
+        if step % 5 == 0:
+            bus.round(shuffle=True)
+    bus.flush(reports=False)
+    for f in fs:
+        for k, live in f.parts.items():
+            again = bus.store.load(k, P, True, f)
+            a, b = live.frontier.engine, again.frontier.engine
+            for name, arr in a.page_arrays().items():
+                assert np.array_equal(arr[: a.n], b.page_arrays()[name][: b.n]), (k, name)
+            assert a.header()["scalars"] == b.header()["scalars"], k
+            assert live.box.next_seq == again.box.next_seq
+            assert live.box.applied == again.box.applied
+            assert live.frontier.outcome[: a.n] == again.frontier.outcome[: b.n]
+            assert live.frontier.status[: a.n] == again.frontier.status[: b.n] or any(
+                s == 2
+                for s in live.frontier.status[: a.n]  # (in flight: pending when loaded)
+            )
+
+
+def test_a_process_that_dies_is_taken_over_and_the_crawl_finishes():
+    """A process dies between its flushes: what it had not written is lost (those pages are
+    fetched again), its partitions are loaded by another, which sends again what was not known
+    delivered; every page is fetched, none more than twice, and cash is 1."""
+    pages, links = site()
+    fs = fleets(3)
+    bus = Bus(fs, seed=1)
+    seed(fs, pages[0])
+    fetched: dict[str, int] = {}
+    rnd = random.Random(9)
+
+    def step(f) -> bool:
+        lease = f.pop()
+        if lease is None:
+            return False
+        fetched[lease.url] = fetched.get(lease.url, 0) + 1
+        f.visit(lease, [Link(key(u), u, payload=b"r") for u in links[lease.url]])
+        return True
+
+    for n in range(200):
+        step(rnd.choice(bus.fleets))
+        if n % 9 == 0:
+            bus.round(shuffle=True)
+    victim = bus.fleets[1]
+    for _ in range(5):  # work done and never written
+        step(victim)
+    owned = list(victim.parts) + ([POOL] if victim.pool else [])
+    bus.kill(victim)
+    heir = bus.fleets[0]
+    for k in owned:
+        bus.adopt(heir, k)
+    assert bus.total_cash() == pytest.approx(1.0, abs=TOL)
+    idle = 0
+    while idle < 3:
+        busy = False
+        for f in bus.fleets:
+            for _ in range(5):
+                busy |= step(f)
+        bus.round()
+        idle = 0 if busy or bus.moving() else idle + 1
+    assert bus.total_cash() == pytest.approx(1.0, abs=TOL)
+    linked = {v for vs in links.values() for v in vs} | {pages[0]}
+    assert linked <= set(fetched)  # every page was fetched
+    assert max(fetched.values()) <= 2
+
+
+def test_importance_over_partitions_is_pagerank():
+    pages, links = site(hosts=6, per_host=30, seed_=2)
+    fs = fleets(2, continuous=True, refresh=1.0, window="unbounded")
+    bus = Bus(fs)
+    seed(fs, pages[0])
+    for step in range(12_000):
+        crawl_step(fs[step % 2], links.__getitem__)
+        if step % 10 == 0:
+            bus.round()
+    for _ in range(3):
+        bus.round()
+    from scrapy_opic.opic.graph import from_edges
+
+    index = {u: i for i, u in enumerate(pages)}
+    edges = np.array([(index[u], index[v]) for u in pages for v in links[u]])
+    g = from_edges(edges[:, 0], edges[:, 1], len(pages))
+    pr = pagerank(g, 0.85, 1e-12)
+    parts = [p for f in fs for p in f.parts.values()]
+    engines = [p.frontier.engine for p in parts]
+    from scrapy_opic.opic.engine import CrawlView
+
+    view = CrawlView(
+        0,
+        0,
+        sum(e.n for e in engines),
+        sum(e.credit_total for e in engines),
+        sum(e.b_total for e in engines),
+        sum(e.d_total for e in engines),
+        sum(e.credit_passed for e in engines),
+        sum(e.credit_dangling for e in engines),
+        1.0,
+    )
+    got = np.zeros(len(pages))
+    for p in parts:
+        e = p.frontier.engine
+        e.view = view
+        for i in range(e.n):
+            got[index[p.frontier.urls[i]]] = e.importance_of(i)
+    assert got.sum() == pytest.approx(1.0, abs=1e-6)
+    assert np.abs(got - pr).sum() < 0.01  # L1 over all pages
+
+
+def test_codes_for_pages_of_other_partitions():
+    """An entry or a link for a page of a partition another process owns is sent there
+    (FORWARDED); for one of a partition this process owns, it can tell: a page already pending
+    there is a DUPLICATE."""
+    pages = site()[0]
+    a, b = fleets(2)
+
+    def of(f: Fleet) -> list[str]:
+        return [u for u in pages if partition_of(u, key(u), P) in f.parts]
+
+    theirs, mine = of(b), of(a)
+    other = next(
+        u for u in mine if partition_of(u, key(u), P) != partition_of(mine[0], key(mine[0]), P)
+    )
+    assert a.schedule([Entry(key(theirs[0]), theirs[0], 0, "", b"x")]) == [FORWARDED]
+    assert b.schedule([Entry(key(theirs[0]), theirs[0], 0, "", b"x")]) == [SCHEDULED]
+    assert a.schedule([Entry(key(u), u, 0, "", b"x") for u in (mine[0], other)]) == [SCHEDULED] * 2
+    lease = next(x for x in iter(a.pop, None) if x.url == mine[0])
+    assert b.visit(lease, []) is None  # not b's lease
+    links = [Link(key(u), u, payload=b"r") for u in (theirs[1], other, theirs[1])]
+    assert a.visit(lease, links).codes == [FORWARDED, DUPLICATE, DUPLICATE]
+
+
+def test_a_checkpoint_round_trips_through_pickle():
+    pages, links = site(hosts=2, per_host=20)
+    fs = fleets(1)
+    seed(fs, pages[0])
+    for _ in range(15):
+        crawl_step(fs[0], links.__getitem__)
+    for part in fs[0].parts.values():
+        state = pickle.loads(pickle.dumps(part.state()))
+        again = Partition.from_state(state, P)
+        assert again.frontier.engine.n == part.frontier.engine.n
+        assert again.frontier.engine.total_cash() == part.frontier.engine.total_cash()
