@@ -15,7 +15,7 @@ It holds every Scrapy rule of scrapy-opic once, over the
   other ``DUPEFILTER_CLASS`` is built and asked as Scrapy's scheduler would, and a page it
   refuses gives its cash to the virtual page.
 * ``next_request()`` pops the best page among the download slots that have room: a slot holds at
-  most two rounds of its concurrency, counted from pop to outcome (politeness per process), or
+  most its concurrency, counted from pop to the end of the download (politeness per process), or
   returns ``None`` when every slot with pending pages is full; the engine asks again when a
   download finishes. The request carries ``meta["opic_id"]`` (its page) and
   ``meta["opic_lease"]`` (the lease it was handed out under), so that its response, retries and
@@ -334,7 +334,9 @@ class OpicScheduler(BaseScheduler):
         #: page key -> the request to fetch the page with later, when the one leased is a
         #: follow-up (a continuous crawl)
         self._clean: dict[Hashable, Request] = {}
-        self._slot_load: dict[Hashable, int] = {}  # download slot -> leases held in it
+        #: download slot -> requests popped and not yet out of the downloader
+        self._slot_load: dict[Hashable, int] = {}
+        self._downloaded: set[Hashable] = set()  # leased pages whose download is over
         self._full: set[Hashable] = set()  # the download slots without room (see _full_slots)
         #: The schedule code of each request that the visit that paid it already filed.
         self._codes: WeakKeyDictionary[Request, int] = WeakKeyDictionary()
@@ -411,6 +413,9 @@ class OpicScheduler(BaseScheduler):
         self._enqueued_where = f"scheduler/enqueued/{where}"
         self._dequeued_where = f"scheduler/dequeued/{where}"
         _RUNNING[self.crawler] = self
+        from scrapy import signals
+
+        self.crawler.signals.connect(self._left_downloader, signal=signals.request_left_downloader)
         self._tick = task.LoopingCall(self._maintain)
         self._tick.start(self.frontier.maintain_interval, now=False)
         opened = self.df.open() if self.df is not None else None
@@ -449,6 +454,7 @@ class OpicScheduler(BaseScheduler):
                 self._base.clear()
                 self._clean.clear()
                 self._slot_load.clear()
+                self._downloaded.clear()
                 self._full.clear()
                 if leases and frontier.release(leases):
                     logger.info("OPIC: %d pages in flight handed back", len(leases))
@@ -591,16 +597,27 @@ class OpicScheduler(BaseScheduler):
         self._out.pop(key, None)
         self._base.pop(key, None)
         self._clean.pop(key, None)
-        if lease is not None:
-            slot = lease.slot
-            n = self._slot_load.get(slot, 0) - 1
-            if n > 0:
-                self._slot_load[slot] = n
-            else:
-                self._slot_load.pop(slot, None)
-            if slot in self._full and n < self._limit(slot):
-                self._full.discard(slot)
+        if lease is not None and key not in self._downloaded:
+            self._unload(lease.slot)
+        self._downloaded.discard(key)
         return lease
+
+    def _unload(self, slot: Hashable) -> None:
+        n = self._slot_load.get(slot, 0) - 1
+        if n > 0:
+            self._slot_load[slot] = n
+        else:
+            self._slot_load.pop(slot, None)
+        if slot in self._full and n < self._limit(slot):
+            self._full.discard(slot)
+
+    def _left_downloader(self, request: Request, spider: Spider | None = None) -> None:
+        """Scrapy's ``request_left_downloader``: a page's download is over (its slot has room
+        again, while its response is parsed)."""
+        lease = self._held(request)
+        if lease is not None and lease.key not in self._downloaded:
+            self._downloaded.add(lease.key)
+            self._unload(lease.slot)
 
     def _settle_lost(self) -> None:
         """Give up the pages whose request vanished in Scrapy's engine with no outcome: the
@@ -634,8 +651,8 @@ class OpicScheduler(BaseScheduler):
         return lease
 
     def _limit(self, slot: Any) -> int:
-        """Two rounds of the slot's concurrency (see :meth:`_full_slots`); cached, and the cache
-        emptied at each upkeep tick, in case the downloader's slots changed meanwhile."""
+        """The slot's concurrency (see :meth:`_full_slots`); cached, and the cache emptied at
+        each upkeep tick, in case the downloader's slots changed meanwhile."""
         limit = self._limits.get(slot)
         if limit is None:
             downloader_slot = self.crawler.engine.downloader.slots.get(slot)
@@ -643,16 +660,18 @@ class OpicScheduler(BaseScheduler):
                 concurrency = downloader_slot.concurrency
             else:
                 concurrency = self._slot_concurrency.get(slot, self._default_concurrency)
-            limit = self._limits[slot] = 2 * concurrency
+            limit = self._limits[slot] = concurrency
         return limit
 
     def _full_slots(self) -> Collection[Hashable]:
-        """The download slots that have no room. A slot has room while it holds fewer than two
-        rounds of its concurrency: one round downloading, one ready for the moment a download
-        finishes, as Scrapy's own queues keep; more would clog the downloader with one host
-        while others wait. Counted here, from pop to outcome (kept up to date by each lease's
-        start and end): the downloader's own count lags behind a run of pops, since a request
-        reaches it only after the downloader middlewares."""
+        """The download slots that have no room. A slot has room while fewer of its requests
+        than its concurrency are between their pop and the end of their download (Scrapy's
+        ``request_left_downloader``), or their outcome if they never reach the downloader:
+        the downloader then never holds more of a slot's requests than it may send at once.
+        (Scrapy 2.13+ on the asyncio reactor starts every queued request of a slot that has a
+        free transfer slot at once: more queued would mean more than its concurrency sent.)
+        Counted here, not read from the downloader, whose count lags behind a run of pops,
+        since a request reaches it only after the downloader middlewares."""
         return self._full
 
     # -- the scheduler interface -----------------------------------------------------------

@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from ..opic.constants import IN_FLIGHT, PENDING
+from ..opic.constants import ERROR, FORBIDDEN, IN_FLIGHT, PENDING
 from ..opic.engine import OpicEngine
 from ..opic.frontier import Lease
 from ..opic.partition import (
@@ -88,6 +88,9 @@ BLOCK = 1024
 READ_COUNT = 500
 #: Seconds between two rounds of reports to the pool (and of its payouts).
 REPORT = 0.5
+#: Cash held back (see ``RedisFrontier.maintain``) above which a process flushes at every
+#: tick, with its reports: one percent of the crawl's.
+URGENT = 0.01
 
 _APPEND = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
@@ -474,9 +477,46 @@ class RedisFrontier(Fleet):
         else:
             lease = super().pop(full_slots)
         self._hungry = lease is None
-        if lease is not None:
-            self.held[lease.token[0]].last_active = time.monotonic()
         return lease
+
+    # (The last outcome of a partition here: the hosts of a partition handed to another
+    # process must have been quiet since, for their download delay, which Scrapy keeps within
+    # one process only. An outcome comes after its request was sent.)
+    def _settled(self, lease: Lease, result: Any) -> Any:
+        held = self.held.get(lease.token[0]) if isinstance(lease.token, tuple) else None
+        if held is not None:
+            held.last_active = time.monotonic()
+        return result
+
+    def visit(
+        self,
+        lease: Lease,
+        links: Any,
+        virtual_weight: float = 0.0,
+        importance: bool = False,
+        payload: Any = None,
+    ) -> Any:
+        return self._settled(
+            lease, super().visit(lease, links, virtual_weight, importance, payload)
+        )
+
+    def fail(self, lease: Lease, outcome: int = ERROR, payload: Any = None) -> bool:
+        return self._settled(lease, super().fail(lease, outcome, payload))
+
+    def forfeit(self, lease: Lease, outcome: int = FORBIDDEN) -> bool:
+        return self._settled(lease, super().forfeit(lease, outcome))
+
+    def retry(self, lease: Lease, entry: Any) -> int | None:
+        return self._settled(lease, super().retry(lease, entry))
+
+    def redirect(self, lease: Lease, entry: Any, permanent: bool = False) -> int | None:
+        return self._settled(lease, super().redirect(lease, entry, permanent))
+
+    def release(self, leases: Any) -> int:
+        leases = list(leases)
+        for lease in leases:
+            self._settled(lease, None)
+        return super().release(leases)
 
     def maintain(self, leases: Collection[Lease]) -> None:
         """Every :data:`FLUSH` seconds, a flush if there is anything to write or send, or the
@@ -489,12 +529,28 @@ class RedisFrontier(Fleet):
         busy = self._in_motion() or any(
             h.unwritten or h.member.journal or h.consumed for h in self.held.values()
         )
-        # A process with pages to pop batches its writes (fewer round trips); one that found
-        # nothing to pop flushes at every tick, for the pages that other partitions send it.
-        pace = TICK if self._hungry else FLUSH
+        # A process batches its writes (fewer round trips), but not the crawl's money: cash
+        # that waits to leave (messages, the pool's parts of virtual pages) is cash no page
+        # holds, and a crawl of few pages, where a page holds much, would slow down for it.
+        # One that found nothing to pop flushes at every tick, for the pages sent to it.
+        waiting = self._waiting_cash()
+        pace = TICK if self._hungry or waiting > URGENT else FLUSH
         renew = any(now >= h.renew_at for h in self.held.values())
         if renew or now >= self._last_flush + (pace if busy else max(pace, READ)):
-            self.flush()
+            self.flush(reports=waiting > URGENT)
+
+    def _waiting_cash(self) -> float:
+        """Cash that this process holds back from the crawl's pages: in messages not sent, in
+        its partitions' virtual pages, in the pool."""
+        total = 0.0
+        for part in self.parts.values():
+            e = part.frontier.engine
+            total += e.virtual_cash + e.pool_all + e.pool_unfetched
+        for member in self.members():
+            total += in_transit(m for m, _ in member.outbox)
+        if self.pool is not None:
+            total += self.pool.total_cash()
+        return total
 
     def flush(self, reports: bool = False) -> None:
         """One pipeline: each member's new records (or a checkpoint), the messages whose
@@ -867,6 +923,8 @@ def load_member(fleet: RedisFrontier, k: int, writer: bool) -> tuple[Member, int
             part = Partition.from_state(state, fleet.P, continuous=fleet.continuous, by=fleet.by)
         else:
             part = fleet.new_partition(k)
+            if writer and not batches:  # (made now: its pages' back pay of teleport credit)
+                part.start(fleet.teleport())
         for blob in batches:
             part.replay(_unpack(blob))
     except Exception as exc:
@@ -985,8 +1043,12 @@ class RedisSnapshot:
 
     def _build(self, meta: dict[str, str]) -> None:
         engines = [p.frontier.engine for p in self.parts]
+        made = sum(e.G - e.g_others for e in engines)
+        clock = self.pool.paid + max(made, sum(self.pool.made.values()))
+        clock = max([clock, *(e.G for e in engines)])
         for e in engines:
             e.rebase()  # (the accumulators folded in: every page's stored cash is its cash)
+            e.shift_clock(clock - e.G)  # (one clock for all: a partition's may lag)
         n = sum(e.n for e in engines)
         self.n = n
         self._arrays: dict[str, np.ndarray] = {}
@@ -998,12 +1060,10 @@ class RedisSnapshot:
         self.outcome = b"".join(f.outcome[: f.engine.n].tobytes() for f in frs)
         self.keys = [k for f in frs for k in f.engine.keys.listing(f.engine.n)]
         self.urls = [u for f in frs for u in f.urls[: f.engine.n]]
-        made = sum(e.G - e.g_others for e in engines)
-        clock = self.pool.paid + max(made, sum(self.pool.made.values()))
         virtual = sum(e.virtual_cash + e.pool_all + e.pool_unfetched for e in engines)
         scalars: dict[str, float] = {
             "n": n,
-            "G": max([clock, *(e.G for e in engines)]),
+            "G": clock,
             "g_real": sum(e.g_real for e in engines),
             "virtual_cash": virtual + self.pool.total_cash() + self.transit,
             "virtual_history": sum(e.virtual_history for e in engines) + self.pool.paid,

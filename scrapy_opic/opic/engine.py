@@ -233,6 +233,7 @@ class CrawlView(NamedTuple):
     credit_passed: float  #: credit passed on by visits, and by dangling pages' visits
     credit_dangling: float
     normaliser: float  #: the sum of the window's estimates (windowed policies)
+    teleport: float = 0.0  #: the teleport credit every page of the crawl was given
 
 
 class OpicEngine:
@@ -999,6 +1000,8 @@ class OpicEngine:
         to_unfetched = (1.0 - self.refresh) * v if self.n_unfetched or others_unf else 0.0
         to_all = v - to_unfetched
         self.virtual_cash = 0.0
+        if self.pooled:
+            self.pool_credit += v  # (every page of the crawl is owed this teleport credit)
         if others_live:
             # (The shares of the other partitions' pages go to the pool; without others, all
             # of it is paid here, with no rounding: the engine of a crawl of one partition.)
@@ -1007,7 +1010,6 @@ class OpicEngine:
             own_unf = to_unfetched * unf / (unf + others_unf) if unf else 0.0
             self.pool_all += to_all - own_all
             self.pool_unfetched += to_unfetched - own_unf
-            self.pool_credit += v
             to_all, to_unfetched = own_all, own_unf
         paid = to_all + to_unfetched if others_live else v
         self.virtual_history += paid
@@ -1036,7 +1038,8 @@ class OpicEngine:
     # -- a partition of a crawl (see scrapy_opic.opic.partition) ------------------------------
     def take_pooled(self) -> tuple[float, float, float]:
         """The virtual page's cash that :meth:`payout` left for the pool, ``(to all pages, to
-        pages never fetched, teleport credit)``, taken (a pooled engine)."""
+        pages never fetched)``, and the teleport credit it gave (owed to the pages of the
+        other partitions too), taken (a pooled engine)."""
         out = (self.pool_all, self.pool_unfetched, self.pool_credit)
         self.pool_all = self.pool_unfetched = self.pool_credit = 0.0
         return out
@@ -1051,6 +1054,35 @@ class OpicEngine:
             return
         self.virtual_history += to_all + to_unfetched
         self._pay(to_all, to_unfetched, credit)
+
+    def teleport_to(self, total: float) -> None:
+        """A pooled engine: every page has been given ``total`` teleport credit in the whole
+        crawl (the pool's sum of every partition's payouts): what this engine's pages miss of
+        it (payouts of other partitions, those before this partition existed) is given now."""
+        given = self.acc_credit + self.credit_base
+        if total > given:
+            self.acc_credit += total - given
+            if self.rebase_at and self.acc_credit > self.rebase_at:
+                self.rebase()
+
+    def shift_clock(self, delta: float) -> None:
+        """Move this engine's G-clock ``delta`` ahead, every time it recorded with it (the last
+        visits, the window's measures, the received-credit moments) with it: what a partition
+        whose clock lags the crawl's does to be read with the crawl's clock (an export). Wall
+        clocks need no shift."""
+        if delta <= 0 or self._wall:
+            return
+        n = self.n
+        self.G += delta
+        self.g_others += delta
+        self.last_g[:n] += delta
+        if self._moments:
+            received = self.hist[:n] + self._lc[:n]  # (what each page received: sum a)
+            self._d[:n] += 2.0 * delta * self._b[:n] + delta * delta * received
+            self._b[:n] += delta * received
+            self.d_total += 2.0 * delta * self.b_total + delta * delta * self.credit_total
+            self.b_total += delta * self.credit_total
+        self.window.shift(delta, n)
 
     def set_clock(self, others: float) -> None:
         """A pooled engine's clock is the crawl's: what it absorbed and paid itself plus

@@ -108,7 +108,8 @@ class Message(NamedTuple):
     ``kind``: ``"t"`` transfers (``body``: items ``(key, url, cash, credit, payload, priority,
     slot, again)``, one per page paid; a payload files the page), ``"r"`` a report to the pool
     (``body``: :meth:`Partition.report`'s), ``"p"`` a payout of the pool (``body``: ``(to all,
-    to never fetched, teleport credit, the clock of the rest of the crawl, crawl view)``)."""
+    to never fetched, the crawl's teleport credit, the clock of the rest of the crawl, crawl
+    view)``)."""
 
     src: int
     dst: int
@@ -436,7 +437,7 @@ class Partition(Member):
             if others is not None and e.view is not None:
                 e.view = e.view._replace(live_others=others[0], unfetched_others=others[1])
             elif others is not None:
-                e.view = CrawlView(*others, e.n, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+                e.view = CrawlView(*others, e.n, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0)
             e.payout()
             self._record("o", others)
 
@@ -596,13 +597,21 @@ class Partition(Member):
                 if data is not None:
                     fr.schedule([Entry(key, url, priority, slot, data)], again)
         elif m.kind == "p":
-            to_all, to_unfetched, credit, others, view = m.body
+            to_all, to_unfetched, teleport, others, view = m.body
             e.view = CrawlView(*view)
             e.set_clock(others)
-            e.receive_payout(to_all, to_unfetched, credit)
+            e.receive_payout(to_all, to_unfetched, 0.0)
+            e.teleport_to(teleport)
         else:
             raise ValueError(f"partition {self.k}: a message of kind {m.kind!r}")
         self._record("m", now, m)
+
+    def start(self, teleport: float) -> None:
+        """A partition made while the crawl runs: its pages are owed the teleport credit that
+        every page of the crawl was given before (their back pay, as in one engine)."""
+        self._begin()
+        self.frontier.engine.credit_base = teleport
+        self._record("b", teleport)
 
     def endow(self, cash: float = 1.0) -> None:
         """The crawl's endowment (its first virtual cash) comes to this partition, once."""
@@ -729,6 +738,9 @@ class Partition(Member):
         elif op == "c":
             self.box.confirm(rec[1], rec[2])
             self._record(*rec)
+        elif op == "b":
+            self.frontier.engine.credit_base = rec[1]
+            self._record(*rec)
         elif op == "e":
             self.frontier.engine.virtual_cash += rec[1]
             self.endowed = True
@@ -756,8 +768,13 @@ class Pool(Member):
         self.made: dict[int, float] = {}
         #: What the pool paid out (the virtual page's history beyond the partitions' own).
         self.paid = 0.0
-        #: Per partition: ``[to all, to never fetched, credit]`` owed and not yet sent.
+        #: Per partition: ``[to all, to never fetched]`` owed and not yet sent.
         self.owed: dict[int, list[float]] = {}
+        #: The teleport credit every page of the crawl has been given: what every
+        #: partition's virtual page gave, as their reports said.
+        self.teleport = 0.0
+        #: Per partition: the crawl's clock when the pool last paid it.
+        self.told: dict[int, float] = {}
 
     def state(self) -> dict[str, Any]:
         return {
@@ -766,6 +783,8 @@ class Pool(Member):
             "made": dict(self.made),
             "paid": self.paid,
             "owed": {k: list(v) for k, v in self.owed.items()},
+            "teleport": self.teleport,
+            "told": dict(self.told),
             "box": self.box.state(),
         }
 
@@ -777,6 +796,8 @@ class Pool(Member):
         pool.made = {int(k): float(v) for k, v in state["made"].items()}
         pool.paid = float(state["paid"])
         pool.owed = {int(k): list(v) for k, v in state["owed"].items()}
+        pool.teleport = float(state["teleport"])
+        pool.told = {int(k): float(v) for k, v in state["told"].items()}
         pool.box.load(state["box"])
         return pool
 
@@ -798,13 +819,14 @@ class Pool(Member):
         to_all, to_unfetched, credit, dg, figures = m.body
         self.made[m.src] = self.made.get(m.src, 0.0) + dg
         self.figures[m.src] = tuple(figures)
-        self._share(m.src, to_all, to_unfetched, credit)
+        self.teleport += credit
+        self._share(m.src, to_all, to_unfetched)
         self._record("m", m)
 
-    def _share(self, src: int | None, to_all: float, to_unfetched: float, credit: float) -> None:
-        """Owe ``to_all`` to the partitions other than ``src`` by their live pages,
-        ``to_unfetched`` by their pages never fetched (by live pages if none has any), and
-        ``credit`` to each of them; with no other live partition, it stays with the pool."""
+    def _share(self, src: int | None, to_all: float, to_unfetched: float) -> None:
+        """Owe ``to_all`` to the partitions other than ``src`` by their live pages and
+        ``to_unfetched`` by their pages never fetched (by live pages if none has any); with no
+        other live partition, it stays with the pool."""
         live = {k: f[0] for k, f in self.figures.items() if k != src and f[0] > 0}
         total = sum(live.values())
         if not total:
@@ -823,10 +845,9 @@ class Pool(Member):
             u = rest_u if last else (to_unfetched * unf.get(k, 0) / total_unf if total_unf else 0.0)
             rest_a -= a
             rest_u -= u
-            owed = self.owed.setdefault(k, [0.0, 0.0, 0.0])
+            owed = self.owed.setdefault(k, [0.0, 0.0])
             owed[0] += a
             owed[1] += u
-            owed[2] += credit
 
     def view_for(self, k: int) -> tuple:
         """The :class:`~scrapy_opic.opic.engine.CrawlView` that partition ``k`` gets."""
@@ -838,19 +859,24 @@ class Pool(Member):
                 unf_others += f[1]
             for x in range(2, 9):
                 sums[x] += f[x]
-        return (live_others, unf_others, int(sums[2]), *sums[3:9])
+        return (live_others, unf_others, int(sums[2]), *sums[3:9], self.teleport)
 
     def pay(self, only: Collection[int] | None = None) -> list[Message]:
         """Send what each partition is owed (of ``only``, if given), with the crawl's clock
         without that partition's part, and its view."""
         if self.cash > 0.0 and any(f[0] for f in self.figures.values()):
             cash, self.cash = self.cash, 0.0  # (what found no partition to pay before)
-            self._share(None, cash, 0.0, cash)
+            self._share(None, cash, 0.0)
         out = []
         clock = self.clock
-        for k in sorted(self.owed if only is None else set(only) & set(self.owed)):
-            a, u, credit = self.owed.pop(k)
-            body = (a, u, credit, clock - self.made.get(k, 0.0), self.view_for(k))
+        # Also to a live partition owed nothing whose clock lags the crawl's by 1%: a window
+        # reads the crawl's clock.
+        late = {k for k, f in self.figures.items() if f[0] and self.told.get(k, 0.0) < 0.99 * clock}
+        due = set(self.owed) | late
+        for k in sorted(due if only is None else set(only) & due):
+            a, u = self.owed.pop(k, (0.0, 0.0))
+            body = (a, u, self.teleport, clock - self.made.get(k, 0.0), self.view_for(k))
+            self.told[k] = clock
             out.append(self._send(k, "p", body))
         if out:
             self._record("p")
@@ -866,7 +892,7 @@ class Pool(Member):
 
     def total_cash(self) -> float:
         """The pool's cash: what it holds and owes."""
-        return self.cash + sum(a + u for a, u, _c in self.owed.values())
+        return self.cash + sum(a + u for a, u in self.owed.values())
 
 
 def _others(counts: dict[int, tuple[int, int]], k: int) -> tuple[int, int]:
@@ -985,6 +1011,14 @@ class Fleet:
             by=self.by,
             time_fn=self.time_fn,
         )
+
+    def teleport(self) -> float:
+        """The teleport credit every page of the crawl was given, as far as this process
+        knows (its pool's, or the most its partitions were told)."""
+        if self.pool is not None:
+            return self.pool.teleport
+        views = [p.frontier.engine.view for p in self.parts.values()]
+        return max([0.0, *(v.teleport for v in views if v is not None)])
 
     def adopt(self, part: Partition) -> None:
         """Partition ``part`` is this process's from now on (leases of an earlier time it was

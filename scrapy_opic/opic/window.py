@@ -145,6 +145,10 @@ class WindowPolicy:
     def load_state(self, state: dict, n: int) -> None:
         """Restore what :meth:`state_dict` saved."""
 
+    def shift(self, delta: float, n: int) -> None:
+        """The times this policy keeps per page (beyond the engine's), moved ``delta`` ahead
+        (see :meth:`OpicEngine.shift_clock`)."""
+
     def page_arrays(self) -> dict[str, np.ndarray]:
         """The policy's per-page arrays at capacity (row ``i``: page ``i``), for a store that
         saves rows; none for most policies."""
@@ -434,6 +438,11 @@ class _MeasureWindow(WindowPolicy):
 
     def page_arrays(self) -> dict[str, np.ndarray]:
         return {"mc": self.mc, "mt": self.mt, "count": self.count, "t_before": self.t_before}
+
+    def shift(self, delta: float, n: int) -> None:
+        if self.clock == "g":
+            self.mt[:n] += delta  # (-inf, an empty measure, stays so)
+            self.t_before[:n] += delta
 
     def scalars(self) -> dict:
         return {"span_ema": self.span_ema}
