@@ -39,9 +39,11 @@ class StateCommand(ScrapyCommand):
         )
 
     def state_file(self, args: list[str], opts: argparse.Namespace) -> str | None:
-        from ..settings import OpicSettings
+        from ..settings import OpicSettings, unknown_settings
         from ..state import state_location
 
+        for line in unknown_settings(self.settings):
+            print(f"warning: {line}", file=sys.stderr)
         if opts.state:
             return opts.state
         if len(args) != 1:
