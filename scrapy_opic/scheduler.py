@@ -322,6 +322,10 @@ class OpicScheduler(BaseScheduler):
         self._dupefilter_debug = False
         self._logged_duplicate = False
         self._warned_unserializable = False
+        #: The pages whose request stays in this process's memory because it cannot be
+        #: serialized (with a JOBDIR: Scrapy counts its pushes and pops as memory ones).
+        self._memory_only: set[Hashable] = set()
+        self._unserializable: Request | None = None  # the last request _encode could not
         self._extra: deque[Request] = deque()  # fetched outside the frontier (dont_filter...)
         self._leases: dict[Hashable, Lease] = {}  # page key -> the lease this process holds
         #: page key -> a weak reference to the request its lease was handed out with (see
@@ -569,7 +573,7 @@ class OpicScheduler(BaseScheduler):
         warning, if it cannot be serialized); without its URL if it is ``url``, which the
         backend hands back with it (:attr:`Lease.url`)."""
         try:
-            return encode_request(request, self.spider, url)
+            data = encode_request(request, self.spider, url)
         except (ValueError, TypeError, AttributeError, pickle.PicklingError) as exc:
             # to_dict refuses a callback that is not a spider method (ValueError); pickle
             # refuses a lock or a lambda in meta or cb_kwargs (TypeError, PicklingError...).
@@ -582,8 +586,15 @@ class OpicScheduler(BaseScheduler):
                     request,
                     exc,
                 )
-            self.counts["opic/unserializable"] += 1
+            # (Scrapy's own stat for a request its disk queue refuses.)
+            self.counts["scheduler/unserializable"] += 1
+            if self.settings.store == "sqlite":  # (a shared frontier answers LOCAL for it)
+                self._unserializable = request
+                self._memory_only.add(self._key(request))
             return None
+        if self._memory_only:  # (a page that waited in memory may wait on disk again)
+            self._memory_only.discard(self._key(request))
+        return data
 
     def _decode(self, payload: Any, url: str | None = None) -> Request | None:
         """A lease's payload as a request: as stored, or rebuilt from its bytes (with ``url``,
@@ -726,7 +737,7 @@ class OpicScheduler(BaseScheduler):
                 self.frontier.drop(self._key(request))
                 return False
             self.counts["opic/enqueued"] += 1
-            self._count_enqueued()
+            self._count_enqueued(self._where(request))
             return True
         if code == LOCAL or (again and code == DUPLICATE):
             # Its page is pending or in flight (dont_filter: Scrapy would fetch it once more
@@ -773,7 +784,7 @@ class OpicScheduler(BaseScheduler):
             if code is not None:
                 self.counts["opic/redirected"] += 1
         if code == SCHEDULED:
-            self._count_enqueued()
+            self._count_enqueued(self._where(request))
             return True
         if code == LOCAL:
             self._extra.append(request)
@@ -826,7 +837,12 @@ class OpicScheduler(BaseScheduler):
             self._out[lease.key] = weakref.ref(request)
             self.counts["opic/popped"] += 1
             self.counts["scheduler/dequeued"] += 1
-            self.counts[self._dequeued_where] += 1
+            if self._memory_only and lease.key in self._memory_only:
+                if not self.frontier.continuous:  # (else it waits in memory again)
+                    self._memory_only.discard(lease.key)
+                self.counts["scheduler/dequeued/memory"] += 1
+            else:
+                self.counts[self._dequeued_where] += 1
             return request
         return None
 
@@ -999,16 +1015,24 @@ class OpicScheduler(BaseScheduler):
             self.counts["opic/failed"] += 1
 
     # -- stats and logs ------------------------------------------------------------------------
+    def _where(self, request: Request) -> str | None:
+        """``"memory"`` for a request just filed that could not be serialized (it waits in this
+        process's memory, as Scrapy's scheduler counts it), else ``None``: where the frontier
+        keeps its requests."""
+        if self._unserializable is request:
+            self._unserializable = None
+            return "memory"
+        return None
+
     def _count_enqueued(self, where: str | None = None) -> None:
         self.counts["scheduler/enqueued"] += 1
         self.counts[f"scheduler/enqueued/{where}" if where else self._enqueued_where] += 1
 
     def _log_duplicate(self, request: Request) -> None:
         """What Scrapy's RFPDupeFilter says of a duplicate: the ``dupefilter/filtered`` stat and
-        a debug line (the first only, or all with DUPEFILTER_DEBUG)."""
-        if self.df is not None:
-            self.df.log(request, self.spider)
-            return
+        a debug line (the first only, or all with DUPEFILTER_DEBUG). The frontier refused it,
+        not a project's own dupefilter: that one's ``log()`` is for the duplicates it saw (Scrapy
+        calls it for nothing else)."""
         self.counts["dupefilter/filtered"] += 1
         if self._dupefilter_debug or not self._logged_duplicate:
             self._logged_duplicate = True
