@@ -54,20 +54,23 @@ call per event would cost more than the pop itself.
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 import pickle
 import time
 import weakref
 from collections import defaultdict, deque
-from collections.abc import Collection, Hashable
+from collections.abc import Callable, Collection, Hashable
 from typing import TYPE_CHECKING, Any
 from weakref import WeakKeyDictionary
 
 from scrapy import exceptions as scrapy_exceptions
+from scrapy import signals
 from scrapy.core.scheduler import BaseScheduler
 from scrapy.dupefilters import RFPDupeFilter
 from scrapy.exceptions import IgnoreRequest
 from scrapy.spidermiddlewares.httperror import HttpError
+from scrapy.utils.defer import deferred_from_coro
 from scrapy.utils.misc import build_from_crawler, load_object
 from scrapy.utils.request import request_from_dict
 from twisted.internet import defer, task
@@ -283,6 +286,34 @@ def prepare(crawler: Crawler) -> OpicSettings:
     return settings
 
 
+#: The close reason of a crawl whose frontier's store failed (a full disk...).
+STORE_FAILED = "opic_store_failed"
+
+
+def _guarded(default: Any = None) -> Callable:
+    """An entry point of the scheduler (Scrapy's engine, the middlewares and the extension call
+    it) that never raises a failure of the frontier's store into Scrapy: a
+    :class:`~scrapy_opic.backends.StoreError` (a write the disk refused, a writer thread that
+    died) stops the crawl (:meth:`OpicScheduler._stop`) and the call answers ``default``, as
+    every later call does. Raised into Scrapy, it would be logged with a traceback at each
+    call while the engine went on asking, the crawl hung at 0 pages/min."""
+
+    def wrap(method: Callable) -> Callable:
+        @functools.wraps(method)
+        def guarded(self: OpicScheduler, *args: Any, **kwargs: Any) -> Any:
+            if self._failed is not None:
+                return default
+            try:
+                return method(self, *args, **kwargs)
+            except StoreError as exc:
+                self._stop(exc)
+                return default
+
+        return guarded
+
+    return wrap
+
+
 class OutcomeErrback:
     """The errback of a request handed out by the scheduler: reports a failure that no
     middleware reported (an ``IgnoreRequest`` raised from a downloader middleware's
@@ -356,6 +387,8 @@ class OpicScheduler(BaseScheduler):
         self._wake_due = 0.0
         self._enqueued_where = self._dequeued_where = ""  # (set by open)
         self._claimed = False  # a prepared scheduler handed to Scrapy's engine
+        self._failed: str | None = None  # why the frontier's store failed (see _stop)
+        self._closing = False
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> OpicScheduler:
@@ -473,7 +506,36 @@ class OpicScheduler(BaseScheduler):
             f"; {len(slots)} slots with their own limits" if slots else "",
         )
 
+    def _stop(self, exc: StoreError) -> None:
+        """The frontier's store failed for good (a full disk, an I/O error, a writer thread that
+        died): say so in one error line and close the spider. Nothing more is written (the
+        store refuses every later write), so the state stays that of its last commit, and a
+        crawl with a JOBDIR resumes from it once the cause is gone. ``scrapy crawl`` then
+        exits with 1, as for a crawl that failed to start."""
+        if self._failed is not None:
+            return
+        self._failed = str(exc)
+        resume = " (resume it with the same JOBDIR once the cause is gone)"
+        logger.error(
+            "OPIC: %s: the crawl stops; its state is that of its last checkpoint%s",
+            exc,
+            resume if self.settings.jobdir else "",
+        )
+        crawler = self.crawler
+
+        def failed() -> None:
+            # Scrapy's crawler process counts a crawl whose crawler has no spider at the end as
+            # one that failed (bootstrap_failed): the command's exit code is then 1. (The
+            # engine has stopped: nothing reads the spider any more.)
+            crawler.spider = None
+
+        crawler.signals.connect(failed, signal=signals.engine_stopped, weak=False)
+        if not self._closing:
+            d = deferred_from_coro(crawler.engine.close_spider_async(reason=STORE_FAILED))
+            d.addErrback(lambda failure: None)  # (a spider closing already: nothing to do)
+
     def close(self, reason: str) -> Any:
+        self._closing = True
         if self._tick is not None and self._tick.running:
             self._tick.stop()
         if self._wake_call is not None and self._wake_call.active():
@@ -484,51 +546,65 @@ class OpicScheduler(BaseScheduler):
             return self.df.close(reason) if self.df is not None else None
         try:
             try:
-                # What this process still holds goes back, cash intact. (Not settled as lost:
-                # a closing engine drops the requests it had not sent, and those pages are
-                # merely not fetched yet.)
-                leases = list(self._leases.values())
-                self._leases.clear()
-                self._out.clear()
-                self._base.clear()
-                self._clean.clear()
-                self._slot_load.clear()
-                self._full.clear()
-                if leases and frontier.release(leases):
-                    logger.info("OPIC: %d pages in flight handed back", len(leases))
-                f = self.update_stats(closing=True)
-                logger.info(
-                    "OPIC scheduler closed (%s): %s%d pages known, %d fetched, %d visits, "
-                    "%d pending%s",
-                    reason,
-                    "the crawl has " if frontier.shared else "",
-                    f["pages"],
-                    f.get("fetched", 0),
-                    f.get("visits", 0),
-                    f["pending"],
-                    f"; this process made {frontier.round_trips} round trips"
-                    if frontier.shared
-                    else f"; total cash {self.stats.get_value('opic/total_cash'):.12f}",
-                )
+                if self._failed is None:
+                    self._hand_back(reason)
+            except StoreError as exc:
+                self._stop(exc)
             finally:
-                frontier.close([])
+                try:
+                    frontier.close([])  # the last checkpoint (none after a failure)
+                except StoreError as exc:
+                    self._stop(exc)
         finally:
             _RUNNING.pop(self.crawler, None)
             try:
-                self._export()
+                if self._failed is None:
+                    self._export()
             finally:
                 closed = self.df.close(reason) if self.df is not None else None
         return closed
+
+    def _hand_back(self, reason: str) -> None:
+        """At close: what this process still holds goes back, cash intact (not settled as
+        lost: a closing engine drops the requests it had not sent, and those pages are merely
+        not fetched yet); the final stats and their log line."""
+        frontier = self.frontier
+        leases = list(self._leases.values())
+        self._leases.clear()
+        self._out.clear()
+        self._base.clear()
+        self._clean.clear()
+        self._slot_load.clear()
+        self._full.clear()
+        if leases and frontier.release(leases):
+            logger.info("OPIC: %d pages in flight handed back", len(leases))
+        f = self.update_stats(closing=True)
+        logger.info(
+            "OPIC scheduler closed (%s): %s%d pages known, %d fetched, %d visits, %d pending%s",
+            reason,
+            "the crawl has " if frontier.shared else "",
+            f["pages"],
+            f.get("fetched", 0),
+            f.get("visits", 0),
+            f["pending"],
+            f"; this process made {frontier.round_trips} round trips"
+            if frontier.shared
+            else f"; total cash {self.stats.get_value('opic/total_cash'):.12f}",
+        )
 
     def _maintain(self) -> None:
         """Every ``frontier.maintain_interval`` seconds: the frontier's upkeep (lease renewal,
         a checkpoint that is due) and the stats. An error is logged and retried at the next
         tick: a Redis hiccup must not stop the loop that renews the leases."""
         self._limits.clear()
+        if self._failed is not None:
+            return
         try:
             self._settle_lost()
             self.frontier.maintain(list(self._leases.values()))
             self.update_stats()
+        except StoreError as exc:  # the store failed for good: the crawl stops
+            self._stop(exc)
         except Exception:
             logger.exception("OPIC: periodic upkeep of the frontier failed (will retry)")
 
@@ -694,6 +770,7 @@ class OpicScheduler(BaseScheduler):
         return self._full
 
     # -- the scheduler interface -----------------------------------------------------------
+    @_guarded(False)
     def has_pending_requests(self) -> bool:
         # (Scrapy's engine asks only when its downloader and scraper are idle: a request handed
         # out and not freed by now is held by something else, or was dropped; see _settle_lost.)
@@ -701,6 +778,7 @@ class OpicScheduler(BaseScheduler):
             self._settle_lost()
         return bool(self._extra) or self.frontier.has_pending()
 
+    @_guarded(0)
     def __len__(self) -> int:
         return len(self._extra) + len(self.frontier)
 
@@ -717,6 +795,7 @@ class OpicScheduler(BaseScheduler):
             del meta["opic_id"]
             meta.pop("opic_lease", None)
 
+    @_guarded(False)
     def enqueue_request(self, request: Request) -> bool:
         if self._unfiled:
             self._unfiled.discard(request)
@@ -792,6 +871,7 @@ class OpicScheduler(BaseScheduler):
             return True
         return False  # a stale lease, or a redirect to a page already known
 
+    @_guarded(None)
     def next_request(self) -> Request | None:
         if self._extra:
             self.counts["scheduler/dequeued"] += 1
@@ -887,6 +967,7 @@ class OpicScheduler(BaseScheduler):
         return later
 
     # -- outcomes (called by the middlewares) -----------------------------------------------
+    @_guarded(None)
     def settle_visit(
         self,
         request: Request,
@@ -980,6 +1061,7 @@ class OpicScheduler(BaseScheduler):
                 self._unfiled.add(o)
         return visit.importance
 
+    @_guarded(None)
     def settle_callback_error(self, request: Request, exception: BaseException) -> None:
         """The callback of ``request``'s page raised before yielding anything (or Scrapy's
         HttpErrorMiddleware refused the response: ``HttpError``): a visit with no out-links,
@@ -993,6 +1075,7 @@ class OpicScheduler(BaseScheduler):
             if self.frontier.fail(lease, outcome, later):
                 self.counts["opic/failed"] += 1
 
+    @_guarded(None)
     def settle_failure(self, request: Request, exception: BaseException) -> None:
         """The outcome of an in-flight request that ends in ``exception`` instead of a response
         to parse (the downloader middleware's and the errback's one rule), named by
@@ -1080,6 +1163,7 @@ class OpicScheduler(BaseScheduler):
             self._top_cost = self._top_at - now
         return self._top
 
+    @_guarded("OPIC: stopped (its state store failed)")
     def status_line(self) -> str:
         """The periodic OPIC log line (:class:`~scrapy_opic.extensions.OpicLogStats`)."""
         frontier = self.frontier

@@ -65,7 +65,7 @@ from typing import Any
 import numpy as np
 from sqlitedict import SqliteDict
 
-from ..opic.constants import ERROR, PENDING, STATUSES, VISITED
+from ..opic.constants import DAMAGED, ERROR, PENDING, STATUSES, VISITED
 from ..opic.engine import OpicEngine
 from ..opic.frontier import Entry, Lease, MemoryFrontier
 from ..opic.index import KeyIndex, key_hash
@@ -75,8 +75,10 @@ from ..series import Series
 from . import StoreError
 
 logger = logging.getLogger(__name__)
-# sqlitedict logs each open and close at DEBUG, which Scrapy's default LOG_LEVEL shows.
-logging.getLogger("sqlitedict").setLevel(logging.INFO)
+# sqlitedict logs each open and close at DEBUG, which Scrapy's default LOG_LEVEL shows, and a
+# failed statement as a dozen ERROR lines of stack: the store raises every failure of its writer
+# as one StoreError line (SqliteStore._check), which says it all.
+logging.getLogger("sqlitedict").setLevel(logging.CRITICAL)
 
 FORMAT = 3
 BLOCK = 64  #: pages per row of ``opic_blocks``
@@ -98,6 +100,9 @@ _TABLES = (BLOCKS_TABLE, PAGES_TABLE, REQUESTS_TABLE, LINKS_TABLE)
 #: request that could not be serialized, pending when the crawl stopped); the frontier gives
 #: such a page up.
 MISSING = "opic:missing"
+#: The payload of a page whose request row fails its checksum: the frontier gives it up, as
+#: ``damaged``.
+DAMAGED_ROW = "opic:damaged"
 
 
 def _check_sqlite(path: Path) -> None:
@@ -154,6 +159,15 @@ def damaged(path: Path, exc: BaseException) -> StoreError:
         f"the OPIC state {path} is damaged ({_one_line(exc)}): nothing was changed; move it "
         "away (or delete the JOBDIR) to start afresh"
     )
+
+
+class DamagedRow(StoreError):
+    """A row of a state in use (a page's key and URL, a request) fails its checksum: read
+    mid-crawl, long after the resume's checks. The rest of the state is sound."""
+
+
+def damaged_row(path: Path, what: str) -> DamagedRow:
+    return DamagedRow(f"the OPIC state {path} has a damaged row ({what})")
 
 
 def _one_line(exc: BaseException) -> str:
@@ -421,10 +435,12 @@ class SqliteStore:
         # Request rows not queued yet: page -> (id, key, data, crc), or None (deleted).
         self._requests: dict[int, tuple | None] = {}
 
-    def _check(self) -> None:
+    def check(self) -> None:
         """Raise :class:`StoreError` if sqlitedict's writer thread failed or died (a full disk,
         an I/O error): every later call that waits for it would otherwise hang for good. Once
-        a write has failed, every later call fails the same way (the transaction is lost)."""
+        a write has failed, every later call fails the same way (the transaction is lost, and
+        the file holds the last commit). Cheap: a crawl asks at every upkeep tick, so that a
+        failed background commit stops it within seconds even when nothing else is written."""
         if self._failed:
             raise StoreError(self._failed)
         conn = self.db.conn
@@ -437,14 +453,14 @@ class SqliteStore:
             raise StoreError(self._failed)
 
     def _fail(self, exc: BaseException) -> None:
-        self._failed = f"OPIC state {self.path}: a write failed: {_one_line(exc)}"
+        self._failed = f"OPIC state {self.path}: sqlite failed: {_one_line(exc)}"
         raise StoreError(self._failed) from None
 
     @contextlib.contextmanager
     def _io(self) -> Iterator[None]:
         """Around every call into sqlitedict: its writer thread's failure (which sqlitedict
         re-raises in whichever call comes next) is a :class:`StoreError`."""
-        self._check()
+        self.check()
         try:
             yield
         except (sqlite3.Error, RuntimeError) as exc:
@@ -475,7 +491,7 @@ class SqliteStore:
         if row is None:
             return None
         if row_crc(row[0], row[1]) != row[2]:
-            raise damaged(self.path, ValueError(f"the request row of page {i} fails its checksum"))
+            raise damaged_row(self.path, f"the request of page {i} fails its checksum")
         return row[0], row[1]
 
     def del_request(self, i: int) -> None:
@@ -508,7 +524,7 @@ class SqliteStore:
         if row is None:
             return None
         if row_crc(row[0], row[1]) != row[2]:
-            raise damaged(self.path, ValueError(f"the row of page {i} fails its checksum"))
+            raise damaged_row(self.path, f"the key and URL of page {i} fail their checksum")
         return row[0], row[1]
 
     # -- checkpoints -------------------------------------------------------------------------
@@ -578,7 +594,14 @@ class SqliteStore:
             "page_bytes": page_bytes,
             "seconds": time.perf_counter() - started,
         }
-        self.db.commit(blocking=blocking)
+        # A COMMIT statement, not sqlitedict's own commit request: the writer thread runs a
+        # statement inside its error handling, so a COMMIT the disk refuses (a full disk:
+        # the WAL is written at commit) is recorded and raised at the next call; its commit
+        # request would kill the thread instead, and leave a blocking call waiting for good.
+        if blocking:
+            conn.select_one("COMMIT")
+        else:
+            conn.execute("COMMIT")
 
     def _write_links(self, changes: dict[int, list[int] | int | None]) -> None:
         """Queue the rows of the pages whose kept links changed (inside the transaction that
@@ -1040,6 +1063,9 @@ class SqliteFrontier(MemoryFrontier):
         self._started = time.monotonic()
         self._elapsed_before = 0.0  # crawl time of the runs this one resumes
         self._next_point = 0  # visit count at which the next series point is due
+        self._popped = -1  # the page whose payload was last handed out
+        #: Rows found damaged mid-crawl (their pages given up as ``damaged``).
+        self.damaged_rows = 0
 
     @classmethod
     def open(
@@ -1066,6 +1092,10 @@ class SqliteFrontier(MemoryFrontier):
         lock = StateLock(path)
         try:
             saved = None
+            if resume and not lock.created and os.path.getsize(path) == 0:
+                # A state a crawl wrote is never empty (the first thing it does is to write the
+                # file's header): an empty file is one whose content was lost.
+                raise damaged(Path(path), ValueError("the file is empty, 0 bytes"))
             if resume:
                 with StateReader(path, check=True, empty_ok=True) as reader:
                     if reader.n is not None:
@@ -1139,7 +1169,7 @@ class SqliteFrontier(MemoryFrontier):
     def _grow_urls(self) -> None:
         pass  # (no list of URLs by id here: the URLs are rows of the store)
 
-    def url_of(self, i: int) -> str | None:
+    def _url_of(self, i: int) -> str | None:
         k = i - self.keys.written
         if k >= 0:
             return self._urls[k] if k < len(self._urls) else None
@@ -1206,6 +1236,14 @@ class SqliteFrontier(MemoryFrontier):
             self._cache[i] = (key, payload)
 
     def _lease_parts(self, i: int) -> tuple[Hashable, Any]:
+        self._popped = i
+        try:
+            return self._stored_parts(i)
+        except DamagedRow as exc:
+            self._damaged(i, exc)
+            return None, DAMAGED_ROW
+
+    def _stored_parts(self, i: int) -> tuple[Hashable, Any]:
         if not self._persist:
             return super()._lease_parts(i)
         payload = self.payloads.get(i)
@@ -1268,14 +1306,49 @@ class SqliteFrontier(MemoryFrontier):
             self._commit_when_ready()
         while True:
             lease = super().pop(full_slots)
-            if lease is None or lease.payload is not MISSING:
+            if lease is None or (lease.payload is not MISSING and lease.payload is not DAMAGED_ROW):
                 return lease
-            # Its request did not survive (a restart lost it, or its row is gone): give the
-            # page up, its cash to the virtual page, and take the next one.
-            logger.debug("OPIC: no request to fetch page %r with: given up", lease.key)
-            self.forfeit(lease, ERROR)
+            # Its request did not survive (a restart lost it, or its row is gone or damaged):
+            # give the page up, its cash to the virtual page, and take the next one. (By id:
+            # the lease may not know the page's key.)
+            i = self._popped
+            if lease.payload is MISSING:
+                logger.debug("OPIC: no request to fetch page %d with: given up", i)
+                self._give_up(i, ERROR)
+            else:
+                self._give_up(i, DAMAGED)
+
+    def _damaged(self, i: int, exc: DamagedRow) -> None:
+        """Page ``i``'s stored request is damaged: the page is given up (``damaged``), and
+        the crawl goes on. Said once (a warning); :attr:`damaged_rows` counts them."""
+        self.damaged_rows += 1
+        if self.damaged_rows == 1:
+            logger.warning(
+                "OPIC: %s: that page is given up with the status 'damaged' (its cash goes to "
+                "the virtual page) and the crawl goes on; pages found so later are counted in "
+                "the stat opic/damaged_rows, not logged",
+                exc,
+            )
+
+    def url_of(self, i: int) -> str | None:
+        try:
+            return self._url_of(i)
+        except DamagedRow as exc:  # (a figure for the log, the top page's URL: not worth a stop)
+            self._damaged_url(exc)
+            return None
+
+    def _damaged_url(self, exc: DamagedRow) -> None:
+        self.damaged_rows += 1
+        if self.damaged_rows == 1:
+            logger.warning("OPIC: %s: that page's URL is unknown from now on", exc)
+
+    def figures(self) -> dict[str, float]:
+        out = super().figures()
+        out["damaged_rows"] = self.damaged_rows
+        return out
 
     def maintain(self, leases: Collection[Lease]) -> None:
+        self.store.check()  # a failed background commit stops the crawl now
         if (
             self._due_since is not None
             or time.monotonic() - self._last_commit >= self._commit_seconds
@@ -1337,7 +1410,9 @@ def store_loader(store: SqliteStore) -> Callable[[int], Hashable | None]:
 __all__ = [
     "BLOCK",
     "CHUNK",
+    "DAMAGED_ROW",
     "MISSING",
+    "DamagedRow",
     "Saved",
     "SqliteFrontier",
     "SqliteStore",

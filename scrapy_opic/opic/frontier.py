@@ -634,11 +634,16 @@ class MemoryFrontier:
         i = self._held(lease)
         if i is None:
             return False
+        self._give_up(i, outcome)
+        return True
+
+    def _give_up(self, i: int, outcome: int) -> None:
+        """Page ``i``, in flight, is given up unfetched (:meth:`forfeit` by id: a backend
+        gives up a page whose payload it cannot hand out before any lease names it)."""
         del self._tokens[i]
         self._retire(i)
         self.outcome[i] = outcome
         self._close(i)
-        return True
 
     def drop(self, key: Hashable, outcome: int = FILTERED) -> bool:
         i = self.engine.id_of(key)
