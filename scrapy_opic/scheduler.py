@@ -57,6 +57,8 @@ import copy
 import functools
 import logging
 import pickle
+import sys
+import threading
 import time
 import weakref
 from collections import defaultdict, deque
@@ -286,6 +288,31 @@ def prepare(crawler: Crawler) -> OpicSettings:
     return settings
 
 
+#: Scrapy's own commands that run a spider but are not crawls: they read and write no OPIC
+#: state (its file, its JOBDIR, its Redis crawl), so that ``scrapy parse URL`` does not
+#: replace the last crawl's state, nor ``scrapy fetch`` create one. (``crawl``, ``runspider``,
+#: a project's own commands and scripts keep the state as the settings say.)
+STATELESS_COMMANDS = frozenset(("parse", "fetch", "shell", "view", "check", "bench"))
+
+
+def scrapy_command() -> str | None:
+    """The name of the command Scrapy's command line runs in this process (``scrapy parse
+    ...``: ``"parse"``), or ``None`` if Scrapy's command line did not start it (a script with
+    ``CrawlerProcess``, a test). Read from the main thread's stack, where
+    ``scrapy.cmdline.execute`` runs the command (``scrapy shell`` crawls in another thread):
+    the command name is not in ``sys.argv`` any more, and not in the settings."""
+    main = threading.main_thread().ident
+    frame = sys._current_frames().get(main) if main is not None else None
+    while frame is not None:
+        if frame.f_code.co_name == "execute" and frame.f_globals.get("__name__") == (
+            "scrapy.cmdline"
+        ):
+            name = frame.f_locals.get("cmdname")
+            return name if isinstance(name, str) else None
+        frame = frame.f_back
+    return None
+
+
 #: The close reason of a crawl whose frontier's store failed (a full disk...).
 STORE_FAILED = "opic_store_failed"
 
@@ -431,7 +458,15 @@ class OpicScheduler(BaseScheduler):
     def _open_frontier(self, spider: Spider) -> None:
         self.spider = spider
         meta = {"spider": spider.name, "settings": self.settings.as_dict()}
-        self.frontier = open_frontier(self.settings, spider.name, self._encode, meta)
+        command = scrapy_command()
+        in_memory = command in STATELESS_COMMANDS
+        self.frontier = open_frontier(self.settings, spider.name, self._encode, meta, in_memory)
+        if in_memory:
+            logger.info(
+                "OPIC: `scrapy %s` reads and writes no OPIC state (crawl and runspider do): its "
+                "frontier is in memory",
+                command,
+            )
 
     def open(self, spider: Spider) -> Any:
         if self.frontier is None:  # (else prepare() opened it before Scrapy's engine existed)

@@ -67,14 +67,36 @@ def open_frontier(
     spider_name: str,
     encode: Callable[[Any], bytes | None],
     meta: dict[str, Any],
+    in_memory: bool = False,
 ) -> Frontier:
     """Open the frontier of a spider's crawl as ``settings`` say: the embedded one (resumed from
     its JOBDIR state, or started afresh) or the crawl in Redis (created or joined).
     ``encode`` turns a payload into bytes for a backend that stores it; ``meta`` is kept with
-    the state for its readers."""
+    the state for its readers. ``in_memory``: a frontier of this process's memory alone, with
+    the same parameters, that reads and writes no state (a run that is not a crawl)."""
+    if in_memory:
+        return _open_memory(settings)
     if settings.store == "redis":
         return _open_redis(settings, spider_name, encode, meta)
     return _open_sqlite(settings, spider_name, encode, meta)
+
+
+def _open_memory(settings: OpicSettings) -> Frontier:
+    from .opic.engine import OpicEngine
+    from .opic.frontier import MemoryFrontier
+    from .opic.window import parse_window
+
+    engine = OpicEngine(
+        epsilon=settings.epsilon, refresh=settings.refresh, window=parse_window(settings.window)
+    )
+    engine.closed_links_virtual = settings.refused_links == "virtual"
+    return MemoryFrontier(
+        engine,
+        settings.strategy,
+        settings.continuous,
+        settings.seed,
+        discovery=settings.discovery,
+    )
 
 
 #: The settings a saved crawl must be resumed with: they are the formulas its numbers were
