@@ -311,7 +311,17 @@ class OpicState:
         return edges, fetched, other
 
     def stats(self) -> dict[str, float]:
-        return self.engine.stats()
+        """The crawl's figures as the scheduler reports them: ``fetched`` is the pages whose
+        last fetch was parsed (the ``fetched`` column's true rows: one meaning everywhere)."""
+        out = self.engine.stats()
+        fetched = getattr(self._reader, "fetched", None)
+        if fetched is None:  # (a state saved before the figure was kept, a Redis crawl)
+            fetched = int(self.fetched_mask().sum())
+        out["fetched"] = fetched
+        failed = getattr(self._reader, "failed_visits", None)
+        if failed is not None:
+            out["failed_visits"] = failed
+        return out
 
     def total_cash(self) -> float:
         """All cash, the virtual page's included (1 up to rounding): one pass over the pages."""

@@ -59,7 +59,8 @@ class OpicSpiderMiddleware:
 
     # The whole output is buffered: the visit pays all the followed links at once. If the
     # callback raises part-way, what it yielded before still goes on (as without OPIC) and is
-    # paid for, then the exception goes on to the middlewares below.
+    # paid for, the page's status is spider_error (as for a callback that raises before
+    # yielding), then the exception goes on to the middlewares below.
     # (Scrapy runs the process_spider_exception chain, ours included, before the exception
     # reaches the loop below: ``_collecting`` tells ours to leave the page to the loop, which
     # pays the links yielded so far.)
@@ -72,7 +73,7 @@ class OpicSpiderMiddleware:
             for o in result:
                 out.append(o)
         except Exception:
-            self._settle(response, out)
+            self._settle(response, out, failed=True)
             yield from out
             raise
         finally:
@@ -89,7 +90,7 @@ class OpicSpiderMiddleware:
             async for o in result:
                 out.append(o)
         except Exception:
-            self._settle(response, out)
+            self._settle(response, out, failed=True)
             for o in out:
                 yield o
             raise
@@ -115,8 +116,10 @@ class OpicSpiderMiddleware:
             or self._offsite.should_follow(request, self.crawler.spider)
         )
 
-    def _settle(self, response: Response, out: list[Any]) -> None:
-        """The visit of the response's page: one payout over the links it follows."""
+    def _settle(self, response: Response, out: list[Any], failed: bool = False) -> None:
+        """The visit of the response's page: one payout over the links it follows. ``failed``:
+        the callback raised after yielding ``out`` (the page's status is ``spider_error``, its
+        links found so far are paid all the same)."""
         scheduler = OpicScheduler.of(self.crawler)
         if scheduler is None:
             return
@@ -146,6 +149,7 @@ class OpicSpiderMiddleware:
             weights=None if plain else weights,
             boosts=boosts if s.boost_patterns else None,
             refused=refused,
+            failed=failed,
         )
         if s.item_field and importance is not None:
             self._stamp(out, importance)

@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import inspect
 import logging
 import pickle
 import sys
@@ -414,6 +415,7 @@ class OpicScheduler(BaseScheduler):
         self._wake_due = 0.0
         self._enqueued_where = self._dequeued_where = ""  # (set by open)
         self._claimed = False  # a prepared scheduler handed to Scrapy's engine
+        self._visit_outcome = True  # the frontier's visit takes an outcome (see open)
         self._failed: str | None = None  # why the frontier's store failed (see _stop)
         self._closing = False
 
@@ -471,6 +473,9 @@ class OpicScheduler(BaseScheduler):
     def open(self, spider: Spider) -> Any:
         if self.frontier is None:  # (else prepare() opened it before Scrapy's engine existed)
             self._open_frontier(spider)
+        # (A frontier of the contract before visits had an outcome: the Redis backend's Lua
+        # engine, until its rewrite on the Python engine.)
+        self._visit_outcome = "outcome" in inspect.signature(self.frontier.visit).parameters
         if hasattr(self.frontier, "ready"):  # checkpoints wait for the links visits paid
             unfiled = self._unfiled  # (not self: no cycle through the frontier)
             self.frontier.ready = lambda: not unfiled
@@ -1010,6 +1015,7 @@ class OpicScheduler(BaseScheduler):
         weights: list[float] | None,
         boosts: list[float] | None,
         refused: list[tuple[Request, float]] | None = None,
+        failed: bool = False,
     ) -> float | None:
         """The visit of ``request``'s page, which links to ``followed`` (the requests its
         callback yielded that Scrapy will follow): one payout over them, with ``weights`` and
@@ -1022,7 +1028,8 @@ class OpicScheduler(BaseScheduler):
         text) are one link, with the largest of their weights and boosts, as in PageRank's
         graph of pages. Counting each would weigh a page's links by how many anchors it has.
         Returns the page's importance just after the visit if ``OPIC_ITEM_FIELD`` asks for it
-        (else, or if the page was not in flight here, ``None``)."""
+        (else, or if the page was not in flight here, ``None``). ``failed``: the callback raised
+        after yielding them, the page's outcome is ``spider_error``."""
         for o in followed:
             # A copy of the page's own request (pagination by response.request.replace) must
             # not pass for a retry or redirect of it, nor carry the errback wrapper.
@@ -1076,9 +1083,13 @@ class OpicScheduler(BaseScheduler):
         # The lease ends here whatever the call does: if the frontier fails now, the page is
         # not renewed any more (with Redis it goes back to the frontier when its lease expires).
         later = self._end_with(lease.key)
-        visit = self.frontier.visit(
-            lease, links, virtual_weight, importance=bool(self.settings.item_field), payload=later
-        )
+        importance = bool(self.settings.item_field)
+        if failed and self._visit_outcome:
+            visit = self.frontier.visit(
+                lease, links, virtual_weight, importance, later, outcome=SPIDER_ERROR
+            )
+        else:
+            visit = self.frontier.visit(lease, links, virtual_weight, importance, later)
         if visit is None:  # the lease had expired: another process fetches the page
             self.counts["opic/stale"] += 1
             return None
@@ -1204,9 +1215,11 @@ class OpicScheduler(BaseScheduler):
         frontier = self.frontier
         f = frontier.figures()
         line = "OPIC" + (f" (Redis, {f['workers']} processes)" if frontier.shared else "")
+        failed = f.get("failed_visits")
         line += (
-            f": {f['fetched']} pages fetched ({f['visits']} visits), {f['pages']} known, "
-            f"{f['pending']} pending"
+            f": {f['fetched']} pages fetched ({f['visits']} visits"
+            + (f", {failed} of them failed" if failed else "")
+            + f"), {f['pages']} known, {f['pending']} pending"
         )
         if frontier.shared:
             line += f", {f['leases']} in flight in the crawl"

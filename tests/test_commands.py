@@ -3,6 +3,9 @@ which commands may touch the OPIC state, what every command prints, what the hel
 
 from __future__ import annotations
 
+import csv
+import re
+
 import pytest
 
 from tests.project import Project
@@ -48,3 +51,66 @@ def test_only_crawls_write_opic_state(world, command, monkeypatch):
     assert run.returncode == 0, run.out[-3000:]
     assert not run.errors(), run.out[-3000:]
     assert _opic_files(project) == before  # the last crawl's state as it was, no state created
+
+
+MIXED = """\
+from proj.spiders import SiteSpider
+
+
+class MixedSpider(SiteSpider):
+    name = "mixed"
+
+    def parse(self, response):
+        yield from super().parse(response)
+        if response.url.endswith("/p/2.html"):
+            raise ValueError("a callback that fails after yielding its links")
+"""
+
+
+def _number(pattern: str, text: str) -> int:
+    found = re.search(pattern, text)
+    assert found, (pattern, text[-2000:])
+    return int(found.group(1).replace(",", ""))
+
+
+def test_fetched_is_one_number_everywhere(tmp_path):
+    """A continuous crawl of a site with a page that fails (500), one that is gone (404), one
+    that moved (301) and one whose callback raises after yielding its links: the log, the
+    stats, opic-top, opic-status, opic-export's column, the report's figure and its hosts table
+    all count the same pages as fetched: those whose last fetch was parsed."""
+    project = Project(tmp_path / "proj")
+    (project.root / "proj" / "spiders" / "mixed.py").write_text(MIXED)
+    with Site(site_graph(80, seed=2), errors={9}, gone={5}, redirects={7: 8}) as site:
+        run = project.scrapy(
+            "crawl", "mixed", "-a", f"start_url={site.url(0)}", "-s", "OPIC_CONTINUOUS=True",
+            "-s", "CLOSESPIDER_PAGECOUNT=160", "-s", "RETRY_TIMES=0",
+        )  # fmt: skip
+    assert run.returncode == 0, run.out[-3000:]
+    counts = {
+        "log": _number(r"OPIC scheduler closed \(.*?\): \d+ pages known, (\d+) fetched", run.out),
+        "stats": _number(r"'opic/fetched': (\d+)", run.out),
+    }
+    top = project.scrapy("opic-top", "mixed")
+    counts["opic-top"] = _number(r"\d+ pages known, (\d+) fetched", top.out)
+    status = project.scrapy("opic-status", "mixed")
+    counts["opic-status"] = _number(r"\d+ pages known, (\d+) fetched", status.out)
+    export = project.scrapy("opic-export", "mixed", "-o", "pages.csv")
+    assert export.returncode == 0, export.out
+    with open(project.root / "pages.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    counts["export"] = sum(r["fetched"] == "True" for r in rows)
+    assert {r["url"].rsplit("/", 1)[1]: r["status"] for r in rows if "/p/" in r["url"]}[
+        "2.html"
+    ] == "spider_error"
+    report = project.scrapy("opic-report", "mixed", "-o", "report.html")
+    assert report.returncode == 0, report.out
+    page = (project.root / "report.html").read_text()
+    counts["report"] = _number(r"<td>pages fetched</td><td class=\"num\">([\d,]+)</td>", page)
+    hosts = page.split("<h2>Top hosts</h2>", 1)[1].split("</table>", 1)[0]
+    counts["report hosts"] = sum(
+        int(n.replace(",", ""))
+        for n in re.findall(r"<tr><td>[^<]*</td>(?:<td class=\"num\">[^<]*</td>){2}"
+                            r"<td class=\"num\">([\d,]+)</td></tr>", hosts)
+    )  # fmt: skip
+    assert len(set(counts.values())) == 1, counts
+    assert 0 < counts["export"] < len(rows)

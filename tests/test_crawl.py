@@ -354,14 +354,27 @@ def test_links_scrapy_drops_later_in_the_chain_are_never_pages(tmp_path, graph):
 
 
 def test_links_yielded_before_a_callback_error_are_followed_and_paid(tmp_path, graph):
-    """A callback that raises after yielding its links: as without OPIC, the links go on, and
-    the page's visit pays them (not a failed visit that sends its cash to the virtual page)."""
+    """A callback that raises after yielding its links (a generator, the usual form): as
+    without OPIC, the links go on, and the page's visit pays them (not a failed visit that
+    sends its cash to the virtual page); its status is spider_error all the same, as for a
+    callback that raises before yielding, and it is not counted fetched."""
+    from scrapy_opic.export import open_state
+
     with Site(graph) as site:
-        items, stats = crawl(tmp_path, site.url(0), raise_on=[site.url(0)], CONCURRENT_REQUESTS=4)
-    assert stats["spider_exceptions/count"] == 1
+        items, stats = crawl(
+            tmp_path, site.url(0), raise_on=[site.url(0), site.url(5)], CONCURRENT_REQUESTS=4
+        )
+    assert stats["spider_exceptions/count"] == 2
     assert len({r["url"] for r in items}) == graph.n  # the start page's links were followed
     assert stats.get("opic/failed", 0) == 0 and stats["opic/visits"] == graph.n
     assert stats["opic/total_cash"] == pytest.approx(1.0, abs=1e-9)
+    with open_state(tmp_path / ".scrapy" / "opic" / "site.sqlite") as state:
+        pages = {node(p.url): p for p in state.pages()}
+        figures = state.stats()
+    assert pages[0].status == pages[5].status == "spider_error"
+    assert not pages[0].fetched and pages[0].visits == 1
+    assert sum(p.fetched for p in pages.values()) == graph.n - 2
+    assert figures["fetched"] == stats["opic/fetched"] == graph.n - 2
 
 
 @pytest.mark.parametrize("continuous", [False, True], ids=["one-pass", "continuous"])

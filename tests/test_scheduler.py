@@ -639,6 +639,22 @@ def test_a_page_popped_again_after_its_lease_lapsed_is_held_once(on_redis):
     assert s.frontier.figures()["visits"] == 1 and not s._leases and not s._slot_load
 
 
+def test_a_page_that_never_answers_is_not_counted_fetched(tmp_path):
+    """A continuous crawl of a host where nothing listens: every fetch fails, and is a visit
+    (its cash goes to the virtual page), but no page was fetched: 'fetched' is the pages
+    whose last fetch was parsed, as the export's column says, in the figures and the log."""
+    s = Schedulers("sqlite", tmp_path, None).make(OPIC_CONTINUOUS=True)
+    assert s.enqueue_request(Request("http://127.0.0.1:9/"))
+    for _ in range(5):
+        s.settle_failure(s.next_request(), ConnectionRefusedError())
+    f = s.frontier.figures()
+    assert (f["fetched"], f["visits"], f["failed_visits"]) == (0, 5, 5)
+    assert "OPIC: 0 pages fetched (5 visits, 5 of them failed), 1 known" in s.status_line()
+    s.settle_visit(s.next_request(), [], None, None)  # it answers at last
+    assert s.frontier.figures()["fetched"] == 1
+    s.close("finished")
+
+
 def test_a_callback_error_is_the_spiders_whatever_it_raised(tmp_path):
     from scrapy_opic.export import open_state
 

@@ -329,6 +329,7 @@ class Saved:
     meta: dict = field(default_factory=dict)
     continuous: bool = False
     discovery_debt: float = 0.0
+    failed_visits: int = 0
 
 
 class StateLock:
@@ -562,6 +563,8 @@ class SqliteStore:
             "continuous": frontier.continuous,
             "links": frontier.keep_links,
             "discovery_debt": frontier.discovery_debt,
+            "fetched": frontier.n_ok,
+            "failed_visits": frontier.failed_visits,
         }
         new = page_bytes = 0
         if n > written:
@@ -770,6 +773,10 @@ class StateReader:
         self.links_kept: bool = bool(fr["links"])
         self._layout: Layout = [(name, dt, tuple(shape)) for name, dt, shape in fr["layout"]]
         self.discovery_debt = float(fr.get("discovery_debt", 0.0))
+        #: Pages whose last fetch was parsed, and visits of failed fetches (None: a state
+        #: saved before they were kept).
+        self.fetched: int | None = fr.get("fetched")
+        self.failed_visits: int | None = fr.get("failed_visits")
 
     def _get(self, key: str) -> Any:
         try:
@@ -877,6 +884,7 @@ class StateReader:
             self.meta(),
             self.continuous,
             self.discovery_debt,
+            self.failed_visits or 0,
         )
 
     def engine(self, **engine_kw: Any) -> OpicEngine:
@@ -1145,6 +1153,7 @@ class SqliteFrontier(MemoryFrontier):
             payloads=None if self._persist else {},
         )
         self.discovery_debt = saved.discovery_debt
+        self.failed_visits = saved.failed_visits
         self.series = Series.from_list(saved.meta.get("series", []))
         self._elapsed_before = self.series.last_elapsed()
         engine = self.engine
@@ -1380,7 +1389,7 @@ class SqliteFrontier(MemoryFrontier):
             G=e.G,
             error_factor=e.error_factor,
             pages=e.n,
-            fetched=e.n - e.n_unfetched,
+            fetched=self.n_ok,
             pending=self.counts[PENDING],
             virtual_cash=e.virtual_cash,
         )

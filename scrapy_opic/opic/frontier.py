@@ -205,6 +205,7 @@ class Frontier(Protocol):
         virtual_weight: float = 0.0,
         importance: bool = False,
         payload: Any = None,
+        outcome: int = OK,
     ) -> Visit | None:
         """The page was fetched and parsed, and follows ``links`` (self-links are not paid):
         its cash moves into its history and is paid out, ``epsilon`` to the virtual page and
@@ -212,7 +213,9 @@ class Frontier(Protocol):
         that will not be followed (their share goes to the virtual page). Links with a payload
         are scheduled in the same step. In a continuous crawl a ``payload`` replaces the one
         the page was leased with for its later fetches (a retry's or redirect's request is
-        for one fetch)."""
+        for one fetch). ``outcome``: how the fetch ended, ``ok`` unless the parse failed
+        part-way (``spider_error``: the links found before the failure are paid all the
+        same)."""
         ...
 
     def fail(self, lease: Lease, outcome: int = ERROR, payload: Any = None) -> bool:
@@ -271,9 +274,10 @@ class Frontier(Protocol):
         ...
 
     def figures(self) -> dict[str, float]:
-        """The frontier's figures: pages, fetched, visits, G, error_factor, virtual_cash,
-        cash_at_visit_x_n, and the pages per status (discovered, pending, in_flight,
-        visited)."""
+        """The frontier's figures: pages, fetched (pages whose last fetch was parsed: status
+        ``ok``, the export's ``fetched``), visits (a failed fetch is a visit too),
+        failed_visits, G, error_factor, virtual_cash, cash_at_visit_x_n, and the pages per
+        status (discovered, pending, in_flight, visited)."""
         ...
 
     def status_of(self, key: Hashable) -> str | None:
@@ -397,6 +401,10 @@ class MemoryFrontier:
         )
         self._tiered = isinstance(self.selection, TieredSelection)
         self.counts = [0, 0, 0, 0]  # pages per status
+        #: Pages whose last fetch was parsed (outcome ``ok``): the figure ``fetched``.
+        self.n_ok = 0
+        #: Visits whose fetch failed (:meth:`fail`, or a parse that failed part-way).
+        self.failed_visits = 0
         engine.add_observer(self)
         self.counts[DISCOVERED] = engine.n
         self._grow_urls()
@@ -464,6 +472,11 @@ class MemoryFrontier:
     def url_of(self, i: int) -> str | None:
         """The URL of page ``i`` (None if it was never given)."""
         return self.urls[i] if i < len(self.urls) else None
+
+    def _settled(self, i: int, outcome: int) -> None:
+        """Page ``i``'s last fetch ended with ``outcome`` (and :attr:`n_ok` follows)."""
+        self.n_ok += (outcome == OK) - (self.outcome[i] == OK)
+        self.outcome[i] = outcome
 
     def _set(self, i: int, status: int) -> None:
         self.counts[self.status[i]] -= 1
@@ -584,6 +597,7 @@ class MemoryFrontier:
         virtual_weight: float = 0.0,
         importance: bool = False,
         payload: Any = None,
+        outcome: int = OK,
     ) -> Visit | None:
         i = self._held(lease)
         if i is None:
@@ -601,7 +615,9 @@ class MemoryFrontier:
         self.engine.visit(i, paid, weights, boosts, virtual_weight)
         if self.keep_links:  # (the list is not changed after this: kept as is, no copy)
             self.link_changes[i] = children
-        self.outcome[i] = OK
+        self._settled(i, outcome)
+        if outcome != OK:
+            self.failed_visits += 1
         del self._tokens[i]
         self._done(i, payload, lease.key)
         codes = [
@@ -620,7 +636,8 @@ class MemoryFrontier:
         if i is None:
             return False
         self.engine.visit(i, ())
-        self.outcome[i] = outcome
+        self._settled(i, outcome)
+        self.failed_visits += 1
         del self._tokens[i]
         if self.continuous and outcome not in FINAL_OUTCOMES:
             self._done(i, payload, lease.key)  # fetched again when its cash says so
@@ -642,7 +659,7 @@ class MemoryFrontier:
         gives up a page whose payload it cannot hand out before any lease names it)."""
         del self._tokens[i]
         self._retire(i)
-        self.outcome[i] = outcome
+        self._settled(i, outcome)
         self._close(i)
 
     def drop(self, key: Hashable, outcome: int = FILTERED) -> bool:
@@ -652,7 +669,7 @@ class MemoryFrontier:
         if self.status[i] == PENDING:
             self.selection.discard(i)
         self._retire(i)
-        self.outcome[i] = outcome
+        self._settled(i, outcome)
         self._close(i)
         return True
 
@@ -688,7 +705,7 @@ class MemoryFrontier:
             return self.retry(lease, entry)
         del self._tokens[i]
         self.engine.transfer(i, j)
-        self.outcome[i] = REDIRECTED
+        self._settled(i, REDIRECTED)
         if self.keep_links:
             self.link_changes[i] = j
         self._retire(i)
@@ -741,6 +758,8 @@ class MemoryFrontier:
 
     def figures(self) -> dict[str, float]:
         out = self.engine.stats()
+        out["fetched"] = self.n_ok
+        out["failed_visits"] = self.failed_visits
         out.update(zip(STATUSES, self.counts))
         return out
 
@@ -788,6 +807,7 @@ class MemoryFrontier:
         st[:] = np.frombuffer(status, np.uint8) if isinstance(status, bytes) else status
         if outcome is not None and len(outcome):
             np.frombuffer(self.outcome, np.uint16)[:n] = outcome
+            self.n_ok = int((np.asarray(outcome)[:n] == OK).sum())
         for priority, slot in tiers:
             self.tiers.code(priority, slot)  # (codes 1, 2... again, in their order)
         codes = np.frombuffer(self.tier, np.uint32)[:n]
