@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .backends import masked_url
 from .export import OpicState, output_file
 
 _STYLE = """
@@ -69,12 +70,12 @@ def _plots(state: OpicState) -> list[tuple[str, str, str]]:
     )
 
     series = state.series
-    if len(series) >= 1:
-        visits = np.array(series.column("visits"))
-        err = np.array(series.column("error_factor"))
+    visits = np.array(series.column("visits") if len(series) else [])
+    err = np.array(series.column("error_factor") if len(series) else [])
+    ok = (visits > 0) & (err > 0)
+    if ok.any():  # (a crawl without a visit yet has nothing to draw on log axes)
         fig = Figure(figsize=(5.0, 3.6))
         ax = fig.subplots()
-        ok = (visits > 0) & (err > 0)
         ax.loglog(visits[ok], err[ok], "-o", ms=3, label="error factor 1/G")
         ax.set_xlabel("visits")
         ax.xaxis.set_minor_formatter(NullFormatter())  # decade labels only: no overlaps
@@ -184,7 +185,7 @@ def build_report(state: OpicState, top: int = 25, title: str | None = None) -> s
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>{_STYLE}</style></head><body>
 <h1>{html.escape(title)}</h1>
-<p>State <code>{html.escape(str(state.path))}</code>, read {now}.
+<p>State <code>{html.escape(masked_url(str(state.path)))}</code>, read {now}.
 Importance is each page's share of all history (OPIC), normalised to sum 1 over known pages.</p>
 <h2>The crawl</h2>
 {_table(["figure", "value"], [[html.escape(a), b] for a, b in figures], {1})}

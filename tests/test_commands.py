@@ -114,3 +114,74 @@ def test_fetched_is_one_number_everywhere(tmp_path):
     )  # fmt: skip
     assert len(set(counts.values())) == 1, counts
     assert 0 < counts["export"] < len(rows)
+
+
+SECRET = "SeCrEt-pw-25"
+
+
+def test_no_command_prints_a_password(tmp_path):
+    """A password in OPIC_REDIS_URL (here beside an embedded JOBDIR state, and in --state
+    locations) appears in no output of any command: the crawl's log, every scrapy opic-*
+    command's output, and every file they write (state, exports, report)."""
+    project = Project(tmp_path / "proj")
+    url = f"redis://opic:{SECRET}@127.0.0.1:1/0"
+    secret_settings = ["-s", f"OPIC_REDIS_URL={url}", "-s", "JOBDIR=job"]
+    outputs = []
+    with Site(site_graph(40, seed=4)) as site:
+        run = project.scrapy(
+            "crawl", "site", "-a", f"start_url={site.url(0)}", *secret_settings,
+            "-s", "OPIC_EXPORT=at-close.csv", "-s", "LOG_LEVEL=DEBUG",
+        )  # fmt: skip
+        assert run.returncode == 0, run.out[-3000:]
+        outputs.append(run.out)
+        # The Redis store on a server that does not answer: refused in one line, masked.
+        run = project.scrapy(
+            "crawl", "site", "-a", f"start_url={site.url(0)}", "-s", "OPIC_STORE=redis",
+            "-s", f"OPIC_REDIS_URL={url}",
+        )  # fmt: skip
+        assert run.returncode == 1 and "***@127.0.0.1:1" in run.out, run.out[-3000:]
+        outputs.append(run.out)
+    commands = [
+        ["opic-top", "site"],
+        ["opic-status", "site"],
+        ["opic-export", "site", "-o", "pages.csv"],
+        ["opic-export", "site", "-o", "pages.jsonl"],
+        ["opic-export", "site", "-o", "sites.csv", "--by-site"],
+        ["opic-export", "site", "-o", "-", "--top", "5"],
+        ["opic-report", "site", "-o", "report.html"],
+    ]
+    for command in commands:
+        for where in (
+            secret_settings,
+            ["--state", "job/opic.sqlite", "-s", f"OPIC_REDIS_URL={url}"],
+        ):
+            run = project.scrapy(*command, *where)
+            assert run.returncode == 0, (command, run.out)
+            outputs.append(run.out)
+        # A crawl in Redis named by its location, on a server that does not answer.
+        run = project.scrapy(*command, "--state", f"{url}#opic:site")
+        assert run.returncode == 1 and "error: " in run.out, (command, run.out)
+        outputs.append(run.out)
+    assert (project.root / "report.html").exists() and (project.root / "at-close.csv").exists()
+    for text in outputs:
+        assert SECRET not in text, text[-3000:]
+    for path in project.root.rglob("*"):
+        if path.is_file():
+            assert SECRET.encode() not in path.read_bytes(), path
+
+
+@pytest.mark.filterwarnings("error")  # (nor a warning for a crawl without a visit yet)
+def test_the_report_header_masks_a_redis_password(tmp_path):
+    from scrapy_opic.backends.sqlite import SqliteFrontier
+    from scrapy_opic.export import open_state
+    from scrapy_opic.opic.frontier import Entry
+    from scrapy_opic.report import build_report
+
+    path = tmp_path / "s.sqlite"
+    f = SqliteFrontier.open(path, resume=False, epsilon=0.15, refresh=0.0, window="unbounded")
+    f.schedule([Entry(b"k", "http://h/", 0, "h", b"req")])
+    f.close([])
+    with open_state(path) as state:
+        state.path = f"redis://opic:{SECRET}@crawl-redis.internal:6379/0#opic:site"
+        page = build_report(state)
+    assert SECRET not in page and "redis://***@crawl-redis.internal:6379/0#opic:site" in page
