@@ -185,3 +185,27 @@ def test_the_report_header_masks_a_redis_password(tmp_path):
         state.path = f"redis://opic:{SECRET}@crawl-redis.internal:6379/0#opic:site"
         page = build_report(state)
     assert SECRET not in page and "redis://***@crawl-redis.internal:6379/0#opic:site" in page
+
+
+def test_the_example_spider_reads_pages_that_are_not_html():
+    import importlib.util
+    from pathlib import Path
+
+    from scrapy.http import HtmlResponse, JsonResponse, Response
+
+    path = Path(__file__).resolve().parent.parent / "example_project/example/spiders/site.py"
+    spec = importlib.util.spec_from_file_location("example_site", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    spider = module.SiteSpider(start_url="http://127.0.0.1:8000/")
+    json_page = JsonResponse("http://127.0.0.1:8000/a.json", body=b'{"a": 1}')
+    image = Response("http://127.0.0.1:8000/a.png", body=b"\x89PNG")
+    for response in (json_page, image):
+        assert list(spider.parse(response)) == [{"url": response.url, "title": None}]
+    html = HtmlResponse(
+        "http://127.0.0.1:8000/",
+        body=b"<title>t</title><a href='/b.html'>b</a>",
+        encoding="utf-8",
+    )
+    out = list(spider.parse(html))
+    assert out[0] == {"url": html.url, "title": "t"} and out[1].url.endswith("/b.html")
