@@ -58,7 +58,7 @@ import numpy as np
 from .backends import StoreError, is_redis_location, masked_url, split_location
 from .backends.sqlite import StateReader
 from .formats import output_format
-from .opic.constants import DEAD, IN_FLIGHT, OK, PENDING, STATUSES, outcome_name
+from .opic.constants import DEAD, IN_FLIGHT, NO_OUTCOME, OK, PENDING, STATUSES, outcome_name
 from .opic.engine import OpicEngine
 from .opic.links import crawl_graph
 from .opic.pagerank import pagerank
@@ -292,23 +292,30 @@ class OpicState:
         parts = [cols["f.outcome"] == OK for _lo, cols in self._reader.columns(["f.outcome"])]
         return np.concatenate(parts) if parts else np.zeros(0, bool)
 
-    def distribution(self, bins: int = 2000) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The importance distribution in bounded memory: ``(edges, fetched, not_fetched)``,
-        page counts per logarithmic bin of importance (``bins`` bins from the smallest
-        importance a page can have, the teleport share ``a / n``, to 1), for a rank plot."""
+    def distribution(
+        self, bins: int = 2000
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The importance distribution in bounded memory: ``(edges, fetched, not_yet,
+        not_fetched)``, page counts per logarithmic bin of importance (``bins`` bins from the
+        smallest importance a page can have, the teleport share ``a / n``, to 1), for a rank
+        plot: pages whose last fetch was parsed (status ``ok``), pages never fetched yet (no
+        status), and the others (failed, gone, refused, redirected: a status but not ``ok``)."""
         n = self.n
         if self._total is None:
             self._scan()
         low = max(self.engine.teleport_share() / max(n, 1), 1e-300) * 0.999
         edges = np.geomspace(low, 1.0, bins + 1)
         fetched = np.zeros(bins, np.int64)
+        not_yet = np.zeros(bins, np.int64)
         other = np.zeros(bins, np.int64)
         for _lo, cols, _e, est in self._batches():
             k = np.clip(np.searchsorted(edges, self._mix(est), side="right") - 1, 0, bins - 1)
-            ok = cols["f.outcome"] == OK
+            outcome = cols["f.outcome"]
+            ok, never = outcome == OK, outcome == NO_OUTCOME
             fetched += np.bincount(k[ok], minlength=bins)
-            other += np.bincount(k[~ok], minlength=bins)
-        return edges, fetched, other
+            not_yet += np.bincount(k[never], minlength=bins)
+            other += np.bincount(k[~ok & ~never], minlength=bins)
+        return edges, fetched, not_yet, other
 
     def stats(self) -> dict[str, float]:
         """The crawl's figures as the scheduler reports them: ``fetched`` is the pages whose

@@ -47,14 +47,19 @@ def _plots(state: OpicState) -> list[tuple[str, str, str]]:
     out = []
     # Page counts per importance bin (bounded memory at any size): a bin's rank is the number
     # of pages above it, so the points are the rank plot's, one per bin that has pages.
-    edges, fetched, other = state.distribution()
+    edges, fetched, not_yet, other = state.distribution()
     mid = np.sqrt(edges[:-1] * edges[1:])
-    above = np.cumsum((fetched + other)[::-1])[::-1]  # pages in this bin or higher
+    above = np.cumsum((fetched + not_yet + other)[::-1])[::-1]  # pages in this bin or higher
     fig = Figure(figsize=(5.0, 3.6))
     ax = fig.subplots()
-    f_ok, o_ok = fetched > 0, other > 0
-    ax.loglog(above[f_ok], mid[f_ok], ".", ms=3, label="fetched")
-    ax.loglog(above[o_ok], mid[o_ok], ".", ms=3, alpha=0.6, label="not fetched")
+    for counts, label, alpha in (
+        (fetched, "fetched", 1.0),
+        (not_yet, "not fetched yet", 0.6),
+        (other, "failed, gone or refused", 0.6),
+    ):
+        has = counts > 0
+        if has.any():
+            ax.loglog(above[has], mid[has], ".", ms=3, alpha=alpha, label=label)
     ax.set_xlabel("rank")
     ax.set_ylabel("importance")
     ax.set_title("Importance distribution")
@@ -64,7 +69,9 @@ def _plots(state: OpicState) -> list[tuple[str, str, str]]:
         (
             "importance distribution",
             "Importance of every known page against its rank (log-log). A power law is a "
-            "straight line; pages not fetched yet hold only the cash their parents paid them.",
+            "straight line; pages not fetched yet hold only the cash their parents paid them; "
+            "pages whose fetch failed, that are gone or were refused (404, robots.txt...) keep "
+            "the importance they had.",
             _figure_png(fig),
         )
     )

@@ -665,7 +665,9 @@ class OpicScheduler(BaseScheduler):
                 logger.error("OPIC export to %s failed: %s", target, exc)
                 self.stats.inc_value("opic/export_failed")
             else:
-                logger.info("OPIC importance of %d rows exported to %s", n, target)
+                logger.info(
+                    "OPIC importance of %d row%s exported to %s", n, "" if n == 1 else "s", target
+                )
 
     # -- requests ---------------------------------------------------------------------------
     def _key(self, request: Request) -> bytes:

@@ -4,7 +4,11 @@ which commands may touch the OPIC state, what every command prints, what the hel
 from __future__ import annotations
 
 import csv
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -189,7 +193,6 @@ def test_the_report_header_masks_a_redis_password(tmp_path):
 
 def test_the_example_spider_reads_pages_that_are_not_html():
     import importlib.util
-    from pathlib import Path
 
     from scrapy.http import HtmlResponse, JsonResponse, Response
 
@@ -209,3 +212,55 @@ def test_the_example_spider_reads_pages_that_are_not_html():
     )
     out = list(spider.parse(html))
     assert out[0] == {"url": html.url, "title": "t"} and out[1].url.endswith("/b.html")
+
+
+def test_the_state_commands_say_what_a_new_user_needs(tmp_path):
+    """--help keeps --state's text whole; --state takes a JOBDIR; counts agree with their
+    nouns; outside a project the error says so; the report tells pages not fetched yet from
+    pages that failed or were refused."""
+    from scrapy_opic.export import open_state
+
+    project = Project(tmp_path / "proj")
+    with Site(site_graph(30, seed=6), gone={4}, errors={6}) as site:
+        run = project.scrapy(
+            "crawl", "site", "-a", f"start_url={site.url(0)}", "-s", "JOBDIR=job",
+            "-s", "CLOSESPIDER_PAGECOUNT=12", "-s", "RETRY_TIMES=0",
+        )  # fmt: skip
+    assert run.returncode == 0, run.out[-3000:]
+
+    helped = project.scrapy("opic-export", "-h")
+    assert "a state file, a JOBDIR, or redis://HOST:PORT/DB#KEY" in helped.out, helped.out
+    underlines = [ln for ln in helped.lines if ln and set(ln) == {"="}]
+    assert len(underlines) == 2, helped.out  # "Usage" and "Options": no heading made of help
+
+    one = project.scrapy("opic-export", "--state", "job", "--top", "1", "-o", "one.csv")
+    assert one.returncode == 0 and "1 page written to one.csv" in one.out, one.out
+    two = project.scrapy("opic-export", "--state", "job/", "--top", "2", "-o", "two.csv")
+    assert two.returncode == 0 and "2 pages written to two.csv" in two.out, two.out
+    empty = project.root / "empty-dir"
+    empty.mkdir()
+    none = project.scrapy("opic-top", "--state", "empty-dir")
+    assert none.returncode == 1 and "a directory with no OPIC state" in none.out, none.out
+
+    elsewhere = subprocess.run(
+        [sys.executable, "-m", "scrapy", "opic-top", "site"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
+    )
+    assert elsewhere.returncode == 1, elsewhere.stderr
+    assert "this is not a Scrapy project" in elsewhere.stderr, elsewhere.stderr
+    assert "spiders: none" not in elsewhere.stderr
+
+    with open_state(project.root / "job" / "opic.sqlite") as state:
+        statuses = [p.status for p in state.pages()]
+        _edges, fetched, not_yet, other = state.distribution()
+    assert fetched.sum() == statuses.count("ok") and not_yet.sum() == statuses.count("")
+    assert other.sum() == len(statuses) - statuses.count("ok") - statuses.count("") > 0
+    report = project.scrapy("opic-report", "--state", "job", "-o", "report.html")
+    assert report.returncode == 0, report.out
+    assert (
+        "pages whose fetch failed, that are gone or were refused"
+        in (project.root / "report.html").read_text()
+    )

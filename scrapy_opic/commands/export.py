@@ -59,5 +59,5 @@ class Command(StateCommand):
 
         n = self.guarded(export)
         if n is not None and opts.output != "-":
-            what = "sites" if opts.by_site else "pages"
+            what = ("site" if opts.by_site else "page") + ("" if n == 1 else "s")
             print(f"{n} {what} written to {opts.output}", file=sys.stderr)
