@@ -247,6 +247,20 @@ SETTINGS: tuple[Setting, ...] = (
         _number(0.0, 1.0),
     ),
     Setting(
+        "OPIC_BACKOFF",
+        5.0,
+        "continuous crawls: seconds a page waits after a failed fetch before it may be fetched "
+        "again, doubled at each failure in a row (a host whose fetches keep failing waits as "
+        "long); 0 turns it off",
+        _number(0.0),
+    ),
+    Setting(
+        "OPIC_BACKOFF_MAX",
+        600.0,
+        "continuous crawls: the longest such wait, in seconds",
+        _number(0.0, open_low=True),
+    ),
+    Setting(
         "OPIC_WINDOW",
         None,
         "history window spec; None = 'unbounded' (one-pass) or 'interpolation:30' (continuous)",
@@ -395,6 +409,8 @@ class OpicSettings:
     continuous: bool
     refresh: float
     discovery: float
+    backoff: float
+    backoff_max: float
     window: str
     refused_links: str
     internal_weight: float

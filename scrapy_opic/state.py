@@ -90,13 +90,15 @@ def _open_memory(settings: OpicSettings) -> Frontier:
         epsilon=settings.epsilon, refresh=settings.refresh, window=parse_window(settings.window)
     )
     engine.closed_links_virtual = settings.refused_links == "virtual"
-    return MemoryFrontier(
+    frontier = MemoryFrontier(
         engine,
         settings.strategy,
         settings.continuous,
         settings.seed,
         discovery=settings.discovery,
     )
+    frontier.backoff, frontier.backoff_max = settings.backoff, settings.backoff_max
+    return frontier
 
 
 #: The settings a saved crawl must be resumed with: they are the formulas its numbers were
@@ -185,6 +187,7 @@ def _open_sqlite(
             path = first.with_name(f"{first.stem}-{k}{first.suffix}")
             continue
         frontier.discovery = settings.discovery
+        frontier.backoff, frontier.backoff_max = settings.backoff, settings.backoff_max
         frontier.engine.closed_links_virtual = settings.refused_links == "virtual"
         if path != first:
             logger.warning(

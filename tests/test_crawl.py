@@ -478,3 +478,30 @@ def test_a_request_dropped_with_no_outcome_closes_its_page_and_the_crawl_ends(
         finally:
             frontier.clear()
             client.close()
+
+
+def test_a_continuous_crawl_backs_off_from_a_host_that_never_answers(tmp_path):
+    """A continuous crawl whose start page is on a port where nothing listens: each fetch
+    fails at once, and the page waits OPIC_BACKOFF, doubled at each failure, before it is
+    tried again. In E seconds a backoff of b seconds allows at most log2(E / b + 1) + 1 tries
+    (0, b, 3b, 7b...), however fast or slow the machine; without it the crawl asked again and
+    again (130 tries in 40 s)."""
+    import math
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # free, and nothing listens once the socket is closed
+    items, stats = crawl(
+        tmp_path,
+        f"http://127.0.0.1:{port}/",
+        OPIC_CONTINUOUS=True,
+        OPIC_BACKOFF=1.0,
+        CLOSESPIDER_TIMEOUT=5,
+        RETRY_TIMES=0,
+    )
+    tries = stats["opic/failed_visits"]
+    assert stats["downloader/request_count"] == tries  # (each try one request: no retries)
+    elapsed = stats["elapsed_time_seconds"]
+    assert 1 <= tries <= math.log2(elapsed / 1.0 + 1) + 1, (tries, elapsed)
+    assert stats["opic/fetched"] == 0 and not items

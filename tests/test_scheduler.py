@@ -282,7 +282,8 @@ def test_a_follow_up_is_for_one_fetch_whatever_the_outcomes(backend, data, tmp_p
     factory = Schedulers(backend, tmp_path / uuid.uuid4().hex, redis_url_of(request, backend))
     factory.tmp_path.mkdir()
     try:
-        s = factory.make(OPIC_CONTINUOUS=True)
+        # (No backoff: a page that failed is a candidate again at once, as this property wants.)
+        s = factory.make(OPIC_CONTINUOUS=True, OPIC_BACKOFF=0)
         urls = URLS[:6]
         for u in urls[:3]:
             s.enqueue_request(Request(u))
@@ -643,7 +644,7 @@ def test_a_page_that_never_answers_is_not_counted_fetched(tmp_path):
     """A continuous crawl of a host where nothing listens: every fetch fails, and is a visit
     (its cash goes to the virtual page), but no page was fetched: 'fetched' is the pages
     whose last fetch was parsed, as the export's column says, in the figures and the log."""
-    s = Schedulers("sqlite", tmp_path, None).make(OPIC_CONTINUOUS=True)
+    s = Schedulers("sqlite", tmp_path, None).make(OPIC_CONTINUOUS=True, OPIC_BACKOFF=0)
     assert s.enqueue_request(Request("http://127.0.0.1:9/"))
     for _ in range(5):
         s.settle_failure(s.next_request(), ConnectionRefusedError())
