@@ -5,6 +5,8 @@ middleware numbered above, Scrapy's Depth (900) and UrlLength (800) filters, a p
 middlewares (543 in Scrapy's template) and DeltaFetch-like filters (100), so it sees exactly the
 requests that go on to the scheduler). It buffers the callback's output, turns every request
 into a page (its fingerprint), and pays the parent's cash out over them in one step: the visit.
+Links whose URL matches ``OPIC_BOOST_PATTERNS`` weigh ``1 + OPIC_BOOST`` times a plain link
+(:func:`~scrapy_opic.opic.frontier.boosted_weight`).
 Requests to hosts the spider does not allow (Scrapy's OffsiteMiddleware drops them before the
 scheduler sees them) are left out of the out-degree (``OPIC_REFUSED_LINKS = "ignore"``) or give
 their share to the virtual page (``"virtual"``). A page links to another page once, however
@@ -28,6 +30,7 @@ from scrapy import Request, signals
 from scrapy.downloadermiddlewares.offsite import OffsiteMiddleware
 from scrapy.utils.httpobj import urlparse_cached
 
+from .opic.frontier import boosted_weight
 from .scheduler import OpicScheduler, prepare
 from .settings import OpicSettings
 
@@ -127,9 +130,9 @@ class OpicSpiderMiddleware:
         host = urlparse_cached(response).hostname
         followed: list[Request] = []
         weights: list[float] = []
-        boosts: list[float] = []
         refused: list[tuple[Request, float]] = []
         virtual = s.refused_links == "virtual"
+        patterns = s.boost_patterns
         for o in out:
             if not isinstance(o, Request):
                 continue
@@ -140,14 +143,19 @@ class OpicSpiderMiddleware:
                     refused.append((o, weight))
                 continue
             followed.append(o)
+            if patterns and any(p.search(o.url) for p in patterns):
+                weight = boosted_weight(weight, s.boost)
             weights.append(weight)
-            boosts.append(s.boost if any(p.search(o.url) for p in s.boost_patterns) else 0.0)
-        plain = s.internal_weight == s.external_weight == 1.0 and s.refused_links == "ignore"
+        plain = (
+            s.internal_weight == s.external_weight == 1.0
+            and s.refused_links == "ignore"
+            and not patterns
+        )
         importance = scheduler.settle_visit(
             response.request,
             followed,
             weights=None if plain else weights,
-            boosts=boosts if s.boost_patterns else None,
+            boosts=None,
             refused=refused,
             failed=failed,
         )

@@ -278,13 +278,14 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "OPIC_BOOST_PATTERNS",
         [],
-        "regexes of URLs that get extra cash from the virtual page",
+        "regexes of URLs the crawl focuses on: links to them weigh more (OPIC_BOOST)",
         _patterns,
     ),
     Setting(
         "OPIC_BOOST",
         1.0,
-        "extra cash for a boosted link, as a multiple of its normal share",
+        "a link matching OPIC_BOOST_PATTERNS weighs 1 + OPIC_BOOST times a plain link in its "
+        "page's split of cash (and of importance)",
         _number(0.0),
     ),
     Setting("OPIC_SEED", None, "random seed of the random strategy", _optional(_integer(0))),

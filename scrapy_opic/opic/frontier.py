@@ -320,6 +320,17 @@ def require_payload(entry: Entry) -> None:
         raise ValueError(f"a retry or redirect needs the request to fetch, none for {entry.url}")
 
 
+def boosted_weight(weight: float, boost: float) -> float:
+    """The weight of a link a crawl focuses on (a URL matching ``OPIC_BOOST_PATTERNS``):
+    ``1 + boost`` times its plain weight. It takes that many times a plain link's share of its
+    page's cash, out of the page's own payout: so the size of the boost matters (a boost of
+    100 gives such a link nearly all of a page's cash, where 1 gives it twice a plain link's
+    share), and the money stays where the crawl put it. Importance follows the same split: it
+    is that of the link graph with the focused links weighed up (as ``OPIC_INTERNAL_WEIGHT``
+    and ``OPIC_EXTERNAL_WEIGHT`` weigh links)."""
+    return weight * (1.0 + boost)
+
+
 #: Fetches of one download slot that fail in a row before the slot itself backs off (one
 #: failing page of a host that answers otherwise is that page's backoff alone).
 SLOT_FAILURES = 3
@@ -993,5 +1004,6 @@ __all__ = [
     "MemoryFrontier",
     "Visit",
     "backoff_delay",
+    "boosted_weight",
     "require_payload",
 ]
