@@ -4,6 +4,7 @@ which commands may touch the OPIC state, what every command prints, what the hel
 from __future__ import annotations
 
 import csv
+import json
 import os
 import re
 import subprocess
@@ -264,3 +265,40 @@ def test_the_state_commands_say_what_a_new_user_needs(tmp_path):
         "pages whose fetch failed, that are gone or were refused"
         in (project.root / "report.html").read_text()
     )
+
+
+def test_items_join_the_final_importance_and_sort_by_it(tmp_path):
+    """OPIC_ITEM_FIELD stamps an item with its page's importance just after the visit (crawl
+    order: the first pages' estimates are inflated); opic-export --items joins a feed's items
+    with the final importance of their pages, most important first."""
+    project = Project(tmp_path / "proj")
+    with Site(site_graph(80, seed=7)) as site:
+        run = project.scrapy(
+            "crawl", "site", "-a", f"start_url={site.url(0)}", "-O", "items.jsonl",
+            "-s", "OPIC_ITEM_FIELD=at_visit",
+        )  # fmt: skip
+    assert run.returncode == 0, run.out[-3000:]
+    n = len((project.root / "items.jsonl").read_text().splitlines())
+    joined = project.scrapy("opic-export", "site", "--items", "items.jsonl", "-o", "ranked.jsonl")
+    assert joined.returncode == 0, joined.out
+    assert f"{n} items written to ranked.jsonl" in joined.out, joined.out
+    pages = project.scrapy("opic-export", "site", "-o", "pages.csv")
+    assert pages.returncode == 0, pages.out
+    with open(project.root / "pages.csv") as fh:
+        final = {r["url"]: float(r["importance"]) for r in csv.DictReader(fh)}
+    ranked = [json.loads(line) for line in (project.root / "ranked.jsonl").read_text().splitlines()]
+    assert len(ranked) == n > 50 and {r["url"] for r in ranked} == set(final)
+    assert all(r["importance"] == final[r["url"]] for r in ranked)  # the final importance
+    values = [r["importance"] for r in ranked]
+    assert values == sorted(values, reverse=True)  # most important first
+    # What the items carried from the crawl is another order: the visit-time estimate.
+    assert [r["url"] for r in sorted(ranked, key=lambda r: -r["at_visit"])] != [
+        r["url"] for r in ranked
+    ]
+    as_csv = project.scrapy(
+        "opic-export", "site", "--items", "items.jsonl", "-o", "top.csv", "--top", "5"
+    )
+    assert as_csv.returncode == 0 and "5 items written" in as_csv.out, as_csv.out
+    with open(project.root / "top.csv") as fh:
+        top = list(csv.DictReader(fh))
+    assert [r["url"] for r in top] == [r["url"] for r in ranked[:5]]
