@@ -112,13 +112,6 @@ class OpicSpiderMiddleware:
         if scheduler is not None:
             scheduler.settle_callback_error(response.request, exception)
 
-    def _follows(self, request: Request) -> bool:
-        return bool(
-            request.dont_filter
-            or request.meta.get("allow_offsite")
-            or self._offsite.should_follow(request, self.crawler.spider)
-        )
-
     def _settle(self, response: Response, out: list[Any], failed: bool = False) -> None:
         """The visit of the response's page: one payout over the links it follows. ``failed``:
         the callback raised after yielding ``out`` (the page's status is ``spider_error``, its
@@ -127,18 +120,33 @@ class OpicSpiderMiddleware:
         if scheduler is None:
             return
         s = self.settings
-        host = urlparse_cached(response).hostname
+        spider = self.crawler.spider
+        should_follow = self._offsite.should_follow
+        patterns = s.boost_patterns
+        virtual = s.refused_links == "virtual"
+        plain = s.internal_weight == s.external_weight == 1.0 and not virtual and not patterns
+        page_host = urlparse_cached(response).hostname
+        follows: dict[str | None, bool] = {}  # host -> Scrapy follows it (asked once per host)
         followed: list[Request] = []
         weights: list[float] = []
         refused: list[tuple[Request, float]] = []
-        virtual = s.refused_links == "virtual"
-        patterns = s.boost_patterns
         for o in out:
             if not isinstance(o, Request):
                 continue
-            internal = urlparse_cached(o).hostname == host
-            weight = s.internal_weight if internal else s.external_weight
-            if not self._follows(o):
+            host = urlparse_cached(o).hostname
+            if o.dont_filter or o.meta.get("allow_offsite"):
+                ok = True
+            else:
+                # (OffsiteMiddleware.should_follow reads the request's host name alone.)
+                ok = follows.get(host)
+                if ok is None:
+                    ok = follows[host] = should_follow(o, spider)
+            if plain:
+                if ok:
+                    followed.append(o)
+                continue
+            weight = s.internal_weight if host == page_host else s.external_weight
+            if not ok:
                 if virtual:
                     refused.append((o, weight))
                 continue
@@ -146,11 +154,6 @@ class OpicSpiderMiddleware:
             if patterns and any(p.search(o.url) for p in patterns):
                 weight = boosted_weight(weight, s.boost)
             weights.append(weight)
-        plain = (
-            s.internal_weight == s.external_weight == 1.0
-            and s.refused_links == "ignore"
-            and not patterns
-        )
         importance = scheduler.settle_visit(
             response.request,
             followed,

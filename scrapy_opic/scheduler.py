@@ -416,6 +416,7 @@ class OpicScheduler(BaseScheduler):
         self._enqueued_where = self._dequeued_where = ""  # (set by open)
         self._claimed = False  # a prepared scheduler handed to Scrapy's engine
         self._visit_outcome = True  # the frontier's visit takes an outcome (see open)
+        self._handed_over = False  # the frontier hands payloads over (see open, _decode)
         self._failed: str | None = None  # why the frontier's store failed (see _stop)
         self._closing = False
 
@@ -476,6 +477,7 @@ class OpicScheduler(BaseScheduler):
         # (A frontier of the contract before visits had an outcome: the Redis backend's Lua
         # engine, until its rewrite on the Python engine.)
         self._visit_outcome = "outcome" in inspect.signature(self.frontier.visit).parameters
+        self._handed_over = bool(getattr(self.frontier, "hands_over_payloads", False))
         if hasattr(self.frontier, "ready"):  # checkpoints wait for the links visits paid
             unfiled = self._unfiled  # (not self: no cycle through the frontier)
             self.frontier.ready = lambda: not unfiled
@@ -609,7 +611,12 @@ class OpicScheduler(BaseScheduler):
         lost: a closing engine drops the requests it had not sent, and those pages are merely
         not fetched yet); the final stats and their log line."""
         frontier = self.frontier
-        leases = list(self._leases.values())
+        leases = []
+        for lease in self._leases.values():
+            if lease.payload is None:  # (handed over: the request itself, if still alive)
+                ref = self._out.get(lease.key)
+                lease = lease._replace(payload=ref() if ref is not None else None)
+            leases.append(lease)
         self._leases.clear()
         self._out.clear()
         self._base.clear()
@@ -719,11 +726,11 @@ class OpicScheduler(BaseScheduler):
         the lease's, if they left it out), or ``None``, with an error, if this spider's code
         cannot rebuild it (written by other spider code)."""
         if not isinstance(payload, (bytes, dict)):
-            # Kept in memory: hand out a copy. Scrapy's components change a request's meta on
-            # its way (a continuous crawl keeps the stored one for the page's next fetch), and
-            # only the engine may hold the one handed out, so that its loss is seen
-            # (_settle_lost).
-            return payload.replace()
+            # Kept in memory. Unless the frontier handed it over (it keeps no reference to it),
+            # hand out a copy: Scrapy's components change a request's meta on its way (a
+            # continuous crawl keeps the stored one for the page's next fetch), and only the
+            # engine may hold the one handed out, so that its loss is seen (_settle_lost).
+            return payload if self._handed_over else payload.replace()
         try:
             if isinstance(payload, bytes):
                 return decode_request(payload, url, self.spider)
@@ -735,6 +742,10 @@ class OpicScheduler(BaseScheduler):
     # -- leases -----------------------------------------------------------------------------
     def _hold(self, lease: Lease) -> None:
         self._end(lease.key)  # a page whose lease lapsed, popped again: one lease
+        if self._handed_over and not isinstance(lease.payload, (bytes, dict)):
+            # The request handed out: only the engine may hold it, so that its loss is seen
+            # (_settle_lost). (_hand_back gives it back to the frontier with the lease.)
+            lease = lease._replace(payload=None)
         self._leases[lease.key] = lease
         slot = lease.slot
         n = self._slot_load[slot] = self._slot_load.get(slot, 0) + 1

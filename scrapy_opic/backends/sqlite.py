@@ -1225,14 +1225,26 @@ class SqliteFrontier(MemoryFrontier):
         self._dirty.add(i >> BLOCK_SHIFT)
 
     # -- payloads: rows of the store ---------------------------------------------------------
+    # Without persisted requests, each pending page's key and payload wait in _cache (the key
+    # at hand: a lease needs it, and the key of a page written at a checkpoint would otherwise
+    # be read back from the file). In a one-pass crawl a payload is handed over with its
+    # lease (hands_over_payloads): the frontier keeps no reference to it, so the scheduler
+    # hands out the object itself, without a copy.
+    @property
+    def hands_over_payloads(self) -> bool:
+        """A payload object a pop hands out is the caller's: the frontier keeps none (a
+        one-pass crawl; a continuous one keeps it for the page's refetches)."""
+        return not self.continuous
+
     def _has_payload(self, i: int) -> bool:
-        return self.tier[i] != 0 if self._persist else i in self.payloads
+        return self.tier[i] != 0  # (a tier code: pending or in flight, with its payload)
 
     def _keep(self, i: int, payload: Any, key: Hashable = None) -> None:
-        if not self._persist:
-            self.payloads[i] = payload
-            return
         if key is None:
+            key = self.engine.key_of(i)
+        if not self._persist:
+            self._cache[i] = (key, payload)
+            return
             key = self.engine.key_of(i)
         data = self._encode(payload)
         self.store.put_request(i, key, data)
@@ -1253,16 +1265,16 @@ class SqliteFrontier(MemoryFrontier):
             return None, DAMAGED_ROW
 
     def _stored_parts(self, i: int) -> tuple[Hashable, Any]:
-        if not self._persist:
-            return super()._lease_parts(i)
-        payload = self.payloads.get(i)
-        if payload is not None:
-            return self.engine.key_of(i), payload
-        cached = self._cache.get(i)
+        handed = not self.continuous  # (handed out for good: no place kept for it here)
+        if self._persist:
+            payload = self.payloads.pop(i, None) if handed else self.payloads.get(i)
+            if payload is not None:  # (not serializable: in memory only)
+                return self.engine.key_of(i), payload
+        cached = self._cache.pop(i, None) if handed else self._cache.get(i)
         if cached is not None:
-            if not self.continuous:  # handed out for good: its memory place can serve another
-                del self._cache[i]
             return cached
+        if not self._persist:
+            return self.engine.key_of(i), MISSING
         row = self.store.get_request(i)
         if row is None or row[1] is None:
             return (None if row is None else row[0]), MISSING
@@ -1273,6 +1285,15 @@ class SqliteFrontier(MemoryFrontier):
         self._cache.pop(i, None)
         if self._persist:
             self.store.del_request(i)
+
+    def release(self, leases: Iterable[Lease]) -> int:
+        leases = list(leases)
+        if not self._persist:  # a payload handed over comes back with its lease
+            for lease in leases:
+                i = self._held(lease)
+                if i is not None and i not in self._cache and lease.payload is not None:
+                    self._cache[i] = (lease.key, lease.payload)
+        return super().release(leases)
 
     def _drop_payloads(self) -> None:
         super()._drop_payloads()
