@@ -65,7 +65,7 @@ from typing import Any
 import numpy as np
 from sqlitedict import SqliteDict
 
-from ..opic.constants import DAMAGED, ERROR, PENDING, STATUSES, VISITED
+from ..opic.constants import DAMAGED, DISCOVERED, ERROR, PENDING, STATUSES, VISITED
 from ..opic.engine import OpicEngine
 from ..opic.frontier import Entry, Lease, MemoryFrontier
 from ..opic.index import KeyIndex, key_hash
@@ -435,6 +435,10 @@ class SqliteStore:
         self.last_commit: dict[str, float] = {}
         # Request rows not queued yet: page -> (id, key, data, crc), or None (deleted).
         self._requests: dict[int, tuple | None] = {}
+        # The pages of _requests that had no row before it: deleted before they are queued,
+        # they need no statement at all (in a one-pass crawl, most requests are popped soon
+        # after they are filed).
+        self._new_rows: set[int] = set()
 
     def check(self) -> None:
         """Raise :class:`StoreError` if sqlitedict's writer thread failed or died (a full disk,
@@ -472,9 +476,11 @@ class SqliteStore:
     # of each page winning (a row, or None: deleted), and written by one executemany per
     # REQUEST_BATCH changes and at every commit, not one queued statement each. They would be
     # lost with the process all the same until the next commit.
-    def put_request(self, i: int, key: Hashable, data: bytes | None) -> None:
+    def put_request(self, i: int, key: Hashable, data: bytes | None, new: bool = False) -> None:
         """Page ``i`` waits with the request ``data`` (``None``: one that could not be
-        serialized, which a restart loses)."""
+        serialized, which a restart loses); ``new``: the page has no request row yet."""
+        if new and i not in self._requests:
+            self._new_rows.add(i)
         self._requests[i] = (i, key, data, row_crc(key, data))
         if len(self._requests) >= REQUEST_BATCH:
             self._flush_requests()
@@ -496,6 +502,10 @@ class SqliteStore:
         return row[0], row[1]
 
     def del_request(self, i: int) -> None:
+        if i in self._new_rows:  # (never queued: nothing to delete)
+            self._new_rows.discard(i)
+            del self._requests[i]
+            return
         self._requests[i] = None
         if len(self._requests) >= REQUEST_BATCH:
             self._flush_requests()
@@ -503,6 +513,7 @@ class SqliteStore:
     def _flush_requests(self) -> None:
         """Queue the request rows changed since the last flush."""
         changes, self._requests = self._requests, {}
+        self._new_rows = set()
         rows = [row for row in changes.values() if row is not None]
         gone = [(i,) for i, row in changes.items() if row is None]
         with self._io():
@@ -1245,9 +1256,9 @@ class SqliteFrontier(MemoryFrontier):
         if not self._persist:
             self._cache[i] = (key, payload)
             return
-            key = self.engine.key_of(i)
         data = self._encode(payload)
-        self.store.put_request(i, key, data)
+        # (A page neither pending nor in flight has no request row: a new schedule.)
+        self.store.put_request(i, key, data, new=self.status[i] in (DISCOVERED, VISITED))
         if data is None:  # cannot be serialized: in memory only (given up after a restart)
             self.payloads[i] = payload
             self._cache.pop(i, None)
