@@ -184,3 +184,22 @@ def test_scale_web_is_a_tree_with_back_links_to_ancestors():
     pages = [int(h.rsplit("/", 1)[1]) for h in hrefs]
     assert pages == [22, 23, 24, 2, 0]  # children 7*3+1.., then parent 2, grandparent 0 (root)
     assert mod.page_url(5, hosts=3) == "http://h2.web.test/p/5"
+
+
+def test_crawl_cost_smoke(tmp_path):
+    mod = load("crawl_cost")
+    out = tmp_path / "crawl_cost.md"
+    args = ["--pages", "60", "--hosts", "2", "--concurrency", "4", "--repeats", "2"]
+    assert mod.main([*args, "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "python benchmarks/crawl_cost.py --pages 60 --hosts 2" in text
+    rows = [ln for ln in text.splitlines() if re.match(r"\| \d \|", ln)]
+    assert len(rows) == 2 and "Median pages/s ratio" in text and "median CPU ratio" in text
+
+
+def test_boost_smoke(tmp_path):
+    mod = load("boost")
+    out = tmp_path / "boost.md"
+    assert mod.main(["--pages", "60", "--boosts", "5", "--first", "10", "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "| no focus |" in text and "| 5 |" in text and "/10 |" in text
