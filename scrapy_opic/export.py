@@ -42,6 +42,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import json
+import math
 import os
 import re
 import stat
@@ -58,7 +59,7 @@ import numpy as np
 from .backends import StoreError, is_redis_location, masked_url, split_location
 from .backends.sqlite import StateReader
 from .formats import output_format
-from .opic.constants import DEAD, IN_FLIGHT, OK, PENDING, STATUSES, outcome_name
+from .opic.constants import DEAD, IN_FLIGHT, NO_OUTCOME, OK, PENDING, STATUSES, outcome_name
 from .opic.engine import OpicEngine
 from .opic.links import crawl_graph
 from .opic.pagerank import pagerank
@@ -292,26 +293,43 @@ class OpicState:
         parts = [cols["f.outcome"] == OK for _lo, cols in self._reader.columns(["f.outcome"])]
         return np.concatenate(parts) if parts else np.zeros(0, bool)
 
-    def distribution(self, bins: int = 2000) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The importance distribution in bounded memory: ``(edges, fetched, not_fetched)``,
-        page counts per logarithmic bin of importance (``bins`` bins from the smallest
-        importance a page can have, the teleport share ``a / n``, to 1), for a rank plot."""
+    def distribution(
+        self, bins: int = 2000
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The importance distribution in bounded memory: ``(edges, fetched, not_yet,
+        not_fetched)``, page counts per logarithmic bin of importance (``bins`` bins from the
+        smallest importance a page can have, the teleport share ``a / n``, to 1), for a rank
+        plot: pages whose last fetch was parsed (status ``ok``), pages never fetched yet (no
+        status), and the others (failed, gone, refused, redirected: a status but not ``ok``)."""
         n = self.n
         if self._total is None:
             self._scan()
         low = max(self.engine.teleport_share() / max(n, 1), 1e-300) * 0.999
         edges = np.geomspace(low, 1.0, bins + 1)
         fetched = np.zeros(bins, np.int64)
+        not_yet = np.zeros(bins, np.int64)
         other = np.zeros(bins, np.int64)
         for _lo, cols, _e, est in self._batches():
             k = np.clip(np.searchsorted(edges, self._mix(est), side="right") - 1, 0, bins - 1)
-            ok = cols["f.outcome"] == OK
+            outcome = cols["f.outcome"]
+            ok, never = outcome == OK, outcome == NO_OUTCOME
             fetched += np.bincount(k[ok], minlength=bins)
-            other += np.bincount(k[~ok], minlength=bins)
-        return edges, fetched, other
+            not_yet += np.bincount(k[never], minlength=bins)
+            other += np.bincount(k[~ok & ~never], minlength=bins)
+        return edges, fetched, not_yet, other
 
     def stats(self) -> dict[str, float]:
-        return self.engine.stats()
+        """The crawl's figures as the scheduler reports them: ``fetched`` is the pages whose
+        last fetch was parsed (the ``fetched`` column's true rows: one meaning everywhere)."""
+        out = self.engine.stats()
+        fetched = getattr(self._reader, "fetched", None)
+        if fetched is None:  # (a state saved before the figure was kept, a Redis crawl)
+            fetched = int(self.fetched_mask().sum())
+        out["fetched"] = fetched
+        failed = getattr(self._reader, "failed_visits", None)
+        if failed is not None:
+            out["failed_visits"] = failed
+        return out
 
     def total_cash(self) -> float:
         """All cash, the virtual page's included (1 up to rounding): one pass over the pages."""
@@ -654,6 +672,76 @@ def write_export(
         return _write_rows(fh, fmt, columns, chunks)
 
 
+def read_items(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """The items of a feed a crawl wrote (JSON Lines: ``.jsonl``, ``.jl``, ``.jsonlines``; or
+    CSV), in its order. :class:`ValueError` (one line) for another format or a bad line."""
+    name = str(path)
+    fmt = "csv" if name.lower().endswith(".csv") else None
+    if fmt is None and not name.lower().endswith((".jsonl", ".jl", ".jsonlines")):
+        raise ValueError(f"{name}: items must be JSON Lines (.jsonl, .jl) or CSV (.csv)")
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            if fmt == "csv":
+                return list(csv.DictReader(fh))
+            items = []
+            for k, line in enumerate(fh, 1):
+                if line.strip():
+                    item = json.loads(line)
+                    if not isinstance(item, dict):
+                        raise ValueError(f"line {k} is not an object")
+                    items.append(item)
+            return items
+    except OSError as exc:
+        raise OSError(f"cannot read {name}: {exc.strerror or exc}") from None
+    except ValueError as exc:  # (json.JSONDecodeError too)
+        raise ValueError(f"{name}: not JSON Lines ({exc})") from None
+
+
+def join_items(
+    state: OpicState,
+    items: Iterable[dict[str, Any]],
+    url_field: str = "url",
+    field: str = "importance",
+) -> list[dict[str, Any]]:
+    """``items`` (dicts, as a feed holds them) with their page's importance in the state (its
+    final value, where ``OPIC_ITEM_FIELD`` holds the estimate at the page's visit), in
+    ``field``, most important first: an item's page is the state's page whose URL is the item's
+    ``url_field`` (without its ``#fragment``). Items whose page the state does not know come last,
+    in their order, with ``None``. One pass over the state's pages; the items are in memory."""
+    items = list(items)
+    wanted: dict[str, float | None] = {}
+    for item in items:
+        url = item.get(url_field)
+        if isinstance(url, str):
+            wanted[url.partition("#")[0]] = None
+    for chunk in state.page_chunks():
+        for p in chunk:
+            if p.url in wanted:
+                wanted[p.url] = p.importance
+    out = []
+    for item in items:
+        url = item.get(url_field)
+        value = wanted.get(url.partition("#")[0]) if isinstance(url, str) else None
+        out.append({**item, field: value})
+    out.sort(key=lambda item: -item[field] if item[field] is not None else math.inf)
+    return out
+
+
+def write_items(items: list[dict[str, Any]], out: str, fmt: str | None = None) -> int:
+    """``items`` to ``out`` (CSV: the union of their keys, in order of first appearance; JSON
+    Lines: one object each), through :func:`output_file`; returns how many."""
+    fmt = output_format(out, fmt)
+    with output_file(out) as fh:
+        if fmt == "csv":
+            columns = list(dict.fromkeys(k for item in items for k in item))
+            writer = csv.DictWriter(fh, columns, lineterminator="\n")
+            writer.writeheader()
+            writer.writerows(items)
+        else:
+            fh.writelines(json.dumps(item, ensure_ascii=False) + "\n" for item in items)
+    return len(items)
+
+
 def write_importance(state: OpicState, out: str) -> int:
     """Every page to ``out`` (the first release's API; see :func:`write_export`)."""
     return write_export(state, out)
@@ -713,10 +801,13 @@ __all__ = [
     "display_url",
     "format_table",
     "host_of",
+    "join_items",
     "open_state",
     "output_file",
+    "read_items",
     "read_state",
     "registered_domain",
     "write_export",
     "write_importance",
+    "write_items",
 ]

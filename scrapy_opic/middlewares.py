@@ -5,6 +5,8 @@ middleware numbered above, Scrapy's Depth (900) and UrlLength (800) filters, a p
 middlewares (543 in Scrapy's template) and DeltaFetch-like filters (100), so it sees exactly the
 requests that go on to the scheduler). It buffers the callback's output, turns every request
 into a page (its fingerprint), and pays the parent's cash out over them in one step: the visit.
+Links whose URL matches ``OPIC_BOOST_PATTERNS`` weigh ``1 + OPIC_BOOST`` times a plain link
+(:func:`~scrapy_opic.opic.frontier.boosted_weight`).
 Requests to hosts the spider does not allow (Scrapy's OffsiteMiddleware drops them before the
 scheduler sees them) are left out of the out-degree (``OPIC_REFUSED_LINKS = "ignore"``) or give
 their share to the virtual page (``"virtual"``). A page links to another page once, however
@@ -28,6 +30,7 @@ from scrapy import Request, signals
 from scrapy.downloadermiddlewares.offsite import OffsiteMiddleware
 from scrapy.utils.httpobj import urlparse_cached
 
+from .opic.frontier import boosted_weight
 from .scheduler import OpicScheduler, prepare
 from .settings import OpicSettings
 
@@ -59,7 +62,8 @@ class OpicSpiderMiddleware:
 
     # The whole output is buffered: the visit pays all the followed links at once. If the
     # callback raises part-way, what it yielded before still goes on (as without OPIC) and is
-    # paid for, then the exception goes on to the middlewares below.
+    # paid for, the page's status is spider_error (as for a callback that raises before
+    # yielding), then the exception goes on to the middlewares below.
     # (Scrapy runs the process_spider_exception chain, ours included, before the exception
     # reaches the loop below: ``_collecting`` tells ours to leave the page to the loop, which
     # pays the links yielded so far.)
@@ -72,7 +76,7 @@ class OpicSpiderMiddleware:
             for o in result:
                 out.append(o)
         except Exception:
-            self._settle(response, out)
+            self._settle(response, out, failed=True)
             yield from out
             raise
         finally:
@@ -89,7 +93,7 @@ class OpicSpiderMiddleware:
             async for o in result:
                 out.append(o)
         except Exception:
-            self._settle(response, out)
+            self._settle(response, out, failed=True)
             for o in out:
                 yield o
             raise
@@ -108,44 +112,55 @@ class OpicSpiderMiddleware:
         if scheduler is not None:
             scheduler.settle_callback_error(response.request, exception)
 
-    def _follows(self, request: Request) -> bool:
-        return bool(
-            request.dont_filter
-            or request.meta.get("allow_offsite")
-            or self._offsite.should_follow(request, self.crawler.spider)
-        )
-
-    def _settle(self, response: Response, out: list[Any]) -> None:
-        """The visit of the response's page: one payout over the links it follows."""
+    def _settle(self, response: Response, out: list[Any], failed: bool = False) -> None:
+        """The visit of the response's page: one payout over the links it follows. ``failed``:
+        the callback raised after yielding ``out`` (the page's status is ``spider_error``, its
+        links found so far are paid all the same)."""
         scheduler = OpicScheduler.of(self.crawler)
         if scheduler is None:
             return
         s = self.settings
-        host = urlparse_cached(response).hostname
+        spider = self.crawler.spider
+        should_follow = self._offsite.should_follow
+        patterns = s.boost_patterns
+        virtual = s.refused_links == "virtual"
+        plain = s.internal_weight == s.external_weight == 1.0 and not virtual and not patterns
+        page_host = urlparse_cached(response).hostname
+        follows: dict[str | None, bool] = {}  # host -> Scrapy follows it (asked once per host)
         followed: list[Request] = []
         weights: list[float] = []
-        boosts: list[float] = []
         refused: list[tuple[Request, float]] = []
-        virtual = s.refused_links == "virtual"
         for o in out:
             if not isinstance(o, Request):
                 continue
-            internal = urlparse_cached(o).hostname == host
-            weight = s.internal_weight if internal else s.external_weight
-            if not self._follows(o):
+            host = urlparse_cached(o).hostname
+            if o.dont_filter or o.meta.get("allow_offsite"):
+                ok = True
+            else:
+                # (OffsiteMiddleware.should_follow reads the request's host name alone.)
+                ok = follows.get(host)
+                if ok is None:
+                    ok = follows[host] = should_follow(o, spider)
+            if plain:
+                if ok:
+                    followed.append(o)
+                continue
+            weight = s.internal_weight if host == page_host else s.external_weight
+            if not ok:
                 if virtual:
                     refused.append((o, weight))
                 continue
             followed.append(o)
+            if patterns and any(p.search(o.url) for p in patterns):
+                weight = boosted_weight(weight, s.boost)
             weights.append(weight)
-            boosts.append(s.boost if any(p.search(o.url) for p in s.boost_patterns) else 0.0)
-        plain = s.internal_weight == s.external_weight == 1.0 and s.refused_links == "ignore"
         importance = scheduler.settle_visit(
             response.request,
             followed,
             weights=None if plain else weights,
-            boosts=boosts if s.boost_patterns else None,
+            boosts=None,
             refused=refused,
+            failed=failed,
         )
         if s.item_field and importance is not None:
             self._stamp(out, importance)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .backends import masked_url
 from .export import OpicState, output_file
 
 _STYLE = """
@@ -46,14 +47,19 @@ def _plots(state: OpicState) -> list[tuple[str, str, str]]:
     out = []
     # Page counts per importance bin (bounded memory at any size): a bin's rank is the number
     # of pages above it, so the points are the rank plot's, one per bin that has pages.
-    edges, fetched, other = state.distribution()
+    edges, fetched, not_yet, other = state.distribution()
     mid = np.sqrt(edges[:-1] * edges[1:])
-    above = np.cumsum((fetched + other)[::-1])[::-1]  # pages in this bin or higher
+    above = np.cumsum((fetched + not_yet + other)[::-1])[::-1]  # pages in this bin or higher
     fig = Figure(figsize=(5.0, 3.6))
     ax = fig.subplots()
-    f_ok, o_ok = fetched > 0, other > 0
-    ax.loglog(above[f_ok], mid[f_ok], ".", ms=3, label="fetched")
-    ax.loglog(above[o_ok], mid[o_ok], ".", ms=3, alpha=0.6, label="not fetched")
+    for counts, label, alpha in (
+        (fetched, "fetched", 1.0),
+        (not_yet, "not fetched yet", 0.6),
+        (other, "failed, gone or refused", 0.6),
+    ):
+        has = counts > 0
+        if has.any():
+            ax.loglog(above[has], mid[has], ".", ms=3, alpha=alpha, label=label)
     ax.set_xlabel("rank")
     ax.set_ylabel("importance")
     ax.set_title("Importance distribution")
@@ -63,18 +69,20 @@ def _plots(state: OpicState) -> list[tuple[str, str, str]]:
         (
             "importance distribution",
             "Importance of every known page against its rank (log-log). A power law is a "
-            "straight line; pages not fetched yet hold only the cash their parents paid them.",
+            "straight line; pages not fetched yet hold only the cash their parents paid them; "
+            "pages whose fetch failed, that are gone or were refused (404, robots.txt...) keep "
+            "the importance they had.",
             _figure_png(fig),
         )
     )
 
     series = state.series
-    if len(series) >= 1:
-        visits = np.array(series.column("visits"))
-        err = np.array(series.column("error_factor"))
+    visits = np.array(series.column("visits") if len(series) else [])
+    err = np.array(series.column("error_factor") if len(series) else [])
+    ok = (visits > 0) & (err > 0)
+    if ok.any():  # (a crawl without a visit yet has nothing to draw on log axes)
         fig = Figure(figsize=(5.0, 3.6))
         ax = fig.subplots()
-        ok = (visits > 0) & (err > 0)
         ax.loglog(visits[ok], err[ok], "-o", ms=3, label="error factor 1/G")
         ax.set_xlabel("visits")
         ax.xaxis.set_minor_formatter(NullFormatter())  # decade labels only: no overlaps
@@ -184,7 +192,7 @@ def build_report(state: OpicState, top: int = 25, title: str | None = None) -> s
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>{_STYLE}</style></head><body>
 <h1>{html.escape(title)}</h1>
-<p>State <code>{html.escape(str(state.path))}</code>, read {now}.
+<p>State <code>{html.escape(masked_url(str(state.path)))}</code>, read {now}.
 Importance is each page's share of all history (OPIC), normalised to sum 1 over known pages.</p>
 <h2>The crawl</h2>
 {_table(["figure", "value"], [[html.escape(a), b] for a, b in figures], {1})}

@@ -54,20 +54,26 @@ call per event would cost more than the pop itself.
 from __future__ import annotations
 
 import copy
+import functools
+import inspect
 import logging
 import pickle
+import sys
+import threading
 import time
 import weakref
 from collections import defaultdict, deque
-from collections.abc import Collection, Hashable
+from collections.abc import Callable, Collection, Hashable
 from typing import TYPE_CHECKING, Any
 from weakref import WeakKeyDictionary
 
 from scrapy import exceptions as scrapy_exceptions
+from scrapy import signals
 from scrapy.core.scheduler import BaseScheduler
 from scrapy.dupefilters import RFPDupeFilter
 from scrapy.exceptions import IgnoreRequest
 from scrapy.spidermiddlewares.httperror import HttpError
+from scrapy.utils.defer import deferred_from_coro
 from scrapy.utils.misc import build_from_crawler, load_object
 from scrapy.utils.request import request_from_dict
 from twisted.internet import defer, task
@@ -284,6 +290,59 @@ def prepare(crawler: Crawler) -> OpicSettings:
     return settings
 
 
+#: Scrapy's own commands that run a spider but are not crawls: they read and write no OPIC
+#: state (its file, its JOBDIR, its Redis crawl), so that ``scrapy parse URL`` does not
+#: replace the last crawl's state, nor ``scrapy fetch`` create one. (``crawl``, ``runspider``,
+#: a project's own commands and scripts keep the state as the settings say.)
+STATELESS_COMMANDS = frozenset(("parse", "fetch", "shell", "view", "check", "bench"))
+
+
+def scrapy_command() -> str | None:
+    """The name of the command Scrapy's command line runs in this process (``scrapy parse
+    ...``: ``"parse"``), or ``None`` if Scrapy's command line did not start it (a script with
+    ``CrawlerProcess``, a test). Read from the main thread's stack, where
+    ``scrapy.cmdline.execute`` runs the command (``scrapy shell`` crawls in another thread):
+    the command name is not in ``sys.argv`` any more, and not in the settings."""
+    main = threading.main_thread().ident
+    frame = sys._current_frames().get(main) if main is not None else None
+    while frame is not None:
+        if frame.f_code.co_name == "execute" and frame.f_globals.get("__name__") == (
+            "scrapy.cmdline"
+        ):
+            name = frame.f_locals.get("cmdname")
+            return name if isinstance(name, str) else None
+        frame = frame.f_back
+    return None
+
+
+#: The close reason of a crawl whose frontier's store failed (a full disk...).
+STORE_FAILED = "opic_store_failed"
+
+
+def _guarded(default: Any = None) -> Callable:
+    """An entry point of the scheduler (Scrapy's engine, the middlewares and the extension call
+    it) that never raises a failure of the frontier's store into Scrapy: a
+    :class:`~scrapy_opic.backends.StoreError` (a write the disk refused, a writer thread that
+    died) stops the crawl (:meth:`OpicScheduler._stop`) and the call answers ``default``, as
+    every later call does. Raised into Scrapy, it would be logged with a traceback at each
+    call while the engine went on asking, the crawl hung at 0 pages/min."""
+
+    def wrap(method: Callable) -> Callable:
+        @functools.wraps(method)
+        def guarded(self: OpicScheduler, *args: Any, **kwargs: Any) -> Any:
+            if self._failed is not None:
+                return default
+            try:
+                return method(self, *args, **kwargs)
+            except StoreError as exc:
+                self._stop(exc)
+                return default
+
+        return guarded
+
+    return wrap
+
+
 class OutcomeErrback:
     """The errback of a request handed out by the scheduler: reports a failure that no
     middleware reported (an ``IgnoreRequest`` raised from a downloader middleware's
@@ -323,6 +382,10 @@ class OpicScheduler(BaseScheduler):
         self._dupefilter_debug = False
         self._logged_duplicate = False
         self._warned_unserializable = False
+        #: The pages whose request stays in this process's memory because it cannot be
+        #: serialized (with a JOBDIR: Scrapy counts its pushes and pops as memory ones).
+        self._memory_only: set[Hashable] = set()
+        self._unserializable: Request | None = None  # the last request _encode could not
         self._extra: deque[Request] = deque()  # fetched outside the frontier (dont_filter...)
         self._leases: dict[Hashable, Lease] = {}  # page key -> the lease this process holds
         #: page key -> a weak reference to the request its lease was handed out with (see
@@ -357,6 +420,10 @@ class OpicScheduler(BaseScheduler):
         self._ready: deque[Request] = deque()  # popped and prepared, to hand out first
         self._enqueued_where = self._dequeued_where = ""  # (set by open)
         self._claimed = False  # a prepared scheduler handed to Scrapy's engine
+        self._visit_outcome = True  # the frontier's visit takes an outcome (see open)
+        self._handed_over = False  # the frontier hands payloads over (see open, _decode)
+        self._failed: str | None = None  # why the frontier's store failed (see _stop)
+        self._closing = False
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> OpicScheduler:
@@ -399,11 +466,23 @@ class OpicScheduler(BaseScheduler):
     def _open_frontier(self, spider: Spider) -> None:
         self.spider = spider
         meta = {"spider": spider.name, "settings": self.settings.as_dict()}
-        self.frontier = open_frontier(self.settings, spider.name, self._encode, meta)
+        command = scrapy_command()
+        in_memory = command in STATELESS_COMMANDS
+        self.frontier = open_frontier(self.settings, spider.name, self._encode, meta, in_memory)
+        if in_memory:
+            logger.info(
+                "OPIC: `scrapy %s` reads and writes no OPIC state (crawl and runspider do): its "
+                "frontier is in memory",
+                command,
+            )
 
     def open(self, spider: Spider) -> Any:
         if self.frontier is None:  # (else prepare() opened it before Scrapy's engine existed)
             self._open_frontier(spider)
+        # (A frontier of the contract before visits had an outcome: the Redis backend's Lua
+        # engine, until its rewrite on the Python engine.)
+        self._visit_outcome = "outcome" in inspect.signature(self.frontier.visit).parameters
+        self._handed_over = bool(getattr(self.frontier, "hands_over_payloads", False))
         if hasattr(self.frontier, "ready"):  # checkpoints wait for the links visits paid
             unfiled = self._unfiled  # (not self: no cycle through the frontier)
             self.frontier.ready = lambda: not unfiled
@@ -436,7 +515,36 @@ class OpicScheduler(BaseScheduler):
             )
         return opened
 
+    def _stop(self, exc: StoreError) -> None:
+        """The frontier's store failed for good (a full disk, an I/O error, a writer thread that
+        died): say so in one error line and close the spider. Nothing more is written (the
+        store refuses every later write), so the state stays that of its last commit, and a
+        crawl with a JOBDIR resumes from it once the cause is gone. ``scrapy crawl`` then
+        exits with 1, as for a crawl that failed to start."""
+        if self._failed is not None:
+            return
+        self._failed = str(exc)
+        resume = " (resume it with the same JOBDIR once the cause is gone)"
+        logger.error(
+            "OPIC: %s: the crawl stops; its state is that of its last checkpoint%s",
+            exc,
+            resume if self.settings.jobdir else "",
+        )
+        crawler = self.crawler
+
+        def failed() -> None:
+            # Scrapy's crawler process counts a crawl whose crawler has no spider at the end as
+            # one that failed (bootstrap_failed): the command's exit code is then 1. (The
+            # engine has stopped: nothing reads the spider any more.)
+            crawler.spider = None
+
+        crawler.signals.connect(failed, signal=signals.engine_stopped, weak=False)
+        if not self._closing:
+            d = deferred_from_coro(crawler.engine.close_spider_async(reason=STORE_FAILED))
+            d.addErrback(lambda failure: None)  # (a spider closing already: nothing to do)
+
     def close(self, reason: str) -> Any:
+        self._closing = True
         if self._tick is not None and self._tick.running:
             self._tick.stop()
         frontier = self.frontier
@@ -445,48 +553,65 @@ class OpicScheduler(BaseScheduler):
             return self.df.close(reason) if self.df is not None else None
         try:
             try:
-                # What this process still holds goes back, cash intact. (Not settled as lost:
-                # a closing engine drops the requests it had not sent, and those pages are
-                # merely not fetched yet.)
-                leases = list(self._leases.values())
-                self._leases.clear()
-                self._out.clear()
-                self._base.clear()
-                self._clean.clear()
-                self._slot_load.clear()
-                self._downloaded.clear()
-                self._full.clear()
-                if leases and frontier.release(leases):
-                    logger.info("OPIC: %d pages in flight handed back", len(leases))
-                f = self.update_stats(closing=True)
-                logger.info(
-                    "OPIC scheduler closed (%s): %s%d pages known, %d fetched, %d visits, "
-                    "%d pending%s",
-                    reason,
-                    "the crawl has " if frontier.shared else "",
-                    f["pages"],
-                    f.get("fetched", 0),
-                    f.get("visits", 0),
-                    f["pending"],
-                    f"; this process made {frontier.round_trips} round trips"
-                    if frontier.shared
-                    else f"; total cash {self.stats.get_value('opic/total_cash'):.12f}",
-                )
+                if self._failed is None:
+                    self._hand_back(reason)
+            except StoreError as exc:
+                self._stop(exc)
             finally:
-                frontier.close([])
+                try:
+                    frontier.close([])  # the last checkpoint (none after a failure)
+                except StoreError as exc:
+                    self._stop(exc)
         finally:
             _RUNNING.pop(self.crawler, None)
             try:
-                self._export()
+                if self._failed is None:
+                    self._export()
             finally:
                 closed = self.df.close(reason) if self.df is not None else None
         return closed
+
+    def _hand_back(self, reason: str) -> None:
+        """At close: what this process still holds goes back, cash intact (not settled as
+        lost: a closing engine drops the requests it had not sent, and those pages are merely
+        not fetched yet); the final stats and their log line."""
+        frontier = self.frontier
+        leases = []
+        for lease in self._leases.values():
+            if lease.payload is None:  # (handed over: the request itself, if still alive)
+                ref = self._out.get(lease.key)
+                lease = lease._replace(payload=ref() if ref is not None else None)
+            leases.append(lease)
+        self._leases.clear()
+        self._out.clear()
+        self._base.clear()
+        self._clean.clear()
+        self._slot_load.clear()
+        self._downloaded.clear()
+        self._full.clear()
+        if leases and frontier.release(leases):
+            logger.info("OPIC: %d pages in flight handed back", len(leases))
+        f = self.update_stats(closing=True)
+        logger.info(
+            "OPIC scheduler closed (%s): %s%d pages known, %d fetched, %d visits, %d pending%s",
+            reason,
+            "the crawl has " if frontier.shared else "",
+            f["pages"],
+            f.get("fetched", 0),
+            f.get("visits", 0),
+            f["pending"],
+            f"; this process made {frontier.round_trips} round trips"
+            if frontier.shared
+            else f"; total cash {self.stats.get_value('opic/total_cash'):.12f}",
+        )
 
     def _maintain(self) -> None:
         """Every ``frontier.maintain_interval`` seconds: the frontier's upkeep (lease renewal,
         a checkpoint that is due) and the stats. An error is logged and retried at the next
         tick: a Redis hiccup must not stop the loop that renews the leases."""
         self._limits.clear()
+        if self._failed is not None:
+            return
         try:
             self._settle_lost()
             if self.frontier.shared:
@@ -495,6 +620,8 @@ class OpicScheduler(BaseScheduler):
             if self._starved and len(self.frontier):
                 self._nudge()
             self.update_stats()
+        except StoreError as exc:  # the store failed for good: the crawl stops
+            self._stop(exc)
         except Exception:
             logger.exception("OPIC: periodic upkeep of the frontier failed (will retry)")
 
@@ -524,7 +651,9 @@ class OpicScheduler(BaseScheduler):
                 logger.error("OPIC export to %s failed: %s", target, exc)
                 self.stats.inc_value("opic/export_failed")
             else:
-                logger.info("OPIC importance of %d rows exported to %s", n, target)
+                logger.info(
+                    "OPIC importance of %d row%s exported to %s", n, "" if n == 1 else "s", target
+                )
 
     # -- requests ---------------------------------------------------------------------------
     def _key(self, request: Request) -> bytes:
@@ -548,7 +677,7 @@ class OpicScheduler(BaseScheduler):
         warning, if it cannot be serialized); without its URL if it is ``url``, which the
         backend hands back with it (:attr:`Lease.url`)."""
         try:
-            return encode_request(request, self.spider, url)
+            data = encode_request(request, self.spider, url)
         except (ValueError, TypeError, AttributeError, pickle.PicklingError) as exc:
             # to_dict refuses a callback that is not a spider method (ValueError); pickle
             # refuses a lock or a lambda in meta or cb_kwargs (TypeError, PicklingError...).
@@ -561,19 +690,26 @@ class OpicScheduler(BaseScheduler):
                     request,
                     exc,
                 )
-            self.counts["opic/unserializable"] += 1
+            # (Scrapy's own stat for a request its disk queue refuses.)
+            self.counts["scheduler/unserializable"] += 1
+            if self.settings.store == "sqlite":  # (a shared frontier answers LOCAL for it)
+                self._unserializable = request
+                self._memory_only.add(self._key(request))
             return None
+        if self._memory_only:  # (a page that waited in memory may wait on disk again)
+            self._memory_only.discard(self._key(request))
+        return data
 
     def _decode(self, payload: Any, url: str | None = None) -> Request | None:
         """A lease's payload as a request: as stored, or rebuilt from its bytes (with ``url``,
         the lease's, if they left it out), or ``None``, with an error, if this spider's code
         cannot rebuild it (written by other spider code)."""
         if not isinstance(payload, (bytes, dict)):
-            # Kept in memory: hand out a copy. Scrapy's components change a request's meta on
-            # its way (a continuous crawl keeps the stored one for the page's next fetch), and
-            # only the engine may hold the one handed out, so that its loss is seen
-            # (_settle_lost).
-            return payload.replace()
+            # Kept in memory. Unless the frontier handed it over (it keeps no reference to it),
+            # hand out a copy: Scrapy's components change a request's meta on its way (a
+            # continuous crawl keeps the stored one for the page's next fetch), and only the
+            # engine may hold the one handed out, so that its loss is seen (_settle_lost).
+            return payload if self._handed_over else payload.replace()
         try:
             if isinstance(payload, bytes):
                 return decode_request(payload, url, self.spider)
@@ -585,6 +721,10 @@ class OpicScheduler(BaseScheduler):
     # -- leases -----------------------------------------------------------------------------
     def _hold(self, lease: Lease) -> None:
         self._end(lease.key)  # a page whose lease lapsed, popped again: one lease
+        if self._handed_over and not isinstance(lease.payload, (bytes, dict)):
+            # The request handed out: only the engine may hold it, so that its loss is seen
+            # (_settle_lost). (_hand_back gives it back to the frontier with the lease.)
+            lease = lease._replace(payload=None)
         self._leases[lease.key] = lease
         slot = lease.slot
         n = self._slot_load[slot] = self._slot_load.get(slot, 0) + 1
@@ -675,6 +815,7 @@ class OpicScheduler(BaseScheduler):
         return self._full
 
     # -- the scheduler interface -----------------------------------------------------------
+    @_guarded(False)
     def has_pending_requests(self) -> bool:
         # (Scrapy's engine asks only when its downloader and scraper are idle: a request handed
         # out and not freed by now is held by something else, or was dropped; see _settle_lost.)
@@ -682,6 +823,7 @@ class OpicScheduler(BaseScheduler):
             self._settle_lost()
         return bool(self._extra) or self.frontier.has_pending()
 
+    @_guarded(0)
     def __len__(self) -> int:
         return len(self._extra) + len(self.frontier)
 
@@ -698,6 +840,7 @@ class OpicScheduler(BaseScheduler):
             del meta["opic_id"]
             meta.pop("opic_lease", None)
 
+    @_guarded(False)
     def enqueue_request(self, request: Request) -> bool:
         if request is self._nudged:
             self._nudged = None
@@ -722,7 +865,7 @@ class OpicScheduler(BaseScheduler):
                 self.frontier.drop(self._key(request), url=_url(request))
                 return False
             self.counts["opic/enqueued"] += 1
-            self._count_enqueued()
+            self._count_enqueued(self._where(request))
             return True
         if code == LOCAL or (again and code == DUPLICATE):
             # Its page is pending or in flight (dont_filter: Scrapy would fetch it once more
@@ -769,7 +912,7 @@ class OpicScheduler(BaseScheduler):
             if code is not None:
                 self.counts["opic/redirected"] += 1
         if code in (SCHEDULED, FORWARDED):
-            self._count_enqueued()
+            self._count_enqueued(self._where(request))
             return True
         if code == LOCAL:
             self._extra.append(request)
@@ -777,6 +920,7 @@ class OpicScheduler(BaseScheduler):
             return True
         return False  # a stale lease, or a redirect to a page already known
 
+    @_guarded(None)
     def next_request(self) -> Request | None:
         if self._extra:
             self.counts["scheduler/dequeued"] += 1
@@ -814,7 +958,12 @@ class OpicScheduler(BaseScheduler):
             self._out[lease.key] = weakref.ref(request)
             self.counts["opic/popped"] += 1
             self.counts["scheduler/dequeued"] += 1
-            self.counts[self._dequeued_where] += 1
+            if self._memory_only and lease.key in self._memory_only:
+                if not self.frontier.continuous:  # (else it waits in memory again)
+                    self._memory_only.discard(lease.key)
+                self.counts["scheduler/dequeued/memory"] += 1
+            else:
+                self.counts[self._dequeued_where] += 1
             return request
         return None
 
@@ -857,6 +1006,7 @@ class OpicScheduler(BaseScheduler):
         return later
 
     # -- outcomes (called by the middlewares) -----------------------------------------------
+    @_guarded(None)
     def settle_visit(
         self,
         request: Request,
@@ -864,6 +1014,7 @@ class OpicScheduler(BaseScheduler):
         weights: list[float] | None,
         boosts: list[float] | None,
         refused: list[tuple[Request, float]] | None = None,
+        failed: bool = False,
     ) -> float | None:
         """The visit of ``request``'s page, which links to ``followed`` (the requests its
         callback yielded that Scrapy will follow): one payout over them, with ``weights`` and
@@ -876,7 +1027,8 @@ class OpicScheduler(BaseScheduler):
         text) are one link, with the largest of their weights and boosts, as in PageRank's
         graph of pages. Counting each would weigh a page's links by how many anchors it has.
         Returns the page's importance just after the visit if ``OPIC_ITEM_FIELD`` asks for it
-        (else, or if the page was not in flight here, ``None``)."""
+        (else, or if the page was not in flight here, ``None``). ``failed``: the callback raised
+        after yielding them, the page's outcome is ``spider_error``."""
         for o in followed:
             # A copy of the page's own request (pagination by response.request.replace) must
             # not pass for a retry or redirect of it, nor carry the errback wrapper.
@@ -930,9 +1082,13 @@ class OpicScheduler(BaseScheduler):
         # The lease ends here whatever the call does: if the frontier fails now, the page is
         # not renewed any more (with Redis it goes back to the frontier when its lease expires).
         later = self._end_with(lease.key)
-        visit = self.frontier.visit(
-            lease, links, virtual_weight, importance=bool(self.settings.item_field), payload=later
-        )
+        importance = bool(self.settings.item_field)
+        if failed and self._visit_outcome:
+            visit = self.frontier.visit(
+                lease, links, virtual_weight, importance, later, outcome=SPIDER_ERROR
+            )
+        else:
+            visit = self.frontier.visit(lease, links, virtual_weight, importance, later)
         if visit is None:  # the lease had expired: another process fetches the page
             self.counts["opic/stale"] += 1
             return None
@@ -950,6 +1106,7 @@ class OpicScheduler(BaseScheduler):
                 self._unfiled.add(o)
         return visit.importance
 
+    @_guarded(None)
     def settle_callback_error(self, request: Request, exception: BaseException) -> None:
         """The callback of ``request``'s page raised before yielding anything (or Scrapy's
         HttpErrorMiddleware refused the response: ``HttpError``): a visit with no out-links,
@@ -963,6 +1120,7 @@ class OpicScheduler(BaseScheduler):
             if self.frontier.fail(lease, outcome, later):
                 self.counts["opic/failed"] += 1
 
+    @_guarded(None)
     def settle_failure(self, request: Request, exception: BaseException) -> None:
         """The outcome of an in-flight request that ends in ``exception`` instead of a response
         to parse (the downloader middleware's and the errback's one rule), named by
@@ -985,16 +1143,24 @@ class OpicScheduler(BaseScheduler):
             self.counts["opic/failed"] += 1
 
     # -- stats and logs ------------------------------------------------------------------------
+    def _where(self, request: Request) -> str | None:
+        """``"memory"`` for a request just filed that could not be serialized (it waits in this
+        process's memory, as Scrapy's scheduler counts it), else ``None``: where the frontier
+        keeps its requests."""
+        if self._unserializable is request:
+            self._unserializable = None
+            return "memory"
+        return None
+
     def _count_enqueued(self, where: str | None = None) -> None:
         self.counts["scheduler/enqueued"] += 1
         self.counts[f"scheduler/enqueued/{where}" if where else self._enqueued_where] += 1
 
     def _log_duplicate(self, request: Request) -> None:
         """What Scrapy's RFPDupeFilter says of a duplicate: the ``dupefilter/filtered`` stat and
-        a debug line (the first only, or all with DUPEFILTER_DEBUG)."""
-        if self.df is not None:
-            self.df.log(request, self.spider)
-            return
+        a debug line (the first only, or all with DUPEFILTER_DEBUG). The frontier refused it,
+        not a project's own dupefilter: that one's ``log()`` is for the duplicates it saw (Scrapy
+        calls it for nothing else)."""
         self.counts["dupefilter/filtered"] += 1
         if self._dupefilter_debug or not self._logged_duplicate:
             self._logged_duplicate = True
@@ -1042,14 +1208,17 @@ class OpicScheduler(BaseScheduler):
             self._top_cost = self._top_at - now
         return self._top
 
+    @_guarded("OPIC: stopped (its state store failed)")
     def status_line(self) -> str:
         """The periodic OPIC log line (:class:`~scrapy_opic.extensions.OpicLogStats`)."""
         frontier = self.frontier
         f = frontier.figures()
         line = "OPIC" + (f" (Redis, {f['workers']} processes)" if frontier.shared else "")
+        failed = f.get("failed_visits")
         line += (
-            f": {f['fetched']} pages fetched ({f['visits']} visits), {f['pages']} known, "
-            f"{f['pending']} pending"
+            f": {f['fetched']} pages fetched ({f['visits']} visits"
+            + (f", {failed} of them failed" if failed else "")
+            + f"), {f['pages']} known, {f['pending']} pending"
         )
         if frontier.shared:
             line += f", {f['leases']} in flight in the crawl"

@@ -6,6 +6,9 @@ their settings from :meth:`OpicSettings.from_crawler`, which reads and checks ev
 per crawler; nothing else reads an ``OPIC_*`` setting. A bad value raises
 :class:`OpicSettingsError`, one line naming the setting, the value and what is allowed.
 
+A name that starts with ``OPIC_`` and is no setting of the table (``OPIC_EPSILLON``) is not
+ignored in silence: :func:`unknown_settings` names it with the closest setting, for a warning.
+
 Values given on the command line (``-s NAME=VALUE``) are strings: numbers and booleans are parsed
 from them, and list and dict settings accept JSON (``-s 'OPIC_BOOST_PATTERNS=["/news/"]'``), as
 Scrapy does for its own dict settings.
@@ -15,7 +18,9 @@ This module imports no backend and no Scrapy: reading settings loads nothing els
 
 from __future__ import annotations
 
+import difflib
 import json
+import logging
 import math
 import os
 import re
@@ -27,6 +32,8 @@ from weakref import WeakKeyDictionary
 from .backends import REDIS_SCHEMES, masked_url
 from .formats import output_format
 from .opic.window import WINDOW_FORMS, parse_window
+
+logger = logging.getLogger("scrapy_opic")
 
 
 class OpicSettingsError(ValueError):
@@ -240,6 +247,20 @@ SETTINGS: tuple[Setting, ...] = (
         _number(0.0, 1.0),
     ),
     Setting(
+        "OPIC_BACKOFF",
+        5.0,
+        "continuous crawls: seconds a page waits after a failed fetch before it may be fetched "
+        "again, doubled at each failure in a row (a host whose fetches keep failing waits as "
+        "long); 0 turns it off",
+        _number(0.0),
+    ),
+    Setting(
+        "OPIC_BACKOFF_MAX",
+        600.0,
+        "continuous crawls: the longest such wait, in seconds",
+        _number(0.0, open_low=True),
+    ),
+    Setting(
         "OPIC_WINDOW",
         None,
         "history window spec; None = 'unbounded' (one-pass) or 'interpolation:30' (continuous)",
@@ -257,13 +278,14 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "OPIC_BOOST_PATTERNS",
         [],
-        "regexes of URLs that get extra cash from the virtual page",
+        "regexes of URLs the crawl focuses on: links to them weigh more (OPIC_BOOST)",
         _patterns,
     ),
     Setting(
         "OPIC_BOOST",
         1.0,
-        "extra cash for a boosted link, as a multiple of its normal share",
+        "a link matching OPIC_BOOST_PATTERNS weighs 1 + OPIC_BOOST times a plain link in its "
+        "page's split of cash (and of importance)",
         _number(0.0),
     ),
     Setting("OPIC_SEED", None, "random seed of the random strategy", _optional(_integer(0))),
@@ -387,6 +409,8 @@ class OpicSettings:
     continuous: bool
     refresh: float
     discovery: float
+    backoff: float
+    backoff_max: float
     window: str
     refused_links: str
     internal_weight: float
@@ -467,6 +491,8 @@ class OpicSettings:
         cached = _BY_CRAWLER.get(crawler)
         if cached is None:
             cached = _BY_CRAWLER[crawler] = cls.from_settings(crawler.settings)
+            for line in unknown_settings(crawler.settings):
+                logger.warning("%s", line)
         return cached
 
     def as_dict(self) -> dict[str, Any]:
@@ -483,4 +509,32 @@ class OpicSettings:
 
 _BY_CRAWLER: WeakKeyDictionary[Any, OpicSettings] = WeakKeyDictionary()
 
-__all__ = ["DEFAULTS", "EXPORT_OPTIONS", "SETTINGS", "OpicSettings", "OpicSettingsError", "Setting"]
+
+def unknown_settings(settings: Any) -> list[str]:
+    """One line per name of ``settings`` (a Scrapy ``Settings``, with what ``-s`` and a
+    spider's ``custom_settings`` set, or a dict) that starts with ``OPIC_`` but is no OPIC
+    setting: a misspelling would otherwise be ignored without a word while every correct name
+    is checked. Each line names the closest setting, if one is close."""
+    known = [s.name for s in SETTINGS]
+    out = []
+    for name in sorted(str(n) for n in settings):
+        if not name.upper().startswith("OPIC_") or name in known:
+            continue
+        close = difflib.get_close_matches(name.upper(), known, n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]}?" if close else "no OPIC setting is close to it"
+        out.append(
+            f"{name} is not an OPIC setting and is ignored: {hint} (the OPIC_* settings are "
+            "listed in the README)"
+        )
+    return out
+
+
+__all__ = [
+    "DEFAULTS",
+    "EXPORT_OPTIONS",
+    "SETTINGS",
+    "OpicSettings",
+    "OpicSettingsError",
+    "Setting",
+    "unknown_settings",
+]

@@ -67,14 +67,38 @@ def open_frontier(
     spider_name: str,
     encode: Callable[[Any], bytes | None],
     meta: dict[str, Any],
+    in_memory: bool = False,
 ) -> Frontier:
     """Open the frontier of a spider's crawl as ``settings`` say: the embedded one (resumed from
     its JOBDIR state, or started afresh) or the crawl in Redis (created or joined).
     ``encode`` turns a payload into bytes for a backend that stores it; ``meta`` is kept with
-    the state for its readers."""
+    the state for its readers. ``in_memory``: a frontier of this process's memory alone, with
+    the same parameters, that reads and writes no state (a run that is not a crawl)."""
+    if in_memory:
+        return _open_memory(settings)
     if settings.store == "redis":
         return _open_redis(settings, spider_name, encode, meta)
     return _open_sqlite(settings, spider_name, encode, meta)
+
+
+def _open_memory(settings: OpicSettings) -> Frontier:
+    from .opic.engine import OpicEngine
+    from .opic.frontier import MemoryFrontier
+    from .opic.window import parse_window
+
+    engine = OpicEngine(
+        epsilon=settings.epsilon, refresh=settings.refresh, window=parse_window(settings.window)
+    )
+    engine.closed_links_virtual = settings.refused_links == "virtual"
+    frontier = MemoryFrontier(
+        engine,
+        settings.strategy,
+        settings.continuous,
+        settings.seed,
+        discovery=settings.discovery,
+    )
+    frontier.backoff, frontier.backoff_max = settings.backoff, settings.backoff_max
+    return frontier
 
 
 #: The settings a saved crawl must be resumed with: they are the formulas its numbers were
@@ -163,6 +187,7 @@ def _open_sqlite(
             path = first.with_name(f"{first.stem}-{k}{first.suffix}")
             continue
         frontier.discovery = settings.discovery
+        frontier.backoff, frontier.backoff_max = settings.backoff, settings.backoff_max
         frontier.engine.closed_links_virtual = settings.refused_links == "virtual"
         if path != first:
             logger.warning(
@@ -205,6 +230,7 @@ def _open_redis(
                 settings, spider_name, frontier.meta(), f"the crawl {key!r} on Redis {shown}"
             )
         frontier.discovery = settings.discovery
+        frontier.backoff, frontier.backoff_max = settings.backoff, settings.backoff_max
         frontier.closed_links_virtual = settings.refused_links == "virtual"
         created = frontier.open(
             epsilon=settings.epsilon,

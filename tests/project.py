@@ -46,6 +46,18 @@ class OtherSpider(SiteSpider):
 """
 
 
+def _limit_files(size: int):
+    def limit() -> None:  # (in the child, before exec)
+        import resource
+        import signal
+
+        # A write past the limit fails (EFBIG) instead of killing the process (SIGXFSZ).
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (size, resource.RLIM_INFINITY))
+
+    return limit
+
+
 @dataclass
 class Run:
     returncode: int
@@ -76,7 +88,16 @@ class Project:
         (self.root / "proj" / "settings.py").write_text(SETTINGS)
         (self.root / "proj" / "spiders" / "__init__.py").write_text(SPIDERS)
 
-    def scrapy(self, *args: str, timeout: float = 120, stdin: str | None = None) -> Run:
+    def scrapy(
+        self,
+        *args: str,
+        timeout: float = 120,
+        stdin: str | None = None,
+        file_size_limit: int | None = None,
+    ) -> Run:
+        """Run ``scrapy ARGS`` in the project. ``file_size_limit``: no file the process writes
+        may grow beyond that many bytes (``RLIMIT_FSIZE``: a write past it fails with EFBIG, as
+        one on a full disk fails with ENOSPC)."""
         env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
         proc = subprocess.run(
             [sys.executable, "-m", "scrapy", *args],
@@ -87,6 +108,7 @@ class Project:
             text=True,
             timeout=timeout,
             input=stdin,
+            preexec_fn=None if file_size_limit is None else _limit_files(file_size_limit),
         )
         return Run(proc.returncode, proc.stdout)
 

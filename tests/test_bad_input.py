@@ -47,6 +47,8 @@ BAD_VALUES = [
     ("OPIC_EXPORT", '{"out.csv": {"colour": "red"}}'),
     ("OPIC_REDIS_LEASE", "0"),
     ("OPIC_KEEP_LINKS", "maybe"),
+    ("OPIC_BACKOFF", "-1"),
+    ("OPIC_BACKOFF_MAX", "0"),
 ]
 
 

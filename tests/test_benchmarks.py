@@ -75,56 +75,22 @@ def test_redis_perf_smoke(tmp_path, redis_url):
     args = ["--pages", "120", "--delay", "0.005", "--processes", "1,2", "--memory-pages", "300"]
     assert mod.main([*args, "--redis", redis_url, "--out", str(tmp_path)]) == 0
     text = (tmp_path / "redis_perf.md").read_text()
-    assert "round trips/page" in text and "bytes** of Redis memory" in text
+    assert "round trips/page" in text and "bytes per visited page" in text
     data = json.loads((tmp_path / "redis_perf.json").read_text())
-    for row in data["scaling"]:
-        # Nobody died: nothing fetched twice (the control crawls the site once per process).
-        copies = row["processes"] if row["store"] == "independent" else 1
-        assert row["fetches"] == row["pages"] * copies
-        if row["store"] == "redis":
-            assert row["problems"] == [] and abs(row["total_cash"] - 1) < 1e-9
-            assert row["round_trips_per_page"] < 4
-    assert [m["visited"] for m in data["memory"]] == [300]
-    # The memory part alone, at two sizes: the scaling section of the full run is kept.
-    args = ["--memory-only", "--memory-pages", "200,300"]
-    assert mod.main([*args, "--redis", redis_url, "--out", str(tmp_path)]) == 0
-    again = (tmp_path / "redis_perf.md").read_text()
-    assert again.split("## Memory")[0] == text.split("## Memory")[0]
-    assert "200 pages:" in again and "300 pages:" in again and "--memory-only" in again
-    data = json.loads((tmp_path / "redis_perf.json").read_text())
-    assert [m["visited"] for m in data["memory"]] == [200, 300] and data["scaling"]
-
-
-def test_redis_perf_shards_smoke(tmp_path, redis_cluster_url):
-    """1 and 3 partitions on a Redis Cluster, the crawls only: the memory part of the last run
-    is kept as it was."""
-    pytest.importorskip("redis")
-    mod = load("redis_perf")
-    memory = "## Memory and server time per URL\n\nkept\n"
-    (tmp_path / "redis_perf.md").write_text("# old\n\n" + memory)
-    (tmp_path / "redis_perf.json").write_text(json.dumps({"scaling": [], "memory": [{"x": 1}]}))
-    args = ["--pages", "120", "--delay", "0.005", "--processes", "1,2", "--shards", "1,3"]
-    args += ["--scaling-only", "--redis", redis_cluster_url, "--out", str(tmp_path)]
-    assert mod.main(args) == 0
-    text = (tmp_path / "redis_perf.md").read_text()
-    assert text.endswith(memory) and "## Shards" in text and "--scaling-only" in text
-    assert "Projection to 10,000 pages/s" in text and "CPU µs/page per node" in text
-    assert "cores busy" in text
-    data = json.loads((tmp_path / "redis_perf.json").read_text())
-    assert data["memory"] == [{"x": 1}] and len(data["shards"]["nodes"]) == 3
-    rows = [r for r in data["scaling"] if r["store"] == "redis"]
-    assert [(r["shards"], r["processes"]) for r in rows] == [(1, 1), (1, 2), (3, 1), (3, 2)]
-    for row in rows:
-        assert row["fetches"] == row["pages"] == 120 == sum(row["partition_pages"])
-        assert row["problems"] == [] and abs(row["total_cash"] - 1) < 1e-9
-        assert len(row["nodes"]) == 3 and row["redis_cpu_usec_per_page"] > 0
-        if row["shards"] == 3:  # the key puts the partitions on the three nodes
-            assert len(set(row["partition_nodes"])) == 3
-    for row in data["scaling"]:  # the machine's CPU in the steady state, for every run
-        assert row["steady_cpu_ms_per_page"]["processes"] > 0 and row["steady_cores_busy"] > 0
-    # More than --memory-only and --scaling-only at once is refused.
-    with pytest.raises(SystemExit):
-        mod.main(["--memory-only", "--scaling-only", "--out", str(tmp_path)])
+    assert [(r["kind"], r["processes"]) for r in data["fleet"]] == [
+        ("redis", 1),
+        ("control", 1),
+        ("redis", 2),
+        ("control", 2),
+    ]
+    for row in data["fleet"]:
+        if row["kind"] == "redis":
+            assert row["fetches"] == 120 and abs(row["total_cash"] - 1) < 1e-9
+            assert row["redis_cpu_usec_per_page"] > 0 and row["round_trips_per_page"] > 0
+        else:
+            assert row["fetches"] == 120 * row["processes"]
+    (mem,) = data["memory"]
+    assert mem["visits"] == 300 and 0 < mem["bytes_per_visited_page"]
 
 
 def test_scale_crawl_smoke(tmp_path):
@@ -184,3 +150,22 @@ def test_scale_web_is_a_tree_with_back_links_to_ancestors():
     pages = [int(h.rsplit("/", 1)[1]) for h in hrefs]
     assert pages == [22, 23, 24, 2, 0]  # children 7*3+1.., then parent 2, grandparent 0 (root)
     assert mod.page_url(5, hosts=3) == "http://h2.web.test/p/5"
+
+
+def test_crawl_cost_smoke(tmp_path):
+    mod = load("crawl_cost")
+    out = tmp_path / "crawl_cost.md"
+    args = ["--pages", "60", "--hosts", "2", "--concurrency", "4", "--repeats", "2"]
+    assert mod.main([*args, "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "python benchmarks/crawl_cost.py --pages 60 --hosts 2" in text
+    rows = [ln for ln in text.splitlines() if re.match(r"\| \d \|", ln)]
+    assert len(rows) == 2 and "Median pages/s ratio" in text and "median CPU ratio" in text
+
+
+def test_boost_smoke(tmp_path):
+    mod = load("boost")
+    out = tmp_path / "boost.md"
+    assert mod.main(["--pages", "60", "--boosts", "5", "--first", "10", "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "| no focus |" in text and "| 5 |" in text and "/10 |" in text

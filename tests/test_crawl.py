@@ -354,14 +354,27 @@ def test_links_scrapy_drops_later_in_the_chain_are_never_pages(tmp_path, graph):
 
 
 def test_links_yielded_before_a_callback_error_are_followed_and_paid(tmp_path, graph):
-    """A callback that raises after yielding its links: as without OPIC, the links go on, and
-    the page's visit pays them (not a failed visit that sends its cash to the virtual page)."""
+    """A callback that raises after yielding its links (a generator, the usual form): as
+    without OPIC, the links go on, and the page's visit pays them (not a failed visit that
+    sends its cash to the virtual page); its status is spider_error all the same, as for a
+    callback that raises before yielding, and it is not counted fetched."""
+    from scrapy_opic.export import open_state
+
     with Site(graph) as site:
-        items, stats = crawl(tmp_path, site.url(0), raise_on=[site.url(0)], CONCURRENT_REQUESTS=4)
-    assert stats["spider_exceptions/count"] == 1
+        items, stats = crawl(
+            tmp_path, site.url(0), raise_on=[site.url(0), site.url(5)], CONCURRENT_REQUESTS=4
+        )
+    assert stats["spider_exceptions/count"] == 2
     assert len({r["url"] for r in items}) == graph.n  # the start page's links were followed
     assert stats.get("opic/failed", 0) == 0 and stats["opic/visits"] == graph.n
     assert stats["opic/total_cash"] == pytest.approx(1.0, abs=1e-9)
+    with open_state(tmp_path / ".scrapy" / "opic" / "site.sqlite") as state:
+        pages = {node(p.url): p for p in state.pages()}
+        figures = state.stats()
+    assert pages[0].status == pages[5].status == "spider_error"
+    assert not pages[0].fetched and pages[0].visits == 1
+    assert sum(p.fetched for p in pages.values()) == graph.n - 2
+    assert figures["fetched"] == stats["opic/fetched"] == graph.n - 2
 
 
 @pytest.mark.parametrize("continuous", [False, True], ids=["one-pass", "continuous"])
@@ -456,12 +469,61 @@ def test_a_request_dropped_with_no_outcome_closes_its_page_and_the_crawl_ends(
     if store == "redis":
         import redis
 
-        from scrapy_opic.backends.redis import RedisFrontier
+        from scrapy_opic.backends.redis import RedisFrontier, read_figures
+        from tests.test_redis import check
 
         client = redis.Redis.from_url(location.split("#")[0])
-        frontier = RedisFrontier(client, key)
         try:
-            assert frontier.status()["leases"] == 0 and frontier.check() == []
+            assert read_figures(client, key)["in_flight"] == 0 and check(client, key) == []
         finally:
-            frontier.clear()
+            RedisFrontier(client, key).clear()
             client.close()
+
+
+def test_a_continuous_crawl_backs_off_from_a_host_that_never_answers(tmp_path):
+    """A continuous crawl whose start page is on a port where nothing listens: each fetch
+    fails at once, and the page waits OPIC_BACKOFF, doubled at each failure, before it is
+    tried again. In E seconds a backoff of b seconds allows at most log2(E / b + 1) + 1 tries
+    (0, b, 3b, 7b...), however fast or slow the machine; without it the crawl asked again and
+    again (130 tries in 40 s)."""
+    import math
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # free, and nothing listens once the socket is closed
+    items, stats = crawl(
+        tmp_path,
+        f"http://127.0.0.1:{port}/",
+        OPIC_CONTINUOUS=True,
+        OPIC_BACKOFF=1.0,
+        CLOSESPIDER_TIMEOUT=5,
+        RETRY_TIMES=0,
+    )
+    tries = stats["opic/failed_visits"]
+    assert stats["downloader/request_count"] == tries  # (each try one request: no retries)
+    elapsed = stats["elapsed_time_seconds"]
+    assert 1 <= tries <= math.log2(elapsed / 1.0 + 1) + 1, (tries, elapsed)
+    assert stats["opic/fetched"] == 0 and not items
+
+
+def test_the_size_of_the_boost_matters(tmp_path):
+    """A tenth of a 300-page site matches OPIC_BOOST_PATTERNS: the larger OPIC_BOOST, the more
+    of the first 100 pages fetched (the server's log; one request at a time) are boosted ones.
+    (Before, any boost took its extra cash from what the virtual page held at that visit, about
+    the epsilon share of one page: 5, 20 and 100 gave the same order.)"""
+    from tests.sites import site_graph
+
+    g = site_graph(300, seed=0)
+    firsts = {}
+    for label, extra in (
+        ("none", {}),
+        ("1", {"OPIC_BOOST_PATTERNS": [r"/p/\d*7\.html$"], "OPIC_BOOST": 1.0}),
+        ("20", {"OPIC_BOOST_PATTERNS": [r"/p/\d*7\.html$"], "OPIC_BOOST": 20.0}),
+    ):
+        with Site(g) as site:
+            items, stats = crawl(tmp_path / label, site.url(0), CONCURRENT_REQUESTS=1, **extra)
+            order = [node(p) for p in site.hits if p.startswith("/p/")]
+        firsts[label] = sum(i % 10 == 7 for i in order[:100])
+        assert stats["opic/total_cash"] == pytest.approx(1.0, abs=1e-9)
+    assert firsts["none"] < firsts["1"] < firsts["20"], firsts

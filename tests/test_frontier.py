@@ -418,3 +418,99 @@ def test_a_restored_continuous_frontier_files_its_refetches_at_priority_0():
     g.restore(bytes(f.status[: f.engine.n]), None, [1, 2], tiers, None, dict(f.payloads), f.urls)
     assert g.tier_of(0) == (0, "a") and g.tier_of(1) == (1, "a")
     assert [g.pop().key, g.pop().key] == [key(1), key(0)]
+
+
+# -- the backoff of a continuous crawl (the rule of every backend built on MemoryFrontier) ------
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def backing_off(request, tmp_path):
+    """A continuous frontier (in memory or the embedded store) with a 10 s backoff, capped at
+    80 s, on a clock the test moves."""
+    from scrapy_opic.backends.sqlite import SqliteFrontier
+
+    clock = Clock()
+    if request.param == "memory":
+        f = MemoryFrontier(OpicEngine(refresh=1.0, window="interpolation:30"), continuous=True)
+    else:
+        f = SqliteFrontier.open(
+            tmp_path / "s.sqlite", resume=False, epsilon=0.15, refresh=1.0,
+            window="interpolation:30", continuous=True,
+        )  # fmt: skip
+    f.clock = clock
+    f.backoff, f.backoff_max = 10.0, 80.0
+    yield f, clock
+    f.close([])
+
+
+def test_a_page_that_keeps_failing_waits_longer_each_time(backing_off):
+    f, clock = backing_off
+    f.schedule([entry(0)])
+    for wait in (10.0, 20.0, 40.0, 80.0, 80.0):  # doubled at each failure in a row, capped
+        lease = f.pop()
+        assert lease is not None and lease.key == key(0)
+        assert f.fail(lease, ERROR)
+        assert f.status_of(key(0)) == "pending"  # still waits (a continuous crawl)...
+        assert f.pop() is None  # ...but not for a pop yet
+        assert 0 < f.wake_in <= wait  # (when to ask again: the page, or its host, is due)
+        start = clock.now
+        clock.now = start + wait - 0.01
+        assert f.pop() is None  # not a moment early
+        clock.now = start + wait
+    lease = f.pop()
+    f.visit(lease, [])  # it answers at last: no backoff any more
+    assert f.pop().key == key(0) and f.wake_in is None
+    assert f.total_cash() == pytest.approx(1.0, abs=TOL)
+
+
+def test_a_host_that_keeps_failing_waits_and_the_others_go_on(backing_off):
+    f, clock = backing_off
+    f.schedule([entry(i, slot="dead") for i in range(6)] + [entry(10, slot="alive")])
+    f.visit(_pop_slot(f, "alive"), [link(11, slot="alive")])
+    for _ in range(3):  # three fetches in a row fail on the dead host
+        f.fail(_pop_slot(f, "dead"), ERROR)
+    # The dead host's three other pages were never fetched, but the host backs off: a pop
+    # serves the live host only.
+    popped = [f.pop() for _ in range(3)]
+    assert [lease.slot for lease in popped if lease is not None] == ["alive", "alive"]
+    assert f.figures()["backed_off_slots"] == 1 and f.wake_in == pytest.approx(10.0)
+    clock.now += 10.0
+    lease = f.pop()
+    assert lease.slot == "dead"  # one try when the wait is over
+    f.fail(lease, ERROR)
+    assert f.pop() is None and f.wake_in == pytest.approx(10.0)  # (page waits: 10 s, host: 20 s)
+    clock.now += 10.0
+    assert f.pop() is None and f.wake_in == pytest.approx(10.0)
+    clock.now += 10.0
+    lease = f.pop()
+    f.visit(lease, [])  # the host answers: its pages are fetched again at once
+    assert f.pop().slot == "dead" and f.figures()["backed_off_slots"] == 0
+    assert f.total_cash() == pytest.approx(1.0, abs=TOL)
+
+
+def _pop_slot(f, slot):
+    others = {"dead", "alive"} - {slot}
+    lease = f.pop(others)
+    assert lease is not None and lease.slot == slot
+    return lease
+
+
+def test_one_pass_crawls_and_a_zero_backoff_do_not_back_off(tmp_path):
+    clock = Clock()
+    one_pass = MemoryFrontier(OpicEngine(), continuous=False, clock=clock)
+    one_pass.backoff = 10.0
+    one_pass.schedule([entry(0), entry(1)])
+    one_pass.fail(one_pass.pop(), ERROR)  # closed at once: nothing to back off
+    assert one_pass.pop() is not None and one_pass.wake_in is None
+    off = MemoryFrontier(OpicEngine(refresh=1.0), continuous=True, clock=clock)
+    off.schedule([entry(0)])
+    off.fail(off.pop(), ERROR)
+    assert off.pop() is not None  # OPIC_BACKOFF = 0: fetched again when its cash says so

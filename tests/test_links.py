@@ -205,7 +205,7 @@ def test_links_and_snapshot_are_committed_in_one_transaction(tmp_path):
     f.commit(wait=False)
     f.commit(wait=True)  # nothing changed since: no links row
     conn.execute = real
-    commits = [k for k, req in enumerate(asked) if req == sqlitedict._REQUEST_COMMIT]
+    commits = [k for k, req in enumerate(asked) if req in (sqlitedict._REQUEST_COMMIT, "COMMIT")]
     assert len(commits) == 2
     first = asked[: commits[0]]
     assert sum(LINKS_TABLE in req and "INSERT" in req for req in first) == 3

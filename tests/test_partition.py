@@ -68,20 +68,21 @@ def test_a_mailbox_applies_each_sources_messages_once_and_in_order():
     assert sorted(sent.unconfirmed) == [(5, 3)] and sent.delivered == {5: 2}
 
 
-def test_the_pool_pays_each_other_partition_its_share_and_the_whole_credit():
+def test_the_pool_pays_each_other_partition_its_share_and_tells_the_teleport_credit():
     pool = Pool()
     # Partition 0 has 10 live pages (4 never fetched), 1 has 30 (0), 2 has 60 (20).
     for k, (live, unf) in enumerate([(10, 4), (30, 0), (60, 20)]):
-        pool.figures[k] = (live, unf, live, 0, 0, 0, 0, 0, 1.0, 0, 0, 0, 0, 0)
-    body = (0.9, 0.3, 1.2, 0.0, pool.figures[0])
+        pool.figures[k] = (live, unf, live, 0, 0, 0, 0, 0, 1.0, 0, 0, 0, 0, 0, 0)
+    body = (0.9, 0.3, 1.2, 0.5, pool.figures[0])  # (1.2 of virtual cash paid out by 0)
     pool.receive(Message(0, POOL, 1, "r", body))
     paid = {m.dst: m.body for m in pool.pay()}
-    assert set(paid) == {1, 2}  # (not back to its source)
     assert paid[1][0] == pytest.approx(0.9 * 30 / 90) and paid[2][0] == pytest.approx(0.9 * 60 / 90)
     assert paid[1][1] == 0.0 and paid[2][1] == pytest.approx(0.3)  # never fetched: only 2 has
-    assert paid[1][2] == paid[2][2] == 1.2  # the teleport credit, whole, to each
+    assert paid[0][:2] == (0.0, 0.0)  # (not back to its source: only the crawl's clock)
+    assert {b[2] for b in paid.values()} == {1.2}  # every page is owed 1.2 of teleport credit
     assert sum(b[0] + b[1] for b in paid.values()) == pytest.approx(1.2)
     assert pool.total_cash() == 0.0
+    assert pool.pay() == []  # nothing owed, and every clock is up to date
 
 
 def test_a_crawl_of_one_partition_is_one_engine_bit_for_bit():

@@ -277,7 +277,8 @@ def test_a_follow_up_is_for_one_fetch_whatever_the_outcomes(backend, data, tmp_p
     factory = Schedulers(backend, tmp_path / uuid.uuid4().hex, redis_url_of(request, backend))
     factory.tmp_path.mkdir()
     try:
-        s = factory.make(OPIC_CONTINUOUS=True)
+        # (No backoff: a page that failed is a candidate again at once, as this property wants.)
+        s = factory.make(OPIC_CONTINUOUS=True, OPIC_BACKOFF=0)
         urls = URLS[:6]
         for u in urls[:3]:
             s.enqueue_request(Request(u))
@@ -417,10 +418,28 @@ def test_a_projects_dupefilter_is_asked_and_its_refusals_pay_the_virtual_page(sc
     assert s.enqueue_request(kids[0])
     assert not s.enqueue_request(kids[1])
     assert s.df.logged == ["http://a.example/session/1"]
+    # A duplicate the frontier refuses is not one the project's dupefilter saw: Scrapy calls
+    # its log() for its own refusals only (BaseDupeFilter.log warns of a deprecation).
+    assert not s.enqueue_request(Request("http://a.example/x"))
+    assert s.df.logged == ["http://a.example/session/1"]
+    assert s.counts["dupefilter/filtered"] == 1
     # Never to be fetched: its cash went to the virtual page, and the total is still 1.
     assert s.frontier.cash_of(refused) == 0
     assert s.frontier.status_of(refused) == "visited"
     assert total_cash(s) == pytest.approx(1.0, abs=1e-12)
+
+
+def test_duplicates_under_scrapys_base_dupefilter_raise_no_warning(tmp_path):
+    import warnings
+
+    s = Schedulers("sqlite", tmp_path, None).make(
+        DUPEFILTER_CLASS="scrapy.dupefilters.BaseDupeFilter"
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # python -W error: a warning would fail the crawl
+        assert s.enqueue_request(Request(URLS[0]))
+        assert not s.enqueue_request(Request(URLS[0]))
+    s.close("finished")
 
 
 def test_a_failure_settles_once_and_a_stale_outcome_changes_nothing(schedulers):
@@ -513,11 +532,17 @@ def test_unserializable_requests_stay_in_memory_with_one_warning(jobdir, caplog)
         assert s.enqueue_request(Request(url, callback=lambda r: None))
     # A callback Scrapy can name, but a meta value pickle refuses.
     assert s.enqueue_request(Request(URLS[2], meta={"lock": threading.Lock()}))
+    assert s.enqueue_request(Request(URLS[3]))  # one that goes to disk
     assert caplog.text.count("Unable to serialize") == 1
-    assert s.counts["opic/unserializable"] == 3
     assert sum(isinstance(p, Request) for p in s.frontier.payloads.values()) == 3
     assert all(s.frontier.store.get_request(i)[1] is None for i in range(3))  # (lost at restart)
-    assert len({s.next_request().url for _ in range(3)}) == 3
+    assert len({s.next_request().url for _ in range(4)}) == 4
+    # Scrapy's own stats for requests its disk queue refuses: counted, and in memory.
+    s.update_stats()
+    st = s.stats.get_stats()
+    assert st["scheduler/unserializable"] == 3 and "opic/unserializable" not in st
+    assert st["scheduler/enqueued/memory"] == 3 and st["scheduler/dequeued/memory"] == 3
+    assert st["scheduler/enqueued/disk"] == 1 and st["scheduler/dequeued/disk"] == 1
     jobdir.cleanup()
 
 
@@ -561,7 +586,7 @@ def test_unserializable_requests_are_fetched_by_the_process_that_made_them(on_re
     local = Request(URLS[1], callback=lambda response: None)  # cannot be pickled
     assert s.enqueue_request(local)
     assert s.next_request() is local
-    assert s.counts["opic/unserializable"] == 1
+    assert s.counts["scheduler/unserializable"] == 1
 
 
 def test_a_process_with_other_parameters_cannot_join(on_redis):
@@ -623,6 +648,22 @@ def test_a_partition_taken_over_makes_the_old_owners_outcome_stale(on_redis):
     assert k not in s.frontier.parts and held.token != other.frontier.held[k].token
     visit(s, first)  # the lapsed lease answers: ignored
     assert s.counts["opic/stale"] == 1
+
+
+def test_a_page_that_never_answers_is_not_counted_fetched(tmp_path):
+    """A continuous crawl of a host where nothing listens: every fetch fails, and is a visit
+    (its cash goes to the virtual page), but no page was fetched: 'fetched' is the pages
+    whose last fetch was parsed, as the export's column says, in the figures and the log."""
+    s = Schedulers("sqlite", tmp_path, None).make(OPIC_CONTINUOUS=True, OPIC_BACKOFF=0)
+    assert s.enqueue_request(Request("http://127.0.0.1:9/"))
+    for _ in range(5):
+        s.settle_failure(s.next_request(), ConnectionRefusedError())
+    f = s.frontier.figures()
+    assert (f["fetched"], f["visits"], f["failed_visits"]) == (0, 5, 5)
+    assert "OPIC: 0 pages fetched (5 visits, 5 of them failed), 1 known" in s.status_line()
+    s.settle_visit(s.next_request(), [], None, None)  # it answers at last
+    assert s.frontier.figures()["fetched"] == 1
+    s.close("finished")
 
 
 def test_a_callback_error_is_the_spiders_whatever_it_raised(tmp_path):

@@ -204,3 +204,42 @@ def test_keep_links_is_a_boolean_and_a_resume_checks_it():
     with pytest.raises(StoreError, match="OPIC_KEEP_LINKS=False there, True here"):
         check_resume(on, "s", saved, "JOBDIR j")
     check_resume(OpicSettings.from_settings({}), "s", saved, "JOBDIR j")
+
+
+def test_a_misspelled_setting_is_named_with_the_closest_one():
+    from scrapy_opic.settings import unknown_settings
+
+    lines = unknown_settings(
+        {
+            "OPIC_EPSILLON": 0.3,
+            "OPIC_CONTINOUS": True,
+            "OPIC_WINDOWS": "interpolation:10",
+            "OPIC_ZZZ": 1,
+            "OPIC_EPSILON": 0.2,  # correct: not named
+            "DOWNLOAD_DELAY": 1,  # not ours
+        }
+    )
+    assert len(lines) == 4, lines
+    said = dict(line.split(" is not an OPIC setting", 1) for line in lines)
+    assert "did you mean OPIC_CONTINUOUS?" in said["OPIC_CONTINOUS"]
+    assert "did you mean OPIC_EPSILON?" in said["OPIC_EPSILLON"]
+    assert "did you mean OPIC_WINDOW?" in said["OPIC_WINDOWS"]
+    assert "no OPIC setting is close" in said["OPIC_ZZZ"]
+
+
+def test_a_crawl_warns_of_misspelled_settings_from_the_command_line_and_the_spider(caplog):
+    from scrapy import Spider
+    from scrapy.utils.test import get_crawler
+
+    class Typo(Spider):
+        name = "typo"
+        custom_settings = {"OPIC_CONTINOUS": True}
+
+    crawler = get_crawler(Typo, settings_dict={"OPIC_EPSILLON": "0.3"})
+    with caplog.at_level("WARNING", logger="scrapy_opic"):
+        OpicSettings.from_crawler(crawler)
+        OpicSettings.from_crawler(crawler)  # said once per crawl
+    said = [r.getMessage() for r in caplog.records if "not an OPIC setting" in r.getMessage()]
+    assert len(said) == 2, said
+    assert any("OPIC_CONTINOUS" in m and "OPIC_CONTINUOUS?" in m for m in said)
+    assert any("OPIC_EPSILLON" in m and "OPIC_EPSILON?" in m for m in said)

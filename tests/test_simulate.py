@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import csv
 import gzip
+import subprocess
+import sys
 
 import networkx as nx
 import numpy as np
@@ -220,3 +222,40 @@ def test_cli_refuses_weighted_edge_lists_and_graphs_of_self_links_only(tmp_path,
     assert main(["--graph", str(loops), "--out", str(tmp_path / "x.csv")]) == 2
     err = capsys.readouterr().err
     assert "no links between two different pages" in err and "nan" not in err, err
+
+
+def _simulator(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "scrapy_opic.simulator", *args],
+        input=stdin,
+        capture_output=True,
+        timeout=120,
+    )
+
+
+def test_cli_reads_edges_from_a_pipe(tmp_path):
+    edges = b"".join(f"{i} {(i * 7 + 1) % 40}\n{i} {(i + 3) % 40}\n".encode() for i in range(40))
+    on_disk = tmp_path / "edges.txt"
+    on_disk.write_bytes(edges)
+    want = _simulator("--graph", str(on_disk), "--out", "-")
+    assert want.returncode == 0, want.stderr
+    for graph, data in (("-", edges), ("/dev/stdin", edges), ("-", gzip.compress(edges))):
+        got = _simulator("--graph", graph, "--out", "-", stdin=data)
+        assert got.returncode == 0, got.stderr
+        assert got.stdout == want.stdout  # the same importance, read through a pipe
+
+
+def test_cli_says_in_one_line_that_it_cannot_write_its_output(tmp_path):
+    for out in (tmp_path / "no" / "such" / "dir.csv", tmp_path):
+        run = _simulator("--graph", "powerlaw:50", "--out", str(out))
+        err = run.stderr.decode()
+        assert run.returncode == 2 and err.startswith("error: --out") and err.count("\n") == 1, err
+        assert "Traceback" not in err
+
+
+def test_a_tiny_graph_prints_no_warning_and_no_nan(tmp_path):
+    for edges in (b"1 2\n", b"1 2\n1 3\n", b"1 2\n2 3\n3 1\n"):
+        run = _simulator("--graph", "-", "--out", str(tmp_path / "x.csv"), stdin=edges)
+        out, err = run.stdout.decode(), run.stderr.decode()
+        assert run.returncode == 0 and not err, err
+        assert "nan" not in out and "Kendall tau n/a" in out, out

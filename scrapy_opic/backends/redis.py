@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from ..opic.constants import ERROR, FORBIDDEN, IN_FLIGHT, PENDING
+from ..opic.constants import ERROR, FORBIDDEN, IN_FLIGHT, OK, PENDING
 from ..opic.engine import OpicEngine
 from ..opic.frontier import Lease
 from ..opic.partition import (
@@ -495,10 +495,10 @@ class RedisFrontier(Fleet):
         virtual_weight: float = 0.0,
         importance: bool = False,
         payload: Any = None,
+        outcome: int = OK,
     ) -> Any:
-        return self._settled(
-            lease, super().visit(lease, links, virtual_weight, importance, payload)
-        )
+        got = super().visit(lease, links, virtual_weight, importance, payload, outcome)
+        return self._settled(lease, got)
 
     def fail(self, lease: Lease, outcome: int = ERROR, payload: Any = None) -> bool:
         return self._settled(lease, super().fail(lease, outcome, payload))
@@ -718,7 +718,7 @@ class RedisFrontier(Fleet):
         self._next_point = now + self._series_seconds
         figures = self.pool.figures.values()
         pages = sum(f[2] for f in figures)
-        fetched = sum(f[2] - f[1] - (f[2] - f[0]) for f in figures)
+        fetched = sum(f[14] for f in figures)
         G = self.pool.clock
         self.series.add(
             elapsed=time.time() - self.started,

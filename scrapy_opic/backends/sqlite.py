@@ -65,7 +65,7 @@ from typing import Any
 import numpy as np
 from sqlitedict import SqliteDict
 
-from ..opic.constants import ERROR, PENDING, STATUSES, VISITED
+from ..opic.constants import DAMAGED, DISCOVERED, ERROR, PENDING, STATUSES, VISITED
 from ..opic.engine import OpicEngine
 from ..opic.frontier import Entry, Lease, MemoryFrontier
 from ..opic.index import KeyIndex, key_hash
@@ -75,8 +75,10 @@ from ..series import Series
 from . import StoreError
 
 logger = logging.getLogger(__name__)
-# sqlitedict logs each open and close at DEBUG, which Scrapy's default LOG_LEVEL shows.
-logging.getLogger("sqlitedict").setLevel(logging.INFO)
+# sqlitedict logs each open and close at DEBUG, which Scrapy's default LOG_LEVEL shows, and a
+# failed statement as a dozen ERROR lines of stack: the store raises every failure of its writer
+# as one StoreError line (SqliteStore._check), which says it all.
+logging.getLogger("sqlitedict").setLevel(logging.CRITICAL)
 
 FORMAT = 3
 BLOCK = 64  #: pages per row of ``opic_blocks``
@@ -98,6 +100,9 @@ _TABLES = (BLOCKS_TABLE, PAGES_TABLE, REQUESTS_TABLE, LINKS_TABLE)
 #: request that could not be serialized, pending when the crawl stopped); the frontier gives
 #: such a page up.
 MISSING = "opic:missing"
+#: The payload of a page whose request row fails its checksum: the frontier gives it up, as
+#: ``damaged``.
+DAMAGED_ROW = "opic:damaged"
 
 
 def _check_sqlite(path: Path) -> None:
@@ -154,6 +159,15 @@ def damaged(path: Path, exc: BaseException) -> StoreError:
         f"the OPIC state {path} is damaged ({_one_line(exc)}): nothing was changed; move it "
         "away (or delete the JOBDIR) to start afresh"
     )
+
+
+class DamagedRow(StoreError):
+    """A row of a state in use (a page's key and URL, a request) fails its checksum: read
+    mid-crawl, long after the resume's checks. The rest of the state is sound."""
+
+
+def damaged_row(path: Path, what: str) -> DamagedRow:
+    return DamagedRow(f"the OPIC state {path} has a damaged row ({what})")
 
 
 def _one_line(exc: BaseException) -> str:
@@ -315,6 +329,7 @@ class Saved:
     meta: dict = field(default_factory=dict)
     continuous: bool = False
     discovery_debt: float = 0.0
+    failed_visits: int = 0
 
 
 class StateLock:
@@ -420,11 +435,17 @@ class SqliteStore:
         self.last_commit: dict[str, float] = {}
         # Request rows not queued yet: page -> (id, key, data, crc), or None (deleted).
         self._requests: dict[int, tuple | None] = {}
+        # The pages of _requests that had no row before it: deleted before they are queued,
+        # they need no statement at all (in a one-pass crawl, most requests are popped soon
+        # after they are filed).
+        self._new_rows: set[int] = set()
 
-    def _check(self) -> None:
+    def check(self) -> None:
         """Raise :class:`StoreError` if sqlitedict's writer thread failed or died (a full disk,
         an I/O error): every later call that waits for it would otherwise hang for good. Once
-        a write has failed, every later call fails the same way (the transaction is lost)."""
+        a write has failed, every later call fails the same way (the transaction is lost, and
+        the file holds the last commit). Cheap: a crawl asks at every upkeep tick, so that a
+        failed background commit stops it within seconds even when nothing else is written."""
         if self._failed:
             raise StoreError(self._failed)
         conn = self.db.conn
@@ -437,14 +458,14 @@ class SqliteStore:
             raise StoreError(self._failed)
 
     def _fail(self, exc: BaseException) -> None:
-        self._failed = f"OPIC state {self.path}: a write failed: {_one_line(exc)}"
+        self._failed = f"OPIC state {self.path}: sqlite failed: {_one_line(exc)}"
         raise StoreError(self._failed) from None
 
     @contextlib.contextmanager
     def _io(self) -> Iterator[None]:
         """Around every call into sqlitedict: its writer thread's failure (which sqlitedict
         re-raises in whichever call comes next) is a :class:`StoreError`."""
-        self._check()
+        self.check()
         try:
             yield
         except (sqlite3.Error, RuntimeError) as exc:
@@ -455,9 +476,11 @@ class SqliteStore:
     # of each page winning (a row, or None: deleted), and written by one executemany per
     # REQUEST_BATCH changes and at every commit, not one queued statement each. They would be
     # lost with the process all the same until the next commit.
-    def put_request(self, i: int, key: Hashable, data: bytes | None) -> None:
+    def put_request(self, i: int, key: Hashable, data: bytes | None, new: bool = False) -> None:
         """Page ``i`` waits with the request ``data`` (``None``: one that could not be
-        serialized, which a restart loses)."""
+        serialized, which a restart loses); ``new``: the page has no request row yet."""
+        if new and i not in self._requests:
+            self._new_rows.add(i)
         self._requests[i] = (i, key, data, row_crc(key, data))
         if len(self._requests) >= REQUEST_BATCH:
             self._flush_requests()
@@ -475,10 +498,14 @@ class SqliteStore:
         if row is None:
             return None
         if row_crc(row[0], row[1]) != row[2]:
-            raise damaged(self.path, ValueError(f"the request row of page {i} fails its checksum"))
+            raise damaged_row(self.path, f"the request of page {i} fails its checksum")
         return row[0], row[1]
 
     def del_request(self, i: int) -> None:
+        if i in self._new_rows:  # (never queued: nothing to delete)
+            self._new_rows.discard(i)
+            del self._requests[i]
+            return
         self._requests[i] = None
         if len(self._requests) >= REQUEST_BATCH:
             self._flush_requests()
@@ -486,6 +513,7 @@ class SqliteStore:
     def _flush_requests(self) -> None:
         """Queue the request rows changed since the last flush."""
         changes, self._requests = self._requests, {}
+        self._new_rows = set()
         rows = [row for row in changes.values() if row is not None]
         gone = [(i,) for i, row in changes.items() if row is None]
         with self._io():
@@ -508,7 +536,7 @@ class SqliteStore:
         if row is None:
             return None
         if row_crc(row[0], row[1]) != row[2]:
-            raise damaged(self.path, ValueError(f"the row of page {i} fails its checksum"))
+            raise damaged_row(self.path, f"the key and URL of page {i} fail their checksum")
         return row[0], row[1]
 
     # -- checkpoints -------------------------------------------------------------------------
@@ -546,6 +574,8 @@ class SqliteStore:
             "continuous": frontier.continuous,
             "links": frontier.keep_links,
             "discovery_debt": frontier.discovery_debt,
+            "fetched": frontier.n_ok,
+            "failed_visits": frontier.failed_visits,
         }
         new = page_bytes = 0
         if n > written:
@@ -578,7 +608,14 @@ class SqliteStore:
             "page_bytes": page_bytes,
             "seconds": time.perf_counter() - started,
         }
-        self.db.commit(blocking=blocking)
+        # A COMMIT statement, not sqlitedict's own commit request: the writer thread runs a
+        # statement inside its error handling, so a COMMIT the disk refuses (a full disk:
+        # the WAL is written at commit) is recorded and raised at the next call; its commit
+        # request would kill the thread instead, and leave a blocking call waiting for good.
+        if blocking:
+            conn.select_one("COMMIT")
+        else:
+            conn.execute("COMMIT")
 
     def _write_links(self, changes: dict[int, list[int] | int | None]) -> None:
         """Queue the rows of the pages whose kept links changed (inside the transaction that
@@ -747,6 +784,10 @@ class StateReader:
         self.links_kept: bool = bool(fr["links"])
         self._layout: Layout = [(name, dt, tuple(shape)) for name, dt, shape in fr["layout"]]
         self.discovery_debt = float(fr.get("discovery_debt", 0.0))
+        #: Pages whose last fetch was parsed, and visits of failed fetches (None: a state
+        #: saved before they were kept).
+        self.fetched: int | None = fr.get("fetched")
+        self.failed_visits: int | None = fr.get("failed_visits")
 
     def _get(self, key: str) -> Any:
         try:
@@ -854,6 +895,7 @@ class StateReader:
             self.meta(),
             self.continuous,
             self.discovery_debt,
+            self.failed_visits or 0,
         )
 
     def engine(self, **engine_kw: Any) -> OpicEngine:
@@ -1040,6 +1082,9 @@ class SqliteFrontier(MemoryFrontier):
         self._started = time.monotonic()
         self._elapsed_before = 0.0  # crawl time of the runs this one resumes
         self._next_point = 0  # visit count at which the next series point is due
+        self._popped = -1  # the page whose payload was last handed out
+        #: Rows found damaged mid-crawl (their pages given up as ``damaged``).
+        self.damaged_rows = 0
 
     @classmethod
     def open(
@@ -1066,6 +1111,10 @@ class SqliteFrontier(MemoryFrontier):
         lock = StateLock(path)
         try:
             saved = None
+            if resume and not lock.created and os.path.getsize(path) == 0:
+                # A state a crawl wrote is never empty (the first thing it does is to write the
+                # file's header): an empty file is one whose content was lost.
+                raise damaged(Path(path), ValueError("the file is empty, 0 bytes"))
             if resume:
                 with StateReader(path, check=True, empty_ok=True) as reader:
                     if reader.n is not None:
@@ -1115,6 +1164,7 @@ class SqliteFrontier(MemoryFrontier):
             payloads=None if self._persist else {},
         )
         self.discovery_debt = saved.discovery_debt
+        self.failed_visits = saved.failed_visits
         self.series = Series.from_list(saved.meta.get("series", []))
         self._elapsed_before = self.series.last_elapsed()
         engine = self.engine
@@ -1139,7 +1189,7 @@ class SqliteFrontier(MemoryFrontier):
     def _grow_urls(self) -> None:
         pass  # (no list of URLs by id here: the URLs are rows of the store)
 
-    def url_of(self, i: int) -> str | None:
+    def _url_of(self, i: int) -> str | None:
         k = i - self.keys.written
         if k >= 0:
             return self._urls[k] if k < len(self._urls) else None
@@ -1186,17 +1236,29 @@ class SqliteFrontier(MemoryFrontier):
         self._dirty.add(i >> BLOCK_SHIFT)
 
     # -- payloads: rows of the store ---------------------------------------------------------
+    # Without persisted requests, each pending page's key and payload wait in _cache (the key
+    # at hand: a lease needs it, and the key of a page written at a checkpoint would otherwise
+    # be read back from the file). In a one-pass crawl a payload is handed over with its
+    # lease (hands_over_payloads): the frontier keeps no reference to it, so the scheduler
+    # hands out the object itself, without a copy.
+    @property
+    def hands_over_payloads(self) -> bool:
+        """A payload object a pop hands out is the caller's: the frontier keeps none (a
+        one-pass crawl; a continuous one keeps it for the page's refetches)."""
+        return not self.continuous
+
     def _has_payload(self, i: int) -> bool:
-        return self.tier[i] != 0 if self._persist else i in self.payloads
+        return self.tier[i] != 0  # (a tier code: pending or in flight, with its payload)
 
     def _keep(self, i: int, payload: Any, key: Hashable = None) -> None:
-        if not self._persist:
-            self.payloads[i] = payload
-            return
         if key is None:
             key = self.engine.key_of(i)
+        if not self._persist:
+            self._cache[i] = (key, payload)
+            return
         data = self._encode(payload)
-        self.store.put_request(i, key, data)
+        # (A page neither pending nor in flight has no request row: a new schedule.)
+        self.store.put_request(i, key, data, new=self.status[i] in (DISCOVERED, VISITED))
         if data is None:  # cannot be serialized: in memory only (given up after a restart)
             self.payloads[i] = payload
             self._cache.pop(i, None)
@@ -1206,16 +1268,24 @@ class SqliteFrontier(MemoryFrontier):
             self._cache[i] = (key, payload)
 
     def _lease_parts(self, i: int) -> tuple[Hashable, Any]:
-        if not self._persist:
-            return super()._lease_parts(i)
-        payload = self.payloads.get(i)
-        if payload is not None:
-            return self.engine.key_of(i), payload
-        cached = self._cache.get(i)
+        self._popped = i
+        try:
+            return self._stored_parts(i)
+        except DamagedRow as exc:
+            self._damaged(i, exc)
+            return None, DAMAGED_ROW
+
+    def _stored_parts(self, i: int) -> tuple[Hashable, Any]:
+        handed = not self.continuous  # (handed out for good: no place kept for it here)
+        if self._persist:
+            payload = self.payloads.pop(i, None) if handed else self.payloads.get(i)
+            if payload is not None:  # (not serializable: in memory only)
+                return self.engine.key_of(i), payload
+        cached = self._cache.pop(i, None) if handed else self._cache.get(i)
         if cached is not None:
-            if not self.continuous:  # handed out for good: its memory place can serve another
-                del self._cache[i]
             return cached
+        if not self._persist:
+            return self.engine.key_of(i), MISSING
         row = self.store.get_request(i)
         if row is None or row[1] is None:
             return (None if row is None else row[0]), MISSING
@@ -1226,6 +1296,15 @@ class SqliteFrontier(MemoryFrontier):
         self._cache.pop(i, None)
         if self._persist:
             self.store.del_request(i)
+
+    def release(self, leases: Iterable[Lease]) -> int:
+        leases = list(leases)
+        if not self._persist:  # a payload handed over comes back with its lease
+            for lease in leases:
+                i = self._held(lease)
+                if i is not None and i not in self._cache and lease.payload is not None:
+                    self._cache[i] = (lease.key, lease.payload)
+        return super().release(leases)
 
     def _drop_payloads(self) -> None:
         super()._drop_payloads()
@@ -1268,14 +1347,49 @@ class SqliteFrontier(MemoryFrontier):
             self._commit_when_ready()
         while True:
             lease = super().pop(full_slots)
-            if lease is None or lease.payload is not MISSING:
+            if lease is None or (lease.payload is not MISSING and lease.payload is not DAMAGED_ROW):
                 return lease
-            # Its request did not survive (a restart lost it, or its row is gone): give the
-            # page up, its cash to the virtual page, and take the next one.
-            logger.debug("OPIC: no request to fetch page %r with: given up", lease.key)
-            self.forfeit(lease, ERROR)
+            # Its request did not survive (a restart lost it, or its row is gone or damaged):
+            # give the page up, its cash to the virtual page, and take the next one. (By id:
+            # the lease may not know the page's key.)
+            i = self._popped
+            if lease.payload is MISSING:
+                logger.debug("OPIC: no request to fetch page %d with: given up", i)
+                self._give_up(i, ERROR)
+            else:
+                self._give_up(i, DAMAGED)
+
+    def _damaged(self, i: int, exc: DamagedRow) -> None:
+        """Page ``i``'s stored request is damaged: the page is given up (``damaged``), and
+        the crawl goes on. Said once (a warning); :attr:`damaged_rows` counts them."""
+        self.damaged_rows += 1
+        if self.damaged_rows == 1:
+            logger.warning(
+                "OPIC: %s: that page is given up with the status 'damaged' (its cash goes to "
+                "the virtual page) and the crawl goes on; pages found so later are counted in "
+                "the stat opic/damaged_rows, not logged",
+                exc,
+            )
+
+    def url_of(self, i: int) -> str | None:
+        try:
+            return self._url_of(i)
+        except DamagedRow as exc:  # (a figure for the log, the top page's URL: not worth a stop)
+            self._damaged_url(exc)
+            return None
+
+    def _damaged_url(self, exc: DamagedRow) -> None:
+        self.damaged_rows += 1
+        if self.damaged_rows == 1:
+            logger.warning("OPIC: %s: that page's URL is unknown from now on", exc)
+
+    def figures(self) -> dict[str, float]:
+        out = super().figures()
+        out["damaged_rows"] = self.damaged_rows
+        return out
 
     def maintain(self, leases: Collection[Lease]) -> None:
+        self.store.check()  # a failed background commit stops the crawl now
         if (
             self._due_since is not None
             or time.monotonic() - self._last_commit >= self._commit_seconds
@@ -1307,7 +1421,7 @@ class SqliteFrontier(MemoryFrontier):
             G=e.G,
             error_factor=e.error_factor,
             pages=e.n,
-            fetched=e.n - e.n_unfetched,
+            fetched=self.n_ok,
             pending=self.counts[PENDING],
             virtual_cash=e.virtual_cash,
         )
@@ -1337,7 +1451,9 @@ def store_loader(store: SqliteStore) -> Callable[[int], Hashable | None]:
 __all__ = [
     "BLOCK",
     "CHUNK",
+    "DAMAGED_ROW",
     "MISSING",
+    "DamagedRow",
     "Saved",
     "SqliteFrontier",
     "SqliteStore",

@@ -2,7 +2,7 @@
 ``opic-top``, ``opic-report`` and ``opic-status``. They read a spider's OPIC state where its
 crawl kept it (``JOBDIR/opic.sqlite`` with ``-s JOBDIR=DIR``, else ``OPIC_STATE_PATH`` or
 ``.scrapy/opic/<spider>.sqlite``; with ``OPIC_STORE = "redis"``, the crawl in Redis) or the
-one given with ``--state`` (a file, or ``redis://host:port/db#KEY``), read-only."""
+one given with ``--state`` (a file, a JOBDIR, or ``redis://host:port/db#KEY``), read-only."""
 
 from __future__ import annotations
 
@@ -14,7 +14,20 @@ from typing import Any
 
 from scrapy.commands import ScrapyCommand
 
-from ..backends import StoreError
+from ..backends import StoreError, is_redis_location
+
+
+def given_state(location: str) -> str:
+    """The state ``--state`` names: a file, a Redis crawl, or a directory holding one (a
+    JOBDIR: its ``opic.sqlite``)."""
+    if is_redis_location(location) or not os.path.isdir(location):
+        return location
+    inside = os.path.join(location, "opic.sqlite")
+    if not os.path.isfile(inside):
+        raise StoreError(
+            f"{location} is a directory with no OPIC state (a JOBDIR holds it in opic.sqlite)"
+        )
+    return inside
 
 
 class StateCommand(ScrapyCommand):
@@ -32,18 +45,23 @@ class StateCommand(ScrapyCommand):
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
         super().add_options(parser)
+        # (No colon that a line could end on: Scrapy's help formatter takes a line ending in ":"
+        # for a heading, and underlines it.)
         parser.add_argument(
             "--state",
             metavar="PATH",
-            help="state file, or redis://HOST:PORT/DB#KEY (default: where the crawl kept it)",
+            help="a state file, a JOBDIR, or redis://HOST:PORT/DB#KEY (by default the spider's "
+            "own state, where its crawl kept it)",
         )
 
     def state_file(self, args: list[str], opts: argparse.Namespace) -> str | None:
-        from ..settings import OpicSettings
+        from ..settings import OpicSettings, unknown_settings
         from ..state import state_location
 
+        for line in unknown_settings(self.settings):
+            print(f"warning: {line}", file=sys.stderr)
         if opts.state:
-            return opts.state
+            return self.guarded(lambda: given_state(opts.state))
         if len(args) != 1:
             self.fail("give one spider name (or --state PATH)", code=2)
             return None
@@ -58,6 +76,13 @@ class StateCommand(ScrapyCommand):
         spider = getattr(self, "_spider", None)
         if spider is None or "no OPIC state at" not in str(exc):
             return str(exc)
+        from scrapy.utils.project import inside_project
+
+        if not inside_project():
+            return (
+                f"{exc}, and this is not a Scrapy project (no scrapy.cfg here or above): run "
+                "the command in the spider's project, or give --state PATH"
+            )
         try:
             from scrapy.spiderloader import get_spider_loader
 

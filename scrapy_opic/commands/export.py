@@ -6,14 +6,14 @@ import argparse
 import os
 import sys
 
-from ..export import open_state, write_export
+from ..export import join_items, open_state, read_items, write_export, write_items
 from ..formats import output_format
 from . import StateCommand
 
 
 class Command(StateCommand):
     def syntax(self) -> str:
-        return "SPIDER -o FILE [--top N] [--fetched-only] [--by-site]"
+        return "SPIDER -o FILE [--top N] [--fetched-only] [--by-site] [--items FEED]"
 
     def short_desc(self) -> str:
         return "Export per-URL (or per-site) OPIC importance to CSV or JSON Lines"
@@ -30,6 +30,24 @@ class Command(StateCommand):
             "--by-site",
             action="store_true",
             help="importance per host and per registered domain, with page counts",
+        )
+        parser.add_argument(
+            "--items",
+            metavar="FEED",
+            help="write the items of this feed (.jsonl or .csv) instead, each with its page's "
+            "final importance, most important first",
+        )
+        parser.add_argument(
+            "--items-url",
+            default="url",
+            metavar="FIELD",
+            help="the item field that holds its page's URL (url)",
+        )
+        parser.add_argument(
+            "--items-field",
+            default="importance",
+            metavar="FIELD",
+            help="the field the importance goes in (importance)",
         )
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
@@ -48,6 +66,13 @@ class Command(StateCommand):
 
         def export() -> int:
             with open_state(path) as state:
+                if opts.items:
+                    items = join_items(
+                        state, read_items(opts.items), opts.items_url, opts.items_field
+                    )
+                    if opts.top is not None:
+                        items = items[: opts.top]
+                    return write_items(items, opts.output, opts.format)
                 return write_export(
                     state,
                     opts.output,
@@ -57,7 +82,10 @@ class Command(StateCommand):
                     by_site=opts.by_site,
                 )
 
+        if opts.items and (opts.by_site or opts.fetched_only):
+            self.fail("--items writes items: not with --by-site or --fetched-only", code=2)
+            return
         n = self.guarded(export)
         if n is not None and opts.output != "-":
-            what = "sites" if opts.by_site else "pages"
-            print(f"{n} {what} written to {opts.output}", file=sys.stderr)
+            noun = "item" if opts.items else "site" if opts.by_site else "page"
+            print(f"{n} {noun}{'' if n == 1 else 's'} written to {opts.output}", file=sys.stderr)

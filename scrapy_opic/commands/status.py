@@ -22,7 +22,9 @@ def redis_status(location: str) -> dict[str, Any]:
 
 def status_line(f: dict[str, Any]) -> str:
     """One line of figures: what a fleet's operator watches."""
-    line = f"{f['pages']} pages known, {f['fetched']} fetched ({f['visits']} visits)"
+    failed = f.get("failed_visits")
+    line = f"{f['pages']} pages known, {f['fetched']} fetched ({f['visits']} visits"
+    line += f", {failed} of them failed)" if failed else ")"
     if "pending" in f:
         line += f", {f['pending']} pending"
     if "workers" in f:

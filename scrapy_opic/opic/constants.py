@@ -31,18 +31,19 @@ CODES = ("duplicate", "scheduled", "needs_payload", "local", "forwarded")
 #: 100 to 599 is the HTTP status of an error response (``http_<code>``). 0: never settled.
 OUTCOMES = (
     "", "ok", "forbidden", "filtered", "offsite", "ignored", "dns", "timeout", "error",
-    "spider_error", "redirected", "lost",
+    "spider_error", "redirected", "lost", "damaged",
 )  # fmt: skip
 (
     NO_OUTCOME, OK, FORBIDDEN, FILTERED, OFFSITE, IGNORED, DNS, TIMEOUT, ERROR, SPIDER_ERROR,
-    REDIRECTED, LOST,
+    REDIRECTED, LOST, DAMAGED,
 ) = range(len(OUTCOMES))  # fmt: skip
 #: Outcomes that close a page for good, in a continuous crawl too: the page is refused
-#: (robots.txt, a dupefilter, offsite, another IgnoreRequest), gone (404, 410) or lost (its
-#: request vanished in Scrapy's engine with no outcome: whatever dropped it would again). The others
-#: (download errors, other HTTP errors) are fetched again in a continuous crawl when the
+#: (robots.txt, a dupefilter, offsite, another IgnoreRequest), gone (404, 410), lost (its
+#: request vanished in Scrapy's engine with no outcome: whatever dropped it would again) or
+#: damaged (the stored row of its request fails its checksum: nothing to fetch it with). The
+#: others (download errors, other HTTP errors) are fetched again in a continuous crawl when the
 #: page's cash says so.
-FINAL_OUTCOMES = frozenset((FORBIDDEN, FILTERED, OFFSITE, IGNORED, LOST, 404, 410))
+FINAL_OUTCOMES = frozenset((FORBIDDEN, FILTERED, OFFSITE, IGNORED, LOST, DAMAGED, 404, 410))
 
 
 def outcome_name(code: int) -> str:
@@ -69,6 +70,7 @@ RATE_DECAY = 0.99
 __all__ = [
     "BLEND_LEMMA",
     "CODES",
+    "DAMAGED",
     "DEAD",
     "DISCOVERED",
     "DUPLICATE",

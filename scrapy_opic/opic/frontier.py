@@ -77,6 +77,19 @@ tier of refetches above 0 would never empty: its pages would be fetched in a loo
 below 0 never.) The page keeps its request's priority for a fetch it never had; from its first
 fetch on it is filed (and saved, by a backend that saves pending pages) at priority 0.
 
+Backoff
+-------
+In a continuous crawl a page whose fetch failed (an outcome not in ``FINAL_OUTCOMES``: a
+download error, a 5xx) waits again, and would be fetched again as soon as its links have paid
+it enough: a host that never answers would be asked again and again. So a failed page is
+*parked*: pending, but no candidate for a pop, for :attr:`MemoryFrontier.backoff` seconds,
+doubled at each failure in a row (up to ``backoff_max``); and a download slot (a host) whose
+fetches failed :data:`SLOT_FAILURES` times in a row, with no fetch between that answered, is
+skipped by every pop for as long (the count of failures past that threshold doubles it). Any
+answer resets both. The clock is the frontier's (``clock``); the backoff is not saved: a
+resumed crawl starts without one. :attr:`MemoryFrontier.wake_in` says when the next parked
+page or slot comes due, for a caller whose pop found nothing.
+
 Kept links
 ----------
 With ``keep_links`` a frontier also records, for each page, the ids of the pages its last
@@ -91,6 +104,8 @@ Nothing here knows Scrapy or does I/O: payloads are opaque objects, download slo
 
 from __future__ import annotations
 
+import heapq
+import time
 from array import array
 from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
 from typing import Any, NamedTuple, Protocol
@@ -205,6 +220,7 @@ class Frontier(Protocol):
         virtual_weight: float = 0.0,
         importance: bool = False,
         payload: Any = None,
+        outcome: int = OK,
     ) -> Visit | None:
         """The page was fetched and parsed, and follows ``links`` (self-links are not paid):
         its cash moves into its history and is paid out, ``epsilon`` to the virtual page and
@@ -212,7 +228,9 @@ class Frontier(Protocol):
         that will not be followed (their share goes to the virtual page). Links with a payload
         are scheduled in the same step. In a continuous crawl a ``payload`` replaces the one
         the page was leased with for its later fetches (a retry's or redirect's request is
-        for one fetch)."""
+        for one fetch). ``outcome``: how the fetch ended, ``ok`` unless the parse failed
+        part-way (``spider_error``: the links found before the failure are paid all the
+        same)."""
         ...
 
     def fail(self, lease: Lease, outcome: int = ERROR, payload: Any = None) -> bool:
@@ -272,9 +290,10 @@ class Frontier(Protocol):
         ...
 
     def figures(self) -> dict[str, float]:
-        """The frontier's figures: pages, fetched, visits, G, error_factor, virtual_cash,
-        cash_at_visit_x_n, and the pages per status (discovered, pending, in_flight,
-        visited)."""
+        """The frontier's figures: pages, fetched (pages whose last fetch was parsed: status
+        ``ok``, the export's ``fetched``), visits (a failed fetch is a visit too),
+        failed_visits, G, error_factor, virtual_cash, cash_at_visit_x_n, and the pages per
+        status (discovered, pending, in_flight, visited)."""
         ...
 
     def status_of(self, key: Hashable) -> str | None:
@@ -300,6 +319,28 @@ def require_payload(entry: Entry) -> None:
     or a redirect: the request to fetch the page with)."""
     if entry.payload is None:
         raise ValueError(f"a retry or redirect needs the request to fetch, none for {entry.url}")
+
+
+def boosted_weight(weight: float, boost: float) -> float:
+    """The weight of a link a crawl focuses on (a URL matching ``OPIC_BOOST_PATTERNS``):
+    ``1 + boost`` times its plain weight. It takes that many times a plain link's share of its
+    page's cash, out of the page's own payout: so the size of the boost matters (a boost of
+    100 gives such a link nearly all of a page's cash, where 1 gives it twice a plain link's
+    share), and the money stays where the crawl put it. Importance follows the same split: it
+    is that of the link graph with the focused links weighed up (as ``OPIC_INTERNAL_WEIGHT``
+    and ``OPIC_EXTERNAL_WEIGHT`` weigh links)."""
+    return weight * (1.0 + boost)
+
+
+#: Fetches of one download slot that fail in a row before the slot itself backs off (one
+#: failing page of a host that answers otherwise is that page's backoff alone).
+SLOT_FAILURES = 3
+
+
+def backoff_delay(failures: int, base: float, cap: float) -> float:
+    """Seconds to wait after the ``failures``-th failure in a row (1, 2...): ``base`` doubled
+    at each one, at most ``cap``."""
+    return min(cap, base * 2.0 ** min(failures - 1, 60))
 
 
 def discovery_step(debt: float, share: float, fetched: bool) -> float:
@@ -370,10 +411,21 @@ class MemoryFrontier:
         seed: int | None = None,
         discovery: float = 0.0,
         keep_links: bool = False,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.engine = engine
         self.continuous = continuous
         self.keep_links = keep_links
+        #: A continuous crawl's backoff (see the module docstring): seconds a page waits after
+        #: its first failed fetch in a row (0: no backoff), and the longest wait.
+        self.backoff = 0.0
+        self.backoff_max = 600.0
+        self.clock = clock
+        self._fails: dict[int, int] = {}  # page -> its failed fetches in a row
+        self._parked: list[tuple[float, int]] = []  # (due, page): a heap
+        self._parked_ids: set[int] = set()
+        self._slot_fails: dict[Hashable, int] = {}  # slot -> its failed fetches in a row
+        self._slot_until: dict[Hashable, float] = {}  # slot -> the end of its backoff
         #: With ``keep_links``: the pages whose links changed since a backend last took them
         #: (:meth:`take_link_changes`), by id: the target ids of the page's last parsed visit
         #: (a list, as the visit got it: self-links and repeats are the encoder's to drop), the
@@ -405,6 +457,10 @@ class MemoryFrontier:
         )
         self._tiered = isinstance(self.selection, TieredSelection)
         self.counts = [0, 0, 0, 0]  # pages per status
+        #: Pages whose last fetch was parsed (outcome ``ok``): the figure ``fetched``.
+        self.n_ok = 0
+        #: Visits whose fetch failed (:meth:`fail`, or a parse that failed part-way).
+        self.failed_visits = 0
         engine.add_observer(self)
         self.counts[DISCOVERED] = engine.n
         self._grow_urls()
@@ -473,6 +529,11 @@ class MemoryFrontier:
         """The URL of page ``i`` (None if it was never given)."""
         return self.urls[i] if i < len(self.urls) else None
 
+    def _settled(self, i: int, outcome: int) -> None:
+        """Page ``i``'s last fetch ended with ``outcome`` (and :attr:`n_ok` follows)."""
+        self.n_ok += (outcome == OK) - (self.outcome[i] == OK)
+        self.outcome[i] = outcome
+
     def _set(self, i: int, status: int) -> None:
         self.counts[self.status[i]] -= 1
         self.status[i] = status
@@ -536,19 +597,98 @@ class MemoryFrontier:
             return None
         return i
 
-    def _done(self, i: int, payload: Any = None, key: Hashable = None) -> None:
+    def _done(
+        self, i: int, payload: Any = None, key: Hashable = None, due: float | None = None
+    ) -> None:
         """After a visit: pending again (continuous crawl; with ``payload`` instead of its
-        previous one if given), else visited for good."""
+        previous one if given; parked until ``due`` if given), else visited for good."""
         if self.continuous and self._has_payload(i):
             self._refetch_tier(i)
             if payload is not None:
                 self._keep(i, payload, key)
             self._set(i, PENDING)
-            self._push(i)
+            if due is None:
+                self._push(i)
+            else:
+                heapq.heappush(self._parked, (due, i))
+                self._parked_ids.add(i)
         else:
             self._retire(i)
 
+    # -- backoff (see the module docstring) ---------------------------------------------------
+    def _slot_of(self, i: int) -> Hashable:
+        code = self.tier[i]
+        return self.tiers.slot(code) if code else ""
+
+    def _failed_fetch(self, i: int) -> float | None:
+        """Page ``i``'s fetch failed and it waits again (a continuous crawl): count the failure
+        for the page and its slot; the time until which the page is parked (None: no backoff)."""
+        if not self.backoff:
+            return None
+        now = self.clock()
+        k = self._fails[i] = self._fails.get(i, 0) + 1
+        slot = self._slot_of(i)
+        if now >= self._slot_until.get(slot, 0.0):  # (failures met while it waits: not again)
+            m = self._slot_fails[slot] = self._slot_fails.get(slot, 0) + 1
+            if m >= SLOT_FAILURES:
+                delay = backoff_delay(m - SLOT_FAILURES + 1, self.backoff, self.backoff_max)
+                self._slot_until[slot] = now + delay
+        return now + backoff_delay(k, self.backoff, self.backoff_max)
+
+    def _answered(self, i: int) -> None:
+        """Page ``i``'s host answered (a visit): no failure in a row any more."""
+        if self._fails:
+            self._fails.pop(i, None)
+        if self._slot_fails:
+            slot = self._slot_of(i)
+            self._slot_fails.pop(slot, None)
+            self._slot_until.pop(slot, None)
+
+    def _unpark(self, now: float) -> None:
+        """The parked pages whose wait is over are candidates again."""
+        parked, ids = self._parked, self._parked_ids
+        while parked and parked[0][0] <= now:
+            _due, i = heapq.heappop(parked)
+            if i in ids:
+                ids.discard(i)
+                if self.status[i] == PENDING:
+                    self._push(i)
+
+    def _room_now(self, full_slots: Collection[Hashable]) -> Callable[[Hashable], bool] | None:
+        """The selection's ``has_room`` for a pop now (None: every slot has room): no slot of
+        ``full_slots``, nor one that backs off; the parked pages whose wait is over are
+        candidates again first. (Every way of choosing the next page goes through here.)"""
+        blocked: Collection[Hashable] = ()
+        if self._parked_ids or self._slot_until:
+            now = self.clock()
+            self._unpark(now)
+            blocked = self._blocked_slots(now)
+        if blocked:
+            return lambda slot: slot not in full_slots and slot not in blocked
+        if full_slots:
+            return lambda slot: slot not in full_slots
+        return None
+
+    def _blocked_slots(self, now: float) -> set[Hashable]:
+        ended = [slot for slot, until in self._slot_until.items() if until <= now]
+        for slot in ended:  # (its count stays: a failure now backs it off for longer)
+            del self._slot_until[slot]
+        return set(self._slot_until)
+
+    @property
+    def wake_in(self) -> float | None:
+        """Seconds until the next parked page or backed-off slot comes due, or None if none
+        waits (a caller whose pop found nothing asks again then)."""
+        if not (self._parked_ids or self._slot_until):
+            return None
+        now = self.clock()
+        dues = [due for due, i in self._parked[:1] if due > now]
+        dues += [until for until in self._slot_until.values() if until > now]
+        return min(dues) - now if dues else None
+
     def _retire(self, i: int) -> None:
+        if self._fails:
+            self._fails.pop(i, None)
         self._set(i, VISITED)
         if self._has_payload(i):
             self._forget(i)
@@ -566,9 +706,10 @@ class MemoryFrontier:
         # when it has candidates): every backend's pop moves the same money.
         self.engine.payout()
         sel = self.selection
+        room = self._room_now(full_slots)
         if self._tiered:
             share = self.discovery if self.continuous else 0.0
-            i = sel.pop(_room(full_slots), bool(share) and self.discovery_debt + share >= 1.0)
+            i = sel.pop(room, bool(share) and self.discovery_debt + share >= 1.0)
             if i is not None and share:
                 self.discovery_debt = discovery_step(self.discovery_debt, share, self._fetched(i))
         else:
@@ -583,7 +724,7 @@ class MemoryFrontier:
         pending; ``None`` if none. For a pooled engine (no payout before a pop): what
         :meth:`take` then leases, so that a crawl over several frontiers pops the best page
         of all (:class:`~scrapy_opic.opic.partition.Fleet`)."""
-        return self.selection.peek(_room(full_slots), discover)
+        return self.selection.peek(self._room_now(full_slots), discover)
 
     def take(self, i: int) -> Lease:
         """Lease pending page ``i`` (the page :meth:`peek` chose, or the page a replayed outcome
@@ -610,8 +751,9 @@ class MemoryFrontier:
         virtual_weight: float = 0.0,
         importance: bool = False,
         payload: Any = None,
+        outcome: int = OK,
     ) -> Visit | None:
-        got = self.visit_out(lease, links, (), virtual_weight, importance, payload)
+        got = self.visit_out(lease, links, (), virtual_weight, importance, payload, outcome)
         return None if got is None else got[0]
 
     def visit_out(
@@ -622,6 +764,7 @@ class MemoryFrontier:
         virtual_weight: float = 0.0,
         importance: bool = False,
         payload: Any = None,
+        outcome: int = OK,
     ) -> tuple[Visit, list[tuple[float, float]]] | None:
         """:meth:`visit` of a page that also links to pages this frontier does not hold (see
         :meth:`OpicEngine.visit_out <scrapy_opic.opic.engine.OpicEngine.visit_out>`):
@@ -647,7 +790,10 @@ class MemoryFrontier:
             shares = []
         if self.keep_links:  # (the list is not changed after this: kept as is, no copy)
             self.link_changes[i] = children
-        self.outcome[i] = OK
+        self._settled(i, outcome)
+        if outcome != OK:
+            self.failed_visits += 1
+        self._answered(i)
         del self._tokens[i]
         self._done(i, payload, lease.key)
         codes = [
@@ -666,10 +812,12 @@ class MemoryFrontier:
         if i is None:
             return False
         self.engine.visit(i, ())
-        self.outcome[i] = outcome
+        self._settled(i, outcome)
+        self.failed_visits += 1
         del self._tokens[i]
         if self.continuous and outcome not in FINAL_OUTCOMES:
-            self._done(i, payload, lease.key)  # fetched again when its cash says so
+            # Fetched again when its cash says so, after its backoff.
+            self._done(i, payload, lease.key, self._failed_fetch(i))
         else:
             self._retire(i)
             self._close(i)
@@ -680,11 +828,16 @@ class MemoryFrontier:
         i = self._held(lease)
         if i is None:
             return False
+        self._give_up(i, outcome)
+        return True
+
+    def _give_up(self, i: int, outcome: int) -> None:
+        """Page ``i``, in flight, is given up unfetched (:meth:`forfeit` by id: a backend
+        gives up a page whose payload it cannot hand out before any lease names it)."""
         del self._tokens[i]
         self._retire(i)
-        self.outcome[i] = outcome
+        self._settled(i, outcome)
         self._close(i)
-        return True
 
     def drop(self, key: Hashable, outcome: int = FILTERED, url: str | None = None) -> bool:
         i = self.engine.id_of(key)
@@ -692,8 +845,9 @@ class MemoryFrontier:
             return False
         if self.status[i] == PENDING:
             self.selection.discard(i)
+            self._parked_ids.discard(i)
         self._retire(i)
-        self.outcome[i] = outcome
+        self._settled(i, outcome)
         self._close(i)
         return True
 
@@ -729,7 +883,7 @@ class MemoryFrontier:
             return self.retry(lease, entry)
         del self._tokens[i]
         self.engine.transfer(i, j)
-        self.outcome[i] = REDIRECTED
+        self._settled(i, REDIRECTED)
         if self.keep_links:
             self.link_changes[i] = j
         self._retire(i)
@@ -800,6 +954,11 @@ class MemoryFrontier:
 
     def figures(self) -> dict[str, float]:
         out = self.engine.stats()
+        out["fetched"] = self.n_ok
+        out["failed_visits"] = self.failed_visits
+        if self.backoff:
+            out["backed_off_pages"] = len(self._parked_ids)
+            out["backed_off_slots"] = len(self._slot_until)
         out.update(zip(STATUSES, self.counts))
         return out
 
@@ -847,6 +1006,7 @@ class MemoryFrontier:
         st[:] = np.frombuffer(status, np.uint8) if isinstance(status, bytes) else status
         if outcome is not None and len(outcome):
             np.frombuffer(self.outcome, np.uint16)[:n] = outcome
+            self.n_ok = int((np.asarray(outcome)[:n] == OK).sum())
         for priority, slot in tiers:
             self.tiers.code(priority, slot)  # (codes 1, 2... again, in their order)
         codes = np.frombuffer(self.tier, np.uint32)[:n]
@@ -909,5 +1069,7 @@ __all__ = [
     "Link",
     "MemoryFrontier",
     "Visit",
+    "backoff_delay",
+    "boosted_weight",
     "require_payload",
 ]

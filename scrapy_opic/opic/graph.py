@@ -84,18 +84,24 @@ def from_edges(
     return Graph(indptr, dst.astype(np.int32), names)
 
 
-def _open_text(path: str | Path) -> io.BufferedIOBase:
-    path = Path(path)
-    with open(path, "rb") as fh:
-        magic = fh.read(2)
-    return gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
+def _read_bytes(path: str | Path | io.BufferedIOBase) -> bytes:
+    """The whole text of an edge list, gunzipped if it is gzip: read once, so that a pipe
+    (``/dev/stdin``, a FIFO, a stream) works as a file does."""
+    if isinstance(path, (str, Path)):
+        with open(path, "rb") as fh:
+            data = fh.read()
+    else:
+        data = path.read()
+    return gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
 
 
-def load_edge_list(path: str | Path, self_links: bool = False) -> Graph:
+def load_edge_list(path: str | Path | io.BufferedIOBase, self_links: bool = False) -> Graph:
     """Read a SNAP-style edge list: ``src dst`` per line, whitespace separated, ``#`` lines
-    ignored, node ids any strings (gzip is detected). Node names keep the file's spelling."""
-    with _open_text(path) as fh:
-        data = fh.read()
+    ignored, node ids any strings (gzip is detected). Node names keep the file's spelling.
+    ``path``: a file name (a pipe such as ``/dev/stdin`` too) or a binary stream."""
+    data = _read_bytes(path)
+    if not isinstance(path, (str, Path)):
+        path = getattr(path, "name", "stdin")
     if b"#" in data:
         data = b"\n".join(line for line in data.splitlines() if not line.lstrip().startswith(b"#"))
     tokens = data.split()

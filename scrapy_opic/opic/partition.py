@@ -64,6 +64,7 @@ from .constants import (
     IN_FLIGHT,
     LOCAL,
     NEEDS_PAYLOAD,
+    OK,
     PENDING,
     STATUSES,
 )
@@ -456,6 +457,7 @@ class Partition(Member):
         virtual_weight: float = 0.0,
         importance: bool = False,
         payload: Any = None,
+        outcome: int = OK,
     ) -> Visit | None:
         """The frontier's visit; the links to pages of other partitions leave as transfers
         (their code: :data:`FORWARDED` with a payload, else :data:`DUPLICATE`)."""
@@ -492,12 +494,15 @@ class Partition(Member):
                 r[4] = r[4] if r[4] is not None else data
                 r[7] = r[7] or link.again
         outside = [(r[2], r[3]) for r in remote.values()]
-        got = self.frontier.visit_out(lease, local, outside, virtual_weight, importance, payload)
+        got = self.frontier.visit_out(
+            lease, local, outside, virtual_weight, importance, payload, outcome
+        )
         if got is None:
             return None
         visit, shares = got
         self._transfers(remote, shares)
-        self._record("v", now, lease.key, [tuple(x) for x in kept], virtual_weight, payload)
+        links_kept = [tuple(x) for x in kept]
+        self._record("v", now, lease.key, links_kept, virtual_weight, payload, outcome)
         codes = iter(visit.codes)
         rows = list(remote.values())
         out = [
@@ -641,6 +646,7 @@ class Partition(Member):
             float(norm),
             e.visit_count,
             *fr.counts,
+            fr.n_ok,
         )
 
     def figures_dict(self) -> dict[str, float]:
@@ -650,7 +656,8 @@ class Partition(Member):
         out: dict[str, float] = dict(zip(STATUSES, fr.counts))
         out.update(
             pages=e.n,
-            fetched=e.n - e.n_unfetched - e.n_dead,
+            fetched=fr.n_ok,
+            failed_visits=fr.failed_visits,
             closed=e.n_dead,
             visits=e.visit_count,
             G=e.G,
@@ -699,10 +706,11 @@ class Partition(Member):
             self.frontier.schedule([Entry(*e) for e in rec[2]], rec[3])
             self._record(*rec)
         elif op == "v":
-            _, now, key, links, vw, payload = rec
+            _, now, key, links, vw, payload, outcome = rec
             self.time_fn, fn = (lambda: now), self.time_fn
             try:
-                self.visit(self._held(key), [Link(*x) for x in links], vw, False, payload)
+                lease = self._held(key)
+                self.visit(lease, [Link(*x) for x in links], vw, False, payload, outcome)
             finally:
                 self.time_fn = fn
         elif op == "f":
@@ -909,6 +917,7 @@ def _others(counts: dict[int, tuple[int, int]], k: int) -> tuple[int, int]:
 FIGURES = (
     "pages",
     "fetched",
+    "failed_visits",
     "closed",
     "visits",
     "G",
@@ -993,6 +1002,8 @@ class Fleet:
         #: The share of pops owed to pages never fetched (continuous crawls), and the debt.
         self.discovery = 0.0
         self.discovery_debt = 0.0
+        #: The backoff of pages and hosts that keep failing (see MemoryFrontier).
+        self.backoff, self.backoff_max = 0.0, 600.0
         self.closed_links_virtual = False
         self._adoptions = 0
 
@@ -1024,6 +1035,7 @@ class Fleet:
         """Partition ``part`` is this process's from now on (leases of an earlier time it was
         are stale: a lease's token holds the adoption's number)."""
         part.frontier.discovery = self.discovery
+        part.frontier.backoff, part.frontier.backoff_max = self.backoff, self.backoff_max
         part.frontier.engine.closed_links_virtual = self.closed_links_virtual
         self._adoptions += 1
         part.epoch = self._adoptions
@@ -1136,6 +1148,7 @@ class Fleet:
         virtual_weight: float = 0.0,
         importance: bool = False,
         payload: Any = None,
+        outcome: int = OK,
     ) -> Visit | None:
         part, own = self._part_of(lease)
         if part is None:
@@ -1147,7 +1160,7 @@ class Fleet:
             unencodable.append(bad)
             ready.append(link._replace(payload=data) if link.payload is not data else link)
         data, _ = self._data(payload, lease.url)
-        visit = part.visit(own, ready, virtual_weight, importance, data)
+        visit = part.visit(own, ready, virtual_weight, importance, data, outcome)
         if visit is None or not any(unencodable):
             return visit
         # A request that cannot be encoded is fetched by this process, outside the frontier:

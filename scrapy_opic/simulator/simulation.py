@@ -5,7 +5,8 @@ Usage::
     python -m scrapy_opic.simulator --graph EDGES --strategy greedy --passes 3 --epsilon 0.15 \\
         [--window SPEC] [--seed S] [--batch B] --out importance.csv
 
-``EDGES`` is a SNAP-style edge list (``src dst`` per line, ``#`` comments, gzip ok). ``--passes P``
+``EDGES`` is a SNAP-style edge list (``src dst`` per line, ``#`` comments, gzip ok; ``-`` reads it
+from standard input). ``--passes P``
 means ``P * N`` visits for ``N`` nodes. The CSV has the header ``node,importance`` and importance
 sums to 1. The run prints the error factor ``1/G``, the timing and, unless ``--no-pagerank``, the
 paper's error measures against exact PageRank with damping ``1 - epsilon``.
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -166,12 +168,24 @@ def compare_to_pagerank(x: np.ndarray, pr: np.ndarray, graph: Graph) -> dict[str
     from scipy.stats import kendalltau, weightedtau
 
     linked = graph.in_degree > 0
-    return {
+    out = {
         "error_all": relative_error(x, pr),
         "error_top10": relative_error(x, pr, top_mask(pr, 0.10)),
-        "tau": float(kendalltau(x[linked], pr[linked]).statistic),
-        "weighted_tau": float(weightedtau(x[linked], pr[linked]).statistic),
+        "tau": math.nan,
+        "weighted_tau": math.nan,
     }
+    # A rank correlation needs two ranked pages that PageRank tells apart: a tiny or symmetric
+    # graph (a cycle: every page ties) has none, and its tau is no number (reported as such).
+    if linked.sum() >= 2 and np.ptp(pr[linked]) > 0 and np.ptp(x[linked]) > 0:
+        out["tau"] = float(kendalltau(x[linked], pr[linked]).statistic)
+        out["weighted_tau"] = float(weightedtau(x[linked], pr[linked]).statistic)
+    return out
+
+
+def _taus(m: dict[str, float]) -> str:
+    if math.isnan(m["tau"]):
+        return "Kendall tau n/a (fewer than two pages with in-links that PageRank ranks apart)"
+    return f"Kendall tau {m['tau']:.4f}, weighted tau {m['weighted_tau']:.4f}"
 
 
 def write_csv(path: str, graph: Graph, importance: np.ndarray) -> None:
@@ -187,6 +201,21 @@ def write_csv(path: str, graph: Graph, importance: np.ndarray) -> None:
         out.writelines(lines)
 
 
+def _check_out(path: str) -> None:
+    """:class:`OSError` now if ``--out`` cannot be written, rather than after the run."""
+    if path == "-":
+        return
+    target = os.path.abspath(path)
+    if os.path.isdir(target):
+        raise IsADirectoryError(f"--out {path}: a directory, expected a file name")
+    parent = os.path.dirname(target)
+    if not os.path.isdir(parent):
+        raise FileNotFoundError(f"--out {path}: no directory {parent}")
+    writable = os.access(target, os.W_OK) if os.path.exists(target) else os.access(parent, os.W_OK)
+    if not writable:
+        raise PermissionError(f"--out {path}: not writable")
+
+
 def load_graph(spec: str, self_links: bool = False) -> Graph:
     """An edge-list file, or ``powerlaw:N[:SEED]`` for the synthetic graph of the paper's
     experiments (in-degrees ~ k^-2.1), generated on the fly."""
@@ -198,6 +227,8 @@ def load_graph(spec: str, self_links: bool = False) -> Graph:
         except (IndexError, ValueError):
             raise ValueError(f"bad graph spec {spec!r}: use powerlaw:N[:SEED]") from None
         return power_law_graph(n, seed=seed)
+    if spec == "-":  # the edge list on standard input (a pipe)
+        return load_edge_list(sys.stdin.buffer, self_links=self_links)
     return load_edge_list(spec, self_links=self_links)
 
 
@@ -209,7 +240,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--graph",
         required=True,
-        help="edge list ('src dst' per line, # comments, .gz ok) or powerlaw:N[:SEED]",
+        help="edge list ('src dst' per line, # comments, .gz ok; - for standard input) or "
+        "powerlaw:N[:SEED]",
     )
     p.add_argument("--strategy", choices=STRATEGIES, default="greedy")
     p.add_argument("--passes", type=float, default=3.0, help="visits = passes x nodes")
@@ -250,6 +282,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         _check_args(args)
+        _check_out(args.out)
         window = parse_window(args.window)
         t0 = time.perf_counter()
         graph = load_graph(args.graph, self_links=args.keep_self_links)
@@ -277,7 +310,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     sim.run(visits)
     t_run = time.perf_counter() - t0
     x = sim.importance()
-    write_csv(args.out, graph, x)
+    try:
+        write_csv(args.out, graph, x)
+    except OSError as exc:  # (the disk filled up, the directory went away...)
+        print(f"error: --out {args.out}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
     e = sim.engine
     report = sys.stderr if args.out == "-" else sys.stdout
     print(
@@ -293,8 +330,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         m = compare_to_pagerank(x, pr, graph)
         print(
             f"vs PageRank(alpha={1 - args.epsilon:g}): error all pages {m['error_all']:.3f}%, "
-            f"top 10% {m['error_top10']:.3f}%, Kendall tau {m['tau']:.4f}, "
-            f"weighted tau {m['weighted_tau']:.4f}",
+            f"top 10% {m['error_top10']:.3f}%, {_taus(m)}",
             file=report,
         )
     return 0
