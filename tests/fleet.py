@@ -35,6 +35,9 @@ class Store:
         self.journals: dict[int, list[tuple]] = {}
 
     def write(self, member: Member) -> None:
+        if member.k == POOL:  # (the pool is written whole, as the Redis backend does)
+            self.checkpoint(member)
+            return
         self.journals.setdefault(member.k, []).extend(member.take_journal())
         member.durable = member.records
 
@@ -87,14 +90,23 @@ class Bus:
         reports: bool = True,
         shuffle: bool = False,
         repeat: float = 0.0,
+        fail: float = 0.0,
     ) -> None:
+        """Write each fleet's members and send what may leave; ``fail``: each member's write
+        fails with that probability (written again at the next flush), as one member's
+        script of a Redis Cluster can (not with an atomic fleet)."""
         for f in [fleet] if fleet else list(self.fleets):
             if reports:
                 f.reports()
+            if f.atomic:  # (what it applies now is written with what made it, below)
+                f.deliver_local()
             for m in f.members():
+                if fail and not f.atomic and self.rnd.random() < fail:
+                    continue
                 self.store.write(m)
                 gone = set(self.consumed.pop(m.k, []))
                 self.inbox[m.k] = [e for e in self.inbox.get(m.k, []) if e[0] not in gone]
+            f.durable_now()
             msgs, notes = f.outgoing()
             if shuffle:
                 self.rnd.shuffle(msgs)
@@ -119,8 +131,8 @@ class Bus:
                 for n in self.notes.pop(m.k, []):
                     f.note(n)
 
-    def round(self, shuffle: bool = False, repeat: float = 0.0) -> None:
-        self.flush(shuffle=shuffle, repeat=repeat)
+    def round(self, shuffle: bool = False, repeat: float = 0.0, fail: float = 0.0) -> None:
+        self.flush(shuffle=shuffle, repeat=repeat, fail=fail)
         self.deliver()
 
     def kill(self, fleet: Fleet) -> None:
@@ -135,7 +147,7 @@ class Bus:
         goes out again at its next flush."""
         member = self.store.load(k, fleet.P, fleet.continuous, fleet)
         if k == POOL:
-            fleet.pool = member  # type: ignore[assignment]
+            fleet.adopt_pool(member)  # type: ignore[arg-type]
         else:
             fleet.adopt(member)  # type: ignore[arg-type]
         member.outbox = [(m, 0) for m in member.resend()]

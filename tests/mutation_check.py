@@ -1,10 +1,11 @@
-"""Mutation check of the differential test: each edit below changes the Redis engine (the Lua
-script, or the constants generated into it) and must make ``tests/test_differential.py`` fail.
+"""Mutation check of the crawl over partitions: each edit below breaks one rule of the
+distributed path (cash in transit, the once-only apply, the takeover's replay, the virtual
+page's parts, the durability of what a message leaves from) and must make a test fail.
 
     python tests/mutation_check.py [--redis-url URL]
 
-Each mutant runs in a copy of the repository (the working tree is never touched). Exit code 0
-when every mutant was caught.
+Each mutant runs in a copy of the repository (the working tree is never touched) with the
+tests that guard that path. Exit code 0 when every mutant was caught.
 """
 
 from __future__ import annotations
@@ -18,124 +19,165 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-LUA = "scrapy_opic/backends/opic.lua"
-GEN = "scrapy_opic/backends/redis.py"
+PART = "scrapy_opic/opic/partition.py"
+ENGINE = "scrapy_opic/opic/engine.py"
+REDIS = "scrapy_opic/backends/redis.py"
+TESTS = ["tests/test_partition.py", "tests/test_redis.py"]
 
-#: (what it does, file, old text, new text). The first three are the edits the architecture
-#: review made to opic.lua that no test caught then.
+#: (what it does, file, old text, new text)
 MUTANTS = [
     (
-        "estimator ids swapped (lemma <-> regression) in the script's table",
-        GEN,
-        'f"local ESTIMATORS = {table(ESTIMATORS)}",',
-        'f"local ESTIMATORS = {table((ESTIMATORS[0], ESTIMATORS[3], ESTIMATORS[2], '
-        'ESTIMATORS[1]))}",',
+        "a duplicate message applied again",
+        PART,
+        "        if m.seq <= done:\n            return []",
+        "        if False:\n            return []",
     ),
     (
-        "blend weights changed (0.6 / 0.4)",
-        LUA,
-        "return BLEND_LEMMA * x + (1.0 - BLEND_LEMMA) * y",
-        "return 0.6 * x + 0.4 * y",
+        "a message ahead of a gap applied at once",
+        PART,
+        "        if m.seq > done + 1:",
+        "        if False:",
     ),
     (
-        "cash-at-visit average scaled (x2)",
-        LUA,
-        "g.ema = g.ema + w * (c * g.n - g.ema)",
-        "g.ema = g.ema + w * (2 * c * g.n - g.ema)",
+        "a transfer carries half the cash it took",
+        PART,
+        "            by_dst.setdefault(k, []).append((key, url, cash, credit, data, priority",
+        "            by_dst.setdefault(k, []).append((key, url, cash / 2, credit, data, priority",
     ),
     (
-        "paper and lemma estimates swapped in importance_of",
-        LUA,
-        "if estimator == 'paper' then",
-        "if estimator == 'lemma' then",
+        "a redirect to another partition sends no cash",
+        PART,
+        "            item = (e.key, e.url, moved[0], moved[1], e.payload",
+        "            item = (e.key, e.url, 0.0, moved[1], e.payload",
     ),
     (
-        "payout to unfetched pages counted in the all-pages accumulator",
-        LUA,
-        "g.acca = g.acca + (v - to_unf) / g.n",
-        "g.acca = g.acca + v / g.n",
+        "the pool pays the shares back to their source too",
+        PART,
+        "            x, y = own.get(k, (0.0, 0.0))",
+        "            x, y = 0.0, 0.0",
     ),
     (
-        "self-links paid",
-        LUA,
-        "if l.fp ~= fp then  -- a self-link is not an endorsement",
-        "if true then",
+        "a report forgets the virtual cash left for the pool",
+        PART,
+        '        m = self._send(POOL, "r", (*cash, dg, figures))',
+        '        m = self._send(POOL, "r", (0.0, 0.0, cash[2], dg, figures))',
     ),
     (
-        "boosts not capped by the virtual page's cash",
-        LUA,
-        "local scale = math.min(1.0, g.vcash / want)",
-        "local scale = 1.0",
+        "a partition pays all of its virtual cash to its own pages",
+        ENGINE,
+        "        if others_live:\n            # (The shares",
+        "        if False:\n            # (The shares",
     ),
     (
-        "interpolation outside the window",
-        LUA,
-        "    p.h = c * T / dt",
-        "    p.h = c",
+        "a replay skips the payouts the journal recorded",
+        PART,
+        '        elif op == "o":\n            self.pay_out(rec[1])',
+        '        elif op == "o":\n            pass',
     ),
     (
-        "the learned default history decays faster",
-        LUA,
-        "g.rate = g.rate + (1.0 - RATE_DECAY) * (rate - g.rate)",
-        "g.rate = g.rate + 0.5 * (rate - g.rate)",
+        "a replay forgets a message applied",
+        PART,
+        "            self.box.accept(m)  # (in order in the journal: never a duplicate or early)\n"
+        "            self._apply(m, rec[1])",
+        "            self.box.accept(m)  # (in order in the journal: never a duplicate or early)",
     ),
     (
-        "the regression's moments miss the unfetched pages' payouts",
-        LUA,
-        "      p.b = p.b + g.accbu",
-        "      p.b = p.b",
+        "a takeover does not send again what was not known delivered",
+        PART,
+        "        return sorted(self.box.unconfirmed.values(), key=lambda m: (m.dst, m.seq))",
+        "        return []",
+    ),
+    (
+        "a message leaves before the record that made it is durable",
+        PART,
+        "        ready = [m for m, at in self.outbox if at <= self.durable]",
+        "        ready = [m for m, at in self.outbox]",
+    ),
+    (
+        "a message between two members of a process applied before its record is durable",
+        PART,
+        "                        or not (self.atomic or at <= member.durable)",
+        "                        or not (self.atomic or at <= member.records)",
+    ),
+    (
+        "a message applied here confirmed before its application is durable",
+        PART,
+        "            if d.durable >= at:\n                s.confirm(dst, seq)",
+        "            if True:\n                s.confirm(dst, seq)",
+    ),
+    (
+        "an atomic flush that found a journal short confirms its messages",
+        REDIS,
+        "                elif isinstance(got, Exception) or int(got[0]) != 0:\n"
+        "                    self._resend.extend(messages)",
+        "                elif isinstance(got, Exception):\n"
+        "                    self._resend.extend(messages)",
+    ),
+    (
+        "a process that lost one member keeps the others, and what it applied from it",
+        REDIS,
+        "                    lost = list(self.held)",
+        "                    lost = [k for k in self.held if self.client.get(self._k(k, 'lease'))"
+        " != self.held[k].token.encode()]",
+    ),
+    (
+        "the endowment given to every partition made",
+        REDIS,
+        "        if int(endowed) == k:\n            part.endow()",
+        "        if True:\n            part.endow()",
+    ),
+    (
+        "a write of a partition whose lease is lost is taken as done",
+        REDIS,
+        "        if got == -1:  # another process holds the lease: this one stalled past it\n"
+        "            return False",
+        "        if got == -1:  # another process holds the lease: this one stalled past it\n"
+        "            got = held.log",
+    ),
+    (
+        "inbox entries deleted before what applied them is written",
+        REDIS,
+        "                else:\n                    held.consumed.append(entry_id)",
+        "                else:\n                    self.client.xdel(self._k(k, 'in'), entry_id)",
     ),
 ]
 
 
+def run_mutant(name: str, path: str, old: str, new: str, env: dict) -> bool:
+    """True if the tests caught the mutant (failed)."""
+    with tempfile.TemporaryDirectory(prefix="opic-mutant-") as tmp:
+        copy = Path(tmp) / "repo"
+        shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(".venv", ".git", "*.sqlite"))
+        target = copy / path
+        text = target.read_text()
+        if text.count(old) != 1:
+            raise SystemExit(f"mutant {name!r}: the text to replace is not in {path} once")
+        target.write_text(text.replace(old, new))
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *TESTS],
+            cwd=copy,
+            env={**env, "PYTHONPATH": str(copy)},
+            capture_output=True,
+            text=True,
+        )
+        return done.returncode != 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--redis-url", default=os.environ.get("OPIC_TEST_REDIS_URL"))
-    args = ap.parse_args(argv)
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--redis-url", default=os.environ.get("OPIC_TEST_REDIS_URL"))
+    args = p.parse_args(argv)
     env = dict(os.environ)
     if args.redis_url:
         env["OPIC_TEST_REDIS_URL"] = args.redis_url
-    files = subprocess.run(
-        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
-    survivors = 0
-    # The control: the unmutated copy passes (else a "caught" below would mean nothing).
-    for label, path, old, new in [("no mutation (control)", LUA, "", ""), *MUTANTS]:
-        with tempfile.TemporaryDirectory() as tmp:
-            for name in files:
-                (Path(tmp) / name).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(ROOT / name, Path(tmp) / name)
-            target = Path(tmp) / path
-            text = target.read_text()
-            if old and text.count(old) != 1:
-                print(f"? {label}: the text to mutate is not found once in {path}")
-                survivors += 1
-                continue
-            target.write_text(text.replace(old, new))
-            proc = subprocess.run(
-                [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
-                 "tests/test_differential.py"],
-                cwd=tmp,
-                capture_output=True,
-                text=True,
-                env=env,
-            )  # fmt: skip
-            last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
-            if not old:
-                if proc.returncode != 0:
-                    print(f"the unmutated copy fails: {last}")
-                    return 1
-                print(f"passes   {label}: {last}")
-                continue
-            caught = proc.returncode == 1  # tests ran and failed (not: none collected, error)
-            survivors += not caught
-            print(f"{'caught  ' if caught else 'SURVIVED'} {label}: {last}")
-    print(f"{len(MUTANTS) - survivors} of {len(MUTANTS)} mutants caught")
-    return 1 if survivors else 0
+    missed = []
+    for name, path, old, new in MUTANTS:
+        caught = run_mutant(name, path, old, new, env)
+        print(f"{'caught' if caught else 'MISSED'}: {name}", flush=True)
+        if not caught:
+            missed.append(name)
+    print(f"{len(MUTANTS) - len(missed)} of {len(MUTANTS)} mutants caught")
+    return 1 if missed else 0
 
 
 if __name__ == "__main__":

@@ -279,15 +279,31 @@ class StaticSite(_LoopbackServer):
 
 
 class RedisServer:
-    """A throw-away redis-server (Debian's binary) on a free loopback port, with no persistence,
-    for tests and benchmarks: ``with RedisServer(workdir) as url: ...``. :class:`RuntimeError`
-    if the binary is missing or the server does not start."""
+    """A throw-away redis-server (Debian's binary) on a free loopback port, for tests and
+    benchmarks: ``with RedisServer(workdir) as url: ...``. No persistence unless ``persist``
+    (an append-only file written at every command: :meth:`restart` then keeps every key);
+    ``password`` makes it require one (the URL carries it). :class:`RuntimeError` if the
+    binary is missing or the server does not start."""
 
-    def __init__(self, workdir: str) -> None:
+    def __init__(self, workdir: str, persist: bool = False, password: str | None = None) -> None:
         self.workdir = str(workdir)
+        self.persist = persist
+        self.password = password
         self.proc = None
+        self.port = 0
 
     def __enter__(self) -> str:
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.start()
+        auth = f":{self.password}@" if self.password else ""
+        return f"redis://{auth}127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        """Start the server (again) on its port."""
         import shutil
         import socket
         import subprocess
@@ -295,31 +311,37 @@ class RedisServer:
         binary = shutil.which("redis-server")
         if binary is None:
             raise RuntimeError("redis-server is not installed")
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        self.proc = subprocess.Popen(
-            [binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "",
-             "--appendonly", "no", "--dir", self.workdir],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+        args = [binary, "--bind", "127.0.0.1", "--port", str(self.port), "--save", "",
+                "--dir", self.workdir]  # fmt: skip
+        args += ["--appendonly", "yes", "--appendfsync", "always"] if self.persist else [
+            "--appendonly", "no"]  # fmt: skip
+        if self.password:
+            args += ["--requirepass", self.password]
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
         while True:
             try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                return f"redis://127.0.0.1:{port}/0"
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                return
             except OSError:
                 if time.monotonic() > deadline or self.proc.poll() is not None:
                     self.__exit__()
                     raise RuntimeError("redis-server did not start") from None
                 time.sleep(0.05)
 
-    def __exit__(self, *exc: object) -> None:
+    def stop(self) -> None:
+        """Stop the server (SIGTERM: with ``persist``, its append-only file is complete)."""
         if self.proc is not None:
             self.proc.terminate()
             self.proc.wait(timeout=10)
             self.proc = None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
 
 class RedisCluster:

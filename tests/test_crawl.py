@@ -320,9 +320,9 @@ def test_politeness_keeps_every_host_busy(tmp_path, graph):
             shares[label] = site.overlaps / len(site.hits)
         assert len({r["url"] for r in items}) == graph.n
         assert stats["opic/total_cash"] == pytest.approx(1.0, abs=1e-9)
-    # Measured: 0.94 against 0.30 on a quiet machine, 0.73 against 0.24 on a loaded one. (Not
-    # 1: a host's pages are not all known at the start, and the last ones are served alone.)
-    assert shares["opic"] >= 0.6, shares
+    # Judged against the slot-blind pop of the same run, not against a fixed share: a busy
+    # machine lowers both (a host's pages are not all known at the start, and the last ones
+    # are served alone, so neither reaches 1).
     assert shares["opic"] >= 2 * shares["blind"], shares
 
 

@@ -7,6 +7,7 @@ as the ``redis`` and ``redis-cluster`` backends of test_frontier.py and test_sch
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 
@@ -32,16 +33,18 @@ def links_of(i: int) -> list[int]:
     return sorted({(i * 7 + 1) % 240, (i * 13 + 5) % 240, (i + 6) % 240, (i * 3 + 2) % 240})
 
 
-@pytest.fixture
-def crawl(redis_url):
+@pytest.fixture(params=["atomic", "per-member"])
+def crawl(redis_url, request):
     """``crawl(**kw)``: a new process of the crawl under one fresh key (``open()`` done);
-    every process is closed and the keys deleted after."""
+    every process is closed and the keys deleted after. Each test runs twice: with the
+    atomic flush of a plain Redis, and with a script per member as on a Redis Cluster."""
     name = f"opic:test:{uuid.uuid4().hex}"
     made: list[RedisFrontier] = []
 
     def make(lease: float = 30.0, **kw) -> RedisFrontier:
         kw.setdefault("partitions", 16)
         f = RedisFrontier.connect(redis_url, name, lease=lease)
+        f.atomic = request.param == "atomic"
         f.open(**kw)
         made.append(f)
         return f
@@ -168,6 +171,38 @@ def test_a_process_that_lost_its_partition_cannot_write_it(crawl):
     assert check(b.client, crawl.key) == []
 
 
+def test_a_process_that_lost_one_partition_lets_all_go(crawl):
+    """On a plain Redis a process applies the messages between its partitions at once and
+    writes them all in one step: when that write is refused for one partition (the process
+    stalled past its lease), what the others applied from it may be undone by its new owner,
+    so the process lets every partition go, to be read back from Redis. (Member by member, a
+    message is applied only once durable: the process lets that partition go alone.)"""
+    a = crawl()
+    a.schedule([Entry(key(url(0)), url(0), 0, "", b"seed")])
+    a.commit()
+    k = partition_of(url(0), key(url(0)), 16)
+    lease = a.pop()
+    for j in links_of(0):  # (alone, a owns the partitions of the page's links)
+        a.owner_of(partition_of(url(j), key(url(j)), 16))
+    assert len(a.parts) > 1
+    a.client.delete(a._k(k, "lease"))  # a's lease of k lapsed while it stalled
+    b = crawl()
+    assert b._claim(k)
+    links = [Link(key(url(j)), url(j), payload=b"r") for j in links_of(0)]
+    assert a.visit(lease, links) is not None  # (a does not know: its links are paid at once)
+    a.flush()
+    if a.atomic:
+        assert not a.held and not a.parts
+    else:
+        assert k not in a.held and a.parts
+    a.close([])
+    b._next_rebalance = 0.0
+    done = run([b])
+    assert 0 in done  # fetched again by b
+    b.commit()
+    assert check(b.client, crawl.key) == []
+
+
 def test_a_process_killed_at_any_moment_is_taken_over_and_the_crawl_finishes(crawl):
     """A process dies with records not written and messages not sent: its partitions are free
     when their leases end, another process loads them (checkpoint, journal) and sends again
@@ -199,6 +234,30 @@ def test_a_process_killed_at_any_moment_is_taken_over_and_the_crawl_finishes(cra
     assert check(b.client, crawl.key) == []
 
 
+def test_an_inbox_entry_goes_only_with_the_write_of_what_applied_it(crawl):
+    """A process reads a message from its inbox, applies it, and is killed before writing:
+    the entry is still there for the partition's next owner (deleted only in the write that
+    records its application)."""
+    a, b = crawl(lease=0.3), crawl()
+    k0 = partition_of(url(0), key(url(0)), 16)
+    j = next(j for j in links_of(0) if partition_of(url(j), key(url(j)), 16) != k0)
+    kt = partition_of(url(j), key(url(j)), 16)
+    assert b._claim(k0) and a._claim(kt)
+    b.schedule([Entry(key(url(0)), url(0), 0, "", b"seed")])
+    lease = b.pop()
+    assert b.visit(lease, [Link(key(url(j)), url(j), payload=b"r")]) is not None
+    b.flush()
+    b.flush()  # (member by member, the message leaves once its record is written)
+    a.flush()
+    assert a.held[kt].consumed  # applied, not written
+    a.client.close()  # killed
+    time.sleep(0.4)
+    assert b._claim(kt)
+    b.commit()
+    assert b.status_of(key(url(j))) == "pending"
+    assert check(b.client, crawl.key) == []
+
+
 def test_a_write_whose_reply_was_lost_is_not_made_twice(crawl):
     """A flush's reply lost on the way (a connection reset after the server ran it): the next
     flush finds the journal longer than it thought by what it sent, and goes on."""
@@ -207,6 +266,9 @@ def test_a_write_whose_reply_was_lost_is_not_made_twice(crawl):
     f.commit()
     k = next(iter(f.parts))
     held = f.held[k]
+    other = crawl()  # (owns a partition f's links lead to: f's messages go through Redis)
+    assert other._claim(partition_of(url(1), key(url(1)), 16))
+    f._rebalance()
     for _ in range(3):
         step(f)
     pipeline = f.client.pipeline
@@ -229,6 +291,8 @@ def test_a_write_whose_reply_was_lost_is_not_made_twice(crawl):
     step(f)
     f.commit()
     assert k in f.parts and held.log == f.client.llen(f._k(k, "log"))
+    other.flush()
+    other.commit()
     assert check(f.client, crawl.key) == []
 
 
@@ -338,3 +402,86 @@ def test_the_export_api_reads_a_redis_crawl(crawl, tmp_path):
         assert len(top) == 3 and top[0].importance >= top[1].importance
         n = write_export(state, str(tmp_path / "out.csv"))
     assert n == len(done)
+
+
+
+
+def test_a_redis_restarted_with_its_keys_is_waited_for_with_one_warning(tmp_path, caplog):
+    """Redis restarted with persistence under a running crawl: the process says so once, pops
+    nothing meanwhile (what it fetched could be lost with its leases), says when Redis is
+    back, and the crawl goes on to its end with cash 1, every page visited once."""
+    from tests.sites import RedisServer
+
+    server = RedisServer(tmp_path, persist=True)
+    with server as server_url:
+        f = RedisFrontier.connect(server_url, "opic:restarted", lease=30.0)
+        try:
+            f.open(partitions=16)
+            f.schedule([Entry(key(url(0)), url(0), 0, "", b"seed")])
+            before = run([f], until_idle=False, steps=4)
+            assert before and f.has_pending()
+            with caplog.at_level("INFO", logger="scrapy_opic.backends.redis"):
+                server.stop()
+                for _ in range(3):
+                    f._next_rebalance = f._last_flush = 0.0
+                    f.maintain([])
+                    assert f.pop() is None and f.has_pending()
+                    assert f.figures()["pages"] >= len(before)  # (as last read)
+                server.start()
+                after = run([f])
+            said = [r for r in caplog.records if r.levelno >= logging.WARNING]
+            assert len(said) == 1 and "does not answer" in said[0].getMessage(), said
+            assert any("answers again" in r.getMessage() for r in caplog.records)
+            assert len(before + after) == len(set(before + after)) == 240
+            f.commit()
+            assert check(f.client, "opic:restarted") == []
+        finally:
+            f.clear()
+            f.client.close()
+
+
+def test_a_redis_that_does_not_come_back_stops_the_crawl_in_one_line(tmp_path):
+    from tests.sites import RedisServer
+
+    server = RedisServer(tmp_path)
+    with server as server_url:
+        f = RedisFrontier.connect(server_url, "opic:gone", lease=30.0)
+        f.open(partitions=16)
+        f.schedule([Entry(key(url(0)), url(0), 0, "", b"seed")])
+        f.commit()
+        server.stop()
+        f.patience = 0.0
+        f._next_rebalance = 0.0
+        f.maintain([])  # (the first failure: a warning, and the wait begins)
+        time.sleep(0.01)
+        f._next_rebalance = 0.0
+        with pytest.raises(StoreError, match="has not answered for") as error:
+            f.maintain([])
+        assert "\n" not in str(error.value)
+        with pytest.raises(StoreError, match="does not answer"):
+            f.close([])
+
+
+def test_the_report_of_a_long_crawl_plots_its_series_and_never_shows_the_password(tmp_path):
+    """A crawl long enough for many points of its time series (one per tick here) reads back
+    through the Python API and the HTML report; a password in the URL appears nowhere."""
+    from scrapy_opic.export import open_state
+    from scrapy_opic.report import build_report
+    from tests.sites import RedisServer
+
+    with RedisServer(tmp_path, password="s3cret-pw") as server_url:
+        f = RedisFrontier.connect(server_url, "opic:long", lease=30.0, series_seconds=0.0)
+        f.open(partitions=16)
+        f.schedule([Entry(key(url(0)), url(0), 0, "", b"seed")])
+        done: list[int] = []
+        while f.has_pending():
+            done += [i for i in (step(f), step(f)) if i is not None]
+            f._next_report = f._last_flush = 0.0  # (a report, and a point, at each flush)
+            f.maintain([])
+        f.close([])
+        with open_state(f"{server_url}#opic:long") as state:
+            series = state.series
+            assert len(series) >= 10
+            assert series.column("fetched")[-1] <= len(done) == int(state.fetched_mask().sum())
+            page = build_report(state)
+        assert "<img" in page and "s3cret-pw" not in page and "***@" in page

@@ -443,3 +443,49 @@ def test_two_processes_crawl_a_site_through_a_redis_cluster(tmp_path, redis_clus
     finally:
         RedisFrontier(client, key).clear()
         client.close()
+
+
+@pytest.mark.parametrize("persist", [True, False], ids=["restarted", "emptied"])
+def test_a_crawl_rides_out_a_redis_restart_and_stops_on_an_emptied_one(tmp_path, persist):
+    """``scrapy crawl`` while its Redis is restarted mid-crawl. With persistence: one warning,
+    the crawl goes on and ends with every page fetched once, exit 0. Without (every key
+    gone): one error line, exit 1, and nothing written into the new, empty server."""
+    import threading
+
+    from tests.project import Project
+    from tests.sites import RedisServer
+
+    g = site_graph(200, seed=4)
+    pages = reachable(g)
+    project = Project(tmp_path / "proj")
+    server = RedisServer(tmp_path, persist=persist)
+    with server as url, Site(g, delay=0.02) as site:
+
+        def restart() -> None:
+            wait_for(lambda: len(site.hits) >= 40, "40 pages fetched")
+            server.stop()
+            time.sleep(1.0)
+            server.start()
+
+        thread = threading.Thread(target=restart)
+        thread.start()
+        flags = [a for k, v in settings_for(url, "opic:restart").items() for a in ("-s", f"{k}={v}")]
+        run = project.scrapy("crawl", "site", "-a", f"start_url={site.url(0)}", *flags)
+        thread.join()
+        hits = Counter(site.hits)
+        client = redis.Redis.from_url(url)
+        try:
+            size = client.dbsize()
+        finally:
+            client.close()
+    assert "Traceback" not in run.out, run.out[-4000:]
+    if persist:
+        assert run.returncode == 0 and not run.errors(), run.out[-4000:]
+        warnings = [ln for ln in run.lines if " WARNING: " in ln]
+        assert len(warnings) == 1 and "does not answer" in warnings[0], warnings
+        assert pages_of(hits) == pages and set(hits.values()) == {1}
+    else:
+        assert run.returncode == 1, run.out[-4000:]
+        errors = run.errors()
+        assert len(errors) == 1 and "is gone from Redis" in errors[0], errors
+        assert size == 0  # (the emptied server got no key of the crawl's)

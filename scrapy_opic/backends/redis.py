@@ -15,19 +15,27 @@ pool, the member ``pool``) it holds:
   processes file there, applied by its owner in order and once, then deleted;
 * its *figures* (``{K:k}:fig``), what the crawl's status adds up.
 
-Every write of a member's state goes through one short script that first checks that the
-writer still holds the lease and that the journal is as long as it thinks (a write lost with a
-restarted Redis): a process that lost its partition (it stalled past its lease) can never
-write over its successor's. That check is the only script: no OPIC rule runs in Redis.
+Writes are fenced. On a plain Redis, a process writes everything of one flush in one script
+(``_FLUSH``): it first checks that the process still holds every member it writes (the lease's
+token) and that each journal is as long as it thinks (a write lost with a restarted Redis),
+then appends the journals (or checkpoints), deletes the inbox entries applied and adds the
+messages to their inboxes, or does nothing. Since the records of all its members land together,
+a message between two members of one process is applied at once, in memory
+(:meth:`~scrapy_opic.opic.partition.Fleet.deliver_local`), and a message to another process's
+member leaves with the record that made it. On a Redis Cluster, whose members are on several
+nodes, each member has a script of its own, with the same checks; a message leaves with the
+flush after its record's. Either way a process that lost a partition (it stalled past its
+lease) can never write over its successor's. No OPIC rule runs in Redis.
 
 The crawl's own keys: ``{K}:meta`` (parameters, partition count, spider, who holds the
 endowment), ``{K}:workers`` (each process's last beat), ``{K}:parts`` (partitions that have
 pages or messages), ``{K}:owners`` (who owns what, as the owners last said).
 
-Pace. A process appends its journals, sends the messages whose records are durable, reads its
-inboxes and renews its leases in one pipeline every :data:`FLUSH` seconds (a round trip per
-node of a Redis Cluster); it looks at the fleet (who is alive, which partitions it should own)
-every :data:`REBALANCE` seconds. A pop or a visit never waits for Redis.
+Pace. A process writes, sends, reads its inboxes and renews its leases in one pipeline every
+:data:`FLUSH` seconds (a round trip per node of a Redis Cluster); it looks at the fleet (who is
+alive, which partitions it should own) every :data:`REBALANCE` seconds. A pop or a visit never
+waits for Redis (but, on a Redis Cluster, those of a process alone in its crawl, which flushes
+until the messages between its partitions are applied, as one frontier's pop would see them).
 
 A Redis Cluster spreads the partitions over its shards by their hash tags (``{K:k}``): every
 key of one member is in one slot, so each script touches one node.
@@ -35,7 +43,9 @@ key of one member is in one slot, so each script touches one node.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import pickle
 import socket
@@ -64,8 +74,10 @@ from ..opic.partition import (
     in_transit,
 )
 from ..series import Series
-from . import StoreError
+from . import StoreError, masked_url
 from .sqlite import CHUNK
+
+logger = logging.getLogger(__name__)
 
 #: The layout of a crawl's keys, compared by every process that joins: a crawl stored
 #: otherwise is refused.
@@ -74,7 +86,7 @@ LAYOUT = "opic-partitions-1"
 TICK = 0.1
 #: Seconds between two flushes (journals, messages, inboxes, leases: one pipeline) of a
 #: process with pages to pop (one that found none flushes at every tick).
-FLUSH = 0.25
+FLUSH = 0.5
 #: Seconds between two reads of the inboxes when there is nothing to write.
 READ = 0.5
 #: Seconds between two looks at the fleet (beats, partition shares, claims, releases).
@@ -89,8 +101,14 @@ READ_COUNT = 500
 #: Seconds between two rounds of reports to the pool (and of its payouts).
 REPORT = 0.5
 #: Cash held back (see ``RedisFrontier.maintain``) above which a process flushes at every
-#: tick, with its reports: one percent of the crawl's.
-URGENT = 0.01
+#: tick, with its reports: a tenth of the crawl's.
+URGENT = 0.1
+#: Seconds a process waits for a Redis that does not answer (a restart, a failover) before
+#: it stops; meanwhile it pops nothing (what it did would be lost with its leases).
+PATIENCE = 300.0
+#: Seconds one call to Redis may take (a server that hangs counts as one that does not
+#: answer), unless the URL sets ``socket_timeout`` itself.
+SOCKET_TIMEOUT = 10.0
 
 _APPEND = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
@@ -100,7 +118,7 @@ redis.call('PEXPIRE', KEYS[1], ARGV[3])
 local blobs = tonumber(ARGV[4])
 for i = 5, 4 + blobs do n = redis.call('RPUSH', KEYS[2], ARGV[i]) end
 redis.call('SET', KEYS[3], ARGV[5 + blobs])
-for i = 6 + blobs, #ARGV do redis.call('XDEL', KEYS[4], ARGV[i]) end
+if #ARGV > 5 + blobs then redis.call('XDEL', KEYS[4], unpack(ARGV, 6 + blobs)) end
 return n
 """
 _CHECKPOINT = """
@@ -111,8 +129,41 @@ redis.call('DEL', KEYS[2], KEYS[5])
 local fields = tonumber(ARGV[5])
 for i = 6, 5 + 2 * fields, 2 do redis.call('HSET', KEYS[5], ARGV[i], ARGV[i + 1]) end
 redis.call('SET', KEYS[3], ARGV[4])
-for i = 6 + 2 * fields, #ARGV do redis.call('XDEL', KEYS[4], ARGV[i]) end
+if #ARGV >= 6 + 2 * fields then redis.call('XDEL', KEYS[4], unpack(ARGV, 6 + 2 * fields)) end
 return 0
+"""
+_FLUSH = """
+local members, ms = tonumber(ARGV[1]), ARGV[2]
+local at, spans = 3, {}
+for i = 1, members do
+  if redis.call('GET', KEYS[(i - 1) * 5 + 1]) ~= ARGV[at] then return {-1, i} end
+  local n = tonumber(ARGV[at + 3])
+  local items = ARGV[at + 2] == '1' and 2 * n or n
+  local consumed = tonumber(ARGV[at + 5 + items])
+  spans[i] = {at, items, consumed}
+  at = at + 6 + items + consumed
+end
+local out, short = {0}, false
+for i = 1, members do
+  out[i + 1] = redis.call('LLEN', KEYS[(i - 1) * 5 + 2])
+  if out[i + 1] ~= tonumber(ARGV[spans[i][1] + 1]) then short = true end
+end
+if short then out[1] = -2 return out end
+for i = 1, members do
+  local k, a, items, consumed = (i - 1) * 5, spans[i][1], spans[i][2], spans[i][3]
+  redis.call('PEXPIRE', KEYS[k + 1], ms)
+  if ARGV[a + 2] == '1' then
+    redis.call('DEL', KEYS[k + 2], KEYS[k + 5])
+    for j = a + 4, a + 3 + items, 2 do redis.call('HSET', KEYS[k + 5], ARGV[j], ARGV[j + 1]) end
+    out[i + 1] = 0
+  else
+    for j = a + 4, a + 3 + items do out[i + 1] = redis.call('RPUSH', KEYS[k + 2], ARGV[j]) end
+  end
+  redis.call('SET', KEYS[k + 3], ARGV[a + 4 + items])
+  for j = a + 6 + items, a + 5 + items + consumed do redis.call('XDEL', KEYS[k + 4], ARGV[j]) end
+end
+for j = at, #ARGV, 2 do redis.call('XADD', KEYS[tonumber(ARGV[j])], '*', 'm', ARGV[j + 1]) end
+return out
 """
 _BEAT = """
 if redis.call('EXISTS', KEYS[2]) == 0 then return -1 end
@@ -138,7 +189,9 @@ def open_client(url: str) -> Any:
     Errors are the ``redis`` package's."""
     import redis
 
-    client = redis.Redis.from_url(url)
+    # (Options in the URL's query win over these.)
+    timeouts = {"socket_timeout": SOCKET_TIMEOUT, "socket_connect_timeout": SOCKET_TIMEOUT}
+    client = redis.Redis.from_url(url, **timeouts)
     try:
         enabled = client.info("cluster").get("cluster_enabled")
     except redis.ResponseError:
@@ -149,7 +202,7 @@ def open_client(url: str) -> Any:
     if not enabled:
         return client
     client.close()
-    return redis.RedisCluster.from_url(url)
+    return redis.RedisCluster.from_url(url, **timeouts)
 
 
 def _pack(obj: Any) -> bytes:
@@ -281,6 +334,22 @@ class RedisFrontier(Fleet):
     ) -> None:
         super().__init__(1, encode=encode)
         self.client = client
+        import redis
+
+        #: One atomic flush (a plain Redis), or a script per member (a Redis Cluster, whose
+        #: members are on several nodes).
+        self.atomic = not isinstance(client, redis.RedisCluster)
+        #: What a Redis that does not answer (yet) raises: waited for (:data:`PATIENCE`).
+        self._unanswered: tuple[type[BaseException], ...] = (
+            redis.ConnectionError,
+            redis.TimeoutError,
+            redis.exceptions.ClusterDownError,
+            redis.exceptions.TryAgainError,
+            redis.exceptions.MasterDownError,
+        )
+        self.patience = PATIENCE
+        self._down_since: float | None = None
+        self._gone = False  # the crawl's keys vanished from Redis: write nothing more
         self.key = key
         self.ns = "{" + key + "}"
         self.location = location
@@ -289,6 +358,7 @@ class RedisFrontier(Fleet):
         self.maintain_interval = TICK
         self.round_trips = 0
         self.held: dict[int, _Held] = {}
+        self._leaving: set[int] = set()  # members marked leaving (see _hand_over)
         #: Seconds to wait after the last outcome of a partition before handing it to another
         #: process (its hosts' download delay, which Scrapy keeps only within a process): set
         #: by the scheduler.
@@ -442,7 +512,7 @@ class RedisFrontier(Fleet):
             raise
         self.held[k] = _Held(member, token, log)
         if k == POOL:
-            self.pool = member  # type: ignore[assignment]
+            self.adopt_pool(member)  # type: ignore[arg-type]
             self.series = series
         else:
             self.adopt(member)  # type: ignore[arg-type]
@@ -453,30 +523,49 @@ class RedisFrontier(Fleet):
         self.client.hset(self.ns + ":owners", str(k), self.worker)
         return True
 
-    def _lose(self, k: int) -> None:
+    def _lose(self, k: int, release: bool = False) -> None:
         """Member ``k`` is no longer this process's: forgotten (the scheduler's leases of its
-        pages are stale from now on)."""
-        self.held.pop(k, None)
+        pages are stale from now on), its lease given up (``release``) if still held. The
+        messages its members applied here at once and not yet durably go to its next owner
+        through Redis."""
+        held = self.held.pop(k, None)
+        self._leaving.discard(k)
+        if held is None:
+            return
+        if release:
+            with contextlib.suppress(Exception):  # (it lapses all the same)
+                self._run(self.client, _RELEASE, [self._k(k, "lease")], [held.token])
         if k == POOL:
             self.pool = None
             self.series = None
         else:
             self.abandon(k)
+        if not self.atomic:
+            for member in self.members():
+                unsent = {(m.dst, m.seq) for m, _ in member.outbox}
+                self._resend.extend(
+                    m
+                    for m in member.box.unconfirmed.values()
+                    if m.dst == k and (m.dst, m.seq) not in unsent
+                )
 
     # -- the contract, over the partitions owned --------------------------------------------
-    def pop(self, full_slots: Collection[Hashable] = ()) -> Lease | None:
-        self.settle()  # (alone: its pages on their way between its partitions, first)
-        leaving = [k for k, h in self.held.items() if h.leaving and k in self.parts]
-        if leaving:  # (a partition being handed over gives no more pages)
-            everything = self.parts
-            self.parts = {k: p for k, p in everything.items() if k not in leaving}
-            try:
-                lease = super().pop(full_slots)
-            finally:
-                self.parts = everything
-        else:
-            lease = super().pop(full_slots)
-        self._hungry = lease is None
+    def pop(
+        self, full_slots: Collection[Hashable] = (), exclude: Collection[int] = ()
+    ) -> Lease | None:
+        if self._down_since is not None:
+            return None  # (what it would fetch now could be lost with its leases)
+        with self._answered():
+            if not self.atomic:
+                self.settle()  # (alone: its pages on their way between its partitions, first)
+            elif self._senders and len(self._live) <= 1:
+                self._claim_destinations(list(self._senders))
+        if self._down_since is not None:
+            return None
+        # (A partition being handed over gives no more pages.)
+        lease = super().pop(full_slots, self._leaving)
+        # (Hungry: no page to pop at all, not merely the slots with pages full.)
+        self._hungry = lease is None and not super().__len__()
         return lease
 
     # (The last outcome of a partition here: the hosts of a partition handed to another
@@ -522,6 +611,10 @@ class RedisFrontier(Fleet):
         """Every :data:`FLUSH` seconds, a flush if there is anything to write or send, or the
         inboxes to read (every :data:`READ` seconds at least); every :data:`REBALANCE`, the
         fleet."""
+        with self._answered():
+            self._maintain()
+
+    def _maintain(self) -> None:
         now = time.monotonic()
         if now >= self._next_rebalance:
             self._next_rebalance = now + REBALANCE
@@ -539,6 +632,40 @@ class RedisFrontier(Fleet):
         if renew or now >= self._last_flush + (pace if busy else max(pace, READ)):
             self.flush(reports=waiting > URGENT)
 
+    @contextlib.contextmanager
+    def _answered(self) -> Iterator[None]:
+        """Calls to Redis that may find it not answering: the first such failure is one
+        warning, the process then waits (pops nothing) and retries at each upkeep; after
+        :attr:`patience` seconds it stops (:class:`StoreError`). A failure of another kind is
+        raised as it is."""
+        trips = self.round_trips
+        try:
+            yield
+        except self._unanswered as exc:
+            now = time.monotonic()
+            why = " ".join(str(exc).split())[:200] or type(exc).__name__
+            where = masked_url(self.location or "Redis")
+            if self._down_since is None:
+                self._down_since = now
+                logger.warning(
+                    "OPIC: %s does not answer (%s): this process waits for it (up to %.0f s)",
+                    where,
+                    why,
+                    self.patience,
+                )
+            elif now - self._down_since > self.patience:
+                raise StoreError(
+                    f"{where} has not answered for {now - self._down_since:.0f} s ({why})"
+                ) from None
+        else:
+            # (Back once a round trip was answered: a call that needed none proves nothing.)
+            if self._down_since is not None and self.round_trips > trips:
+                logger.info(
+                    "OPIC: Redis answers again, after %.1f s",
+                    time.monotonic() - self._down_since,
+                )
+                self._down_since = None
+
     def _waiting_cash(self) -> float:
         """Cash that this process holds back from the crawl's pages: in messages not sent, in
         its partitions' virtual pages, in the pool."""
@@ -553,86 +680,172 @@ class RedisFrontier(Fleet):
         return total
 
     def flush(self, reports: bool = False) -> None:
-        """One pipeline: each member's new records (or a checkpoint), the messages whose
-        records are durable and the notes, and a read of every inbox; the reports to the pool
-        and its payouts every :data:`REPORT` seconds (or now, with ``reports``)."""
+        """One pipeline: the members' new records (or checkpoints), the messages that may leave
+        and the notes, and a read of every inbox; the reports to the pool and its payouts every
+        :data:`REPORT` seconds (or now, with ``reports``). On a plain Redis, the writes and
+        the messages are one atomic script (:attr:`atomic`); on a Redis Cluster, one script per
+        member, and a message leaves with the flush after its record's."""
         now = time.monotonic()
         if reports or now >= self._next_report:
             self._next_report = now + REPORT
             self.reports()
             self._series_point(now)
         self._last_flush = now
+        self._claim_destinations()
         pipe = self.client.pipeline(transaction=False)
         plan: list[tuple[str, Any]] = []
-        for k, held in self.held.items():
-            if not self._queue_write(k, held, pipe, plan, now) and now >= held.renew_at:
-                self._run(pipe, _RENEW, [self._k(k, "lease")], [held.token, self.lease_ms])
-                plan.append(("renew", k))
-            else:
-                held.renew_at = now + self.lease_ms / 3000
-        self._queue_sends(pipe, plan)
+        if self.atomic:
+            self._queue_all(pipe, plan, now)
+        else:
+            for k, held in self.held.items():
+                if not self._queue_write(k, held, pipe, plan, now) and now >= held.renew_at:
+                    self._queue_renew(k, held, pipe, plan)
+            self._queue_sends(pipe, plan, *self._messages())
         for k, held in self.held.items():
             pipe.xrange(self._k(k, "in"), min=held.read_from, max="+", count=READ_COUNT)
             plan.append(("read", k))
         if not plan:
             return
         self.round_trips += 1
-        results = pipe.execute(raise_on_error=False)
-        lost = []
+        try:
+            results = pipe.execute(raise_on_error=False)
+        except BaseException:  # (no reply: what was sent may have landed, or not)
+            for kind, info in plan:
+                if kind in ("send", "all"):
+                    self._resend.extend(info if kind == "send" else info[1])
+            raise
+        lost: list[int] = []
         for (kind, info), got in zip(plan, results):
             if kind == "read":
                 held = self.held.get(info)
                 if held is not None and not isinstance(got, Exception):
                     self._read_inbox(info, held, got)
             elif kind == "send":
-                if isinstance(got, Exception):
-                    self._resend.extend(info)
-                    continue
-                for m in info:
-                    src = self.member(m.src)
-                    if src is not None:
-                        src.confirm(m.dst, m.seq)
+                self._sent(info, got)
             elif kind == "write":
                 k, written, checkpoint = info
                 if not self._written(k, written, checkpoint, got):
                     lost.append(k)
+            elif kind == "all":
+                written, messages = info
+                if not self._all_written(written, got):
+                    lost = list(self.held)
+                    self._resend = []  # (their records are lost with the members)
+                elif isinstance(got, Exception) or int(got[0]) != 0:
+                    self._resend.extend(messages)
+                else:
+                    self._sent(messages, got)
             elif kind == "renew" and got == 0:  # (the lease lapsed: another process's now)
                 lost.append(info)
-        for k in lost:
-            self._lose(k)
+        for k in dict.fromkeys(lost):
+            self._lose(k, release=self.atomic)
         self._resend.sort(key=lambda m: (m.dst, m.src, m.seq))
+        self.durable_now()
 
-    def _queue_write(self, k: int, held: _Held, pipe: Any, plan: list, now: float) -> bool:
-        """Queue member ``k``'s write (new records, or a checkpoint) if it has anything new;
-        whether it has (a write renews the lease too)."""
+    def _queue_renew(self, k: int, held: _Held, pipe: Any, plan: list) -> None:
+        self._run(pipe, _RENEW, [self._k(k, "lease")], [held.token, self.lease_ms])
+        plan.append(("renew", k))
+
+    def _messages(self) -> tuple[list[Message], list[Note]]:
+        messages, notes = self.outgoing()
+        messages = self._resend + messages
+        self._resend = []
+        return messages, notes
+
+    def _write_of(self, k: int, held: _Held, now: float) -> tuple[bool, list[bytes]] | None:
+        """Member ``k``'s write, if it has anything new: whether a checkpoint, and its items
+        (the journal's new batches, or the checkpoint's fields and values)."""
         member = held.member
         batch = member.take_journal()
         if batch:
             held.unwritten.append((_pack(batch), member.records))
         figures = self._figures_of(member)
-        if not (held.unwritten or held.consumed or figures != held.figures):
-            return False
+        if not (held.unwritten or held.consumed or figures != held.figures) and not (
+            held.leaving and held.log
+        ):
+            return None
         held.figures = figures
-        keys = self._member_keys(k)
-        checkpoint = k == POOL or (
-            held.unwritten
-            and (
-                held.since_checkpoint >= CHECKPOINT_BATCHES
-                or now - held.checkpoint_at >= CHECKPOINT_SECONDS
-                or held.leaving
+        checkpoint = (
+            k == POOL
+            or (held.leaving and (held.unwritten or held.log))  # (its next owner reads less)
+            or (
+                held.unwritten
+                and (
+                    held.since_checkpoint >= CHECKPOINT_BATCHES
+                    or now - held.checkpoint_at >= CHECKPOINT_SECONDS
+                )
             )
         )
+        if not checkpoint:
+            return False, [blob for blob, _ in held.unwritten]
+        fields = pack_pool(member, self.series) if k == POOL else pack_state(member.state())
+        return True, [x for pair in fields.items() for x in pair]
+
+    def _queue_write(self, k: int, held: _Held, pipe: Any, plan: list, now: float) -> bool:
+        """Queue member ``k``'s write (one script) if it has anything new; whether it has (a
+        write renews the lease too)."""
+        write = self._write_of(k, held, now)
+        if write is None:
+            return False
+        checkpoint, items = write
+        keys = self._member_keys(k)
+        args: list[Any] = [held.token, held.log, self.lease_ms]
         if checkpoint:
-            fields = pack_pool(member, self.series) if k == POOL else pack_state(member.state())
-            args: list[Any] = [held.token, held.log, self.lease_ms, figures, len(fields)]
-            for name, value in fields.items():
-                args += [name, value]
+            args += [held.figures, len(items) // 2, *items]
             self._run(pipe, _CHECKPOINT, keys, args + held.consumed)
         else:
-            blobs = [blob for blob, _ in held.unwritten]
-            args = [held.token, held.log, self.lease_ms, len(blobs), *blobs, figures]
+            args += [len(items), *items, held.figures]
             self._run(pipe, _APPEND, keys[:4], args + held.consumed)
-        plan.append(("write", (k, member.records, bool(checkpoint))))
+        plan.append(("write", (k, held.member.records, checkpoint)))
+        return True
+
+    def _queue_all(self, pipe: Any, plan: list, now: float) -> None:
+        """The atomic flush of a plain Redis (the script ``_FLUSH``): every member with
+        anything new written, and every message sent, in one step or not at all. The messages
+        between members of this process were applied at once (:meth:`deliver_local`): the
+        records that made them and those that applied them are written together."""
+        self.deliver_local()
+        keys: list[str] = []
+        args: list[Any] = [0, self.lease_ms]
+        written = []
+        for k, held in self.held.items():
+            write = self._write_of(k, held, now)
+            if write is None:
+                if now >= held.renew_at:
+                    self._queue_renew(k, held, pipe, plan)
+                continue
+            held.renew_at = now + self.lease_ms / 3000
+            checkpoint, items = write
+            keys += self._member_keys(k)
+            count = len(items) // 2 if checkpoint else len(items)
+            args += [held.token, held.log, int(checkpoint), count, *items, held.figures]
+            args += [len(held.consumed), *held.consumed]
+            written.append((k, held.member.records, checkpoint))
+        args[0] = len(written)
+        messages, notes = self._messages()
+        for dst, blob in self._entries(messages, notes):
+            keys.append(self._k(dst, "in"))
+            args += [len(keys), blob]
+        self._mark_used(pipe, plan, [m.dst for m in messages] + [n.dst for n in notes])
+        if written or len(keys):
+            self._run(pipe, _FLUSH, keys, args)
+            plan.append(("all", (written, messages)))
+
+    def _all_written(self, written: list, got: Any) -> bool:
+        """After the atomic flush: whether this process still owns what it wrote (else it
+        owns nothing any more: what it applied at once may have come from a member it lost).
+        A call that failed (a Redis error) is made again at the next flush."""
+        if isinstance(got, Exception):
+            return True
+        status, lengths = int(got[0]), got[1:]
+        if status == -1:
+            return False
+        for (k, records, checkpoint), length in zip(written, lengths):
+            if status == -2:
+                if not self._landed(k, int(length)):
+                    return False
+            else:
+                self._written(k, records, checkpoint, length)
         return True
 
     def _written(self, k: int, records: int, checkpoint: bool, got: Any) -> bool:
@@ -644,17 +857,7 @@ class RedisFrontier(Fleet):
         if got == -1:  # another process holds the lease: this one stalled past it
             return False
         if got == -2:
-            # The journal is not as long as this process thinks: batches of an earlier flush
-            # whose reply never came back did land (they are written: the rest goes next), or
-            # a restarted Redis lost writes (this process's state is not Redis's any more).
-            landed = int(self.client.llen(self._k(k, "log"))) - held.log
-            if not 0 < landed <= len(held.unwritten):
-                return False
-            held.member.durable = held.unwritten[landed - 1][1]
-            del held.unwritten[:landed]
-            held.log += landed
-            held.since_checkpoint += landed
-            return True
+            return self._landed(k, int(self.client.llen(self._k(k, "log"))))
         held.member.durable = records
         held.unwritten = []
         held.consumed = []
@@ -667,29 +870,78 @@ class RedisFrontier(Fleet):
             held.log = int(got)
         return True
 
+    def _landed(self, k: int, length: int) -> bool:
+        """Member ``k``'s journal is ``length`` batches long, not as long as this process
+        thinks: batches of an earlier flush whose reply never came back did land (they are
+        written: the rest goes next), or a restarted Redis lost writes (this process's state
+        is not Redis's any more: whether it may go on)."""
+        held = self.held[k]
+        landed = length - held.log
+        if landed == 0:
+            return True
+        if not 0 < landed <= len(held.unwritten):
+            return False
+        held.member.durable = held.unwritten[landed - 1][1]
+        del held.unwritten[:landed]
+        held.log += landed
+        held.since_checkpoint += landed
+        return True
+
     @staticmethod
     def _figures_of(member: Member) -> bytes:
         return json.dumps(member.figures_dict()).encode()  # type: ignore[attr-defined]
 
-    def _queue_sends(self, pipe: Any, plan: list) -> None:
-        """The sendable messages and the notes, one inbox entry per destination."""
-        messages, notes = self.outgoing()
-        messages = self._resend + messages
-        self._resend = []
-        by_dst: dict[int, tuple[list[Message], list]] = {}
+    def _entries(self, messages: list[Message], notes: list[Note]) -> list[tuple[int, bytes]]:
+        """The messages and notes, one inbox entry per destination."""
+        by_dst: dict[int, tuple[list, list]] = {}
         for m in messages:
-            by_dst.setdefault(m.dst, ([], []))[0].append(m)
+            by_dst.setdefault(m.dst, ([], []))[0].append(tuple(m))
         for n in notes:
             by_dst.setdefault(n.dst, ([], []))[1].append(tuple(n))
-        for dst, (msgs, ns) in by_dst.items():
-            if dst not in self.held and len(self._live) <= 1:
-                self._claim(dst)  # (alone in the crawl: every partition is this process's)
-            pipe.xadd(self._k(dst, "in"), {"m": _pack(([tuple(m) for m in msgs], ns))})
-            plan.append(("send", msgs))
+        return [(dst, _pack(both)) for dst, both in by_dst.items()]
+
+    def _claim_destinations(self, senders: Collection[int] | None = None) -> None:
+        """Alone in the crawl, every partition is this process's: those its messages and
+        notes go to (from ``senders`` only, if given) are claimed (before they are taken: a
+        claim can fail)."""
+        if len(self._live) > 1:
+            return
+        dsts = {n.dst for n in self.notes} | {m.dst for m in self._resend}
+        members = self.members() if senders is None else map(self.member, senders)
+        for member in members:
+            if member is not None:
+                dsts.update(m.dst for m, _ in member.outbox)
+        for dst in sorted(dsts - set(self.held)):
+            self._claim(dst)
+
+    def _mark_used(self, pipe: Any, plan: list, dsts: list[int]) -> None:
+        for dst in dsts:
             if dst != POOL and dst not in self._known_parts:
                 pipe.sadd(self.ns + ":parts", dst)
                 plan.append(("sadd", dst))
                 self._known_parts.add(dst)
+
+    def _queue_sends(
+        self, pipe: Any, plan: list, messages: list[Message], notes: list[Note]
+    ) -> None:
+        """The messages whose records are durable and the notes, one inbox entry per
+        destination (a Redis Cluster: one node each)."""
+        by_dst: dict[int, list[Message]] = {}
+        for m in messages:
+            by_dst.setdefault(m.dst, []).append(m)
+        for dst, blob in self._entries(messages, notes):
+            pipe.xadd(self._k(dst, "in"), {"m": blob})
+            plan.append(("send", by_dst.get(dst, [])))
+        self._mark_used(pipe, plan, list(by_dst) + [n.dst for n in notes])
+
+    def _sent(self, messages: list[Message], got: Any) -> None:
+        if isinstance(got, Exception):
+            self._resend.extend(messages)
+            return
+        for m in messages:
+            src = self.member(m.src)
+            if src is not None:
+                src.confirm(m.dst, m.seq)
 
     def _read_inbox(self, k: int, held: _Held, entries: list) -> None:
         member = held.member
@@ -745,9 +997,10 @@ class RedisFrontier(Fleet):
         self.round_trips += 1
         now, workers, parts, owners = pipe.execute()
         if now == -1:
+            self._gone = True  # (nothing more is written: it would make a crawl of a part)
             raise StoreError(
                 f"the OPIC crawl {self.key!r} is gone from Redis (the server was emptied, or "
-                "restarted without persistence?): this process stops"
+                "restarted without persistence?)"
             )
         now_ms = int(now)
         alive = sorted(
@@ -755,27 +1008,36 @@ class RedisFrontier(Fleet):
             | {self.worker}
         )
         self._live = alive
-        nonempty = sorted({int(k) for k in parts} | {POOL})
-        self._known_parts |= {k for k in nonempty if k != POOL}
+        data = sorted(int(k) for k in parts)
+        self._known_parts |= set(data)
         owner = {int(k): w.decode() for k, w in owners.items()}
-        mine = set(self.held)
+        mine = [k for k in self.held if k != POOL]
         at = alive.index(self.worker)
-        share = len(nonempty) // len(alive) + (1 if at < len(nonempty) % len(alive) else 0)
+        # The partitions in use are shared out evenly (the first processes in the order of
+        # their names take one more); the pool, light, goes to the last process.
+        share = len(data) // len(alive) + (1 if at < len(data) % len(alive) else 0)
         if len(mine) < share:
-            for k in nonempty:
-                if len(self.held) >= share:
+            for k in data:
+                if len(mine) >= share:
                     break
-                if k not in self.held and owner.get(k) not in alive:
-                    self._claim(k)
+                if k not in self.held and owner.get(k) not in alive and self._claim(k):
+                    mine.append(k)
         elif len(mine) > share:
             counts: dict[str, int] = {}
-            for k in nonempty:
+            for k in data:
                 if owner.get(k) in alive:
                     counts[owner[k]] = counts.get(owner[k], 0) + 1
-            low = len(nonempty) // len(alive)
+            low = len(data) // len(alive)
             if any(counts.get(w, 0) < low for w in alive if w != self.worker):
                 for k in sorted(mine, reverse=True)[: len(mine) - share]:
                     self.held[k].leaving = True
+                    self._leaving.add(k)
+        if alive[-1] == self.worker:
+            if POOL not in self.held and owner.get(POOL) not in alive:
+                self._claim(POOL)
+        elif POOL in self.held:
+            self.held[POOL].leaving = True  # (to the last process, which takes it)
+            self._leaving.add(POOL)
         self._hand_over()
 
     def _hand_over(self) -> None:
@@ -805,18 +1067,36 @@ class RedisFrontier(Fleet):
         as they last wrote them, with the messages in every inbox (read at most once a second,
         unless ``fresh``)."""
         now = time.monotonic()
-        if fresh or self._global is None or now - self._global_at >= 1.0:
-            self._global = read_figures(self.client, self.key, skip=set(self.held))
-            self._global_at = now
-            self.round_trips += 1
+        stale = self._down_since is not None and self._global is not None
+        if not stale and (fresh or self._global is None or now - self._global_at >= 1.0):
+            with self._answered():
+                self._global = read_figures(self.client, self.key, skip=set(self.held))
+                self._global_at = now
+                self.round_trips += 1
+            if self._global is None:  # (no answer, nothing read before)
+                self._global = {**dict.fromkeys(FIGURES, 0), "messages": 0, "workers": 1}
+                self._global.update(partitions=0, others=0)
         out = dict(self._global)
         for member in self.members():
             add_figures(out, member.figures_dict())  # type: ignore[attr-defined]
+        out["unconfirmed"] -= len(self._local)  # (applied here, their confirmation to come)
         out["owned"] = len(self.parts)
         return finish_figures(out)
 
     def has_pending(self) -> bool:
         if super().has_pending() or self._resend or any(h.unwritten for h in self.held.values()):
+            return True
+        if self._down_since is not None:
+            return True  # (waiting for Redis: the crawl is not over)
+        answer = True
+        with self._answered():
+            answer = self._has_pending()
+        return answer
+
+    def _has_pending(self) -> bool:
+        f = self.crawl_figures()
+        busy = f["pending"] or f["in_flight"] or f["messages"] or f["unconfirmed"]
+        if busy and time.monotonic() - self._global_at < 0.5:  # (busy half a second ago)
             return True
         f = self.crawl_figures(fresh=True)
         if f["pending"] or f["in_flight"] or f["messages"] or f["unconfirmed"]:
@@ -834,11 +1114,17 @@ class RedisFrontier(Fleet):
         return self.crawl_figures()
 
     def settle(self) -> None:
-        """For a process alone in its crawl: flush until nothing it made is on its way (its
-        records written, its messages and notes delivered, and applied, since it owns their
-        destinations), so that its figures, and a page's status and cash, are those of now,
-        as one frontier's would be. (With other processes the crawl is never still: figures
-        are as each process last wrote them.)"""
+        """For a process alone in its crawl: its figures, and a page's status and cash, as
+        they are now, as one frontier's would be: its reports made and the pool's payouts, and
+        every message between its members applied (on a Redis Cluster, by flushes until
+        nothing it made is on its way). (With other processes the crawl is never still:
+        figures are as each process last wrote them.)"""
+        if len(self._live) > 1:
+            return
+        if self.atomic:
+            self._claim_destinations()
+            self.reports()
+            return
         for _ in range(4):
             if len(self._live) > 1 or not self._in_motion():
                 return
@@ -856,8 +1142,13 @@ class RedisFrontier(Fleet):
             self.flush()
 
     def _in_motion(self) -> bool:
-        """Messages or notes of this process on their way."""
-        return bool(self.notes or self._resend or any(h.member.outbox for h in self.held.values()))
+        """Messages or notes of this process on their way, or not known delivered."""
+        return bool(
+            self.notes
+            or self._resend
+            or self._local
+            or any(h.member.outbox for h in self.held.values())
+        )
 
     def status_of(self, key: Hashable) -> str | None:
         self.settle()
@@ -875,11 +1166,17 @@ class RedisFrontier(Fleet):
 
     # -- closing ----------------------------------------------------------------------------
     def close(self, leases: Collection[Lease]) -> None:
-        """Hand ``leases`` back, checkpoint every member and release them all."""
+        """Hand ``leases`` back, checkpoint every member and release them all
+        (:class:`StoreError` if Redis does not answer: what was not written is then lost, and
+        redone by the processes that take the partitions over)."""
+        if self._gone:
+            self.client.close()
+            return
         try:
             self.release(leases)
-            for held in self.held.values():
+            for k, held in self.held.items():
                 held.leaving = True
+                self._leaving.add(k)
             self.commit()
             for k, held in list(self.held.items()):
                 if not held.unwritten:
@@ -887,6 +1184,13 @@ class RedisFrontier(Fleet):
                     self.client.hdel(self.ns + ":owners", str(k))
                 self._lose(k)
             self.client.hdel(self.ns + ":workers", self.worker)
+        except self._unanswered as exc:
+            why = " ".join(str(exc).split())[:200] or type(exc).__name__
+            raise StoreError(
+                f"{masked_url(self.location or 'Redis')} does not answer ({why}): this "
+                "process's last records are lost, its pages are fetched again by the processes "
+                "that take its partitions over"
+            ) from None
         finally:
             self.client.close()
 

@@ -616,9 +616,15 @@ class MemoryFrontier:
             self._retire(i)
 
     # -- backoff (see the module docstring) ---------------------------------------------------
-    def _slot_of(self, i: int) -> Hashable:
+    def slot_of(self, i: int) -> Hashable:
+        """Page ``i``'s download slot (``""`` if it has none)."""
         code = self.tier[i]
         return self.tiers.slot(code) if code else ""
+
+    def wakes(self) -> bool:
+        """Whether pages wait for a time to come (parked, or their slot backing off): then
+        which page a pop takes changes with time alone."""
+        return bool(self._parked_ids or self._slot_until)
 
     def _failed_fetch(self, i: int) -> float | None:
         """Page ``i``'s fetch failed and it waits again (a continuous crawl): count the failure
@@ -627,7 +633,7 @@ class MemoryFrontier:
             return None
         now = self.clock()
         k = self._fails[i] = self._fails.get(i, 0) + 1
-        slot = self._slot_of(i)
+        slot = self.slot_of(i)
         if now >= self._slot_until.get(slot, 0.0):  # (failures met while it waits: not again)
             m = self._slot_fails[slot] = self._slot_fails.get(slot, 0) + 1
             if m >= SLOT_FAILURES:
@@ -640,7 +646,7 @@ class MemoryFrontier:
         if self._fails:
             self._fails.pop(i, None)
         if self._slot_fails:
-            slot = self._slot_of(i)
+            slot = self.slot_of(i)
             self._slot_fails.pop(slot, None)
             self._slot_until.pop(slot, None)
 

@@ -42,13 +42,16 @@ filed, a visit with its links, an outcome, a message applied, a payout...), made
 the changes happened: a partition's checkpoint (:meth:`Partition.state`) plus the records since,
 applied again by :meth:`Partition.replay` through the same frontier, rebuild its state exactly
 (the same operations in the same order give the same floats), the messages it sent included. A
-message may leave only once the record that made it is durable (:attr:`Member.durable`), so no
-partition ever holds money that a message also carries.
+message may leave only once the record that made it is durable (:attr:`Member.durable`), or
+with it in one atomic write (:attr:`Fleet.atomic`), so no partition ever holds money that a
+message also carries; its source forgets it only once the record of its application is durable.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import heapq
 import time
 from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
 from typing import Any, NamedTuple
@@ -81,6 +84,9 @@ from .frontier import (
 
 #: The number of the crawl's pool, as a message's source or destination.
 POOL = -1
+#: Keys a process remembers as sent to their partitions with their requests (see
+#: :meth:`Fleet.visit`): the set starts afresh past this size, which only costs some encoding.
+FORWARDED_LIMIT = 500_000
 
 
 def _bytes_only(payload: Any, url: str | None) -> bytes | None:
@@ -92,15 +98,34 @@ def partition_of(url: str | None, key: Hashable, parts: int, by: str = "host") -
     (``by="key"``), modulo ``parts``. BLAKE2b: the same in every process and every Python, and
     spread evenly for similar names (www1, www2...). A URL without a host goes by its text."""
     if by == "host" and url is not None:
-        try:
-            text = urlsplit(url).hostname or url
-        except ValueError:  # (a malformed URL, e.g. a bad IPv6 literal: its text)
-            text = url
-        data = text.encode("utf-8", "surrogatepass")
-    else:
-        data = key if isinstance(key, bytes) else str(key).encode("utf-8", "surrogatepass")
-    digest = hashlib.blake2b(data, digest_size=8).digest()
-    return int.from_bytes(digest, "little") % parts
+        head = url.split("/", 3)  # ("scheme:", "", "user@host:port", "path...")
+        netloc = head[2] if len(head) > 2 and not head[1] else ""
+        return _host_partition(netloc, url, parts)
+    data = key if isinstance(key, bytes) else str(key).encode("utf-8", "surrogatepass")
+    return _hashed(data) % parts
+
+
+def _hashed(data: bytes) -> int:
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
+
+
+@functools.lru_cache(maxsize=65_536)
+def _netloc_partition(netloc: str, parts: int) -> int | None:
+    host = netloc.rpartition("@")[2]
+    if host.startswith("[") or not host:
+        return None  # (an IPv6 literal, or no host: the URL parser's answer)
+    return _hashed(host.partition(":")[0].lower().encode("utf-8", "surrogatepass")) % parts
+
+
+def _host_partition(netloc: str, url: str, parts: int) -> int:
+    got = _netloc_partition(netloc, parts)
+    if got is not None:
+        return got
+    try:
+        text = urlsplit(url).hostname or url
+    except ValueError:  # (a malformed URL, e.g. a bad IPv6 literal: its text)
+        text = url
+    return _hashed(text.encode("utf-8", "surrogatepass")) % parts
 
 
 class Message(NamedTuple):
@@ -223,14 +248,25 @@ class Member:
         #: Bumped by every change (a cached best page is stale).
         self.version = 0
         self.replaying = False
+        #: Told this member's number when it makes a message (its fleet's senders), and when
+        #: it changes (its fleet's cached best pages).
+        self.on_send: Callable[[int], None] | None = None
+        self.on_change: Callable[[int], None] | None = None
 
     def _send(self, dst: int, kind: str, body: Any) -> Message:
         m = self.box.stamp(self.k, dst, kind, body)
         self.outbox.append((m, self.records + 1))  # (sendable with the record that makes it)
+        if self.on_send is not None:
+            self.on_send(self.k)
         return m
 
-    def _record(self, *rec: Any) -> None:
+    def _changed(self) -> None:
         self.version += 1
+        if self.on_change is not None:
+            self.on_change(self.k)
+
+    def _record(self, *rec: Any) -> None:
+        self._changed()
         if not self.replaying:
             self.journal.append(rec)
         self.records += 1
@@ -240,8 +276,13 @@ class Member:
         out, self.journal = self.journal, []
         return out
 
-    def sendable(self) -> list[Message]:
-        """The messages whose records are durable, taken from the outbox."""
+    def sendable(self, every: bool = False) -> list[Message]:
+        """The messages whose records are durable (``every``: all, their records being
+        written in the same atomic step as they are sent), taken from the outbox."""
+        if every:
+            ready = [m for m, _ in self.outbox]
+            self.outbox = []
+            return ready
         ready = [m for m, at in self.outbox if at <= self.durable]
         self.outbox = [(m, at) for m, at in self.outbox if at > self.durable]
         return ready
@@ -448,6 +489,7 @@ class Partition(Member):
         return self.frontier.peek(full_slots, discover)
 
     def take(self, i: int) -> Lease:
+        self._changed()
         return self.frontier.take(i)
 
     def visit(
@@ -574,7 +616,7 @@ class Partition(Member):
         return code
 
     def release(self, leases: Iterable[Lease]) -> int:
-        self.version += 1
+        self._changed()
         return self.frontier.release(leases)
 
     # -- messages --------------------------------------------------------------------------
@@ -778,6 +820,9 @@ class Pool(Member):
         self.paid = 0.0
         #: Per partition: ``[to all, to never fetched]`` owed and not yet sent.
         self.owed: dict[int, list[float]] = {}
+        #: Per partition: ``[to all, to never fetched]`` it reported and the pool has not
+        #: shared out yet (at its next :meth:`pay`).
+        self.pending: dict[int, list[float]] = {}
         #: The teleport credit every page of the crawl has been given: what every
         #: partition's virtual page gave, as their reports said.
         self.teleport = 0.0
@@ -791,6 +836,7 @@ class Pool(Member):
             "made": dict(self.made),
             "paid": self.paid,
             "owed": {k: list(v) for k, v in self.owed.items()},
+            "pending": {k: list(v) for k, v in self.pending.items()},
             "teleport": self.teleport,
             "told": dict(self.told),
             "box": self.box.state(),
@@ -804,6 +850,7 @@ class Pool(Member):
         pool.made = {int(k): float(v) for k, v in state["made"].items()}
         pool.paid = float(state["paid"])
         pool.owed = {int(k): list(v) for k, v in state["owed"].items()}
+        pool.pending = {int(k): list(v) for k, v in state["pending"].items()}
         pool.teleport = float(state["teleport"])
         pool.told = {int(k): float(v) for k, v in state["told"].items()}
         pool.box.load(state["box"])
@@ -828,66 +875,100 @@ class Pool(Member):
         self.made[m.src] = self.made.get(m.src, 0.0) + dg
         self.figures[m.src] = tuple(figures)
         self.teleport += credit
-        self._share(m.src, to_all, to_unfetched)
+        if to_all or to_unfetched:
+            pending = self.pending.setdefault(m.src, [0.0, 0.0])
+            pending[0] += to_all
+            pending[1] += to_unfetched
         self._record("m", m)
 
-    def _share(self, src: int | None, to_all: float, to_unfetched: float) -> None:
-        """Owe ``to_all`` to the partitions other than ``src`` by their live pages and
-        ``to_unfetched`` by their pages never fetched (by live pages if none has any); with no
-        other live partition, it stays with the pool."""
-        live = {k: f[0] for k, f in self.figures.items() if k != src and f[0] > 0}
-        total = sum(live.values())
-        if not total:
-            self.cash += to_all + to_unfetched
+    def _share(self) -> None:
+        """Owe what the partitions reported (:attr:`pending`), and the pool's own cash, to
+        the other partitions: partition ``k``'s ``to all`` by their live pages, its ``to never
+        fetched`` by their pages never fetched (by their live pages if none has any); what a
+        partition reported while no other is live waits. O(partitions) for all the reports
+        together: with ``L_k`` the live pages of the partitions but ``k``, partition ``j`` is
+        owed ``live_j * sum(a_k / L_k for k != j)`` (and likewise for pages never fetched);
+        the rounding's remainder goes to the partition owed most, so that no cash is made or
+        lost."""
+        if self.cash > 0.0:
+            pending = self.pending.setdefault(POOL, [0.0, 0.0])
+            pending[0] += self.cash
+            self.cash = 0.0
+        figures = self.figures
+        live = {k: f[0] for k, f in figures.items() if f[0] > 0}
+        total_live = sum(live.values())
+        if not self.pending or not total_live:
             return
-        unf = {k: self.figures[k][1] for k in live if self.figures[k][1] > 0}
+        unf = {k: figures[k][1] for k in live if figures[k][1] > 0}
         total_unf = sum(unf.values())
-        if not total_unf:
-            to_all, to_unfetched = to_all + to_unfetched, 0.0
-        self.paid += to_all + to_unfetched
-        ks = sorted(live)
-        rest_a, rest_u = to_all, to_unfetched
-        for n, k in enumerate(ks):
-            last = n == len(ks) - 1
-            a = rest_a if last else to_all * live[k] / total
-            u = rest_u if last else (to_unfetched * unf.get(k, 0) / total_unf if total_unf else 0.0)
-            rest_a -= a
-            rest_u -= u
+        sum_a = sum_u = total = 0.0
+        own: dict[int, tuple[float, float]] = {}
+        waiting = {}
+        for src, (a, u) in sorted(self.pending.items()):
+            others = total_live - live.get(src, 0)
+            if others <= 0:
+                waiting[src] = [a, u]
+                continue
+            others_unf = total_unf - unf.get(src, 0)
+            if others_unf <= 0:
+                a, u = a + u, 0.0
+            total += a + u
+            x, y = a / others, (u / others_unf if u else 0.0)
+            sum_a += x
+            sum_u += y
+            if src in live:
+                own[src] = (x, y)
+        self.pending = waiting
+        if not total:
+            return
+        shared = 0.0
+        most, most_k = -1.0, None
+        for k in sorted(live):
+            x, y = own.get(k, (0.0, 0.0))
+            a = max(0.0, live[k] * (sum_a - x))
+            u = max(0.0, unf.get(k, 0) * (sum_u - y))
+            if not (a or u):
+                continue
             owed = self.owed.setdefault(k, [0.0, 0.0])
             owed[0] += a
             owed[1] += u
-
-    def view_for(self, k: int) -> tuple:
-        """The :class:`~scrapy_opic.opic.engine.CrawlView` that partition ``k`` gets."""
-        sums = [0.0] * 9
-        live_others = unf_others = 0
-        for j, f in self.figures.items():
-            if j != k:
-                live_others += f[0]
-                unf_others += f[1]
-            for x in range(2, 9):
-                sums[x] += f[x]
-        return (live_others, unf_others, int(sums[2]), *sums[3:9], self.teleport)
+            shared += a + u
+            if a + u > most:
+                most, most_k = a + u, k
+        if most_k is not None:
+            self.owed[most_k][0] += total - shared
+        self.paid += total
 
     def pay(self, only: Collection[int] | None = None) -> list[Message]:
         """Send what each partition is owed (of ``only``, if given), with the crawl's clock
         without that partition's part, and its view."""
-        if self.cash > 0.0 and any(f[0] for f in self.figures.values()):
-            cash, self.cash = self.cash, 0.0  # (what found no partition to pay before)
-            self._share(None, cash, 0.0)
+        self._share()
         out = []
         clock = self.clock
         # Also to a live partition owed nothing whose clock lags the crawl's by 1%: a window
         # reads the crawl's clock.
         late = {k for k, f in self.figures.items() if f[0] and self.told.get(k, 0.0) < 0.99 * clock}
         due = set(self.owed) | late
-        for k in sorted(due if only is None else set(only) & due):
+        if only is not None:
+            due &= set(only)
+        if not due:
+            return out
+        # The crawl's sums, once: a partition's view is them, with the other partitions'
+        # live pages and pages never fetched.
+        sums = [0.0] * 9
+        for f in self.figures.values():
+            for x in range(9):
+                sums[x] += f[x]
+        live, unf = int(sums[0]), int(sums[1])
+        for k in sorted(due):
             a, u = self.owed.pop(k, (0.0, 0.0))
-            body = (a, u, self.teleport, clock - self.made.get(k, 0.0), self.view_for(k))
+            f = self.figures.get(k)
+            mine = (f[0], f[1]) if f is not None else (0, 0)
+            view = (live - mine[0], unf - mine[1], int(sums[2]), *sums[3:9], self.teleport)
+            body = (a, u, self.teleport, clock - self.made.get(k, 0.0), view)
             self.told[k] = clock
             out.append(self._send(k, "p", body))
-        if out:
-            self._record("p")
+        self._record("p")
         return out
 
     def figures_dict(self) -> dict[str, float]:
@@ -900,17 +981,11 @@ class Pool(Member):
 
     def total_cash(self) -> float:
         """The pool's cash: what it holds and owes."""
-        return self.cash + sum(a + u for a, u in self.owed.values())
-
-
-def _others(counts: dict[int, tuple[int, int]], k: int) -> tuple[int, int]:
-    """The live pages and pages never fetched of the partitions other than ``k``."""
-    live = unf = 0
-    for j, (a, b) in counts.items():
-        if j != k:
-            live += a
-            unf += b
-    return live, unf
+        return (
+            self.cash
+            + sum(a + u for a, u in self.owed.values())
+            + sum(a + u for a, u in self.pending.values())
+        )
 
 
 #: The figures of a crawl's members, added up over the members (:func:`add_figures`).
@@ -975,6 +1050,11 @@ class Fleet:
     location: str | None = None
     maintain_interval = 0.1
     round_trips = 0
+    #: Whether the backend writes every record of this process's members in one atomic step:
+    #: then a message between two of them is applied as soon as it is made (the record that
+    #: made it and the one that applied it become durable together); else once the first is
+    #: durable (see :meth:`deliver_local`).
+    atomic = False
 
     def __init__(
         self,
@@ -1006,6 +1086,24 @@ class Fleet:
         self.backoff, self.backoff_max = 0.0, 600.0
         self.closed_links_virtual = False
         self._adoptions = 0
+        #: Keys of pages of other partitions whose request this process sent (no need to send
+        #: it again: the partition filed it, or holds it visited); bounded.
+        self._forwarded: set[Hashable] = set()
+        #: Messages applied here between members this process owns, not yet confirmed to
+        #: their sources: ``(src, dst, seq, records of dst once applied)``.
+        self._local: list[tuple[int, int, int, int]] = []
+        self._senders: set[int] = set()  # members that made messages since deliver_local
+        # The best page of each partition, for pops (see _refresh_heads): per ``discover``,
+        # partition -> (its version, (rank, page, slot) or None), a heap of the ranks, and
+        # the partitions changed since; those whose candidates change with time alone.
+        self._heads: tuple[dict, dict] = ({}, {})
+        self._heap: tuple[list, list] = ([], [])
+        self._dirty: list[set[int]] = [set(), set(), set()]  # heads (twice), counts
+        self._volatile: set[int] = set()
+        # The live pages and pages never fetched of each partition owned, and their sums.
+        self._count_of: dict[int, tuple[int, int]] = {}
+        self._totals = [0, 0]
+        self._exact: tuple[Any, bool] = (None, False)
 
     # -- partitions ---------------------------------------------------------------------------
     def route(self, url: str | None, key: Hashable) -> int:
@@ -1040,7 +1138,19 @@ class Fleet:
         self._adoptions += 1
         part.epoch = self._adoptions
         part.look = self.look
+        part.on_send = self._senders.add
+        part.on_change = self._mark
         self.parts[part.k] = part
+        self._mark(part.k)
+        if part.outbox:
+            self._senders.add(part.k)
+
+    def adopt_pool(self, pool: Pool) -> None:
+        """The crawl's pool is this process's from now on."""
+        pool.on_send = self._senders.add
+        self.pool = pool
+        if pool.outbox:
+            self._senders.add(POOL)
 
     def look(self, k: int, key: Hashable, again: bool) -> tuple[bool, bool] | None:
         """For page ``key`` of partition ``k``, if this process owns it: whether the page is
@@ -1057,7 +1167,17 @@ class Fleet:
 
     def abandon(self, k: int) -> Partition | None:
         """Partition ``k`` is no longer this process's (its leases are stale from now on)."""
-        return self.parts.pop(k, None)
+        part = self.parts.pop(k, None)
+        if part is not None:
+            part.on_change = part.on_send = None
+            self._mark(k)
+            self._volatile.discard(k)
+        return part
+
+    def _mark(self, k: int) -> None:
+        """Partition ``k`` changed (or came, or left): its best page and counts are stale."""
+        for dirty in self._dirty:
+            dirty.add(k)
 
     def owner_of(self, k: int) -> Partition | None:
         """The partition ``k`` if this process owns it; a backend may make it its own now
@@ -1092,23 +1212,51 @@ class Fleet:
                 codes[n] = LOCAL if codes[n] == -1 and code == NEEDS_PAYLOAD else code
         return codes
 
-    def pop(self, full_slots: Collection[Hashable] = ()) -> Lease | None:
+    def pop(
+        self, full_slots: Collection[Hashable] = (), exclude: Collection[int] = ()
+    ) -> Lease | None:
+        """The best page of the partitions owned but those of ``exclude``: the highest
+        priority, then (in a continuous crawl's discovery turn, a page never fetched first)
+        the most cash, among the slots with room. Each partition's best page is cached until
+        the partition changes (its :attr:`Member.version`): a pop costs O(log P) heap
+        operations plus one look at each partition's version, and a peek of each partition
+        changed or whose best page's slot is full."""
+        if self._senders:
+            self.deliver_local()
         share = self.discovery if self.continuous else 0.0
         discover = bool(share) and self.discovery_debt + share >= 1.0
+        self._refresh_heads(discover)
+        heads, heap = self._heads[discover], self._heap[discover]
         best: tuple | None = None
-        counts = self._counts()
-        for part in self.parts.values():
-            if not part.frontier.counts[PENDING]:
+        for k in list(self._volatile):  # (pages that wake up with time: peeked every pop)
+            part = self.parts[k]
+            if k not in exclude:
+                best = self._better(best, part, part.peek(full_slots, discover), discover)
+            if not part.frontier.wakes():  # (none waits any more: cached again)
+                self._volatile.discard(k)
+                self._mark(k)
+        aside = []
+        while heap:
+            entry = heap[0]
+            k, version = entry[3], entry[4]
+            part = self.parts.get(k)
+            cached = heads.get(k)
+            if part is None or cached is None or cached[0] != version or part.version != version:
+                heapq.heappop(heap)  # (stale: the partition changed, or left)
                 continue
-            part.pay_out(None if counts is None else _others(counts, part.k))
-            got = part.peek(full_slots, discover)
-            if got is None:
+            rank = (-entry[0], -entry[1], -entry[2])
+            if best is not None and rank <= best[0]:
+                break  # (no partition's best can beat it)
+            aside.append(heapq.heappop(heap))
+            if k in exclude:
                 continue
-            i, priority, cash = got
-            fresh = discover and not part.frontier._fetched(i)
-            rank = (fresh, priority, cash)
-            if best is None or rank > best[0]:
-                best = (rank, part, i)
+            _rank, i, slot = cached[1]
+            if full_slots and slot in full_slots:  # its best page waits: its next best?
+                best = self._better(best, part, part.peek(full_slots, discover), discover)
+            else:
+                best = self._better(best, part, (i, rank[1], rank[2]), discover)
+        for entry in aside:
+            heapq.heappush(heap, entry)
         if best is None:
             return None
         _, part, i = best
@@ -1119,18 +1267,91 @@ class Fleet:
             )
         return lease._replace(token=(part.k, part.epoch, lease.token))
 
-    def _counts(self) -> dict[int, tuple[int, int]] | None:
-        """The live pages and pages never fetched of every partition of the crawl, when this
-        process owns them all (its pool knows no other): then a partition's share of its
-        virtual cash is split by the crawl's counts of now, not as the pool last told it."""
+    @staticmethod
+    def _better(best: tuple | None, part: Partition, got: Any, discover: bool) -> tuple | None:
+        if got is None:
+            return best
+        i, priority, cash = got
+        rank = (discover and not part.frontier._fetched(i), priority, cash)
+        return (rank, part, i) if best is None or rank > best[0] else best
+
+    def _refresh_heads(self, discover: bool) -> None:
+        """Bring the cached best pages up to date: each partition changed since pays its
+        virtual page's share out first (by the crawl's counts when this process owns every
+        partition, see :meth:`_update_counts`) and is peeked; one whose candidates change
+        with time alone (pages parked, slots backing off) is not cached but
+        :attr:`_volatile`, peeked at every pop."""
+        dirty = self._dirty[discover]
+        if not dirty:
+            return
+        heads, heap = self._heads[discover], self._heap[discover]
+        exact = self._update_counts()
+        changed = sorted(dirty)
+        dirty.clear()
+        for k in changed:
+            part = self.parts.get(k)
+            if part is None:
+                heads.pop(k, None)
+                continue
+            fr = part.frontier
+            if fr.counts[PENDING]:
+                if exact:
+                    live, unf = self._count_of[k]
+                    part.pay_out((self._totals[0] - live, self._totals[1] - unf))
+                else:
+                    part.pay_out()
+            if fr.wakes():
+                heads[k] = (-1, None)  # (never current)
+                self._volatile.add(k)
+                continue
+            got = part.peek((), discover) if fr.counts[PENDING] else None
+            if got is None:
+                heads[k] = (part.version, None)
+                continue
+            i, priority, cash = got
+            fresh = discover and not fr._fetched(i)
+            heads[k] = (part.version, ((fresh, priority, cash), i, fr.slot_of(i)))
+            heapq.heappush(heap, (-fresh, -priority, -cash, k, part.version))
+        # (The changes of the partitions paying out now are theirs: no need to look again.)
+        dirty.difference_update(
+            k for k in changed if k in self.parts and heads[k][0] == self.parts[k].version
+        )
+        if len(heap) > 4 * len(self.parts) + 64:  # (stale entries: rebuilt)
+            heap[:] = [
+                (-h[0][0], -h[0][1], -h[0][2], k, v)
+                for k, (v, h) in heads.items()
+                if h is not None and k in self.parts
+            ]
+            heapq.heapify(heap)
+
+    def _update_counts(self) -> bool:
+        """Keep the crawl's live pages and pages never fetched summed over the partitions
+        (exact when this process owns them all and its pool knows no other); whether exact."""
         pool = self.pool
-        if pool is None or not set(pool.figures) <= set(self.parts):
-            return None
-        out = {}
-        for k, part in self.parts.items():
-            e = part.frontier.engine
-            out[k] = (e.n - e.n_dead, e.n_unfetched)
-        return out
+        if pool is None:
+            return False
+        key = (id(pool), len(pool.figures), self._adoptions, len(self.parts))
+        if self._exact[0] != key:
+            self._exact = (key, set(pool.figures) <= set(self.parts))
+            self._dirty[2].update(self.parts)
+            self._dirty[2].update(self._count_of)
+        if not self._exact[1]:
+            return False
+        count_of, totals = self._count_of, self._totals
+        dirty = self._dirty[2]
+        for k in dirty:
+            old = count_of.pop(k, None)
+            if old is not None:
+                totals[0] -= old[0]
+                totals[1] -= old[1]
+            part = self.parts.get(k)
+            if part is not None:
+                e = part.frontier.engine
+                count_of[k] = (e.n - e.n_dead, e.n_unfetched)
+                totals[0] += count_of[k][0]
+                totals[1] += count_of[k][1]
+        dirty.clear()
+        return True
 
     def _part_of(self, lease: Lease) -> tuple[Partition | None, Lease]:
         token = lease.token
@@ -1155,12 +1376,29 @@ class Fleet:
             return None
         unencodable = []
         ready = []
+        sent = []  # keys of pages of other partitions whose request leaves now
         for link in links:
+            if link.payload is None or isinstance(link.payload, bytes):
+                ready.append(link)
+                unencodable.append(False)
+                continue
+            k = self.route(link.url, link.key)
+            if not self._needs_payload(part, k, link):
+                # (A page known not to want it: encoding the request would be wasted.)
+                ready.append(link._replace(payload=None))
+                unencodable.append(False)
+                continue
             data, bad = self._data(link.payload, link.url)
             unencodable.append(bad)
-            ready.append(link._replace(payload=data) if link.payload is not data else link)
+            ready.append(link._replace(payload=data))
+            if k != part.k and not bad:
+                sent.append(link.key)
         data, _ = self._data(payload, lease.url)
         visit = part.visit(own, ready, virtual_weight, importance, data, outcome)
+        if visit is not None and sent:
+            if len(self._forwarded) > FORWARDED_LIMIT:
+                self._forwarded.clear()
+            self._forwarded.update(sent)
         if visit is None or not any(unencodable):
             return visit
         # A request that cannot be encoded is fetched by this process, outside the frontier:
@@ -1173,6 +1411,22 @@ class Fleet:
             for code, bad, link in zip(visit.codes, unencodable, links)
         ]
         return Visit(codes, visit.importance)
+
+    def _needs_payload(self, part: Partition, k: int, link: Link) -> bool:
+        """Whether a link of a page of ``part`` needs its request: the page it leads to is new
+        or may be filed again (``again``, a continuous crawl...); for a page of another
+        partition, unless this process sent its request there already (see the module
+        docstring: a page once filed stays so) or owns it and sees it will not be filed."""
+        if k == part.k:
+            fr = part.frontier
+            i = fr.engine.id_of(link.key)
+            return i is None or fr._schedulable(i, link.again)
+        if link.again:
+            return True
+        seen = self.look(k, link.key, False)
+        if seen is not None:
+            return seen[1]
+        return link.key not in self._forwarded
 
     def fail(self, lease: Lease, outcome: int = ERROR, payload: Any = None) -> bool:
         part, own = self._part_of(lease)
@@ -1250,16 +1504,70 @@ class Fleet:
             if not part.frontier.counts[PENDING]:
                 part.pay_out()
             part.report()
+        self.deliver_local()
         if self.pool is not None:
             self.pool.pay()
+        self.deliver_local()
 
     def outgoing(self) -> tuple[list[Message], list[Note]]:
-        """The messages whose records are durable, and the notes, taken."""
+        """The messages that may leave (see :meth:`Member.sendable` and :attr:`atomic`), and
+        the notes, taken."""
         out: list[Message] = []
         for member in self.members():
-            out.extend(member.sendable())
+            out.extend(member.sendable(self.atomic))
         notes, self.notes = self.notes, []
         return out, notes
+
+    def deliver_local(self) -> int:
+        """Apply the messages between members this process owns without the transport: each
+        that may be applied (its source's record durable, or :attr:`atomic`) and is the next
+        of its pair (one behind a message still in transport goes the same way). The source
+        is told of the delivery once the record of its application is durable
+        (:meth:`confirm_local`); until then it keeps the message, to send again if the
+        destination is lost. Returns how many were applied."""
+        applied = 0
+        while self._senders:  # (an application may make messages: a page that moved on)
+            senders = [self.member(k) for k in sorted(self._senders)]
+            self._senders.clear()
+            for member in senders:
+                if member is None or not member.outbox:
+                    continue
+                keep = []
+                for m, at in member.outbox:
+                    dst = self.member(m.dst)
+                    if (
+                        dst is None
+                        or not (self.atomic or at <= member.durable)
+                        or m.seq != dst.box.applied.get(m.src, 0) + 1
+                    ):
+                        keep.append((m, at))
+                        continue
+                    applied += dst.receive(m)
+                    self._local.append((m.src, m.dst, m.seq, dst.records))
+                member.outbox = keep
+        return applied
+
+    def durable_now(self) -> None:
+        """The backend made records durable: the applications of local messages are confirmed,
+        and (not :attr:`atomic`) the messages they held back are applied here."""
+        self.confirm_local()
+        if not self.atomic:
+            self._senders.update(m.k for m in self.members() if m.outbox)
+            self.deliver_local()
+
+    def confirm_local(self) -> None:
+        """Confirm to their sources the messages applied by :meth:`deliver_local` whose
+        applications are durable now; forget those whose source or destination left."""
+        waiting = []
+        for src, dst, seq, at in self._local:
+            s, d = self.member(src), self.member(dst)
+            if s is None or d is None:
+                continue  # (their new owners settle it: a resend, dropped if applied)
+            if d.durable >= at:
+                s.confirm(dst, seq)
+            else:
+                waiting.append((src, dst, seq, at))
+        self._local = waiting
 
     def deliver(self, m: Message) -> int:
         """A message for a member this process owns: applied (with those it unblocks), or a
@@ -1296,6 +1604,8 @@ class Fleet:
         """The figures of the members this process owns: pages, fetched, closed, visits, G,
         the virtual cash (the pool's included), records made, messages not known delivered,
         and the pages per status."""
+        if self._senders:
+            self.deliver_local()
         out: dict[str, float] = dict.fromkeys(FIGURES, 0)
         for part in self.parts.values():
             add_figures(out, part.figures_dict())
@@ -1311,16 +1621,22 @@ class Fleet:
         return None
 
     def status_of(self, key: Hashable) -> str | None:
+        if self._senders:
+            self.deliver_local()
         found = self._find(key)
         return None if found is None else STATUSES[found[0].frontier.status[found[1]]]
 
     def cash_of(self, key: Hashable) -> float | None:
+        if self._senders:
+            self.deliver_local()
         found = self._find(key)
         return None if found is None else found[0].frontier.engine.cash_of(found[1])
 
     def total_cash(self) -> float:
         """The cash of the members this process owns and of their messages not yet sent (the
         whole crawl's when it owns every partition and the pool and nothing is in transit)."""
+        if self._senders:
+            self.deliver_local()
         total = sum(p.frontier.engine.total_cash() for p in self.parts.values())
         if self.pool is not None:
             total += self.pool.total_cash()
