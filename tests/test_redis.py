@@ -404,8 +404,6 @@ def test_the_export_api_reads_a_redis_crawl(crawl, tmp_path):
     assert n == len(done)
 
 
-
-
 def test_a_redis_restarted_with_its_keys_is_waited_for_with_one_warning(tmp_path, caplog):
     """Redis restarted with persistence under a running crawl: the process says so once, pops
     nothing meanwhile (what it fetched could be lost with its leases), says when Redis is

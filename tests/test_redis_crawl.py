@@ -469,7 +469,8 @@ def test_a_crawl_rides_out_a_redis_restart_and_stops_on_an_emptied_one(tmp_path,
 
         thread = threading.Thread(target=restart)
         thread.start()
-        flags = [a for k, v in settings_for(url, "opic:restart").items() for a in ("-s", f"{k}={v}")]
+        settings = settings_for(url, "opic:restart")
+        flags = [a for k, v in settings.items() for a in ("-s", f"{k}={v}")]
         run = project.scrapy("crawl", "site", "-a", f"start_url={site.url(0)}", *flags)
         thread.join()
         hits = Counter(site.hits)
