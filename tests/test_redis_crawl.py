@@ -490,3 +490,42 @@ def test_a_crawl_rides_out_a_redis_restart_and_stops_on_an_emptied_one(tmp_path,
         errors = run.errors()
         assert len(errors) == 1 and "is gone from Redis" in errors[0], errors
         assert size == 0  # (the emptied server got no key of the crawl's)
+
+
+def test_no_command_prints_the_password_of_a_redis_crawl(tmp_path):
+    """A Redis crawl on a server that requires a password: the crawl's log, every command's
+    output and every file they write leave the password out, whether the commands find the
+    crawl by the project's settings or by its location."""
+    from tests.project import Project
+    from tests.sites import RedisServer
+
+    secret = "Redis-SeCrEt-24"
+    project = Project(tmp_path / "proj")
+    outputs = []
+    with RedisServer(tmp_path, password=secret) as url, Site(site_graph(60, seed=2)) as site:
+        settings = settings_for(url, "opic:site", LOG_LEVEL="DEBUG", OPIC_EXPORT="at-close.csv")
+        flags = [a for k, v in settings.items() for a in ("-s", f"{k}={v}")]
+        run = project.scrapy("crawl", "site", "-a", f"start_url={site.url(0)}", *flags)
+        assert run.returncode == 0, run.out[-3000:]
+        outputs.append(run.out)
+        for command in (
+            ["opic-top"],
+            ["opic-status"],
+            ["opic-export", "-o", "pages.csv"],
+            ["opic-export", "-o", "sites.jsonl", "--by-site"],
+            ["opic-report", "-o", "report.html"],
+        ):
+            for where in (["site", *flags], ["--state", f"{url}#opic:site"]):
+                run = project.scrapy(*command, *where)
+                assert run.returncode == 0, (command, run.out[-3000:])
+                outputs.append(run.out)
+        wrong = url.replace(secret, secret[::-1])
+        run = project.scrapy("opic-top", "--state", f"{wrong}#opic:site")
+        assert run.returncode == 1 and "***@" in run.out, run.out[-3000:]
+        outputs.append(run.out)
+    assert "pages known" in outputs[1] and (project.root / "report.html").exists()
+    for text in outputs:
+        assert secret not in text and secret[::-1] not in text, text[-3000:]
+    for path in project.root.rglob("*"):
+        if path.is_file():
+            assert secret.encode() not in path.read_bytes(), path

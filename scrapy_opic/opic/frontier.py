@@ -7,8 +7,9 @@ the :class:`Frontier` contract below; two backends implement it:
 * :class:`MemoryFrontier` (here): the pages in this process's memory, as numpy arrays. The
   embedded store, :class:`~scrapy_opic.backends.sqlite.SqliteFrontier`, is this frontier with
   its state checkpointed to a sqlite file.
-* :class:`~scrapy_opic.backends.redis.RedisFrontier`: the same engine run by a Lua script in a
-  Redis server, shared by every process of a crawl.
+* :class:`~scrapy_opic.backends.redis.RedisFrontier`: a crawl over partitions
+  (:mod:`scrapy_opic.opic.partition`), each a :class:`MemoryFrontier` owned by one process,
+  stored and carried between processes by Redis.
 
 Pages and their life cycle
 --------------------------
@@ -189,9 +190,7 @@ class Frontier(Protocol):
     #: Visited pages wait again at once (a refresh crawl) instead of being fetched once.
     continuous: bool
     #: Other processes use this frontier too: payloads must travel as bytes, and a page in
-    #: flight may belong to another process. A shared frontier also has
-    #: ``set_politeness(concurrency, delay, jitter, slots)``: per-slot limits that it keeps for
-    #: all its processes together (a slot without room is skipped by every pop).
+    #: flight may belong to another process.
     shared: bool
     #: Where a reader finds this frontier's state (a file path, ``redis://...#key``), or None.
     location: str | None
