@@ -6,9 +6,12 @@ what the crawl costs Redis (CPU and round trips per page, bytes per page).
 
 **Fleet.** A generated site of ``--pages`` pages served by ``--hosts`` loopback hosts (127.0.0.1
 to 127.0.0.N, one download slot each) with ``--delay`` seconds per page. ``--processes``
-Scrapy processes crawl it as one Redis crawl; the *control* is as many processes crawling it
-each on its own with the embedded store (sharing nothing: what this machine allows that many
-processes). Pages/s is counted at the server, over the middle 80% of the fetches. Round trips
+Scrapy processes crawl it as one Redis crawl, with ``--concurrency`` requests per host at once
+for the whole fleet (a list: one run each). Two controls, as many processes crawling it each on
+its own with the embedded store (sharing nothing: what this machine allows that many
+processes): *control* with the fleet's per-host limit each (so N times the fleet's requests on
+each host), *control-polite* with 1/N of it each (the fleet's politeness). Pages/s is counted
+at the server, over the middle 80% of the fetches, with the machine's busy cores. Round trips
 are the processes' own counts (``opic/round_trips``), Redis CPU the server's own (``INFO cpu``,
 every node of a cluster), per page fetched. The projection: Redis cores for 10,000 pages/s.
 
@@ -23,6 +26,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -44,6 +48,40 @@ def redis_cpu(client) -> float:
     if "used_cpu_user" not in info:  # a cluster client: one entry per node
         return sum(float(n["used_cpu_user"]) + float(n["used_cpu_sys"]) for n in info.values())
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+class CoreMeter:
+    """The machine's busy cores (``/proc/stat``), sampled every 0.2 s on the monotonic clock
+    (the site's access log's) while in the ``with`` block."""
+
+    def __enter__(self) -> CoreMeter:
+        import threading
+
+        self.samples: list[tuple[float, int, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            with open("/proc/stat") as fh:
+                ticks = [int(x) for x in fh.readline().split()[1:]]
+            self.samples.append((time.monotonic(), sum(ticks), ticks[3] + ticks[4]))
+            self._stop.wait(0.2)
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def busy(self, start: float, end: float) -> float:
+        import os
+
+        inside = [x for x in self.samples if start <= x[0] <= end]
+        if len(inside) < 2:
+            return float("nan")
+        (_, total0, idle0), (_, total1, idle1) = inside[0], inside[-1]
+        return (os.cpu_count() or 1) * (1 - (idle1 - idle0) / max(1, total1 - total0))
 
 
 def crawl(site_url: str, n: int, settings: dict, workdir: Path, hosts: list[str]) -> list[dict]:
@@ -69,11 +107,17 @@ def crawl(site_url: str, n: int, settings: dict, workdir: Path, hosts: list[str]
     return [json.loads((workdir / f"p{k}" / "stats.json").read_text()) for k in range(n)]
 
 
-def run(args, g, hosts, url: str | None, kind: str, n: int, workdir: Path) -> dict:
-    """One crawl of the site: ``kind`` "redis" (one crawl, ``n`` processes) or "control"."""
+def run(args, g, hosts, url: str | None, kind: str, n: int, per_host: int, workdir: Path) -> dict:
+    """One crawl of the site: ``kind`` "redis" (one crawl, ``n`` processes), "control" (``n``
+    processes sharing nothing, each with the fleet's per-host limit: ``n`` times the requests
+    per host of the fleet) or "control-polite" (the same, each with ``1/n`` of it: the fleet's
+    politeness). ``per_host``: the fleet's requests per host at once."""
+    fleet_limit = per_host
+    if kind == "control-polite":
+        per_host = max(1, per_host // n)
     base = {
-        "CONCURRENT_REQUESTS": args.concurrency * args.hosts,
-        "CONCURRENT_REQUESTS_PER_DOMAIN": args.concurrency,
+        "CONCURRENT_REQUESTS": per_host * args.hosts,
+        "CONCURRENT_REQUESTS_PER_DOMAIN": per_host,
         "LOG_LEVEL": "WARNING",
         "LOGSTATS_INTERVAL": 0,
     }
@@ -85,15 +129,19 @@ def run(args, g, hosts, url: str | None, kind: str, n: int, workdir: Path) -> di
         base.update(OPIC_STORE="redis", OPIC_REDIS_URL=url, OPIC_REDIS_KEY=key)
         client = open_client(url)
         cpu0 = redis_cpu(client)
+    cores = CoreMeter()
     with Site(g, delay=args.delay, host_of=lambda i: hosts[i % len(hosts)], addresses=hosts) as s:
-        stats = crawl(s.url(0), n, base, workdir / f"{kind}-{n}", list(hosts))
+        with cores:
+            stats = crawl(s.url(0), n, base, workdir / f"{kind}-{n}-{fleet_limit}", list(hosts))
         times = sorted(start for _h, _p, start, _e in s.access_log)
     lo, hi = int(0.1 * len(times)), int(0.9 * len(times))
     row = {
         "kind": kind,
         "processes": n,
+        "per_host": fleet_limit,
         "fetches": len(times),
         "pages_per_s": (hi - lo) / (times[hi] - times[lo]),
+        "cores_busy": cores.busy(times[lo], times[hi]),
     }
     if client is not None:
         from scrapy_opic.backends.redis import RedisFrontier, RedisSnapshot
@@ -188,21 +236,37 @@ def report(args, rows: list[dict], mems: list[dict]) -> str:
         f"`{' '.join(['python benchmarks/redis_perf.py', *sys.argv[1:]])}`",
         "",
         f"{args.pages} pages on {args.hosts} hosts, {args.delay} s per page at the server, "
-        f"{args.concurrency} requests per host at once; Redis: "
-        f"{'a cluster of 3 masters' if args.cluster else 'one server'}.",
+        f"{args.concurrency} requests per host at once for the fleet (column 'per host'); Redis: "
+        f"{'a cluster of 3 masters' if args.cluster else 'one server'}; {os.cpu_count()} cores "
+        "for everything (site, Redis, crawlers).",
         "",
-        "| run | processes | pages/s | vs control | round trips/page | Redis CPU us/page |",
-        "|---|---|---|---|---|---|",
+        "*redis*: the processes share one crawl. *control*: as many processes sharing nothing,"
+        " each crawling the whole site with the fleet's per-host limit (so the site takes N "
+        "times the fleet's requests per host). *control-polite*: the same with 1/N of it each "
+        "(the fleet's politeness). Pages/s over the middle 80% of the fetches, at the server; "
+        "cores busy: the machine's, over the same span.",
+        "",
+        "| run | processes | per host | pages/s | vs control | vs control-polite "
+        "| round trips/page | Redis CPU us/page | cores busy |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
-    control = {r["processes"]: r for r in rows if r["kind"] == "control"}
+    controls = {
+        (r["kind"], r["processes"], r["per_host"]): r
+        for r in rows
+        if r["kind"].startswith("control")
+    }
+
+    def vs(r: dict, kind: str) -> str:
+        ref = controls.get((kind, r["processes"], r["per_host"]))
+        return f"{r['pages_per_s'] / ref['pages_per_s']:.2f}x" if ref and r is not ref else ""
+
     for r in rows:
-        ref = control.get(r["processes"])
-        ratio = f"{r['pages_per_s'] / ref['pages_per_s']:.2f}x" if ref and r is not ref else ""
         trips = f"{r['round_trips_per_page']:.3f}" if "round_trips_per_page" in r else ""
         cpu = f"{r['redis_cpu_usec_per_page']:.1f}" if "redis_cpu_usec_per_page" in r else ""
         lines.append(
-            f"| {r['kind']} | {r['processes']} | {r['pages_per_s']:.1f} | {ratio} | {trips} "
-            f"| {cpu} |"
+            f"| {r['kind']} | {r['processes']} | {r['per_host']} | {r['pages_per_s']:.1f} "
+            f"| {vs(r, 'control')} "
+            f"| {vs(r, 'control-polite')} | {trips} | {cpu} | {r['cores_busy']:.2f} |"
         )
     fleet = [r for r in rows if r["kind"] == "redis"]
     if fleet:
@@ -232,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hosts", type=int, default=8)
     p.add_argument("--processes", default="4")
     p.add_argument("--delay", type=float, default=0.05)
-    p.add_argument("--concurrency", type=int, default=4)
+    p.add_argument("--concurrency", default="4", help="the fleet's requests per host, e.g. 4,16")
     p.add_argument("--memory-pages", default="1000000")
     p.add_argument("--cluster", action="store_true", help="a Redis Cluster of 3 masters")
     p.add_argument("--redis", default=None, help="a running server (default: start one)")
@@ -249,10 +313,11 @@ def main(argv: list[str] | None = None) -> int:
     url = args.redis or server.__enter__()
     try:
         rows = []
-        for n in procs:
-            for kind in ("redis", "control"):
-                rows.append(run(args, g, hosts, url, kind, n, workdir))
-                print(json.dumps(rows[-1]), flush=True)
+        for per_host in (int(x) for x in str(args.concurrency).split(",")):
+            for n in procs:
+                for kind in ("redis", "control", "control-polite"):
+                    rows.append(run(args, g, hosts, url, kind, n, per_host, workdir))
+                    print(json.dumps(rows[-1]), flush=True)
         mems = []
         if not args.skip_memory and not args.cluster:
             for n in (int(x) for x in args.memory_pages.split(",")):

@@ -77,11 +77,9 @@ def test_redis_perf_smoke(tmp_path, redis_url):
     text = (tmp_path / "redis_perf.md").read_text()
     assert "round trips/page" in text and "bytes per visited page" in text
     data = json.loads((tmp_path / "redis_perf.json").read_text())
+    kinds = ["redis", "control", "control-polite"]
     assert [(r["kind"], r["processes"]) for r in data["fleet"]] == [
-        ("redis", 1),
-        ("control", 1),
-        ("redis", 2),
-        ("control", 2),
+        (k, n) for n in (1, 2) for k in kinds
     ]
     for row in data["fleet"]:
         if row["kind"] == "redis":

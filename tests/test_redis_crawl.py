@@ -165,6 +165,10 @@ def test_four_processes_keep_each_hosts_politeness_with_a_cpu_hog(tmp_path, redi
     finally:
         kill_all(procs.values())
     assert pages_of(hits) == pages and set(hits.values()) == {1}
+    if delay:  # (the figure, for -s)
+        print("shortest gap per host (s):", [round(min(gaps(access, h)), 3) for h in HOSTS])
+    else:
+        print("most requests at once per host:", [most_at_once(access, h) for h in HOSTS])
     for host in HOSTS:
         if delay:
             assert min(gaps(access, host)) >= 0.5 * delay, host
@@ -219,6 +223,7 @@ def test_four_processes_find_pagerank_as_one_process_does(tmp_path, redis_url):
         with open_state(f"{redis_url}#{key}") as crawl, open_state(state_path) as single:
             fleet_error = importance_error(crawl, g, port, pages)
             one_error = importance_error(single, g, one_port, pages)
+        print(f"L1 to PageRank: fleet {fleet_error:.4f}, one process {one_error:.4f}")
         assert fleet_error <= 1.25 * one_error + 0.02, (fleet_error, one_error)
     finally:
         from scrapy_opic.backends.redis import RedisFrontier
