@@ -33,8 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the test site
 
 import numpy as np
 
-from scrapy_opic.simulator.graph import Graph, from_edges
-from scrapy_opic.simulator.pagerank import pagerank
+from scrapy_opic.opic.graph import Graph, from_edges
+from scrapy_opic.opic.pagerank import pagerank
 from tests.sites import Site, StaticSite, site_graph
 
 ROOT = Path(__file__).resolve().parent
@@ -159,7 +159,7 @@ def ordering_experiment(name: str, start_url: str, work: Path, **settings) -> di
 def real_graph_experiment(path: Path, work: Path, fraction: float) -> dict:
     """The cnr-2000 web graph served one page per node; each order crawls ``fraction`` of it
     from one seed; shares of the whole graph's PageRank at 1%, 10%, 25% of its pages."""
-    from scrapy_opic.simulator.graph import load_edge_list
+    from scrapy_opic.opic.graph import load_edge_list
 
     graph = load_edge_list(path)
     pr = pagerank(graph, 0.85)

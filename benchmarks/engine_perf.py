@@ -27,8 +27,8 @@ from pathlib import Path
 import numpy as np
 
 from scrapy_opic.opic import GreedySelection, OpicEngine, SlottedGreedySelection
-from scrapy_opic.simulator.graph import power_law_graph
-from scrapy_opic.simulator.pagerank import PowerIteration
+from scrapy_opic.opic.graph import power_law_graph
+from scrapy_opic.opic.pagerank import PowerIteration
 from scrapy_opic.simulator.simulation import Simulation
 
 ROOT = Path(__file__).resolve().parent

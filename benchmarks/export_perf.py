@@ -27,7 +27,7 @@ from pathlib import Path
 
 from scrapy_opic.backends.sqlite import SqliteStore
 from scrapy_opic.opic.frontier import MemoryFrontier
-from scrapy_opic.simulator.graph import power_law_graph
+from scrapy_opic.opic.graph import power_law_graph
 from scrapy_opic.simulator.simulation import Simulation
 
 ROOT = Path(__file__).resolve().parent

@@ -38,8 +38,8 @@ from scipy.stats import kendalltau, spearmanr
 
 from benchmarks.crawl_evidence import DOCS, crawl, crawled_graph, ensure_docs, log
 from scrapy_opic.export import open_state
-from scrapy_opic.simulator.graph import from_edges, power_law_graph
-from scrapy_opic.simulator.pagerank import pagerank
+from scrapy_opic.opic.graph import from_edges, power_law_graph
+from scrapy_opic.opic.pagerank import pagerank
 from tests.sites import Site, StaticSite, site_graph
 
 ESTIMATORS = ("unbounded", "unbounded:lemma", "unbounded:regression", "interpolation:30")

@@ -29,8 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-from scrapy_opic.simulator.graph import Graph, from_edges, load_edge_list, power_law_graph
-from scrapy_opic.simulator.pagerank import PowerIteration, pagerank
+from scrapy_opic.opic.graph import Graph, from_edges, load_edge_list, power_law_graph
+from scrapy_opic.opic.pagerank import PowerIteration, pagerank
 from scrapy_opic.simulator.simulation import Simulation, compare_to_pagerank
 
 EPS = 0.15

@@ -166,8 +166,8 @@ def memory(n: int, url: str) -> dict:
 
     from scrapy_opic.backends.redis import RedisFrontier
     from scrapy_opic.opic.frontier import Entry, Link
+    from scrapy_opic.opic.graph import power_law_graph
     from scrapy_opic.scheduler import encode_request
-    from scrapy_opic.simulator.graph import power_law_graph
 
     class Bench(Spider):
         name = "bench"

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the test site
 import numpy as np
 
 from scrapy_opic.export import open_state
-from scrapy_opic.simulator.pagerank import pagerank
+from scrapy_opic.opic.pagerank import pagerank
 from tests.sites import Site, site_graph
 
 HERE = Path(__file__).resolve().parent

@@ -196,8 +196,7 @@ REQUEST_FIELDS = (
 #: Mask bits past the fields: the other keys of the dict follow (a Request subclass's
 #: ``_class`` and attributes), the URL follows.
 _REST, _URL = 14, 15
-#: The first byte of a request stored by :func:`encode_request`. (A request stored as a whole
-#: pickled dict, as earlier versions did, begins with pickle's PROTO opcode, 0x80.)
+#: The first byte of a request stored by :func:`encode_request`.
 REQUEST_FORMAT = 1
 
 
@@ -237,10 +236,8 @@ def encode_request(request: Request, spider: Spider | None = None, url: str | No
 
 
 def decode_request(data: bytes, url: str | None = None, spider: Spider | None = None) -> Request:
-    """The request :func:`encode_request` stored (``url``: the one it left out), or one stored
-    as a whole pickled dict by an earlier version."""
-    if data[:1] == pickle.PROTO:
-        return request_from_dict(pickle.loads(data), spider=spider)
+    """The request :func:`encode_request` stored (``url``: the one it left out);
+    :class:`ValueError` for bytes it did not make."""
     if data[:1] != bytes([REQUEST_FORMAT]):
         raise ValueError(f"not a stored request (format byte {data[:1]!r})")
     mask = int.from_bytes(data[1:3], "little")

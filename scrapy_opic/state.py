@@ -111,8 +111,6 @@ RESUME_SETTINGS = {
     "window": "OPIC_WINDOW",
     "keep_links": "OPIC_KEEP_LINKS",
 }
-#: The value a state saved before a setting existed was made with.
-_SAVED_BEFORE = {"keep_links": False}
 
 
 def check_resume(
@@ -128,7 +126,6 @@ def check_resume(
         )
     saved = meta.get("settings") or {}
     mine = settings.as_dict()
-    saved = {**_SAVED_BEFORE, **saved} if saved else saved
     differ = [
         f"{name}={saved[field]!r} there, {mine[field]!r} here"
         for field, name in RESUME_SETTINGS.items()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from scrapy_opic.simulator.graph import Graph, from_edges, power_law_graph
+from scrapy_opic.opic.graph import Graph, from_edges, power_law_graph
 
 
 def site_graph(n: int, seed: int = 0) -> Graph:

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from scrapy_opic.simulator.graph import power_law_graph
+from scrapy_opic.opic.graph import power_law_graph
 from tests.project import Project
 from tests.sites import Site
 

@@ -36,7 +36,7 @@ def test_paper_figures_smoke(tmp_path):
 
 def test_changing_graph_halves_or_doubles_in_degrees():
     mod = load("paper_figures")
-    from scrapy_opic.simulator.graph import power_law_graph
+    from scrapy_opic.opic.graph import power_law_graph
 
     g = power_law_graph(2000, seed=0)
     changed = mod.ChangingGraph(g, seed=1).change(200)

@@ -7,7 +7,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from scrapy_opic.simulator.graph import from_edges
+from scrapy_opic.opic.graph import from_edges
 from tests.sites import ChangingSite, site_graph
 from tests.test_crawl import crawl, node
 

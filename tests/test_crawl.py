@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from scrapy_opic.simulator.graph import from_edges, power_law_graph
-from scrapy_opic.simulator.pagerank import pagerank
+from scrapy_opic.opic.graph import from_edges, power_law_graph
+from scrapy_opic.opic.pagerank import pagerank
 from tests.sites import Site
 
 pytestmark = pytest.mark.slow

@@ -13,8 +13,8 @@ import pytest
 
 from scrapy_opic.opic.engine import OpicEngine
 from scrapy_opic.opic.frontier import Entry, Link, MemoryFrontier
-from scrapy_opic.simulator.graph import Graph, from_edges, power_law_graph
-from scrapy_opic.simulator.pagerank import pagerank
+from scrapy_opic.opic.graph import Graph, from_edges, power_law_graph
+from scrapy_opic.opic.pagerank import pagerank
 
 WINDOWS = (
     "unbounded",

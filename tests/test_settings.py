@@ -199,10 +199,6 @@ def test_keep_links_is_a_boolean_and_a_resume_checks_it():
     saved = {"spider": "s", "settings": OpicSettings.from_settings({}).as_dict()}
     with pytest.raises(StoreError, match="OPIC_KEEP_LINKS=False there, True here"):
         check_resume(on, "s", saved, "JOBDIR j")
-    # A state saved before the setting existed kept no links.
-    del saved["settings"]["keep_links"]
-    with pytest.raises(StoreError, match="OPIC_KEEP_LINKS=False there, True here"):
-        check_resume(on, "s", saved, "JOBDIR j")
     check_resume(OpicSettings.from_settings({}), "s", saved, "JOBDIR j")
 
 

@@ -11,8 +11,8 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from scrapy_opic.simulator.graph import from_edges, load_edge_list, power_law_graph
-from scrapy_opic.simulator.pagerank import PowerIteration, pagerank, relative_error, top_mask
+from scrapy_opic.opic.graph import from_edges, load_edge_list, power_law_graph
+from scrapy_opic.opic.pagerank import PowerIteration, pagerank, relative_error, top_mask
 from scrapy_opic.simulator.simulation import Simulation, main, top_k
 
 

@@ -1180,17 +1180,12 @@ class OpicEngine:
         params.update(kw)
         engine = cls(capacity=max(1, state["scalars"]["n"]), **params)
         engine._grow(state["scalars"]["n"])
-        for k, v in state["scalars"].items():
-            if k in cls._SCALARS:  # (a state from before the credit kept a few others)
-                setattr(engine, k, type(getattr(engine, k))(v))
+        for k in cls._SCALARS:
+            setattr(engine, k, type(getattr(engine, k))(state["scalars"][k]))
         n = engine.n
         saved = state["arrays"]
-        # A state saved before the credit existed: its history was cash, not credit; the
-        # credit starts from nothing (importance is then measured from the resume on).
-        credit = "cb" in saved
         for k, a in engine._arrays().items():
-            if credit or k in ("s", "last_g", "visits", "flags", "last_t"):
-                a[:n] = saved[k]
+            a[:n] = saved[k]
         engine.window.load_state(state["window"], n)
         keys = state["keys"]
         if keys:
@@ -1229,6 +1224,8 @@ class OpicEngine:
         params.update(kw)
         n = int(header["scalars"]["n"])
         engine = cls(capacity=max(1, n), **params)
+        # (A scalar the header does not give keeps its initial value: a state merged from
+        # several engines gives only the sums it knows.)
         for k, v in header["scalars"].items():
             if k in cls._SCALARS:
                 setattr(engine, k, type(getattr(engine, k))(v))
