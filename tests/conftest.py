@@ -9,6 +9,8 @@ import shutil
 import pytest
 from hypothesis import settings
 
+from tests.frontiers import BACKENDS
+
 settings.register_profile("ci", derandomize=True, print_blob=True)
 if os.environ.get("CI"):
     settings.load_profile("ci")
@@ -60,7 +62,7 @@ def redis_cluster_url(redis_cluster_binaries, tmp_path_factory):
 # -- a frontier of every backend, for the contract tests ------------------------------------------
 
 
-@pytest.fixture(params=["memory", "sqlite", "redis", "redis-cluster"])
+@pytest.fixture(params=BACKENDS)
 def frontiers(request, tmp_path):
     """A factory of fresh frontiers of one backend (the test runs once per backend)."""
     from tests.frontiers import Factory, redis_url_of

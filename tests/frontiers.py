@@ -8,11 +8,16 @@ import hashlib
 import uuid
 from pathlib import Path
 
+import pytest
+
 from scrapy_opic.backends.sqlite import SqliteFrontier
 from scrapy_opic.opic.engine import OpicEngine
 from scrapy_opic.opic.frontier import MemoryFrontier
 
-BACKENDS = ("memory", "sqlite", "redis", "redis-cluster")
+#: Backends of the contract suites; the Redis Cluster (three servers to start) only in the
+#: whole suite, not in ``-m "not slow"``.
+CLUSTER = pytest.param("redis-cluster", marks=pytest.mark.slow)
+BACKENDS = ("memory", "sqlite", "redis", CLUSTER)
 
 
 def redis_url_of(request, backend: str) -> str | None:

@@ -425,6 +425,7 @@ def test_the_pagerank_column_is_the_crawled_graphs_pagerank(tmp_path, fmt):
     assert min(ref[list(gone)]) < ref.mean() / 2
 
 
+@pytest.mark.slow  # (a crawl of the engine's size)
 def test_a_state_without_kept_links_has_no_pagerank_column(tmp_path):
     from scrapy_opic.export import PAGE_COLUMNS, format_table, open_state
     from scrapy_opic.report import build_report

@@ -265,6 +265,7 @@ def test_writes_that_land_for_some_members_only_then_a_kill_keep_cash_one():
     assert {v for vs in links.values() for v in vs} | {pages[0]} <= set(fetched)
 
 
+@pytest.mark.slow  # (a long run: the fast suite checks cash and order, this the limit)
 def test_importance_over_partitions_is_pagerank():
     pages, links = site(hosts=6, per_host=30, seed_=2)
     fs = fleets(2, continuous=True, refresh=1.0, window="unbounded")

@@ -33,7 +33,7 @@ def links_of(i: int) -> list[int]:
     return sorted({(i * 7 + 1) % 240, (i * 13 + 5) % 240, (i + 6) % 240, (i * 3 + 2) % 240})
 
 
-@pytest.fixture(params=["atomic", "per-member"])
+@pytest.fixture(params=["atomic", pytest.param("per-member", marks=pytest.mark.slow)])
 def crawl(redis_url, request):
     """``crawl(**kw)``: a new process of the crawl under one fresh key (``open()`` done);
     every process is closed and the keys deleted after. Each test runs twice: with the
@@ -328,6 +328,7 @@ def test_a_crawl_with_impossible_parameters_is_never_created(crawl, redis_url):
         f.client.close()
 
 
+@pytest.mark.slow  # (starts a Redis server of its own)
 def test_an_emptied_redis_stops_the_crawl(tmp_path):
     """The server lost every key (restarted without persistence): the process stops with one
     line instead of making a new crawl out of what it holds."""
@@ -404,6 +405,7 @@ def test_the_export_api_reads_a_redis_crawl(crawl, tmp_path):
     assert n == len(done)
 
 
+@pytest.mark.slow  # (starts a Redis server of its own)
 def test_a_redis_restarted_with_its_keys_is_waited_for_with_one_warning(tmp_path, caplog):
     """Redis restarted with persistence under a running crawl: the process says so once, pops
     nothing meanwhile (what it fetched could be lost with its leases), says when Redis is
@@ -438,6 +440,7 @@ def test_a_redis_restarted_with_its_keys_is_waited_for_with_one_warning(tmp_path
             f.client.close()
 
 
+@pytest.mark.slow  # (starts a Redis server of its own)
 def test_a_redis_that_does_not_come_back_stops_the_crawl_in_one_line(tmp_path):
     from tests.sites import RedisServer
 
@@ -460,6 +463,7 @@ def test_a_redis_that_does_not_come_back_stops_the_crawl_in_one_line(tmp_path):
             f.close([])
 
 
+@pytest.mark.slow  # (starts a Redis server of its own)
 def test_the_report_of_a_long_crawl_plots_its_series_and_never_shows_the_password(tmp_path):
     """A crawl long enough for many points of its time series (one per tick here) reads back
     through the Python API and the HTML report; a password in the URL appears nowhere."""

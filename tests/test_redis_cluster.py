@@ -15,6 +15,8 @@ from scrapy_opic.backends.redis import RedisFrontier
 from scrapy_opic.opic.frontier import Entry
 from tests.test_redis import check, key, run, url
 
+pytestmark = pytest.mark.slow  # (starts a Redis Cluster)
+
 redis = pytest.importorskip("redis")
 from redis.crc import key_slot  # noqa: E402
 

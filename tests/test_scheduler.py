@@ -28,10 +28,10 @@ from scrapy_opic.scheduler import (
     decode_request,
     encode_request,
 )
-from tests.frontiers import redis_url_of
+from tests.frontiers import CLUSTER, redis_url_of
 
 URLS = [f"http://host{i % 3}.example/page/{i}" for i in range(12)]
-BACKENDS = ["sqlite", "sqlite-jobdir", "redis", "redis-cluster"]
+BACKENDS = ["sqlite", "sqlite-jobdir", "redis", CLUSTER]
 
 
 class ContractSpider(Spider):
@@ -263,7 +263,11 @@ def test_a_priority_adjustment_belongs_to_one_request(schedulers):
     assert total_cash(s) == pytest.approx(1.0, abs=1e-12)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(
+    "backend",
+    ["sqlite", *(pytest.param(b, marks=pytest.mark.slow) for b in ("sqlite-jobdir", "redis"))]
+    + [CLUSTER],
+)
 @settings(
     max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )

@@ -49,7 +49,7 @@ def test_pagerank_from_a_start_near_the_answer_reaches_the_same_fixpoint():
 
 
 @pytest.mark.parametrize("strategy", ["greedy", "random", "cycle"])
-@pytest.mark.parametrize("batch", [1, 4])
+@pytest.mark.parametrize("batch", [1, pytest.param(4, marks=pytest.mark.slow)])
 def test_opic_converges_to_networkx_pagerank(strategy, batch):
     """The fixpoint: virtual share epsilon, uniform payout -> pagerank(alpha = 1 - epsilon)."""
     g = random_graph(30, 0.1, seed=7)
@@ -233,6 +233,7 @@ def _simulator(*args: str, stdin: bytes | None = None) -> subprocess.CompletedPr
     )
 
 
+@pytest.mark.slow  # (runs the command)
 def test_cli_reads_edges_from_a_pipe(tmp_path):
     edges = b"".join(f"{i} {(i * 7 + 1) % 40}\n{i} {(i + 3) % 40}\n".encode() for i in range(40))
     on_disk = tmp_path / "edges.txt"
@@ -253,6 +254,7 @@ def test_cli_says_in_one_line_that_it_cannot_write_its_output(tmp_path):
         assert "Traceback" not in err
 
 
+@pytest.mark.slow  # (runs the command)
 def test_a_tiny_graph_prints_no_warning_and_no_nan(tmp_path):
     for edges in (b"1 2\n", b"1 2\n1 3\n", b"1 2\n2 3\n3 1\n"):
         run = _simulator("--graph", "-", "--out", str(tmp_path / "x.csv"), stdin=edges)
