@@ -64,7 +64,7 @@ import time
 import weakref
 from collections import defaultdict, deque
 from collections.abc import Callable, Collection, Hashable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 from weakref import WeakKeyDictionary
 
 from scrapy import exceptions as scrapy_exceptions
@@ -179,7 +179,7 @@ def _url(request: Request) -> str:
 #: The fields of ``Request.to_dict()`` that :func:`encode_request` leaves out when they hold
 #: the value a new request has, in the order of the bits of its mask (the stored format: never
 #: reorder; add at the end).
-REQUEST_FIELDS = (
+REQUEST_FIELDS: tuple[tuple[str, Any], ...] = (
     ("callback", None),
     ("errback", None),
     ("headers", {}),
@@ -276,7 +276,7 @@ def prepare(crawler: Crawler) -> OpicSettings:
     # (Not issubclass: Scrapy's BaseScheduler answers it by duck typing, any scheduler passes.)
     if not (isinstance(cls, type) and OpicScheduler in cls.__mro__):
         return settings
-    scheduler = cls._build(crawler, settings)
+    scheduler = cast("type[OpicScheduler]", cls)._build(crawler, settings)
     try:
         scheduler._open_frontier(spider)
     except StoreError as exc:
@@ -372,7 +372,7 @@ class OpicScheduler(BaseScheduler):
         self.stats = crawler.stats
         self.fingerprinter = crawler.request_fingerprinter
         self.spider: Spider | None = None
-        self.frontier: Frontier | None = None
+        self._frontier: Frontier | None = None
         #: Counters of the per-request path, added to Scrapy's stats now and then.
         self.counts: defaultdict[str, int] = defaultdict(int)
         self.df: Any = None  # a project's DUPEFILTER_CLASS, when it is not Scrapy's default
@@ -465,7 +465,7 @@ class OpicScheduler(BaseScheduler):
         meta = {"spider": spider.name, "settings": self.settings.as_dict()}
         command = scrapy_command()
         in_memory = command in STATELESS_COMMANDS
-        self.frontier = open_frontier(self.settings, spider.name, self._encode, meta, in_memory)
+        self._frontier = open_frontier(self.settings, spider.name, self._encode, meta, in_memory)
         if in_memory:
             logger.info(
                 "OPIC: `scrapy %s` reads and writes no OPIC state (crawl and runspider do): its "
@@ -474,7 +474,7 @@ class OpicScheduler(BaseScheduler):
             )
 
     def open(self, spider: Spider) -> Any:
-        if self.frontier is None:  # (else prepare() opened it before Scrapy's engine existed)
+        if self._frontier is None:  # (else prepare() opened it before Scrapy's engine existed)
             self._open_frontier(spider)
         # (A frontier of the contract before visits had an outcome: the Redis backend's Lua
         # engine, until its rewrite on the Python engine.)
@@ -540,11 +540,18 @@ class OpicScheduler(BaseScheduler):
             d = deferred_from_coro(crawler.engine.close_spider_async(reason=STORE_FAILED))
             d.addErrback(lambda failure: None)  # (a spider closing already: nothing to do)
 
+    @property
+    def frontier(self) -> Frontier:
+        """The crawl's frontier, once :meth:`open` (or :func:`prepare`) opened it."""
+        if self._frontier is None:
+            raise RuntimeError("the OPIC scheduler's frontier is not open yet")
+        return self._frontier
+
     def close(self, reason: str) -> Any:
         self._closing = True
         if self._tick is not None and self._tick.running:
             self._tick.stop()
-        frontier = self.frontier
+        frontier = self._frontier
         if frontier is None:  # open() failed: nothing was opened but the dupefilter, maybe
             _RUNNING.pop(self.crawler, None)
             return self.df.close(reason) if self.df is not None else None
@@ -640,7 +647,7 @@ class OpicScheduler(BaseScheduler):
         from .export import open_state, write_export
 
         for out, options in self.settings.export.items():
-            target = out.replace("{spider}", self.spider.name)
+            target = out.replace("{spider}", self.spider.name if self.spider else "")
             try:
                 with open_state(self.frontier.location) as state:
                     n = write_export(state, target, **options)

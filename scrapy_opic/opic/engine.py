@@ -125,12 +125,18 @@ import mmap
 import sys
 import time
 from collections.abc import Hashable, Iterable, Sequence
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
 from .constants import DEAD, FETCHED, INITIAL, RATE_DECAY, SLOPE_NOISE, VISIT_DECAY
 from .window import WindowPolicy, parse_window
+
+
+def _view(a: np.ndarray) -> Any:
+    """A memoryview of ``a``: item access as Python numbers, without numpy's scalar overhead
+    (the per-event path). Typed loosely: typeshed's memoryview knows no float items."""
+    return memoryview(a)  # type: ignore[arg-type]
 
 
 class CashObserver(Protocol):
@@ -365,8 +371,15 @@ class OpicEngine:
         cap = max(need, step)
         # The views go first: each old array is then freed as soon as its copy is made (the
         # memory a growth takes beyond the arrays is one array's, not all of them).
-        self._s_mv = self._hist_mv = self._cb_mv = self._lc_mv = None
-        self._last_g_mv = self._visits_mv = self._flags_mv = self._b_mv = self._d_mv = None
+        self._s_mv: Any = None
+        self._hist_mv: Any = None
+        self._cb_mv: Any = None
+        self._lc_mv: Any = None
+        self._last_g_mv: Any = None
+        self._visits_mv: Any = None
+        self._flags_mv: Any = None
+        self._b_mv: Any = None
+        self._d_mv: Any = None
 
         def grown(a: np.ndarray) -> np.ndarray:
             b = zeros(cap, a.dtype)
@@ -385,17 +398,17 @@ class OpicEngine:
         if self._moments:
             self._b = grown(self._b)
             self._d = grown(self._d)
-            self._b_mv = memoryview(self._b)
-            self._d_mv = memoryview(self._d)
+            self._b_mv = _view(self._b)
+            self._d_mv = _view(self._d)
         self.capacity = cap
         # memoryviews give the per-event path Python floats/ints without numpy scalar overhead.
-        self._s_mv = memoryview(self._s)
-        self._hist_mv = memoryview(self.hist)
-        self._cb_mv = memoryview(self._cb)
-        self._lc_mv = memoryview(self._lc)
-        self._last_g_mv = memoryview(self.last_g)
-        self._visits_mv = memoryview(self.visits)
-        self._flags_mv = memoryview(self.flags)
+        self._s_mv = _view(self._s)
+        self._hist_mv = _view(self.hist)
+        self._cb_mv = _view(self._cb)
+        self._lc_mv = _view(self._lc)
+        self._last_g_mv = _view(self.last_g)
+        self._visits_mv = _view(self.visits)
+        self._flags_mv = _view(self.flags)
         if self.window.engine is self:
             self.window.grow(cap)
         for obs in self._observers:
@@ -1144,7 +1157,7 @@ class OpicEngine:
     )
 
     def _arrays(self) -> dict[str, np.ndarray]:
-        out = {
+        out: dict[str, np.ndarray] = {
             "s": self._s,
             "hist": self.hist,
             "cb": self._cb,

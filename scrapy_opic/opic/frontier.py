@@ -198,6 +198,9 @@ class Frontier(Protocol):
     maintain_interval: float
     #: Requests this process sent to the frontier's server (0 for an in-process frontier).
     round_trips: int
+    #: Seconds a shared frontier waits after a partition's last outcome in this process before
+    #: it hands the partition to another (its hosts' download delay; set by the scheduler).
+    quiet: float
 
     def schedule(self, entries: Sequence[Entry], again: bool = False) -> list[int]:
         """Ask for each page to be fetched with its entry's payload; a code per entry:
@@ -399,6 +402,7 @@ class MemoryFrontier:
     location: str | None = None
     maintain_interval = 10.0
     round_trips = 0
+    quiet = 0.0
     #: Leases carry the page's URL (payloads kept as bytes without it: a partition's).
     lease_urls = False
 
