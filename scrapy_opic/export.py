@@ -240,7 +240,7 @@ class OpicState:
         """Importance from the estimates (as :meth:`OpicEngine.importance`)."""
         if self._total is None:
             self._scan()
-        n, total = self.n, self._total
+        n, total = self.n, self._total or 0.0
         if not total > 0:
             return np.full(len(est), 1.0 / n)
         a = self.engine.teleport_share()
@@ -286,7 +286,9 @@ class OpicState:
         fetched again on resume)."""
         if self._counts is None:
             self._scan()
-        return int(self._counts[PENDING] + self._counts[IN_FLIGHT])
+        counts = self._counts
+        assert counts is not None  # (made by the scan)
+        return int(counts[PENDING] + counts[IN_FLIGHT])
 
     def fetched_mask(self) -> np.ndarray:
         """Pages whose last fetch was parsed: an array over all pages."""
@@ -365,7 +367,7 @@ class OpicState:
         status = [outcome_name(c) for c in codes.tolist()]
         if None in urls:  # a page whose URL was never recorded: name it by its id
             urls = [u if u is not None else str(first + int(r)) for u, r in zip(urls, rows)]
-        hosts = [host_of(u) for u in urls]
+        hosts = [host_of(u) if u is not None else "" for u in urls]
         pr = ranks[rows].tolist() if ranks is not None else repeat(None)
         values = zip(urls, imp[rows].tolist(), cash, hist, visits, last, fetched, status, hosts, pr)
         return list(map(Page._make, values))
@@ -440,7 +442,7 @@ class OpicState:
             acc[0] += imp
             acc[1] += pages
             acc[2] += fetched
-        out = []
+        out: list[Site] = []
         for level, table in (("host", hosts), ("domain", domains)):
             rows = sorted(table.items(), key=lambda kv: (-kv[1][0], kv[0]))
             out.extend(Site(level, site, imp, pages, f) for site, (imp, pages, f) in rows)
@@ -556,7 +558,7 @@ def _page_row(p: Page, ranked: bool) -> tuple:
 
 
 def _write_rows(
-    fh: IO[str], fmt: str, columns: tuple[str, ...], chunks: Iterable[list[tuple]]
+    fh: IO[str], fmt: str, columns: tuple[str, ...], chunks: Iterable[list[Any]]
 ) -> int:
     n = 0
     pages = columns in (PAGE_COLUMNS, PAGERANK_COLUMNS)
@@ -653,6 +655,8 @@ def write_export(
     ``pagerank`` if the crawl kept its links) or, with ``by_site``, sites (columns
     :data:`SITE_COLUMNS`, ``top`` per level) to ``out``; returns the number of rows."""
     fmt = output_format(out, fmt)
+    columns: tuple[str, ...]
+    chunks: Iterable[list[Any]]
     if by_site:
         sites = state.by_site(fetched_only)
         if top is not None:  # the top N of each level

@@ -121,6 +121,7 @@ class OpicSpiderMiddleware:
             return
         s = self.settings
         spider = self.crawler.spider
+        assert spider is not None  # (a response is parsed: the spider is open)
         should_follow = self._offsite.should_follow
         patterns = s.boost_patterns
         virtual = s.refused_links == "virtual"
@@ -138,9 +139,10 @@ class OpicSpiderMiddleware:
                 ok = True
             else:
                 # (OffsiteMiddleware.should_follow reads the request's host name alone.)
-                ok = follows.get(host)
-                if ok is None:
-                    ok = follows[host] = should_follow(o, spider)
+                known = follows.get(host)
+                if known is None:
+                    known = follows[host] = should_follow(o, spider)
+                ok = known
             if plain:
                 if ok:
                     followed.append(o)
@@ -168,6 +170,8 @@ class OpicSpiderMiddleware:
     def _stamp(self, out: list[Any], importance: float) -> None:
         """``OPIC_ITEM_FIELD``: the page's importance (just after its visit) into its items."""
         name = self.settings.item_field
+        if name is None:
+            return
         for o in out:
             if isinstance(o, Request) or not is_item(o):
                 continue

@@ -15,6 +15,7 @@ import io
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -32,7 +33,7 @@ figcaption{font-size:.85em;color:#555;max-width:500px}
 """
 
 
-def _figure_png(fig) -> str:
+def _figure_png(fig: Any) -> str:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=96, bbox_inches="tight")
     return base64.b64encode(buf.getvalue()).decode("ascii")
@@ -96,7 +97,7 @@ def _plots(state: OpicState) -> list[tuple[str, str, str]]:
         lines = ax.get_lines() + ax2.get_lines()
         fig.legend(
             lines,
-            [ln.get_label() for ln in lines],
+            [str(ln.get_label()) for ln in lines],
             loc="upper center",
             bbox_to_anchor=(0.5, 0.0),
             ncol=3,

@@ -72,6 +72,7 @@ from ..opic.partition import (
     add_figures,
     finish_figures,
     in_transit,
+    keys_of,
 )
 from ..series import Series
 from . import StoreError, masked_url
@@ -717,9 +718,9 @@ class RedisFrontier(Fleet):
         lost: list[int] = []
         for (kind, info), got in zip(plan, results):
             if kind == "read":
-                held = self.held.get(info)
-                if held is not None and not isinstance(got, Exception):
-                    self._read_inbox(info, held, got)
+                reader = self.held.get(info)
+                if reader is not None and not isinstance(got, Exception):
+                    self._read_inbox(info, reader, got)
             elif kind == "send":
                 self._sent(info, got)
             elif kind == "write":
@@ -752,7 +753,7 @@ class RedisFrontier(Fleet):
         self._resend = []
         return messages, notes
 
-    def _write_of(self, k: int, held: _Held, now: float) -> tuple[bool, list[bytes]] | None:
+    def _write_of(self, k: int, held: _Held, now: float) -> tuple[bool, list[Any]] | None:
         """Member ``k``'s write, if it has anything new: whether a checkpoint, and its items
         (the journal's new batches, or the checkpoint's fields and values)."""
         member = held.member
@@ -778,7 +779,10 @@ class RedisFrontier(Fleet):
         )
         if not checkpoint:
             return False, [blob for blob, _ in held.unwritten]
-        fields = pack_pool(member, self.series) if k == POOL else pack_state(member.state())
+        if isinstance(member, Pool):
+            fields = pack_pool(member, self.series)
+        else:
+            fields = pack_state(member.state())
         return True, [x for pair in fields.items() for x in pair]
 
     def _queue_write(self, k: int, held: _Held, pipe: Any, plan: list, now: float) -> bool:
@@ -1055,9 +1059,9 @@ class RedisFrontier(Fleet):
             return
         self.commit()
         for k in ready:
-            held = self.held.get(k)
-            if held is not None:
-                self._run(self.client, _RELEASE, [self._k(k, "lease")], [held.token])
+            going = self.held.get(k)
+            if going is not None:
+                self._run(self.client, _RELEASE, [self._k(k, "lease")], [going.token])
                 self.client.hdel(self.ns + ":owners", str(k))
                 self._lose(k)
 
@@ -1076,7 +1080,7 @@ class RedisFrontier(Fleet):
             if self._global is None:  # (no answer, nothing read before)
                 self._global = {**dict.fromkeys(FIGURES, 0), "messages": 0, "workers": 1}
                 self._global.update(partitions=0, others=0)
-        out = dict(self._global)
+        out = dict(self._global or {})
         for member in self.members():
             add_figures(out, member.figures_dict())  # type: ignore[attr-defined]
         out["unconfirmed"] -= len(self._local)  # (applied here, their confirmation to come)
@@ -1362,7 +1366,7 @@ class RedisSnapshot:
         frs = [p.frontier for p in self.parts]
         self.status = b"".join(bytes(f.status[: f.engine.n]) for f in frs)
         self.outcome = b"".join(f.outcome[: f.engine.n].tobytes() for f in frs)
-        self.keys = [k for f in frs for k in f.engine.keys.listing(f.engine.n)]
+        self.keys = [k for f in frs for k in keys_of(f.engine, f.engine.n)]
         self.urls = [u for f in frs for u in f.urls[: f.engine.n]]
         virtual = sum(e.virtual_cash + e.pool_all + e.pool_unfetched for e in engines)
         scalars: dict[str, float] = {

@@ -859,13 +859,18 @@ class StateReader:
             outcome = np.zeros(n, np.uint16)
             tier = np.zeros(n, np.uint32)
             hashes = np.zeros(n, np.uint64)
-            own = {"f.status": status, "f.outcome": outcome, "f.tier": tier, "f.hash": hashes}
+            own: dict[str, np.ndarray] = {
+                "f.status": status,
+                "f.outcome": outcome,
+                "f.tier": tier,
+                "f.hash": hashes,
+            }
             names = {c[0] for c in self._layout}
             if names != set(targets) | set(own):
                 raise ValueError(f"columns {sorted(names)} do not fit the engine")
             for lo, cols in self.columns():
                 for name, rows in cols.items():
-                    (own.get(name, targets.get(name)))[lo : lo + len(rows)] = rows
+                    (own[name] if name in own else targets[name])[lo : lo + len(rows)] = rows
             del targets
             if engine.n != n:
                 raise ValueError(f"{n} pages in the frontier, {engine.n} in the engine")
@@ -1004,7 +1009,7 @@ class StateReader:
         if con is not None:
             with contextlib.suppress(Exception):
                 con.close()
-            self._con = None
+            del self._con
 
     def __enter__(self) -> StateReader:
         return self
@@ -1144,7 +1149,9 @@ class SqliteFrontier(MemoryFrontier):
                 )
                 return cls(engine, store, **kw)
             engine = saved.engine
-            engine.keys = StoredKeys(engine.keys.index, store_loader(store), engine.n)
+            kept = engine.keys
+            assert isinstance(kept, HashedKeys)  # (a saved state's engine: its keys' index)
+            engine.keys = StoredKeys(kept.index, store_loader(store), engine.n)
             frontier = cls(engine, store, **kw)
             frontier._resume(saved)
             return frontier

@@ -86,6 +86,7 @@ class StateCommand(ScrapyCommand):
         try:
             from scrapy.spiderloader import get_spider_loader
 
+            assert self.settings is not None  # (Scrapy sets them before it runs a command)
             known = sorted(get_spider_loader(self.settings).list())
         except Exception:  # not in a project, or its spiders do not import: say what we know
             return str(exc)

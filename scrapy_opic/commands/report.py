@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from . import StateCommand
 
@@ -28,7 +29,7 @@ class Command(StateCommand):
         if path is None:
             return
 
-        def report():
+        def report() -> Path:
             from ..export import open_state
             from ..report import write_report  # imports matplotlib lazily
 

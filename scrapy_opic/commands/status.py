@@ -4,6 +4,7 @@ a fleet of processes on one Redis frontier)."""
 from __future__ import annotations
 
 import argparse
+import functools
 import time
 from typing import Any
 
@@ -74,7 +75,7 @@ class Command(StateCommand):
         try:
             while True:
                 f = self.guarded(figures)
-                if f is None or not self.guarded(lambda f=f: show(f)) or not opts.every:
+                if f is None or not self.guarded(functools.partial(show, f)) or not opts.every:
                     return  # (an error said in one line, a reader gone, or once asked)
                 time.sleep(opts.every)
         except KeyboardInterrupt:

@@ -124,7 +124,7 @@ from __future__ import annotations
 import mmap
 import sys
 import time
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
@@ -280,7 +280,7 @@ class OpicEngine:
         self_links: bool = False,
         default_history: float | None = None,
         capacity: int = 1024,
-        time_fn=time.time,
+        time_fn: Callable[[], float] = time.time,
         keys: PageKeys | None = None,
         rebase_at: float | None = REBASE_AT,
     ) -> None:
@@ -1187,7 +1187,7 @@ class OpicEngine:
         }
 
     @classmethod
-    def from_state(cls, state: dict, **kw) -> OpicEngine:
+    def from_state(cls, state: dict, **kw: Any) -> OpicEngine:
         """Rebuild an engine saved by :meth:`state_dict` (``kw``: e.g. ``time_fn``)."""
         params = dict(state["params"])
         params.update(kw)
@@ -1229,7 +1229,7 @@ class OpicEngine:
         }
 
     @classmethod
-    def from_header(cls, header: dict, **kw) -> OpicEngine:
+    def from_header(cls, header: dict, **kw: Any) -> OpicEngine:
         """An engine with the parameters and scalars of ``header`` (:meth:`header`) and room for
         its pages, whose per-page rows are still zero: the caller fills the first ``n`` rows of
         each of :meth:`page_arrays`. ``kw``: e.g. ``keys``, ``time_fn``."""
@@ -1322,7 +1322,7 @@ class OpicEngine:
         n = self.n if self.view is None else self.view.n
         return self._mix(est, total) if total > 0 else 1.0 / n
 
-    def _mix(self, est, total: float):
+    def _mix(self, est: Any, total: float) -> Any:
         """PageRank's split: the teleport share ``a / n`` plus ``1 - a`` by share of the link
         credit (``est / total``; arrays or floats)."""
         a = self.teleport_share()

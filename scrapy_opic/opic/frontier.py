@@ -716,7 +716,7 @@ class MemoryFrontier:
         self.engine.payout()
         sel = self.selection
         room = self._room_now(full_slots)
-        if self._tiered:
+        if isinstance(sel, TieredSelection):
             share = self.discovery if self.continuous else 0.0
             i = sel.pop(room, bool(share) and self.discovery_debt + share >= 1.0)
             if i is not None and share:
@@ -733,7 +733,10 @@ class MemoryFrontier:
         pending; ``None`` if none. For a pooled engine (no payout before a pop): what
         :meth:`take` then leases, so that a crawl over several frontiers pops the best page
         of all (:class:`~scrapy_opic.opic.partition.Fleet`)."""
-        return self.selection.peek(self._room_now(full_slots), discover)
+        sel = self.selection
+        if not isinstance(sel, TieredSelection):
+            raise TypeError("peek needs the greedy selection")
+        return sel.peek(self._room_now(full_slots), discover)
 
     def take(self, i: int) -> Lease:
         """Lease pending page ``i`` (the page :meth:`peek` chose, or the page a replayed outcome
@@ -1042,10 +1045,11 @@ class MemoryFrontier:
         saved = np.frombuffer(self.status, np.uint8, count=n)
         self.counts = [int(c) for c in np.bincount(saved, minlength=len(STATUSES))]
         del saved
-        if self._tiered:
+        sel = self.selection
+        if isinstance(sel, TieredSelection):
             if self.continuous and ids.size:
                 self._refetch_tiers(ids[(self.engine.flags[ids] & FETCHED) != 0])
-            self.selection.load(ids)
+            sel.load(ids)
         else:
             for i in ids.tolist():
                 self.selection.push(i)

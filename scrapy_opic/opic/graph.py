@@ -13,6 +13,7 @@ import gzip
 import io
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -84,7 +85,7 @@ def from_edges(
     return Graph(indptr, dst.astype(np.int32), names)
 
 
-def _read_bytes(path: str | Path | io.BufferedIOBase) -> bytes:
+def _read_bytes(path: str | Path | io.BufferedIOBase | BinaryIO) -> bytes:
     """The whole text of an edge list, gunzipped if it is gzip: read once, so that a pipe
     (``/dev/stdin``, a FIFO, a stream) works as a file does."""
     if isinstance(path, (str, Path)):
@@ -95,7 +96,9 @@ def _read_bytes(path: str | Path | io.BufferedIOBase) -> bytes:
     return gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
 
 
-def load_edge_list(path: str | Path | io.BufferedIOBase, self_links: bool = False) -> Graph:
+def load_edge_list(
+    path: str | Path | io.BufferedIOBase | BinaryIO, self_links: bool = False
+) -> Graph:
     """Read a SNAP-style edge list: ``src dst`` per line, whitespace separated, ``#`` lines
     ignored, node ids any strings (gzip is detected). Node names keep the file's spelling.
     ``path``: a file name (a pipe such as ``/dev/stdin`` too) or a binary stream."""
@@ -116,6 +119,7 @@ def load_edge_list(path: str | Path | io.BufferedIOBase, self_links: bool = Fals
             "must be 'src dst' (weights are not read)"
         )
     arr = np.array(tokens)
+    keys: np.ndarray
     try:
         keys = arr.astype(np.int64)
         numeric = True

@@ -34,6 +34,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Hashable
 from hashlib import blake2b as _blake2b
+from typing import Any
 
 import numpy as np
 
@@ -146,11 +147,12 @@ class KeyIndex:
     # ------------------------------------------------------------------ storage
     def _set_hashes(self, hashes: np.ndarray) -> None:
         self._hashes = hashes
-        self._hv = memoryview(hashes)  # indexing a memoryview gives Python ints, fast
+        # Indexing a memoryview gives Python ints, fast. (typeshed: numpy arrays are no Buffer.)
+        self._hv = memoryview(hashes)  # type: ignore[arg-type]
 
     def _set_table(self, table: np.ndarray) -> None:
         self._table = table
-        self._tv = memoryview(table)
+        self._tv = memoryview(table)  # type: ignore[arg-type]
         self._mask = len(table) - 1
         self._limit = len(table) * 7 // 10  # most pages before the load passes 0.7
 
@@ -272,7 +274,7 @@ class KeyIndex:
         self._set_table(table)
         return self
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, tuple[np.ndarray]]:
         # memoryviews do not pickle or deepcopy: rebuild from the hashes.
         return (KeyIndex.from_hashes, (np.array(self.hashes),))
 

@@ -128,6 +128,14 @@ def _host_partition(netloc: str, url: str, parts: int) -> int:
     return _hashed(text.encode("utf-8", "surrogatepass")) % parts
 
 
+def keys_of(engine: OpicEngine, n: int) -> list[Hashable]:
+    """The keys of an engine's first ``n`` pages (a partition's engine keeps them in a dict)."""
+    keys = engine.keys
+    if not isinstance(keys, DictKeys):
+        raise TypeError("a partition's engine keeps its keys in a DictKeys")
+    return keys.listing(n)
+
+
 class Message(NamedTuple):
     """Money (and what comes with it) from one partition, or the pool, to another.
 
@@ -271,6 +279,15 @@ class Member:
             self.journal.append(rec)
         self.records += 1
 
+    def receive(self, m: Message) -> int:
+        """Apply message ``m`` if it is the next of its source (with those that waited behind
+        it); how many were applied. Each kind of member applies its own kinds."""
+        raise NotImplementedError
+
+    def state(self) -> dict[str, Any]:
+        """Everything to rebuild this member (a checkpoint)."""
+        raise NotImplementedError
+
     def take_journal(self) -> list[tuple]:
         """The records made since the last call, for the backend to store in order."""
         out, self.journal = self.journal, []
@@ -382,7 +399,7 @@ class Partition(Member):
             "alias": dict(fr.alias),
             "payloads": dict(fr.payloads),
             "urls": fr.urls[:n],
-            "keys": e.keys.listing(n),
+            "keys": keys_of(e, n),
             "debt": fr.discovery_debt,
             "box": self.box.state(),
             "remote_alias": dict(self.remote_alias),
@@ -450,7 +467,7 @@ class Partition(Member):
         self._t = self.time_fn() if now is None else now
         return self._t
 
-    def _held(self, key: Hashable) -> Lease | None:
+    def _held(self, key: Hashable) -> Lease:
         """During a replay: a lease on the page ``key`` that a record settles (pending again
         since its checkpoint: its pop is not a record)."""
         fr = self.frontier
@@ -553,7 +570,9 @@ class Partition(Member):
         ]
         return Visit(out, visit.importance)
 
-    def _transfers(self, remote: dict[Hashable, list], shares: Sequence[tuple[float, float]]):
+    def _transfers(
+        self, remote: dict[Hashable, list], shares: Sequence[tuple[float, float]]
+    ) -> None:
         by_dst: dict[int, list] = {}
         for (key, r), (cash, credit) in zip(remote.items(), shares):
             k, url, _w, _b, data, priority, slot, again = r
@@ -602,6 +621,7 @@ class Partition(Member):
             if moved is None:
                 return None
             i = self.frontier.engine.id_of(lease.key)
+            assert i is not None  # (the page stays: closed, or an alias)
             if permanent:
                 self.remote_alias[i] = (entry.key, entry.url, k)
             else:
@@ -943,7 +963,7 @@ class Pool(Member):
         """Send what each partition is owed (of ``only``, if given), with the crawl's clock
         without that partition's part, and its view."""
         self._share()
-        out = []
+        out: list[Message] = []
         clock = self.clock
         # Also to a live partition owed nothing whose clock lags the crawl's by 1%: a window
         # reads the crawl's clock.
@@ -962,8 +982,8 @@ class Pool(Member):
         live, unf = int(sums[0]), int(sums[1])
         for k in sorted(due):
             a, u = self.owed.pop(k, (0.0, 0.0))
-            f = self.figures.get(k)
-            mine = (f[0], f[1]) if f is not None else (0, 0)
+            fig = self.figures.get(k)
+            mine = (fig[0], fig[1]) if fig is not None else (0, 0)
             view = (live - mine[0], unf - mine[1], int(sums[2]), *sums[3:9], self.teleport)
             body = (a, u, self.teleport, clock - self.made.get(k, 0.0), view)
             self.told[k] = clock
@@ -1239,9 +1259,9 @@ class Fleet:
         while heap:
             entry = heap[0]
             k, version = entry[3], entry[4]
-            part = self.parts.get(k)
+            owner = self.parts.get(k)
             cached = heads.get(k)
-            if part is None or cached is None or cached[0] != version or part.version != version:
+            if owner is None or cached is None or cached[0] != version or owner.version != version:
                 heapq.heappop(heap)  # (stale: the partition changed, or left)
                 continue
             rank = (-entry[0], -entry[1], -entry[2])
@@ -1252,9 +1272,9 @@ class Fleet:
                 continue
             _rank, i, slot = cached[1]
             if full_slots and slot in full_slots:  # its best page waits: its next best?
-                best = self._better(best, part, part.peek(full_slots, discover), discover)
+                best = self._better(best, owner, owner.peek(full_slots, discover), discover)
             else:
-                best = self._better(best, part, (i, rank[1], rank[2]), discover)
+                best = self._better(best, owner, (i, rank[1], rank[2]), discover)
         for entry in aside:
             heapq.heappush(heap, entry)
         if best is None:

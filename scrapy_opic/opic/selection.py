@@ -37,6 +37,7 @@ from __future__ import annotations
 import random
 from array import array
 from collections.abc import Callable, Hashable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -518,12 +519,13 @@ class TieredSelection(Selection):
 
         self._keys = keys
         # By heap number 2 * code + (0 fetched, 1 unfetched); None for a code not seen yet.
-        self._heaps: list[_Heap | None] = [None, None]
+        # (Typed loosely: every heap number a page's position leads to holds a heap.)
+        self._heaps: list[Any] = [None, None]
         # By code: its entry in its priority's head heaps (key: the stored cash of the code's
         # best page, -inf when none), and those head heaps.
         self._head_key: tuple[list[float], list[float]] = ([float("-inf")], [float("-inf")])
         self._head_pos = (array("i", [-1]), array("i", [-1]))
-        self._heads_of: list[tuple[_Heap, _Heap] | None] = [None]
+        self._heads_of: list[Any] = [None]  # (tuple[_Heap, _Heap] | None, as _heaps)
         self._heads: dict[int, tuple[_Heap, _Heap]] = {}  # priority -> its head heaps
         self._order: list[int] = []  # priorities, highest first
         self._count = 0

@@ -41,7 +41,7 @@ own arrays; it reads the engine through its public attributes.
 from __future__ import annotations
 
 import math
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -92,10 +92,20 @@ class WindowPolicy:
     name = "window"
     clock = "g"
     windowed = True
-    needs_moments = False
 
     def __init__(self) -> None:
         self.engine: EngineView | None = None
+
+    @property
+    def needs_moments(self) -> bool:
+        """Whether the engine must keep each page's received-credit moments for this policy."""
+        return False
+
+    def _bound(self) -> EngineView:
+        """The engine this policy serves (:meth:`bind`)."""
+        if self.engine is None:
+            raise RuntimeError("a window policy serves an engine only once bound to it")
+        return self.engine
 
     # -- lifecycle -------------------------------------------------------------------------
     def bind(self, engine: EngineView) -> None:
@@ -114,7 +124,7 @@ class WindowPolicy:
     ) -> None:
         raise NotImplementedError
 
-    def absorb_one(self, hist, i: int, cash: float, now: float, last: float) -> None:
+    def absorb_one(self, hist: Any, i: int, cash: float, now: float, last: float) -> None:
         """Scalar path (``hist`` may be a memoryview); policies with cheap scalar formulas
         override it."""
         ids = np.array([i], dtype=np.int64)
@@ -170,8 +180,8 @@ class WindowPolicy:
     # -- helpers ---------------------------------------------------------------------------
     def _last(self) -> np.ndarray:
         """Time of each page's last visit (or arrival) on this policy's clock."""
-        assert self.engine is not None
-        return self.engine.last_g if self.clock == "g" else self.engine.last_t
+        e = self._bound()
+        return e.last_g if self.clock == "g" else e.last_t
 
 
 class UnboundedHistory(WindowPolicy):
@@ -219,11 +229,11 @@ class UnboundedHistory(WindowPolicy):
     ) -> None:
         hist[ids] += cash
 
-    def absorb_one(self, hist, i: int, cash: float, now: float, last: float) -> None:
+    def absorb_one(self, hist: Any, i: int, cash: float, now: float, last: float) -> None:
         hist[i] += cash
 
     def estimate(self, ids: np.ndarray, cash: np.ndarray, now: float) -> np.ndarray:
-        e = self.engine
+        e = self._bound()
         est = e.hist[ids] + cash
         if self.estimator in ("lemma", "paper"):
             return est
@@ -236,7 +246,7 @@ class UnboundedHistory(WindowPolicy):
         )
 
     def _slope(self, b: np.ndarray, d: np.ndarray) -> np.ndarray:
-        G = self.engine.G
+        G = self._bound().G
         if G <= 0:
             return np.zeros_like(b)
         spread = G * b - d  # sum a t (G - t) >= 0; 0 when all cash came at one instant
@@ -247,7 +257,7 @@ class UnboundedHistory(WindowPolicy):
     def normaliser(self) -> float:
         """Sum of :meth:`estimate` over all pages, in O(1) (the blend's parts are each
         normalised already)."""
-        e = self.engine
+        e = self._bound()
         if self.estimator == "blend":
             return 1.0
         if self.estimator == "regression":
@@ -298,7 +308,7 @@ class Interpolation(WindowPolicy):
     ) -> None:
         hist[ids] = self._window_cash(hist[ids], now - last, cash, self.T)
 
-    def absorb_one(self, hist, i: int, cash: float, now: float, last: float) -> None:
+    def absorb_one(self, hist: Any, i: int, cash: float, now: float, last: float) -> None:
         dt = now - last
         T = self.T
         hist[i] = hist[i] * (T - dt) / T + cash if dt < T else cash * T / dt
@@ -307,7 +317,7 @@ class Interpolation(WindowPolicy):
         # The same interpolation, evaluated now without mutating: the cash received during the
         # last T time units, as a rate.
         dt = now - self._last()[ids]
-        return self._window_cash(self.engine.hist[ids], dt, cash, self.T) / self.T
+        return self._window_cash(self._bound().hist[ids], dt, cash, self.T) / self.T
 
     def measures_per_page(self, now: float) -> float:
         return 1.0
@@ -409,10 +419,10 @@ class _MeasureWindow(WindowPolicy):
         with np.errstate(divide="ignore", invalid="ignore"):
             rate = total / span
         # A page that arrived this very instant has no span yet: give it the default rate.
-        return np.where(span > 0, rate, self.engine.default_rate)
+        return np.where(span > 0, rate, self._bound().default_rate)
 
     def measures_per_page(self, now: float) -> float:
-        n = self.engine.n
+        n = self._bound().n
         if n == 0:
             return 0.0
         used, _ = self._used(np.arange(n), now)

@@ -131,9 +131,11 @@ class Simulation:
 
     def _step_events(self, k: int) -> None:
         sel, e, g = self.selection, self.engine, self.graph
+        assert sel is not None  # (the event-by-event path is the one with a selection)
         indptr, indices = g.indptr, g.indices
         for _ in range(k):
             i = sel.pop()
+            assert i is not None  # (every page is a candidate again after its visit)
             e.visit(i, indices[indptr[i] : indptr[i + 1]].tolist())
             sel.push(i)
 
