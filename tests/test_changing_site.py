@@ -78,6 +78,7 @@ def test_a_site_that_changes_mid_crawl(tmp_path):
     assert all(p.status == "ok" for i, p in pages.items() if i not in removed)
 
 
+@pytest.mark.slow  # (the benchmark's site)
 def test_the_benchmarks_change_removes_a_tenth_adds_a_section_and_moves_links():
     """``benchmarks/changing_site.py``'s change, on a generated graph (the benchmark serves the
     Django manual's): what the README says it does."""

@@ -48,7 +48,9 @@ def test_pagerank_from_a_start_near_the_answer_reaches_the_same_fixpoint():
     np.testing.assert_allclose(pagerank(g, 0.85, sparse=True), exact, rtol=1e-12, atol=0)
 
 
-@pytest.mark.parametrize("strategy", ["greedy", "random", "cycle"])
+@pytest.mark.parametrize(
+    "strategy", ["greedy", *(pytest.param(s, marks=pytest.mark.slow) for s in ("random", "cycle"))]
+)
 @pytest.mark.parametrize("batch", [1, pytest.param(4, marks=pytest.mark.slow)])
 def test_opic_converges_to_networkx_pagerank(strategy, batch):
     """The fixpoint: virtual share epsilon, uniform payout -> pagerank(alpha = 1 - epsilon)."""

@@ -186,6 +186,7 @@ def test_a_reader_sees_one_commit_while_a_writer_goes_on(tmp_path):
     f.close([])
 
 
+@pytest.mark.slow  # (waits a second on purpose)
 def test_a_crawl_starting_on_a_state_waits_for_its_reader(tmp_path):
     """A reader inside a closed state (an export) holds a read lock; a crawl that starts on the
     same state waits for it to finish instead of failing."""
