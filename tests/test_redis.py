@@ -361,6 +361,14 @@ def test_the_status_of_a_fleet_counts_its_processes_and_partitions(crawl):
         {partition_of(url(i), key(url(i)), 16) for i in range(12)}
     )
     assert sum(status["owners"].values()) == status["partitions"] + 1  # (the pool too)
+    from scrapy_opic.commands.status import status_line
+
+    run([a, b], steps=4, until_idle=False)
+    a.commit()
+    b.commit()
+    status = fleet_status(a.client, crawl.key)
+    assert 0 < status["G_low"] <= status["G"]  # (the slowest partition's clock, the fastest)
+    assert "partition clocks within" in status_line(status)
 
 
 def test_reading_a_missing_or_unreachable_crawl_is_one_clear_error(redis_url):

@@ -36,6 +36,8 @@ def status_line(f: dict[str, Any]) -> str:
             f"partitions in use (per process: {per}); {f['messages']} message batches "
             f"queued, {f['unconfirmed']} messages not yet delivered"
         )
+        if f["G"] > 0 and f.get("G_low", 0) > 0:  # (the slowest partition's clock behind)
+            line += f", partition clocks within {100 * (1 - f['G_low'] / f['G']):.1f}%"
     line += f"; G={f['G']:.4f}, virtual cash {f['virtual_cash']:.4f}"
     return line
 

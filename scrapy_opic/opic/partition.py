@@ -1016,6 +1016,7 @@ FIGURES = (
     "closed",
     "visits",
     "G",
+    "G_low",
     "virtual_cash",
     "records",
     "unconfirmed",
@@ -1024,10 +1025,15 @@ FIGURES = (
 
 
 def add_figures(out: dict[str, float], f: dict[str, float]) -> None:
-    """Add a member's figures ``f`` to ``out`` (the clock: the largest)."""
+    """Add a member's figures ``f`` to ``out`` (the clock: the largest; ``G_low``: the
+    smallest clock of a partition that has one, 0 for none)."""
     for name in FIGURES:
         if name == "G":
             out["G"] = max(out.get("G", 0.0), f.get("G", 0.0))
+        elif name == "G_low":
+            low, mine = out.get("G_low", 0.0), f.get("G", 0.0)
+            if mine > 0:
+                out["G_low"] = mine if not low else min(low, mine)
         else:
             out[name] = out.get(name, 0) + f.get(name, 0)
 
