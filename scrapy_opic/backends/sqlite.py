@@ -645,8 +645,11 @@ class SqliteStore:
         without creating the WAL's side files; if a reader is busy with it right now, it simply
         stays in WAL mode."""
         try:
-            if not self.db.conn.is_alive():  # its writer died: nothing would answer a clean close
-                self.db.close(do_log=False, force=True)
+            if self._failed or not self.db.conn.is_alive():
+                # A write failed (said once, by the crawl's error line) or the writer died:
+                # nothing would answer a clean close, and its error is the one already said.
+                with contextlib.suppress(Exception):
+                    self.db.close(do_log=False, force=True)
                 return
             self.db.close()
             with contextlib.suppress(sqlite3.Error):
