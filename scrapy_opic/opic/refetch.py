@@ -1,50 +1,56 @@
 """Which page to refetch next, given each page's target refetch frequency: earliest due first.
 
 Page ``i`` with target frequency ``f_i`` (refetches per time unit, from
-:func:`~scrapy_opic.opic.freshness.optimal_allocation`) fetched last at ``last_i`` is *due* at
-``last_i + 1 / f_i``; the schedule hands out the page due first (``f_i = 0``: never). A due time
-does not move with the clock, so the order is a heap (with ``heapq``: entries made stale by a
-re-plan or a fetch are skipped at pop and purged once they outnumber the live ones: O(log n)
-amortised per operation, at most 2 entries per page). When ``sum f`` equals the refetch rate
-the crawl can spend, each page is refetched about every ``1 / f_i``; when it spends less, every
-page is late in proportion and the order stays the same.
+:func:`~scrapy_opic.opic.freshness.optimal_allocation`) whose current period started at
+``last_i`` (its last fetch) is *due* at ``last_i + 1 / f_i``; the schedule hands out the page
+due first (``f_i = 0``: never). A due time does not move with the clock, so the order is a heap
+(``heapq``; entries made stale by a re-plan or a fetch are skipped at pop, and purged once they
+outnumber the live ones: O(log n) amortised per operation). When ``sum f`` equals the rate of
+refetches the crawl can spend, each page is refetched every ``1 / f_i`` on average (a page
+popped early keeps its grid); when the crawl spends less, every page is late alike.
 
 Integration with the frontier (the design recommended for issue 26)
 -------------------------------------------------------------------
-*State per page*, beside the engine's: the change observations of
-:class:`~scrapy_opic.opic.change.ChangeRates` (9 floats), the validators and content signature
-of its last full response, its kept out-links (already storable), and here ``last``, ``freq``
-and ``due`` (3 floats).
+Time is wall-clock seconds (changes happen in real time); ``f`` in refetches per second.
 
-*Pops.* :func:`~scrapy_opic.opic.frontier.discovery_step` keeps splitting the pops: a pop owed
-to discovery takes the richest page never fetched, exactly as today; every other pop asks this
-schedule (``pop``) for the page due first among fetched pages, filtered by the download slots
-that have room (a heap per slot plus a heap of slot heads, as
-:class:`~scrapy_opic.opic.selection.SlottedGreedySelection` does for cash, when politeness
-matters). With no discovery left, every pop is a refetch.
+*State per page*, beside the engine's: :class:`~scrapy_opic.opic.change.ChangeRates` (9
+floats), the validators and content signature of its last full response, its kept out-links
+(the ids of its last parsed visit: ``keep_links`` already records them), and this schedule's
+``freq``, ``last``, ``due`` (3 floats) and state (1 byte). Global: a :class:`ValidatorAudit
+<scrapy_opic.opic.change.ValidatorAudit>` per host, the refetch budget.
 
-*Outcomes.* A 200 or a 304 is a visit of the engine: the 200 pays over its new links, the 304
-over the links kept from the last parsed visit (a 304 for a page with none pays the virtual
-page, as a dangling page does). Both call ``ChangeRates.observe`` (a 304 or an unchanged
-signature: unchanged) and ``fetched(i, now)`` here. A failure calls ``fetched`` too (the
-next attempt waits a period); a closed page is ``discard``-ed.
+*The frontier's calls* (the rules stay in ``scrapy_opic/opic``, once: the Redis backend calls
+the same functions; the frontier only wires them):
 
-*Cash keeps moving.* OPIC needs every page's cash to flow over its links, but refetches are now
-uneven: a static page is refetched rarely and would sit on its cash, starving its children's
-estimates (the error factor ``1/G`` grows). So the Greedy selection over fetched pages stays
-as it is, but a page it pops that the schedule does not want is *settled* instead of fetched:
-a visit with no download, paid over its kept links (``engine.visit(i, kept_links)``; no I/O,
-no request). The frontier settles up to ``k`` such pages per fetch (``k = 1``: the cash flows
-at least as often as in today's crawl, so the importance converges no slower); a page with no
-kept links is not settled (it has nothing to pay over) and waits for its refetch. The Greedy
-heaps, the payouts and the fixpoint are untouched: only what a pop of a fetched page *does*
-changes.
+* ``pop``: :func:`~scrapy_opic.opic.frontier.discovery_step` splits the pops as today. A pop
+  owed to discovery takes the richest page never fetched, unchanged. Any other pop takes
+  ``schedule.pop()`` (the page due first; with politeness, one schedule per download slot and
+  a heap of their heads, as :class:`~scrapy_opic.opic.selection.SlottedGreedySelection` does
+  for cash). A page that was never fetched is discovery's, not here.
+* a 200 (``visit``): ``engine.visit(i, links)`` as today, then ``rates.observe(i, now,
+  signature != kept signature)`` and ``schedule.fetched(i, now)``; the spider's callback is
+  called only if the signature changed (or on a first fetch).
+* a 304 (new ``not_modified(lease)``): ``engine.visit(i, kept_links[i])`` (a page with no
+  kept links pays the virtual page, as a dangling page), ``rates.observe(i, now, False)``,
+  ``schedule.fetched(i, now)``; no callback.
+* a failure that leaves the page open: ``schedule.fetched(i, now)`` (retried a period later);
+  a closed page: ``schedule.discard(i)``.
+* *settle* (new, after each refetch pop): OPIC needs every page's cash to flow over its links,
+  but refetches are now uneven (a static page is fetched once in a long while and would sit on
+  its cash, its children's estimates starved). So after each fetch the frontier pops the
+  richest fetched page from the Greedy heaps it keeps anyway and visits it from its kept links
+  *without a download* (``engine.visit(j, kept_links[j])``, then pushes it back): no request,
+  no change observation, no schedule update. One per fetch: the cash moves at least as often
+  as in today's crawl, where every fetch is a Greedy visit. A page in flight is not a
+  candidate, as today; a page never parsed has no kept links and is not settled.
+* ``replan(now)`` (new, every ``N / 20`` pops or a wall-clock period):
+  ``f = optimal_allocation(engine.importance(), rates.rates(prior_rate=rates.pooled_rate()),
+  budget, floor)`` then ``schedule.plan(f, now=now)`` (phases kept: no burst). ``budget``:
+  the refetches per second measured over the last period (pops not owed to discovery);
+  ``floor``: a small share of ``budget / N``, the cheap conditional check of static pages.
 
-*Re-plans.* Every so often (``N / 20`` fetches, or a wall-clock period), the frontier reads the
-rates (``ChangeRates.rates``, vectorised) and the importance (``engine.importance()``), calls
-``optimal_allocation(w, rates, budget, floor)`` with the refetch budget measured over the last
-period (fetches per second not owed to discovery), and ``plan``-s the result here. Every rule
-stays in ``scrapy_opic/opic`` once: the Redis backend calls the same functions.
+Validators: ``ValidatorAudit.conditional(host)`` says which to send on a refetch; a full
+response of a page that has a previous one feeds ``ValidatorAudit.observe``.
 """
 
 from __future__ import annotations
