@@ -1,0 +1,240 @@
+"""Change rates from observations at irregular intervals; validators checked against content."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy.optimize import brentq
+
+from scrapy_opic.opic.change import ChangeRates, Snapshot, ValidatorAudit, solve_rates
+
+LN2 = math.log(2.0)
+
+
+def observe_page(cr: ChangeRates, i: int, rate: float, intervals, rng) -> tuple[list, list]:
+    """Observe page ``i`` (Poisson changes at ``rate``) after each interval; returns the changed
+    and unchanged intervals."""
+    changed, unchanged = [], []
+    t = 0.0
+    cr.observe(i, t, None)
+    for dt in intervals:
+        t += dt
+        hit = rng.random() < -math.expm1(-rate * dt)
+        cr.observe(i, t, bool(hit))
+        (changed if hit else unchanged).append(dt)
+    return changed, unchanged
+
+
+def exact_mle(changed, unchanged, tau=LN2, weights=(0.1, 1.0)) -> float:
+    """The smoothed MLE from every interval (no quadrature), by Brent's method."""
+
+    def score(lam: float) -> float:
+        h = sum(t / math.expm1(min(lam * t, 700)) for t in changed)
+        h += weights[0] * tau / math.expm1(min(lam * tau, 700))
+        return h - sum(unchanged) - weights[1] * tau
+
+    return brentq(score, 1e-9, 1e9, xtol=1e-15, rtol=1e-13)
+
+
+@pytest.mark.parametrize("rate", [0.05, 0.5, 2.0, 8.0])
+@pytest.mark.parametrize("spread", [0.0, 0.7])
+def test_the_estimate_converges_to_the_true_rate(rate, spread):
+    rng = np.random.default_rng(int(rate * 100) + int(spread * 10))
+    cr = ChangeRates()
+    intervals = np.exp(rng.normal(0.0, spread, 4000)) * 0.5  # l t from 0.01 to about 10
+    observe_page(cr, 0, rate, intervals, rng)
+    est, se = cr.rates()[0], cr.log_se()[0]
+    assert abs(math.log(est / rate)) < 3 * se  # within its own confidence...
+    assert se < 0.15  # ...which is narrow after 4,000 looks
+
+
+def test_changes_over_time_is_biased_low_and_the_mle_is_not():
+    rng = np.random.default_rng(3)
+    cr = ChangeRates()
+    rate, dt = 3.0, 1.0  # several changes fall between two fetches
+    changed, unchanged = observe_page(cr, 0, rate, [dt] * 3000, rng)
+    naive = len(changed) / (3000 * dt)
+    assert naive < 0.4 * rate
+    assert cr.rates()[0] == pytest.approx(rate, rel=0.08)
+
+
+@pytest.mark.parametrize("values", [(1.0,), (0.2, 5.0), (0.01, 3.0)])
+def test_the_quadrature_is_exact_for_at_most_two_interval_lengths(values):
+    rng = np.random.default_rng(len(values))
+    cr = ChangeRates()
+    intervals = rng.choice(values, 60)
+    changed, unchanged = observe_page(cr, 0, 1.3, intervals, rng)
+    assert changed and unchanged
+    assert cr.rates()[0] == pytest.approx(exact_mle(changed, unchanged), rel=1e-8)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_quadrature_stays_close_for_log_spread_intervals(seed):
+    rng = np.random.default_rng(seed)
+    cr = ChangeRates()
+    intervals = np.exp(rng.normal(0.0, 1.0, 80))  # a factor e either way, one sd
+    changed, unchanged = observe_page(cr, 0, 1.0, intervals, rng)
+    assert cr.rates()[0] == pytest.approx(exact_mle(changed, unchanged), rel=0.05)
+
+
+def test_smoothing_no_observation_gives_the_prior_and_one_never_gives_zero_or_infinity():
+    cr = ChangeRates(prior_rate=2.0, prior_weights=(1.0, 1.0))
+    cr.grow(3)
+    assert cr.rates()[0] == pytest.approx(2.0, rel=1e-8)  # the pseudo-observations alone
+    cr.observe(1, 0.0, None)
+    cr.observe(1, 1.0, False)
+    cr.observe(2, 0.0, None)
+    cr.observe(2, 1.0, True)
+    r = cr.rates()
+    assert 0 < r[1] < 2.0 < r[2] < 1e3
+    # The default, a weak changed pseudo-observation: a page never seen changing falls toward
+    # static faster, and still has a positive rate after many looks.
+    weak = ChangeRates(prior_rate=2.0)
+    for k in range(50):
+        weak.observe(0, float(k), None if k == 0 else False)
+    assert 0 < weak.rates()[0] < 0.1 / 49
+
+
+def test_rates_are_clipped_to_the_bounds():
+    cr = ChangeRates(bounds=(1e-3, 1e2))
+    for k in range(200):
+        cr.observe(0, k * 1e-3, None if k == 0 else True)  # changed at every quick look
+        cr.observe(1, k * 1e6, None if k == 0 else False)  # never in a very long time
+    r = cr.rates()
+    assert r[0] == pytest.approx(1e2, rel=1e-6)
+    assert r[1] == pytest.approx(1e-3, rel=1e-6)
+    assert r.min() >= 1e-3 * (1 - 1e-9) and r.max() <= 1e2 * (1 + 1e-9)
+
+
+def test_a_page_seen_changed_at_every_look_rises_with_the_evidence():
+    cr = ChangeRates(prior_weights=(1.0, 1.0))
+    seen = []
+    for k in range(1, 40):
+        cr.observe(0, k * 1.0, None if k == 1 else True)
+        seen.append(cr.rates()[0])
+    assert all(b > a for a, b in zip(seen, seen[1:]))
+    assert seen[-1] < 10.0  # bounded by the unchanged pseudo-observation: ~ln(1 + k / tau)
+
+
+def test_solving_many_pages_at_once_equals_solving_each():
+    rng = np.random.default_rng(9)
+    cr = ChangeRates(capacity=50)
+    for i in range(50):
+        observe_page(cr, i, rng.uniform(0.1, 5), rng.exponential(1.0, rng.integers(0, 20)), rng)
+    together = cr.rates()
+    alone = [cr.rates([i])[0] for i in range(50)]
+    np.testing.assert_allclose(together, alone, rtol=0, atol=0)
+    a = cr.a
+    direct = solve_rates(a["n_c"][:50], a["s1"][:50], a["s2"][:50], a["s3"][:50], a["u"][:50],
+                         1.0, (0.1, 1.0))  # fmt: skip
+    np.testing.assert_allclose(together, direct, rtol=1e-12)
+
+
+def test_confidence_grows_with_evidence_and_the_pooled_rate_of_alike_pages_is_theirs():
+    rng = np.random.default_rng(4)
+    cr = ChangeRates(capacity=3)
+    for i, count in enumerate((5, 50, 500)):
+        observe_page(cr, i, 1.0, [0.7] * count, rng)
+    se = cr.log_se()
+    assert se[0] > se[1] > se[2]
+    assert se[2] == pytest.approx(1 / math.sqrt(500 * 0.55), rel=0.3)  # the Fisher information
+    assert cr.pooled_rate() == pytest.approx(1.0, rel=0.15)
+
+
+def test_an_unknown_rate_has_a_wide_confidence():
+    cr = ChangeRates()
+    for k in range(20):
+        cr.observe(0, float(k), None if k == 0 else False)
+    assert cr.log_se()[0] > 1.0  # only bounded above: no change ever seen
+
+
+def test_last_changed_lies_in_the_interval_that_saw_it_or_is_the_trusted_time():
+    cr = ChangeRates(capacity=3)
+    cr.observe(0, 10.0, None)
+    cr.observe(0, 14.0, True)
+    cr.observe(0, 15.0, False)  # (an unchanged look does not move it)
+    cr.observe(1, 10.0, None)
+    cr.observe(1, 14.0, True, at=11.5)  # a trusted Last-Modified
+    cr.observe(2, 10.0, None)
+    t = cr.last_changed()
+    assert 10.0 < t[0] < 14.0 and t[0] >= 12.0  # at most half the interval back
+    assert t[1] == 11.5
+    assert np.isnan(t[2])
+    fast = cr.last_changed([0], rates=np.array([100.0]))[0]
+    assert fast == pytest.approx(14.0 - 0.01, rel=1e-6)  # a fast page changed just before
+
+
+def test_a_first_look_or_a_zero_interval_is_no_observation():
+    cr = ChangeRates()
+    cr.observe(0, 5.0, True)  # nothing to compare with yet: only the reference time
+    cr.observe(0, 5.0, True)  # same instant
+    assert cr.observations()[0] == 0
+    cr.observe(0, 6.0, False)
+    assert cr.observations()[0] == 1 and cr.a["u"][0] == 1.0
+
+
+def test_bad_parameters_are_refused():
+    with pytest.raises(ValueError):
+        ChangeRates(prior_rate=0)
+    with pytest.raises(ValueError):
+        ChangeRates(prior_weights=(0.0, 1.0))
+    with pytest.raises(ValueError):
+        ChangeRates(bounds=(1.0, 0.5))
+
+
+# -- validators --------------------------------------------------------------------------------
+
+
+def replay(audit: ValidatorAudit, key: str, snapshots: list[Snapshot]) -> None:
+    for before, after in zip(snapshots, snapshots[1:]):
+        audit.observe(key, before, after)
+
+
+def test_honest_validators_stay_trusted():
+    audit = ValidatorAudit()
+    snaps = [Snapshot(f'"v{k // 2}"', f"day {k // 2}", k // 2) for k in range(40)]
+    replay(audit, "honest", snaps)
+    assert audit.trusted("honest", "etag") and audit.trusted("honest", "last_modified")
+    assert audit.counts[("honest", "etag")] == [39, 0, 0]
+
+
+def test_a_new_etag_on_every_response_for_the_same_content_is_noticed():
+    audit = ValidatorAudit()
+    replay(audit, "h", [Snapshot(f'W/"{k}"', None, 7) for k in range(3)])
+    assert not audit.trusted("h", "etag")
+    assert audit.counts[("h", "etag")] == [0, 2, 0]
+    assert audit.trusted("h", "last_modified")  # never seen: nothing against it
+
+
+def test_a_constant_last_modified_while_the_content_changes_is_noticed():
+    audit = ValidatorAudit()
+    replay(audit, "h", [Snapshot(None, "Mon, 01 Jan 2024", k) for k in range(3)])
+    assert not audit.trusted("h", "last_modified")
+    assert audit.counts[("h", "last_modified")] == [0, 0, 2]
+
+
+def test_last_modified_always_now_is_noticed_and_hosts_are_judged_apart():
+    audit = ValidatorAudit()
+    replay(audit, "a", [Snapshot(None, f"now {k}", 1) for k in range(4)])
+    replay(audit, "b", [Snapshot(None, f"day {k}", k) for k in range(4)])
+    assert not audit.trusted("a", "last_modified")
+    assert audit.trusted("b", "last_modified")
+
+
+def test_a_rare_disagreement_among_many_agreements_is_tolerated():
+    audit = ValidatorAudit(min_evidence=2, max_share=0.1)
+    snaps = [Snapshot(f'"{k}"', None, k) for k in range(50)]
+    snaps[20] = Snapshot('"19"', None, 20)  # one stale ETag, then one noisy (back to "20"...)
+    replay(audit, "h", snaps)
+    assert audit.counts[("h", "etag")][1:] != [0, 0]
+    assert audit.trusted("h", "etag")
+
+
+def test_conditional_requests_leave_distrusted_validators_off_and_audit_now_and_then():
+    audit = ValidatorAudit(audit_every=4)
+    asked = [audit.conditional("h") for _ in range(8)]
+    assert asked == [(True, True)] * 3 + [(False, False)] + [(True, True)] * 3 + [(False, False)]
+    replay(audit, "h", [Snapshot(None, "same", k) for k in range(3)])
+    assert audit.conditional("h") == (True, False)
