@@ -18,6 +18,21 @@ out-links: the cash goes to the virtual page.
 sees errors that will not be retried) handles requests that never produce a response: a download
 error is a visit with no out-links; an ``IgnoreRequest`` (robots.txt...) gives the page up and
 sends its cash to the virtual page without a visit.
+
+In a continuous crawl that refetches by freshness (``OPIC_REFETCH``), the downloader middleware
+also watches change. A refetch carries what the page's last full response showed (its request's
+``opic_validators`` meta: URL, ETag, Last-Modified, content signature); the middleware sends
+them as ``If-None-Match`` / ``If-Modified-Since`` (``OPIC_CONDITIONAL``; a header the request
+already has is left as it is, and a host whose validators disagree with the content is not
+sent them, see :class:`~scrapy_opic.opic.change.ValidatorAudit`). A 304 to validators it sent,
+or a 200 whose signature (``OPIC_SIGNATURE``) is that of the last full response, is the visit
+of an unchanged page: its cash goes over the links of its last parsed visit, and the request
+ends in :class:`~scrapy_opic.scheduler.NotModified` (neither callback nor errback is called)
+unless ``OPIC_UNCHANGED_CALLBACK``. A 304 to a request that sent no validator is no answer: it
+goes on, and Scrapy's HttpErrorMiddleware makes it a failed fetch. Next to Scrapy's
+HttpCacheMiddleware (900: its ``process_request`` runs after this one's), the cache's own
+validators replace these when it holds a copy, and the cached copy it returns for a 304 is a
+200 whose signature says "unchanged"; without a copy the 304 comes here.
 """
 
 from __future__ import annotations
@@ -30,8 +45,10 @@ from scrapy import Request, signals
 from scrapy.downloadermiddlewares.offsite import OffsiteMiddleware
 from scrapy.utils.httpobj import urlparse_cached
 
+from .opic.change import Snapshot, ValidatorAudit
 from .opic.frontier import boosted_weight
-from .scheduler import OpicScheduler, prepare
+from .opic.signature import signature
+from .scheduler import SEEN_META, SENT_META, VALIDATORS_META, NotModified, OpicScheduler, prepare
 from .settings import OpicSettings
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -192,15 +209,86 @@ class OpicSpiderMiddleware:
 
 
 class OpicDownloaderMiddleware:
-    """Reports requests that end without a response (see the module docstring)."""
+    """Reports requests that end without a response, and refetches that found their page
+    unchanged (see the module docstring)."""
 
-    def __init__(self, crawler: Crawler) -> None:
+    def __init__(self, crawler: Crawler, settings: OpicSettings) -> None:
         self.crawler = crawler
+        self.settings = settings
+        self.watch = settings.continuous and settings.refetch == "freshness"
+        self.audit = ValidatorAudit()
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> OpicDownloaderMiddleware:
-        prepare(crawler)
-        return cls(crawler)
+        return cls(crawler, prepare(crawler))
+
+    def process_request(self, request: Request, spider: Spider | None = None) -> None:
+        meta = request.meta
+        if not self.watch or "opic_id" not in meta:
+            return
+        headers = request.headers
+        for name in meta.pop(SENT_META, ()):  # (a retry or a redirect: decided again)
+            headers.pop(name, None)
+        kept = meta.get(VALIDATORS_META)
+        if not self.settings.conditional or not kept or kept[0] != request.url:
+            return
+        _url, etag, modified, _sig = kept
+        host = urlparse_cached(request).hostname
+        send_etag, send_modified = self.audit.conditional(host)
+        sent = []
+        if etag and send_etag and b"If-None-Match" not in headers:
+            headers[b"If-None-Match"] = etag
+            sent.append(b"If-None-Match")
+        if modified and send_modified and b"If-Modified-Since" not in headers:
+            headers[b"If-Modified-Since"] = modified
+            sent.append(b"If-Modified-Since")
+        if sent:
+            meta[SENT_META] = tuple(sent)
+
+    def process_response(
+        self, request: Request, response: Response, spider: Spider | None = None
+    ) -> Response:
+        meta = request.meta
+        if not self.watch or "opic_id" not in meta:
+            return response
+        kept = meta.get(VALIDATORS_META)
+        if kept and kept[0] != request.url:
+            kept = None  # (a redirect target: the validators were another page's)
+        status = response.status
+        if status == 304:
+            asked = meta.get(SENT_META) or (
+                b"If-None-Match" in request.headers or b"If-Modified-Since" in request.headers
+            )
+            if asked:
+                self._unchanged(request)
+            return response  # (a 304 nobody asked for: HttpErrorMiddleware fails it)
+        if not 200 <= status < 300:
+            return response
+        mode = self.settings.signature
+        sig = None if mode == "off" else signature(response.body, mode)
+        etag = response.headers.get(b"ETag")
+        modified = response.headers.get(b"Last-Modified")
+        changed = None
+        if kept:
+            changed = True if sig is None or kept[3] is None else sig != kept[3]
+            if sig is not None and kept[3] is not None:
+                host = urlparse_cached(request).hostname
+                self.audit.observe(
+                    host, Snapshot(kept[1], kept[2], kept[3]), Snapshot(etag, modified, sig)
+                )
+        meta[SEEN_META] = (request.url, etag, modified, sig, changed)
+        if changed is False:
+            self._unchanged(request)
+        return response
+
+    def _unchanged(self, request: Request) -> None:
+        """The page is unchanged: its visit, then (unless the callback is wanted) the end of
+        the request."""
+        scheduler = OpicScheduler.of(self.crawler)
+        if scheduler is None or not scheduler.settle_unchanged(request):
+            return
+        if not self.settings.unchanged_callback:
+            raise NotModified(f"unchanged: {request.url}")
 
     def process_exception(
         self, request: Request, exception: Exception, spider: Spider | None = None

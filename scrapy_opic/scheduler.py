@@ -165,6 +165,23 @@ FOLLOW_UP_META = (
 )
 
 
+#: Meta keys of a stored request that a continuous crawl refetching by freshness keeps with it:
+#: what the page's last full response showed, ``(url, ETag, Last-Modified, signature)``.
+VALIDATORS_META = "opic_validators"
+#: Meta of a request in flight (set by the downloader middleware): what its response showed,
+#: ``(url, ETag, Last-Modified, signature, changed)``.
+SEEN_META = "_opic_seen"
+#: Meta of a request in flight: the validator headers the downloader middleware added to it
+#: (not the request's own: they never go into the request the page is refetched with).
+SENT_META = "_opic_sent"
+
+
+class NotModified(IgnoreRequest):
+    """A refetched page is unchanged (a 304, or a 200 with the signature of its last parsed
+    visit): its visit is done, over the links of that visit; its callback is not called
+    (``OPIC_UNCHANGED_CALLBACK``) and its errback is not either."""
+
+
 #: The OPIC scheduler of each running crawler (the middlewares' and the extension's way in).
 _RUNNING: WeakKeyDictionary[Any, OpicScheduler] = WeakKeyDictionary()
 
@@ -355,6 +372,8 @@ class OutcomeErrback:
         self.original = original
 
     def __call__(self, failure: Any) -> Any:
+        if isinstance(failure.value, NotModified):
+            return None  # (its visit is done: nothing failed)
         request = getattr(failure, "request", None)
         scheduler = self.scheduler()
         if request is not None and scheduler is not None:
@@ -1085,14 +1104,16 @@ class OpicScheduler(BaseScheduler):
             virtual_weight = float(sum(most.values()))
         # The lease ends here whatever the call does: if the frontier fails now, the page is
         # not renewed any more (with Redis it goes back to the frontier when its lease expires).
+        seen = request.meta.get(SEEN_META)
         later = self._end_with(lease.key)
         importance = bool(self.settings.item_field)
+        kw: dict[str, Any] = {}
+        if seen is not None:  # (a crawl that refetches by freshness)
+            later = self._next_payload(request, later, seen)
+            kw["changed"] = seen[4]
         if failed and self._visit_outcome:
-            visit = self.frontier.visit(
-                lease, links, virtual_weight, importance, later, outcome=SPIDER_ERROR
-            )
-        else:
-            visit = self.frontier.visit(lease, links, virtual_weight, importance, later)
+            kw["outcome"] = SPIDER_ERROR
+        visit = self.frontier.visit(lease, links, virtual_weight, importance, later, **kw)
         if visit is None:  # the lease had expired: another process fetches the page
             self.counts["opic/stale"] += 1
             return None
@@ -1109,6 +1130,49 @@ class OpicScheduler(BaseScheduler):
             if code == NEEDS_PAYLOAD:
                 self._unfiled.add(o)
         return visit.importance
+
+    @_guarded(None)
+    def settle_unchanged(self, request: Request) -> bool:
+        """``request``'s page was refetched and is unchanged (a 304 to its validators, or a
+        200 whose signature is that of its last full response): a visit over the links of its
+        last parsed visit (:meth:`MemoryFrontier.unchanged
+        <scrapy_opic.opic.frontier.MemoryFrontier.unchanged>`). False if the page was not in
+        flight here."""
+        lease = self._held(request)
+        if lease is None:
+            return False
+        seen = request.meta.get(SEEN_META)
+        later = self._end_with(lease.key)
+        if seen is not None:
+            later = self._next_payload(request, later, seen)
+        if self.frontier.unchanged(lease, later) is None:
+            self.counts["opic/stale"] += 1
+            return False
+        self.counts["opic/visits"] += 1
+        self.counts["opic/unchanged"] += 1
+        return True
+
+    def _next_payload(self, request: Request, later: Request | None, seen: tuple) -> Request | None:
+        """The request to refetch ``request``'s page with, carrying what its last full response
+        showed (``seen``: see :data:`SEEN_META`); ``later`` (the one it would be refetched with
+        otherwise: ``None`` for the stored one) if that did not change."""
+        shown = tuple(seen[:4])
+        base = later if later is not None else request
+        if base.meta.get(VALIDATORS_META) == shown and SENT_META not in base.meta:
+            return later
+        meta = {
+            k: v
+            for k, v in base.meta.items()
+            if not k.startswith("_opic") and k not in ("opic_id", "opic_lease", "download_latency")
+        }
+        meta[VALIDATORS_META] = shown
+        errback = base.errback
+        if isinstance(errback, OutcomeErrback):
+            errback = errback.original
+        headers = base.headers.copy()
+        for name in base.meta.get(SENT_META, ()):
+            headers.pop(name, None)
+        return base.replace(meta=meta, errback=errback, headers=headers)
 
     @_guarded(None)
     def settle_callback_error(self, request: Request, exception: BaseException) -> None:
@@ -1240,4 +1304,4 @@ class OpicScheduler(BaseScheduler):
         return line
 
 
-__all__ = ["OpicScheduler", "OutcomeErrback"]
+__all__ = ["NotModified", "OpicScheduler", "OutcomeErrback"]

@@ -247,6 +247,38 @@ SETTINGS: tuple[Setting, ...] = (
         _number(0.0, 1.0),
     ),
     Setting(
+        "OPIC_REFETCH",
+        None,
+        "continuous crawls: what orders refetches: 'freshness' (each page's importance and "
+        "learned change rate: the most importance-weighted freshness for the fetches spent) or "
+        "'cash' (cash alone, blind to change); None = 'freshness' on the embedded store, "
+        "'cash' on Redis",
+        _optional(_one_of("freshness", "cash")),
+    ),
+    Setting(
+        "OPIC_CONDITIONAL",
+        True,
+        "refetches by freshness send the page's last ETag and Last-Modified (If-None-Match, "
+        "If-Modified-Since; a request's own headers win); a 304 is a visit of the unchanged "
+        "page",
+        _bool,
+    ),
+    Setting(
+        "OPIC_SIGNATURE",
+        "text",
+        "refetches by freshness: what tells a changed 200 from an unchanged one: 'text' (the "
+        "visible text: markup, scripts, styles and comments left out), 'body' (the bytes) or "
+        "'off' (every 200 is a change)",
+        _one_of("text", "body", "off"),
+    ),
+    Setting(
+        "OPIC_UNCHANGED_CALLBACK",
+        False,
+        "refetches by freshness: call the callback for an unchanged page too (a 304 or a 200 "
+        "with the same signature); by default it is not called and yields nothing again",
+        _bool,
+    ),
+    Setting(
         "OPIC_BACKOFF",
         5.0,
         "continuous crawls: seconds a page waits after a failed fetch before it may be fetched "
@@ -409,6 +441,10 @@ class OpicSettings:
     continuous: bool
     refresh: float
     discovery: float
+    refetch: str
+    conditional: bool
+    signature: str
+    unchanged_callback: bool
     backoff: float
     backoff_max: float
     window: str
@@ -458,6 +494,13 @@ class OpicSettings:
             values["refresh"] = 1.0 if values["continuous"] else 0.0
         if values["window"] is None:
             values["window"] = "interpolation:30" if values["continuous"] else "unbounded"
+        if values["refetch"] is None:
+            values["refetch"] = "cash" if values["store"] == "redis" else "freshness"
+        if not values["continuous"]:
+            values["refetch"] = "cash"  # (a one-pass crawl refetches nothing)
+        elif values["refetch"] == "freshness":
+            # The kept links are what a 304 pays (and a resumed crawl finds them there).
+            values["keep_links"] = True
         if not (values["internal_weight"] or values["external_weight"]):
             raise OpicSettingsError(
                 "OPIC_INTERNAL_WEIGHT and OPIC_EXTERNAL_WEIGHT are both 0: at least one must be "
@@ -468,6 +511,11 @@ class OpicSettings:
                 raise OpicSettingsError(
                     f"OPIC_STRATEGY={values['strategy']!r} is not valid with OPIC_STORE='redis': "
                     "expected 'greedy' (random and cycle are embedded-store only)"
+                )
+            if values["refetch"] == "freshness" and settings.get("OPIC_REFETCH") is not None:
+                raise OpicSettingsError(
+                    "OPIC_REFETCH='freshness' is not valid with OPIC_STORE='redis': expected "
+                    "'cash' (refetches by change rate are embedded-store only)"
                 )
             if values["keep_links"]:
                 raise OpicSettingsError(

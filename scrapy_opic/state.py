@@ -18,6 +18,7 @@ from typing import Any
 
 from .backends import StoreError, masked_url
 from .opic.frontier import Frontier
+from .opic.refresh import Refresher
 from .settings import OpicSettings
 
 logger = logging.getLogger(__name__)
@@ -81,6 +82,11 @@ def open_frontier(
     return _open_sqlite(settings, spider_name, encode, meta)
 
 
+def _refresher(settings: OpicSettings) -> Refresher | None:
+    """A continuous crawl's refresher, when it refetches by change."""
+    return Refresher() if settings.continuous and settings.refetch == "freshness" else None
+
+
 def _open_memory(settings: OpicSettings) -> Frontier:
     from .opic.engine import OpicEngine
     from .opic.frontier import MemoryFrontier
@@ -96,6 +102,7 @@ def _open_memory(settings: OpicSettings) -> Frontier:
         settings.continuous,
         settings.seed,
         discovery=settings.discovery,
+        refresher=_refresher(settings),
     )
     frontier.backoff, frontier.backoff_max = settings.backoff, settings.backoff_max
     return frontier
@@ -171,6 +178,7 @@ def _open_sqlite(
                 commit_seconds=settings.commit_seconds,
                 meta=meta,
                 keep_links=settings.keep_links,
+                refresher=_refresher(settings),
             )
         except StateInUse:
             if resumable:

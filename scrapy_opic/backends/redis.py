@@ -586,6 +586,7 @@ class RedisFrontier(Fleet):
         importance: bool = False,
         payload: Any = None,
         outcome: int = OK,
+        changed: bool | None = None,
     ) -> Any:
         got = super().visit(lease, links, virtual_weight, importance, payload, outcome)
         return self._settled(lease, got)

@@ -70,6 +70,8 @@ from ..opic.engine import OpicEngine
 from ..opic.frontier import Entry, Lease, MemoryFrontier
 from ..opic.index import KeyIndex, key_hash
 from ..opic.links import decode_links, encode_links
+from ..opic.refresh import COLUMNS as REFRESH_COLUMNS
+from ..opic.refresh import Refresher
 from ..opic.window import parse_window
 from ..series import Series
 from . import StoreError
@@ -330,6 +332,11 @@ class Saved:
     continuous: bool = False
     discovery_debt: float = 0.0
     failed_visits: int = 0
+    #: A crawl that refetched by change: its refresher's arrays (``r.<name>``) and budget.
+    refresh: dict = field(default_factory=dict)
+    refetch_budget: float = 0.0
+    #: The kept links (:meth:`StateReader.links`), when the crawl kept them.
+    links: tuple | None = None
 
 
 class StateLock:
@@ -576,6 +583,7 @@ class SqliteStore:
             "discovery_debt": frontier.discovery_debt,
             "fetched": frontier.n_ok,
             "failed_visits": frontier.failed_visits,
+            "refetch_budget": frontier.refresher.budget if frontier.refresher else 0.0,
         }
         new = page_bytes = 0
         if n > written:
@@ -791,6 +799,7 @@ class StateReader:
         #: saved before they were kept).
         self.fetched: int | None = fr.get("fetched")
         self.failed_visits: int | None = fr.get("failed_visits")
+        self.refetch_budget = float(fr.get("refetch_budget", 0.0))
 
     def _get(self, key: str) -> Any:
         try:
@@ -869,11 +878,15 @@ class StateReader:
                 "f.hash": hashes,
             }
             names = {c[0] for c in self._layout}
-            if names != set(targets) | set(own):
+            refresh: dict[str, np.ndarray] = {}
+            if any(name.startswith("r.") for name in names):
+                refresh = {f"r.{f}": np.zeros(n) for f in REFRESH_COLUMNS}
+            if names != set(targets) | set(own) | set(refresh):
                 raise ValueError(f"columns {sorted(names)} do not fit the engine")
             for lo, cols in self.columns():
                 for name, rows in cols.items():
-                    (own[name] if name in own else targets[name])[lo : lo + len(rows)] = rows
+                    where = own if name in own else refresh if name in refresh else targets
+                    where[name][lo : lo + len(rows)] = rows
             del targets
             if engine.n != n:
                 raise ValueError(f"{n} pages in the frontier, {engine.n} in the engine")
@@ -904,6 +917,8 @@ class StateReader:
             self.continuous,
             self.discovery_debt,
             self.failed_visits or 0,
+            refresh,
+            self.refetch_budget,
         )
 
     def engine(self, **engine_kw: Any) -> OpicEngine:
@@ -1060,13 +1075,16 @@ class SqliteFrontier(MemoryFrontier):
         commit_seconds: float = 10.0,
         meta: dict | None = None,
         keep_links: bool = False,
+        refresher: Refresher | None = None,
     ) -> None:
         if not isinstance(engine.keys, StoredKeys):
             raise TypeError("a SqliteFrontier's engine keeps its keys in the store (StoredKeys)")
         self.keys: StoredKeys = engine.keys
         self._urls: list[str | None] = []  # URLs of pages self.keys.written ..
         self._dirty: set[int] = set()  # blocks changed since the last checkpoint
-        super().__init__(engine, strategy, continuous, seed, keep_links=keep_links)
+        super().__init__(
+            engine, strategy, continuous, seed, keep_links=keep_links, refresher=refresher
+        )
         self.store = store
         self.location = str(store.path)
         self.maintain_interval = max(0.05, commit_seconds / 2)
@@ -1137,9 +1155,11 @@ class SqliteFrontier(MemoryFrontier):
                                 f"{reader.links_kept}, resumed with {keep}: resume it with its "
                                 "own value, or start afresh elsewhere"
                             )
-                        if keep:
-                            reader.links()  # every row's checksum, before anything is written
+                        # (Every links row's checksum, before anything is written.)
+                        links = reader.links() if keep else None
                         saved = reader.saved()
+                        if saved is not None:
+                            saved.links = links
             store = SqliteStore(path, lock, fresh=saved is None)
         except BaseException:
             lock.release(discard=True)
@@ -1175,6 +1195,13 @@ class SqliteFrontier(MemoryFrontier):
         )
         self.discovery_debt = saved.discovery_debt
         self.failed_visits = saved.failed_visits
+        r = self.refresher
+        if r is not None:
+            if saved.refresh:
+                r.load(saved.refresh, saved.refetch_budget)
+            if saved.links is not None:
+                r.kept_from(*saved.links[:3])
+            self.replan()
         self.series = Series.from_list(saved.meta.get("series", []))
         self._elapsed_before = self.series.last_elapsed()
         engine = self.engine
@@ -1221,6 +1248,8 @@ class SqliteFrontier(MemoryFrontier):
         cols["f.outcome"] = np.frombuffer(self.outcome, np.uint16)
         cols["f.tier"] = np.frombuffer(self.tier, np.uint32)
         cols["f.hash"] = self.keys.index.hashes
+        if self.refresher is not None:
+            cols.update(self.refresher.columns(len(cols["f.hash"])))
         return cols
 
     def take_dirty(self) -> set[int]:

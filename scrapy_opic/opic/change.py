@@ -244,8 +244,8 @@ class ChangeRates:
 class Snapshot(NamedTuple):
     """What a full response showed: its validators (None when absent) and content signature."""
 
-    etag: str | None
-    last_modified: str | None
+    etag: bytes | str | None
+    last_modified: bytes | str | None
     signature: int
 
 

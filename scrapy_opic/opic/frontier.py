@@ -132,6 +132,7 @@ from .constants import (
     VISITED,
 )
 from .engine import OpicEngine
+from .refresh import Refresher
 from .selection import Selection, TieredSelection, Tiers, make_selection
 
 
@@ -223,6 +224,7 @@ class Frontier(Protocol):
         importance: bool = False,
         payload: Any = None,
         outcome: int = OK,
+        changed: bool | None = None,
     ) -> Visit | None:
         """The page was fetched and parsed, and follows ``links`` (self-links are not paid):
         its cash moves into its history and is paid out, ``epsilon`` to the virtual page and
@@ -232,7 +234,15 @@ class Frontier(Protocol):
         the page was leased with for its later fetches (a retry's or redirect's request is
         for one fetch). ``outcome``: how the fetch ended, ``ok`` unless the parse failed
         part-way (``spider_error``: the links found before the failure are paid all the
-        same)."""
+        same). ``changed``: whether its content changed since its last parsed visit (None:
+        unknown), for a frontier that learns change rates."""
+        ...
+
+    def unchanged(self, lease: Lease, payload: Any = None) -> Visit | None:
+        """The page was refetched and is unchanged (a 304, or the content of its last parsed
+        visit): a visit over the links of that visit (a page with none kept is dangling: its
+        cash goes to the virtual page), and an observation of its change rate. Only a frontier
+        that refetches by change keeps links for it (:mod:`~scrapy_opic.opic.refresh`)."""
         ...
 
     def fail(self, lease: Lease, outcome: int = ERROR, payload: Any = None) -> bool:
@@ -415,8 +425,12 @@ class MemoryFrontier:
         discovery: float = 0.0,
         keep_links: bool = False,
         clock: Callable[[], float] = time.monotonic,
+        refresher: Refresher | None = None,
     ) -> None:
         self.engine = engine
+        #: A continuous crawl that refetches by change (:mod:`~scrapy_opic.opic.refresh`):
+        #: its change rates, refetch schedule and kept links (None: refetches by cash).
+        self.refresher = refresher if continuous else None
         self.continuous = continuous
         self.keep_links = keep_links
         #: A continuous crawl's backoff (see the module docstring): seconds a page waits after
@@ -696,6 +710,8 @@ class MemoryFrontier:
         return min(dues) - now if dues else None
 
     def _retire(self, i: int) -> None:
+        if self.refresher is not None:
+            self.refresher.closed(i)
         if self._fails:
             self._fails.pop(i, None)
         self._set(i, VISITED)
@@ -716,7 +732,9 @@ class MemoryFrontier:
         self.engine.payout()
         sel = self.selection
         room = self._room_now(full_slots)
-        if isinstance(sel, TieredSelection):
+        if self.refresher is not None and isinstance(sel, TieredSelection):
+            i = self._refresh_pop(sel, room)
+        elif isinstance(sel, TieredSelection):
             share = self.discovery if self.continuous else 0.0
             i = sel.pop(room, bool(share) and self.discovery_debt + share >= 1.0)
             if i is not None and share:
@@ -724,6 +742,113 @@ class MemoryFrontier:
         else:
             i = sel.pop()
         return None if i is None else self._lease(i)
+
+    def _refresh_pop(
+        self, sel: TieredSelection, room: Callable[[Hashable], bool] | None
+    ) -> int | None:
+        """A pop of a crawl that refetches by change (see :mod:`~scrapy_opic.opic.refresh`):
+        discovery's share for pages never fetched, else the refetch due first, else (no plan
+        yet) the richest page; after a refetch, one settle visit."""
+        r = self.refresher
+        assert r is not None
+        now = r.wall()
+        if r.plan_due(self.engine.n, now):
+            self.replan(now)
+        best = sel.peek(room, True)
+        unfetched = best is not None and not self._fetched(best[0])
+        share = self.discovery
+        owed = bool(share) and self.discovery_debt + share >= 1.0
+        i: int | None = None
+        if unfetched and owed:
+            i = best[0] if best is not None else None
+        else:
+            status, parked, flags = self.status, self._parked_ids, self.engine._flags_mv
+            tier, slot = self.tier, self.tiers.slot
+
+            def eligible(j: int) -> bool:
+                if status[j] != PENDING or j in parked or flags[j] & DEAD or j not in sel:
+                    return False
+                return room is None or room(slot(tier[j]) if tier[j] else "")
+
+            i = r.due(eligible, early=not unfetched, now=now)
+            if i is None and best is not None:
+                i = best[0]
+                if not unfetched:
+                    r.count_refetch(now)
+        if i is None:
+            return None
+        sel.discard(i)
+        fetched = self._fetched(i)
+        if share:
+            self.discovery_debt = discovery_step(self.discovery_debt, share, fetched)
+        if fetched:
+            self._settle(sel, i)
+        return i
+
+    def _settle(self, sel: TieredSelection, popped: int) -> None:
+        """One settle visit (see :mod:`~scrapy_opic.opic.refresh`): the richest fetched page
+        waiting pays its cash over its kept links, without a download."""
+        r = self.refresher
+        assert r is not None
+        got = sel.peek(None, False)
+        if got is None or got[0] == popped or not self._fetched(got[0]):
+            return
+        j = got[0]
+        kept = r.settle_candidate(j)
+        if kept is None:
+            return
+        sel.discard(j)
+        self._pay_kept(j, kept)
+        r.settles += 1
+        if self.status[j] == PENDING:
+            sel.push(j)
+
+    def _pay_kept(self, i: int, kept: Any) -> None:
+        """Visit page ``i`` over its kept links (aliases followed as in a visit)."""
+        ids = kept.ids.tolist()
+        paid = [self._target(j) for j in ids] if self.alias else ids
+        weights = None if kept.weights is None else kept.weights.tolist()
+        boosts = None if kept.boosts is None else kept.boosts.tolist()
+        if len(set(paid)) < len(paid):
+            paid, weights, boosts = _one_link_per_page(paid, weights, boosts)
+        self.engine.visit(i, paid, weights, boosts, kept.virtual_weight)
+
+    def replan(self, now: float | None = None) -> None:
+        """Re-plan the refetch frequencies from the importance and the change rates."""
+        r = self.refresher
+        if r is None:
+            return
+        n = self.engine.n
+        st = np.frombuffer(self.status, np.uint8, count=n)
+        flags = self.engine.flags[:n]
+        live = ((st == PENDING) | (st == IN_FLIGHT)) & ((flags & FETCHED) != 0)
+        live &= (flags & DEAD) == 0
+        del st
+        r.plan(self.engine.importance(), live, now)
+
+    def unchanged(self, lease: Lease, payload: Any = None) -> Visit | None:
+        """The page of ``lease`` was fetched and found unchanged (a 304, or content with the
+        signature of its last parsed visit): a visit over its kept links (none kept: a
+        dangling page, its cash to the virtual page), an "unchanged" observation of its
+        change rate. The links are not filed again (they were at the parsed visit). ``None``
+        if the lease is stale."""
+        i = self._held(lease)
+        if i is None:
+            return None
+        r = self.refresher
+        kept = None if r is None else r.links_of(i)
+        if kept is None:
+            self.engine.visit(i, ())
+        else:
+            self._pay_kept(i, kept)
+        if r is not None:
+            r.observed(i, False)
+        self._settled(i, OK)
+        self._answered(i)
+        del self._tokens[i]
+        self._done(i, payload, lease.key)
+        self._visited(i)
+        return Visit([], None)
 
     def peek(
         self, full_slots: Collection[Hashable] = (), discover: bool = False
@@ -748,6 +873,8 @@ class MemoryFrontier:
         return bool(self.engine._flags_mv[i] & FETCHED)
 
     def _lease(self, i: int) -> Lease:
+        if self.refresher is not None:
+            self.refresher.taken(i)
         self._set(i, IN_FLIGHT)
         self._seq += 1
         self._tokens[i] = self._seq
@@ -764,8 +891,11 @@ class MemoryFrontier:
         importance: bool = False,
         payload: Any = None,
         outcome: int = OK,
+        changed: bool | None = None,
     ) -> Visit | None:
-        got = self.visit_out(lease, links, (), virtual_weight, importance, payload, outcome)
+        got = self.visit_out(
+            lease, links, (), virtual_weight, importance, payload, outcome, changed
+        )
         return None if got is None else got[0]
 
     def visit_out(
@@ -777,11 +907,14 @@ class MemoryFrontier:
         importance: bool = False,
         payload: Any = None,
         outcome: int = OK,
+        changed: bool | None = None,
     ) -> tuple[Visit, list[tuple[float, float]]] | None:
         """:meth:`visit` of a page that also links to pages this frontier does not hold (see
         :meth:`OpicEngine.visit_out <scrapy_opic.opic.engine.OpicEngine.visit_out>`):
         ``outside`` gives each such link's ``(weight, boost)``; returns the visit and those
-        links' shares ``(cash, credit)``, to be paid where their pages live."""
+        links' shares ``(cash, credit)``, to be paid where their pages live. ``changed``:
+        whether the content differs from the page's last parsed visit (None: unknown, a
+        first fetch), an observation of its change rate when a refresher is on."""
         i = self._held(lease)
         if i is None:
             return None
@@ -802,6 +935,12 @@ class MemoryFrontier:
             shares = []
         if self.keep_links:  # (the list is not changed after this: kept as is, no copy)
             self.link_changes[i] = children
+        r = self.refresher
+        if r is not None and outcome == OK and not outside:
+            r.keep(i, paid, weights, boosts, virtual_weight)
+            r.observed(i, changed)
+        elif r is not None:
+            r.failed(i)
         self._settled(i, outcome)
         if outcome != OK:
             self.failed_visits += 1
@@ -829,6 +968,8 @@ class MemoryFrontier:
         del self._tokens[i]
         if self.continuous and outcome not in FINAL_OUTCOMES:
             # Fetched again when its cash says so, after its backoff.
+            if self.refresher is not None:
+                self.refresher.failed(i)
             self._done(i, payload, lease.key, self._failed_fetch(i))
         else:
             self._retire(i)
@@ -883,6 +1024,8 @@ class MemoryFrontier:
             return None
         del self._tokens[i]
         self._pend(i, entry.payload, entry.priority, entry.slot, lease.key)
+        if self.refresher is not None:
+            self.refresher.returned(i)
         return SCHEDULED
 
     def redirect(self, lease: Lease, entry: Entry, permanent: bool = False) -> int | None:
@@ -944,6 +1087,8 @@ class MemoryFrontier:
                 del self._tokens[i]
                 self._set(i, PENDING)
                 self._push(i)
+                if self.refresher is not None:
+                    self.refresher.returned(i)
                 n += 1
         return n
 
@@ -968,6 +1113,8 @@ class MemoryFrontier:
         out = self.engine.stats()
         out["fetched"] = self.n_ok
         out["failed_visits"] = self.failed_visits
+        if self.refresher is not None:
+            out.update(self.refresher.figures())
         if self.backoff:
             out["backed_off_pages"] = len(self._parked_ids)
             out["backed_off_slots"] = len(self._slot_until)

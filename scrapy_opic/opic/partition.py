@@ -1388,6 +1388,11 @@ class Fleet:
             return None, lease
         return part, lease._replace(token=token[2])
 
+    def unchanged(self, lease: Lease, payload: Any = None) -> Visit | None:
+        """Not offered: a crawl over partitions refetches by cash (``OPIC_REFETCH`` is checked
+        before it starts), so no refetch finds its page unchanged."""
+        raise NotImplementedError("a crawl over partitions refetches by cash")
+
     def visit(
         self,
         lease: Lease,
@@ -1396,6 +1401,7 @@ class Fleet:
         importance: bool = False,
         payload: Any = None,
         outcome: int = OK,
+        changed: bool | None = None,
     ) -> Visit | None:
         part, own = self._part_of(lease)
         if part is None:

@@ -122,9 +122,10 @@ class RefetchSchedule:
         """Page ``i`` was fetched (or its fetch ended) at ``now``: due again ``1/f_i`` later,
         or ``1/f_i`` after the due time it was popped at if that is later (popped early, when
         no page was due yet: else the fastest pages, popped early most often, would drift
-        ahead of their frequency)."""
+        ahead of their frequency). A page popped with no due time (never planned) starts its
+        period now."""
         self.grow(i + 1)
-        popped = self.state[i] == POPPED and self.due[i] > now
+        popped = self.state[i] == POPPED and now < self.due[i] < np.inf
         self.last[i] = float(self.due[i]) if popped else now
         self._wait(i)
 

@@ -1,0 +1,268 @@
+"""Refetches that maximise importance-weighted freshness: the continuous crawl's change policy.
+
+A :class:`Refresher` is what a :class:`~scrapy_opic.opic.frontier.MemoryFrontier` holds beside
+its engine when a continuous crawl refetches by change (``OPIC_REFETCH = "freshness"``). It
+wires the pure rules of :mod:`.change` (change rates), :mod:`.freshness` (the allocation of a
+refetch budget) and :mod:`.refetch` (earliest due first) to the frontier's events:
+
+* a full visit of page ``i`` (a 200) at wall-clock time ``now``: ``observed(i, now,
+  changed)``, ``changed`` being what the content signature (or the validators) said: ``None``
+  for a first look, else an observation over the interval since the previous one;
+* a 304 (or a 200 whose signature did not change): the same with ``changed=False``, and the
+  page's cash is paid over its *kept links* (:meth:`links_of`), those of its last parsed
+  visit: the page is unchanged, so are its links;
+* a failed fetch that leaves the page open: :meth:`failed` (due again a period later);
+* a page closed (404, 410, a permanent redirect...): :meth:`closed` (never refetched, its
+  kept links dropped).
+
+Which page a pop takes (the frontier asks :meth:`due` with its own eligibility test):
+discovery first takes its share of the pops for pages never fetched, as without a refresher;
+every other pop takes the page due first in the schedule, whose frequencies come from
+:func:`~.freshness.optimal_allocation` of the importance (the engine's) and the change rates,
+re-planned every :attr:`plan_every` refetches (or :attr:`plan_seconds`). The budget of a plan
+is the rate of refetches the crawl actually made since the previous plan; each page gets at
+least ``floor_share`` of the mean frequency (a page that never changes is still checked now and
+then: a cheap conditional request), and a page fetched for the first time after a plan gets the
+mean frequency until the next one.
+
+*Settle visits.* OPIC needs every page's cash to move over its links, but refetches are now
+uneven: a page that never changes is fetched once in a long while and would sit on its cash,
+the estimates of the pages it links to starved. So after each refetch pop the frontier visits
+the richest fetched page from its kept links without a download (:meth:`settle_candidate`
+says whether a page can be; the frontier does the visit, which is a plain engine visit: the
+money is accounted for as in any visit). One settle per refetch: the cash moves at least as
+often as in a crawl where every fetch is a Greedy visit.
+
+Times are wall-clock seconds (changes happen in real time, and a resumed crawl must compare its
+times with the saved ones); rates are changes per second. Nothing here knows Scrapy or does
+I/O.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+from .change import ChangeRates
+from .freshness import optimal_allocation
+from .refetch import POPPED, WAITING, RefetchSchedule
+
+
+class KeptLinks(NamedTuple):
+    """The links of a page's last parsed visit, as the engine paid them (page ids after the
+    merge of repeated links; weights and boosts aligned, ``None`` when all 1 / all 0)."""
+
+    ids: np.ndarray
+    weights: np.ndarray | None
+    boosts: np.ndarray | None
+    virtual_weight: float
+
+
+#: Per-page arrays a backend saves for a refresher (see :meth:`Refresher.columns`): each
+#: changes only when its page is fetched, so a checkpoint writes the blocks of the pages
+#: fetched since the last one. (The frequencies are not saved: a resumed crawl plans again
+#: from the rates, the importance and the saved budget.)
+COLUMNS = (*ChangeRates.FIELDS, "period")
+
+
+class Refresher:
+    """Change rates, the refetch schedule and the kept links of a continuous crawl (see the
+    module docstring).
+
+    :param floor_share: each page's frequency is at least this share of the mean one.
+    :param plan_every: re-plan after this many refetch pops (at least; also ``n / 20``).
+    :param plan_seconds: ... or after this many seconds, whichever comes first.
+    :param prior_rate: the change rate assumed before any observation (per second).
+    :param wall: the clock (seconds since the epoch).
+    """
+
+    def __init__(
+        self,
+        floor_share: float = 0.02,
+        plan_every: int = 32,
+        plan_seconds: float = 30.0,
+        prior_rate: float = 1e-3,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.rates = ChangeRates(prior_rate=prior_rate)
+        self.schedule = RefetchSchedule()
+        self.links: dict[int, KeptLinks] = {}
+        self.floor_share = floor_share
+        self.plan_every = plan_every
+        self.plan_seconds = plan_seconds
+        self.wall = wall
+        self.budget = 0.0  # refetches per second of the last plan (0: no plan yet)
+        self._mean = 0.0  # the mean frequency of the last plan
+        self._planned_at: float | None = None
+        self._refetches = 0  # refetch pops since the last plan
+        self._since: float | None = None  # when that count started
+        #: Counters for the crawl's figures.
+        self.settles = 0
+        self.plans = 0
+
+    # -- events -----------------------------------------------------------------------------
+    def keep(
+        self,
+        i: int,
+        ids: Sequence[int],
+        weights: Sequence[float] | None,
+        boosts: Sequence[float] | None,
+        virtual_weight: float,
+    ) -> None:
+        """Page ``i`` was parsed and paid these links: they are the ones a 304 or a settle
+        visit pays later."""
+        self.links[i] = KeptLinks(
+            np.asarray(ids, np.int32),
+            None if weights is None else np.asarray(weights, float),
+            None if boosts is None else np.asarray(boosts, float),
+            float(virtual_weight),
+        )
+
+    def links_of(self, i: int) -> KeptLinks | None:
+        """Page ``i``'s kept links (None: it was never parsed, or it was closed since)."""
+        return self.links.get(i)
+
+    def observed(self, i: int, changed: bool | None, now: float | None = None) -> None:
+        """Page ``i`` was seen in full (a 200) or confirmed unchanged (a 304) at ``now``."""
+        now = self.wall() if now is None else now
+        self.rates.observe(i, now, changed)
+        sched = self.schedule
+        sched.grow(i + 1)
+        if not sched.freq[i] and self._mean:
+            sched.freq[i] = self._mean  # (first fetched after the last plan: the mean, for now)
+        sched.fetched(i, now)
+
+    def failed(self, i: int, now: float | None = None) -> None:
+        """Page ``i``'s fetch failed and the page stays open: due again a period later."""
+        self.schedule.grow(i + 1)
+        self.schedule.fetched(i, self.wall() if now is None else now)
+
+    def closed(self, i: int) -> None:
+        """Page ``i`` is closed: never refetched, its kept links gone."""
+        self.schedule.discard(i)
+        self.links.pop(i, None)
+
+    def taken(self, i: int) -> None:
+        """Page ``i`` is leased (whichever way the pop chose it): out of the schedule until
+        it is fetched (:meth:`observed`, :meth:`failed`) or handed back (:meth:`returned`)."""
+        sched = self.schedule
+        if i < len(sched.state) and sched.state[i] == WAITING:
+            if sched._entry(i):
+                sched._live -= 1  # (its heap entry goes stale)
+            sched.state[i] = POPPED
+
+    def returned(self, i: int) -> None:
+        """Page ``i`` was leased and is pending again unfetched (released, retried)."""
+        if i < len(self.schedule.state):
+            self.schedule.push(i)
+
+    # -- choosing ---------------------------------------------------------------------------
+    def due(
+        self, eligible: Callable[[int], bool], early: bool, now: float | None = None
+    ) -> int | None:
+        """The page due first that ``eligible`` accepts, taken out of the schedule (the caller
+        leases it); pages it refuses keep their places. ``early``: a page not due yet may be
+        taken (nothing else to do). Looks at 64 pages at most."""
+        sched = self.schedule
+        now = self.wall() if now is None else now
+        aside: list[int] = []
+        got = None
+        try:
+            for _ in range(64):
+                top = sched.peek()
+                if top is None or (top[1] > now and not early):
+                    break
+                i = sched.pop()
+                assert i is not None
+                if eligible(i):
+                    got = i
+                    break
+                aside.append(i)
+        finally:
+            for j in aside:
+                sched.push(j)
+        if got is not None:
+            self.count_refetch(now)
+        return got
+
+    def count_refetch(self, now: float | None = None) -> None:
+        """One pop went to a refetch: the budget of the next plan counts it."""
+        if self._since is None:
+            self._since = self.wall() if now is None else now
+        self._refetches += 1
+
+    def settle_candidate(self, i: int) -> KeptLinks | None:
+        """The links a settle visit of page ``i`` pays (None: it has none to pay)."""
+        return self.links.get(i)
+
+    # -- planning ---------------------------------------------------------------------------
+    def plan_due(self, n: int, now: float | None = None) -> bool:
+        """Whether a re-plan is due (enough refetches, or enough time, since the last)."""
+        if self._since is None:
+            return False
+        now = self.wall() if now is None else now
+        if self._refetches >= max(self.plan_every, n // 20):
+            return True
+        return self._planned_at is not None and now - self._planned_at >= self.plan_seconds
+
+    def plan(self, importance: np.ndarray, live: np.ndarray, now: float | None = None) -> None:
+        """Re-plan every page's refetch frequency: ``importance`` of all pages, ``live`` the
+        mask of the pages that may be refetched (fetched, open). The budget is the refetch rate
+        measured since the previous plan."""
+        now = self.wall() if now is None else now
+        since = self._since if self._since is not None else now
+        elapsed = now - since
+        if self._refetches and elapsed > 0:  # (else: the budget as it was, or as saved)
+            self.budget = self._refetches / elapsed
+        self._refetches, self._since, self._planned_at = 0, now, now
+        ids = np.flatnonzero(live)
+        if not ids.size or not self.budget > 0:
+            return
+        self.rates.grow(len(live))
+        rates = self.rates.rates(ids, prior_rate=self.rates.pooled_rate())
+        self._mean = self.budget / ids.size
+        freq = optimal_allocation(
+            importance[ids], rates, self.budget, self.floor_share * self._mean
+        )
+        self.schedule.plan(freq, ids, now=now)
+        self.plans += 1
+
+    # -- saving ------------------------------------------------------------------------------
+    def columns(self, n: int) -> dict[str, np.ndarray]:
+        """The per-page arrays of pages ``0..n-1`` to save (:data:`COLUMNS`, prefixed ``r.``)."""
+        self.rates.grow(n)
+        self.schedule.grow(n)
+        out = {f"r.{f}": self.rates.a[f][:n] for f in ChangeRates.FIELDS}
+        out["r.period"] = self.schedule.last[:n]  # (the start of its current period)
+        return out
+
+    def load(self, cols: dict[str, np.ndarray], budget: float) -> None:
+        """Take saved arrays back (as :meth:`columns` gave them) and the budget of the saved
+        crawl's last plan; the caller re-plans (:meth:`plan`) once the pages are back."""
+        n = len(cols["r.period"])
+        self.rates.grow(n)
+        for f in ChangeRates.FIELDS:
+            self.rates.a[f][:n] = cols[f"r.{f}"]
+        self.schedule.grow(n)
+        self.schedule.last[:n] = cols["r.period"]
+        self.budget = budget
+
+    def kept_from(self, pages: np.ndarray, counts: np.ndarray, targets: np.ndarray) -> None:
+        """Kept links from a saved state's link rows (weights are not saved: plain links)."""
+        ends = np.cumsum(counts)
+        starts = ends - counts
+        for i, a, b in zip(pages.tolist(), starts.tolist(), ends.tolist()):
+            self.links[i] = KeptLinks(np.unique(targets[a:b]).astype(np.int32), None, None, 0.0)
+
+    def figures(self) -> dict[str, float]:
+        return {
+            "refetch_budget": self.budget,
+            "refetch_plans": self.plans,
+            "settle_visits": self.settles,
+        }
+
+
+__all__ = ["COLUMNS", "KeptLinks", "Refresher"]
