@@ -50,6 +50,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
+from datetime import datetime, timezone
 from itertools import repeat
 from pathlib import Path
 from typing import IO, Any, NamedTuple
@@ -59,10 +60,21 @@ import numpy as np
 from .backends import StoreError, is_redis_location, masked_url, split_location
 from .backends.sqlite import StateReader
 from .formats import output_format
-from .opic.constants import DEAD, IN_FLIGHT, NO_OUTCOME, OK, PENDING, STATUSES, outcome_name
-from .opic.engine import OpicEngine
+from .opic.change import ChangeRates
+from .opic.constants import (
+    DEAD,
+    FETCHED,
+    IN_FLIGHT,
+    NO_OUTCOME,
+    OK,
+    PENDING,
+    STATUSES,
+    outcome_name,
+)
+from .opic.engine import OpicEngine, mix
 from .opic.links import crawl_graph
 from .opic.pagerank import pagerank
+from .opic.refresh import PRIOR_RATE
 from .series import Series
 
 PAGE_COLUMNS = (
@@ -79,6 +91,10 @@ PAGE_COLUMNS = (
 #: The page columns of a state that kept its links (OPIC_KEEP_LINKS): ``pagerank`` beside
 #: ``importance``, the two estimates of one quantity.
 PAGERANK_COLUMNS = PAGE_COLUMNS[:2] + ("pagerank",) + PAGE_COLUMNS[2:]
+#: The page columns of a continuous crawl that refetched by freshness (``OPIC_REFETCH``): each
+#: page's estimated change rate (changes per day) and the estimated time of the last change
+#: its refetches saw (ISO 8601, UTC; empty if none).
+CHANGE_COLUMNS = PAGERANK_COLUMNS + ("change_rate", "last_changed")
 SITE_COLUMNS = ("level", "site", "importance", "pages", "fetched")
 #: Power iteration stops when an iteration changes the vector by less than this (L1): the error
 #: left is below ``tol * d / (1 - d)``, 6e-10 over all pages at d = 0.85.
@@ -100,7 +116,9 @@ class Page(NamedTuple):
     or empty if it was never fetched. A page whose status is not ``ok`` is
     closed: links to it pay it nothing. ``pagerank`` is the exact PageRank of the crawled
     graph if the crawl kept its links (``OPIC_KEEP_LINKS``), else None (see the module
-    docstring).
+    docstring). ``change_rate`` (changes per day: the smoothed maximum-likelihood estimate from
+    what its refetches found) and ``last_changed`` (the estimated time of the last change seen,
+    ISO 8601 UTC; None if none) if the crawl refetched by freshness, else None.
     """
 
     url: str
@@ -113,6 +131,8 @@ class Page(NamedTuple):
     status: str
     host: str
     pagerank: float | None = None
+    change_rate: float | None = None
+    last_changed: str | None = None
 
 
 class Site(NamedTuple):
@@ -200,13 +220,22 @@ class OpicState:
         self.links_kept: bool = bool(getattr(self._reader, "links_kept", False))
         self._total: float | None = None  # the sum of the estimates: importance's normaliser
         self._counts: np.ndarray | None = None  # pages per status
+        self._gone = 0  # pages fetched, then closed (importance 0)
+        self._pooled_rate = PRIOR_RATE  # the change rate of all pages' observations together
         self._pagerank: np.ndarray | None = None
 
     @property
     def page_columns(self) -> tuple[str, ...]:
         """The columns of this state's pages: :data:`PAGERANK_COLUMNS` if it kept its links,
         else :data:`PAGE_COLUMNS`."""
+        if self.changes_kept:
+            return CHANGE_COLUMNS
         return PAGERANK_COLUMNS if self.links_kept else PAGE_COLUMNS
+
+    @property
+    def changes_kept(self) -> bool:
+        """Whether the crawl refetched by freshness: its pages have change rates."""
+        return self._reader.changes_kept
 
     # -- streaming over the pages -----------------------------------------------------------
     def _batches(self) -> Iterator[tuple[int, dict[str, np.ndarray], OpicEngine, np.ndarray]]:
@@ -228,23 +257,33 @@ class OpicState:
                 e.window.engine = None
 
     def _scan(self) -> None:
-        """One pass over the pages: the importance's normaliser and the status counts."""
+        """One pass over the pages: the importance's normaliser (the open pages' estimates),
+        the pages gone, and the status counts."""
         total = 0.0
+        gone = 0
         counts = np.zeros(len(STATUSES), np.int64)
+        pooled: dict[str, float] = {}
         for _lo, cols, _e, est in self._batches():
-            total += float(est.sum())
+            dead = (cols["flags"] & DEAD) != 0
+            total += float(est[~dead].sum())
+            gone += int((dead & ((cols["flags"] & FETCHED) != 0)).sum())
             counts += np.bincount(cols["f.status"], minlength=len(STATUSES))[: len(STATUSES)]
-        self._total, self._counts = total, counts
+            if "r.u" in cols:
+                for f in ChangeRates.FIELDS[1:7]:  # (the additive sums)
+                    pooled[f] = pooled.get(f, 0.0) + float(np.nansum(cols[f"r.{f}"]))
+        self._total, self._counts, self._gone = total, counts, gone
+        if pooled:
+            rates = ChangeRates(prior_rate=PRIOR_RATE, capacity=1)
+            for f, v in pooled.items():
+                rates.a[f][0] = v
+            self._pooled_rate = float(rates.rates()[0])
 
-    def _mix(self, est: np.ndarray) -> np.ndarray:
-        """Importance from the estimates (as :meth:`OpicEngine.importance`)."""
+    def _mix(self, est: np.ndarray, cols: dict[str, np.ndarray]) -> np.ndarray:
+        """Importance from the estimates of a batch (as :meth:`OpicEngine.importance`)."""
         if self._total is None:
             self._scan()
-        n, total = self.n, self._total or 0.0
-        if not total > 0:
-            return np.full(len(est), 1.0 / n)
-        a = self.engine.teleport_share()
-        return a / n + (1.0 - a) / total * est
+        kept = max(1, self.n - self._gone)
+        return mix(est, cols["flags"], self.engine.teleport_share(), self._total or 0.0, kept)
 
     # -- figures ----------------------------------------------------------------------------
     @property
@@ -254,7 +293,7 @@ class OpicState:
 
     def importance(self) -> np.ndarray:
         """Importance of every page by id (sums to 1): an array over all pages."""
-        parts = [self._mix(est) for _lo, _cols, _e, est in self._batches()]
+        parts = [self._mix(est, cols) for _lo, cols, _e, est in self._batches()]
         return np.concatenate(parts) if parts else np.zeros(0)
 
     def pagerank(self) -> np.ndarray | None:
@@ -312,7 +351,7 @@ class OpicState:
         not_yet = np.zeros(bins, np.int64)
         other = np.zeros(bins, np.int64)
         for _lo, cols, _e, est in self._batches():
-            k = np.clip(np.searchsorted(edges, self._mix(est), side="right") - 1, 0, bins - 1)
+            k = np.clip(np.searchsorted(edges, self._mix(est, cols), side="right") - 1, 0, bins - 1)
             outcome = cols["f.outcome"]
             ok, never = outcome == OK, outcome == NO_OUTCOME
             fetched += np.bincount(k[ok], minlength=bins)
@@ -369,15 +408,41 @@ class OpicState:
             urls = [u if u is not None else str(first + int(r)) for u, r in zip(urls, rows)]
         hosts = [host_of(u) if u is not None else "" for u in urls]
         pr = ranks[rows].tolist() if ranks is not None else repeat(None)
-        values = zip(urls, imp[rows].tolist(), cash, hist, visits, last, fetched, status, hosts, pr)
+        if "r.u" in cols:
+            rate, changed = self._changes(cols, rows)
+        else:
+            rate = changed = repeat(None)  # type: ignore[assignment]
+        values = zip(
+            urls, imp[rows].tolist(), cash, hist, visits, last, fetched, status, hosts, pr,
+            rate, changed,
+        )  # fmt: skip
         return list(map(Page._make, values))
+
+    def _changes(
+        self, cols: dict[str, np.ndarray], rows: np.ndarray
+    ) -> tuple[list[float], list[str | None]]:
+        """The change rates (per day) and last changes (ISO 8601) of a batch's ``rows``."""
+        if self._total is None:
+            self._scan()
+        rates = ChangeRates(prior_rate=PRIOR_RATE, capacity=len(rows))
+        for f in ChangeRates.FIELDS:
+            rates.a[f][: len(rows)] = cols[f"r.{f}"][rows]
+        per_second = rates.rates(prior_rate=self._pooled_rate)
+        last = rates.last_changed(rates=per_second)
+        stamps = [
+            None
+            if t != t
+            else datetime.fromtimestamp(t, timezone.utc).isoformat(timespec="seconds")
+            for t in last.tolist()
+        ]
+        return (per_second * 86400.0).tolist(), stamps
 
     def page_chunks(self, fetched_only: bool = False) -> Iterator[list[Page]]:
         """Pages in id (discovery) order, a chunk of stored URL rows at a time."""
         pr = self.pagerank()
         chunks = self._reader.page_chunks()
         for lo, cols, e, est in self._batches():
-            imp = self._mix(est)
+            imp = self._mix(est, cols)
             ranks = pr[lo : lo + len(est)] if pr is not None else None
             done = 0
             while done < len(est):
@@ -404,7 +469,7 @@ class OpicState:
         pr = self.pagerank()
         best: list[tuple[float, int, Page]] = []  # (-importance, id, page)
         for lo, cols, e, est in self._batches():
-            imp = self._mix(est)
+            imp = self._mix(est, cols)
             cand = np.arange(len(imp))
             if fetched_only:
                 cand = cand[cols["f.outcome"] == OK]
@@ -529,11 +594,11 @@ def _fast_page_lines(chunk: list[Page], fmt: str, ranked: bool) -> list[str] | N
         if ranked:
             return [
                 f"{u},{i!r},{r!r},{c!r},{h!r},{v},{t!r},{f},{st},{host}\n"
-                for u, i, c, h, v, t, f, st, host, r in chunk
+                for u, i, c, h, v, t, f, st, host, r, _rate, _last in chunk
             ]
         return [
             f"{u},{i!r},{c!r},{h!r},{v},{t!r},{f},{st},{host}\n"
-            for u, i, c, h, v, t, f, st, host, _r in chunk
+            for u, i, c, h, v, t, f, st, host, _r, _rate, _last in chunk
         ]
     if _JSON_SPECIAL.search(urls):
         return None
@@ -542,39 +607,41 @@ def _fast_page_lines(chunk: list[Page], fmt: str, ranked: bool) -> list[str] | N
             f'{{"url": "{u}", "importance": {i!r}, "pagerank": {r!r}, "cash": {c!r}, '
             f'"history": {h!r}, "visits": {v}, "last_visit": {t!r}, '
             f'"fetched": {"true" if f else "false"}, "status": "{st}", "host": "{host}"}}\n'
-            for u, i, c, h, v, t, f, st, host, r in chunk
+            for u, i, c, h, v, t, f, st, host, r, _rate, _last in chunk
         ]
     return [
         f'{{"url": "{u}", "importance": {i!r}, "cash": {c!r}, "history": {h!r}, '
         f'"visits": {v}, "last_visit": {t!r}, "fetched": {"true" if f else "false"}, '
         f'"status": "{st}", "host": "{host}"}}\n'
-        for u, i, c, h, v, t, f, st, host, _r in chunk
+        for u, i, c, h, v, t, f, st, host, _r, _rate, _last in chunk
     ]
 
 
-def _page_row(p: Page, ranked: bool) -> tuple:
+def _page_row(p: Page, ranked: bool, changes: bool = False) -> tuple:
     """A page's values in the order of its columns."""
-    return p[:2] + (p.pagerank,) + p[2:9] if ranked else p[:9]
+    row = p[:2] + (p.pagerank,) + p[2:9] if ranked else p[:9]
+    return row + (p.change_rate, p.last_changed) if changes else row
 
 
 def _write_rows(
     fh: IO[str], fmt: str, columns: tuple[str, ...], chunks: Iterable[list[Any]]
 ) -> int:
     n = 0
-    pages = columns in (PAGE_COLUMNS, PAGERANK_COLUMNS)
-    ranked = columns == PAGERANK_COLUMNS
+    pages = columns in (PAGE_COLUMNS, PAGERANK_COLUMNS, CHANGE_COLUMNS)
+    changes = columns == CHANGE_COLUMNS
+    ranked = columns in (PAGERANK_COLUMNS, CHANGE_COLUMNS)
     writer = csv.writer(fh, lineterminator="\n")
     heads = [json.dumps(c) + ": " for c in columns]
     if fmt == "csv":
         writer.writerow(columns)
     for chunk in chunks:
-        lines = _fast_page_lines(chunk, fmt, ranked) if pages else None
+        lines = _fast_page_lines(chunk, fmt, ranked) if pages and not changes else None
         if lines is not None:
             fh.writelines(lines)
             n += len(chunk)
             continue
         if pages:
-            chunk = [_page_row(p, ranked) for p in chunk]
+            chunk = [_page_row(p, ranked, changes) for p in chunk]
         if fmt == "csv":
             writer.writerows(chunk)
         else:

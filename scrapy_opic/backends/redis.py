@@ -1317,6 +1317,7 @@ class RedisSnapshot:
     they run, each partition is as it was when read."""
 
     links_kept = False
+    changes_kept = False
 
     def __init__(self, client: Any, key: str) -> None:
         fleet, meta = reader_fleet(client, key)

@@ -741,6 +741,8 @@ class StateReader:
     rows at a time); :meth:`saved` and :meth:`engine` load every page's arrays.
     """
 
+    changes_kept = False
+
     def __init__(
         self, path: str | os.PathLike, check: bool = False, empty_ok: bool = False
     ) -> None:
@@ -800,6 +802,8 @@ class StateReader:
         self.fetched: int | None = fr.get("fetched")
         self.failed_visits: int | None = fr.get("failed_visits")
         self.refetch_budget = float(fr.get("refetch_budget", 0.0))
+        #: Whether the crawl refetched by freshness: its pages' change observations are saved.
+        self.changes_kept = any(name.startswith("r.") for name, *_ in self._layout)
 
     def _get(self, key: str) -> Any:
         try:

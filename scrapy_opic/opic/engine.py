@@ -133,6 +133,23 @@ from .constants import DEAD, FETCHED, INITIAL, RATE_DECAY, SLOPE_NOISE, VISIT_DE
 from .window import WindowPolicy, parse_window
 
 
+def mix(est: np.ndarray, flags: np.ndarray, a: float, total: float, kept: int) -> np.ndarray:
+    """Importance from the window's estimates ``est`` of pages with ``flags``: PageRank's split,
+    the teleport share ``a / kept`` plus ``1 - a`` by share of the link credit (``total``: the
+    sum of the estimates of the open pages). A closed page is no page to link to: its credit
+    counts for nothing, so a page never fetched for good (robots.txt, offsite) holds the
+    teleport share, what PageRank gives a page no link leads to; a page *gone* (fetched, then
+    closed: 404, 410, a permanent redirect) holds nothing, and ``kept`` counts the pages that
+    are not gone. Sums to 1 over all pages."""
+    dead = (flags & DEAD) != 0
+    if total > 0:
+        out = a / kept + (1.0 - a) / total * np.where(dead, 0.0, est)
+    else:
+        out = np.full(len(est), 1.0 / kept)
+    out[dead & ((flags & FETCHED) != 0)] = 0.0
+    return out
+
+
 def _view(a: np.ndarray) -> Any:
     """A memoryview of ``a``: item access as Python numbers, without numpy's scalar overhead
     (the per-event path). Typed loosely: typeshed's memoryview knows no float items."""
@@ -1272,12 +1289,18 @@ class OpicEngine:
         return 1.0 / self.G if self.G > 0 else float("inf")
 
     def importance(self, ids: np.ndarray | Sequence[int] | None = None) -> np.ndarray:
-        """Importance of ``ids`` (all pages if ``None``), normalised to sum 1 over all pages."""
+        """Importance of ``ids`` (all pages if ``None``), normalised to sum 1 over all pages
+        (:func:`mix`: closed pages hold no link credit, pages gone hold nothing)."""
         n = self.n
-        all_ids = np.arange(n)
-        est = self.window.estimate(all_ids, self._lc[:n], self._now())
-        total = float(est.sum())
-        out = self._mix(est, total) if total > 0 else (np.full(n, 1.0 / n) if n else est)
+        if not n:
+            return np.zeros(0)
+        est = self.window.estimate(np.arange(n), self._lc[:n], self._now())
+        flags = self.flags[:n]
+        dead = (flags & DEAD) != 0
+        total = float(est[~dead].sum())
+        gone = int((dead & ((flags & FETCHED) != 0)).sum())
+        n_all = n if self.view is None else self.view.n
+        out = mix(est, flags, self.teleport_share(), total, max(1, n_all - gone))
         return out if ids is None else out[np.asarray(ids, dtype=np.int64)]
 
     def estimate_total(self) -> float:
@@ -1305,6 +1328,7 @@ class OpicEngine:
         for lo in range(0, n, SCAN):
             hi = min(n, lo + SCAN)
             est = self.window.estimate(np.arange(lo, hi), self._lc[lo:hi], now)
+            est[(self.flags[lo:hi] & DEAD) != 0] = 0.0  # (closed: no importance of its own)
             total += float(est.sum())
             k = int(est.argmax())
             if est[k] > best_est:

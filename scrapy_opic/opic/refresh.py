@@ -61,6 +61,9 @@ class KeptLinks(NamedTuple):
     virtual_weight: float
 
 
+#: The change rate (per second) a page is assumed to have before any observation.
+PRIOR_RATE = 1e-3
+
 #: Per-page arrays a backend saves for a refresher (see :meth:`Refresher.columns`): each
 #: changes only when its page is fetched, so a checkpoint writes the blocks of the pages
 #: fetched since the last one. (The frequencies are not saved: a resumed crawl plans again
@@ -84,7 +87,7 @@ class Refresher:
         floor_share: float = 0.02,
         plan_every: int = 32,
         plan_seconds: float = 30.0,
-        prior_rate: float = 1e-3,
+        prior_rate: float = PRIOR_RATE,
         wall: Callable[[], float] = time.time,
     ) -> None:
         self.rates = ChangeRates(prior_rate=prior_rate)
@@ -265,4 +268,4 @@ class Refresher:
         }
 
 
-__all__ = ["COLUMNS", "KeptLinks", "Refresher"]
+__all__ = ["COLUMNS", "PRIOR_RATE", "KeptLinks", "Refresher"]
