@@ -26,10 +26,11 @@ them as ``If-None-Match`` / ``If-Modified-Since`` (``OPIC_CONDITIONAL``; a heade
 already has is left as it is, and a host whose validators disagree with the content is not
 sent them, see :class:`~scrapy_opic.opic.change.ValidatorAudit`). A 304 to validators it sent,
 or a 200 whose signature (``OPIC_SIGNATURE``) is that of the last full response, is the visit
-of an unchanged page: its cash goes over the links of its last parsed visit, and the request
-ends in :class:`~scrapy_opic.scheduler.NotModified` (neither callback nor errback is called)
-unless ``OPIC_UNCHANGED_CALLBACK``. A 304 to a request that sent no validator is no answer: it
-goes on, and Scrapy's HttpErrorMiddleware makes it a failed fetch. Next to Scrapy's
+of an unchanged page: its cash goes over the links of its last parsed visit, and its response
+reaches neither callback nor errback (the spider middleware raises
+:class:`~scrapy_opic.scheduler.NotModified` before the callback, and the errback wrapper
+swallows it) unless ``OPIC_UNCHANGED_CALLBACK``. A 304 to a request that sent no validator is
+no answer: it goes on, and Scrapy's HttpErrorMiddleware makes it a failed fetch. Next to Scrapy's
 HttpCacheMiddleware (900: its ``process_request`` runs after this one's), the cache's own
 validators replace these when it holds a copy, and the cached copy it returns for a 304 is a
 200 whose signature says "unchanged"; without a copy the 304 comes here.
@@ -48,7 +49,15 @@ from scrapy.utils.httpobj import urlparse_cached
 from .opic.change import Snapshot, ValidatorAudit
 from .opic.frontier import boosted_weight
 from .opic.signature import signature
-from .scheduler import SEEN_META, SENT_META, VALIDATORS_META, NotModified, OpicScheduler, prepare
+from .scheduler import (
+    SEEN_META,
+    SENT_META,
+    UNCHANGED_META,
+    VALIDATORS_META,
+    NotModified,
+    OpicScheduler,
+    prepare,
+)
 from .settings import OpicSettings
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -119,6 +128,13 @@ class OpicSpiderMiddleware:
         self._settle(response, out)
         for o in out:
             yield o
+
+    def process_spider_input(self, response: Response, spider: Spider | None = None) -> None:
+        # An unchanged page (the downloader middleware did its visit): no callback. Raised
+        # here, not in the downloader middleware, so that Scrapy counts the response as one
+        # (its stats, CLOSESPIDER_PAGECOUNT); the request's errback wrapper swallows it.
+        if response.meta.get(UNCHANGED_META):
+            raise NotModified(f"unchanged: {response.url}")
 
     def process_spider_exception(
         self, response: Response, exception: Exception, spider: Spider | None = None
@@ -282,13 +298,13 @@ class OpicDownloaderMiddleware:
         return response
 
     def _unchanged(self, request: Request) -> None:
-        """The page is unchanged: its visit, then (unless the callback is wanted) the end of
-        the request."""
+        """The page is unchanged: its visit, then (unless the callback is wanted) a mark that
+        keeps the response from the callback (see :class:`OpicSpiderMiddleware`)."""
         scheduler = OpicScheduler.of(self.crawler)
         if scheduler is None or not scheduler.settle_unchanged(request):
             return
         if not self.settings.unchanged_callback:
-            raise NotModified(f"unchanged: {request.url}")
+            request.meta[UNCHANGED_META] = True
 
     def process_exception(
         self, request: Request, exception: Exception, spider: Spider | None = None

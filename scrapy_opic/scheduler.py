@@ -176,10 +176,17 @@ SEEN_META = "_opic_seen"
 SENT_META = "_opic_sent"
 
 
+#: Meta of a request in flight whose page was found unchanged and whose visit is done: the
+#: spider middleware keeps its response from the callback, the errback wrapper swallows what
+#: Scrapy hands the request's errback instead (a 304's ``HttpError``, or :class:`NotModified`).
+UNCHANGED_META = "_opic_unchanged"
+
+
 class NotModified(IgnoreRequest):
     """A refetched page is unchanged (a 304, or a 200 with the signature of its last parsed
     visit): its visit is done, over the links of that visit; its callback is not called
-    (``OPIC_UNCHANGED_CALLBACK``) and its errback is not either."""
+    (``OPIC_UNCHANGED_CALLBACK``) and its errback is not either. (Its response was received:
+    Scrapy's stats and ``CLOSESPIDER_PAGECOUNT`` count it.)"""
 
 
 #: The OPIC scheduler of each running crawler (the middlewares' and the extension's way in).
@@ -372,9 +379,9 @@ class OutcomeErrback:
         self.original = original
 
     def __call__(self, failure: Any) -> Any:
-        if isinstance(failure.value, NotModified):
-            return None  # (its visit is done: nothing failed)
         request = getattr(failure, "request", None)
+        if request is not None and request.meta.get(UNCHANGED_META):
+            return None  # (an unchanged page: its visit is done, nothing failed)
         scheduler = self.scheduler()
         if request is not None and scheduler is not None:
             scheduler.settle_failure(request, failure.value)

@@ -1,0 +1,307 @@
+"""Continuous crawls that refetch by freshness, judged by the server's access log: validators,
+304s, content signatures, servers that lie, Scrapy's HTTP cache, pages that go away."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import pytest
+
+from scrapy_opic.export import open_state
+from tests.test_crawl import crawl
+
+
+class Hit(NamedTuple):
+    path: str
+    k: int  #: the how-many-th request of this path (0 first)
+    status: int
+    inm: str | None  #: If-None-Match sent
+    ims: str | None  #: If-Modified-Since sent
+    version: int  #: the content version served (or that a 304 stood for)
+
+
+#: A page's behaviour: (k, request headers) -> (status, version, extra response headers). The
+#: body of a 200 is the page's links and a line made of its version.
+Script = Callable[[int, dict[str, str]], tuple[int, int, dict[str, str]]]
+
+
+class ScriptedSite:
+    """Pages ``/`` (home: links to every other page) and ``/<name>``, each answering as its
+    script says; ``hits`` is the access log."""
+
+    def __init__(self, scripts: dict[str, Script], links: dict[str, list[str]] | None = None):
+        self.scripts = scripts
+        self.links = links or {"/": [p for p in scripts if p != "/"]}
+        self.hits: list[Hit] = []
+        self.lock = threading.Lock()
+        site = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                with site.lock:
+                    k = sum(1 for h in site.hits if h.path == self.path)
+                    script = site.scripts.get(self.path)
+                    status, version, extra = script(k, headers) if script else (404, -1, {})
+                    site.hits.append(
+                        Hit(
+                            self.path,
+                            k,
+                            status,
+                            headers.get("if-none-match"),
+                            headers.get("if-modified-since"),
+                            version,
+                        )
+                    )
+                body = b""
+                if status == 200:
+                    items = "".join(
+                        f'<a href="{p}">{p}</a> ' for p in site.links.get(self.path, [])
+                    )
+                    body = (
+                        f"<html><head><title>{self.path} version {version}</title></head>"
+                        f"<body><p>{self.path} version {version}</p>{items}"
+                        f"<script>var t = {k};</script></body></html>"
+                    ).encode()
+                self.send_response(status)
+                for name, value in extra.items():
+                    self.send_header(name, value)
+                if status == 200:
+                    self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def url(self, path: str = "/") -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}{path}"
+
+    def __enter__(self) -> ScriptedSite:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def of(self, path: str) -> list[Hit]:
+        return [h for h in self.hits if h.path == path]
+
+
+def honest(versions: Callable[[int], int] = lambda k: 0, weak: bool = False) -> Script:
+    """A page with a strong (or weak) ETag of its version, answering If-None-Match with 304."""
+
+    def script(k: int, headers: dict[str, str]) -> tuple[int, int, dict[str, str]]:
+        v = versions(k)
+        tag = f'"v{v}"'
+        tag = "W/" + tag if weak else tag
+        sent = headers.get("if-none-match")
+        if sent is not None and sent.removeprefix("W/") == tag.removeprefix("W/"):
+            return 304, v, {"ETag": tag}
+        return 200, v, {"ETag": tag}
+
+    return script
+
+
+def plain(versions: Callable[[int], int] = lambda k: 0) -> Script:
+    """A page without validators (never a 304)."""
+    return lambda k, headers: (200, versions(k), {})
+
+
+CONTINUOUS = {
+    "OPIC_CONTINUOUS": True,
+    "CONCURRENT_REQUESTS": 2,
+    "LOG_LEVEL": "INFO",
+}
+
+
+def run(tmp_path: Path, site: ScriptedSite, responses: int, **settings: Any) -> tuple[list, dict]:
+    return crawl(
+        tmp_path, site.url(), CLOSESPIDER_PAGECOUNT=responses, **{**CONTINUOUS, **settings}
+    )
+
+
+def items_of(items: list[dict], site: ScriptedSite, path: str) -> list[dict]:
+    return [r for r in items if r["url"] == site.url(path)]
+
+
+def test_refetches_send_validators_and_a_304_calls_no_callback(tmp_path):
+    with ScriptedSite({"/": honest(), "/a": honest(), "/b": honest()}) as site:
+        items, stats = run(tmp_path, site, 40)
+    for path in ("/", "/a", "/b"):
+        hits = site.of(path)
+        assert len(hits) >= 3, hits
+        assert hits[0].inm is None and hits[0].status == 200
+        # Every later request of an unchanged page is conditional and answered 304, but the
+        # audits' (one refetch in 16 of a host goes without validators).
+        conditional = [h for h in hits[1:] if h.inm is not None]
+        assert all(h.inm == '"v0"' and h.status == 304 for h in conditional)
+        assert len(conditional) >= len(hits[1:]) - 2
+        # Parsed once: the 304s and the audits' unchanged 200s call no callback.
+        assert len(items_of(items, site, path)) == 1
+    assert stats["opic/unchanged"] >= 30
+    assert stats["opic/total_cash"] == pytest.approx(1.0, abs=1e-9)
+
+
+def test_without_validators_the_callback_sees_changed_content_only(tmp_path):
+    # /a changes at its 4th and 9th requests; /b never changes. No validators at all.
+    change = {"/": plain(), "/a": plain(lambda k: (k >= 3) + (k >= 8)), "/b": plain()}
+    with ScriptedSite(change) as site:
+        items, stats = run(tmp_path, site, 45)
+    for path in ("/", "/a", "/b"):
+        hits = site.of(path)
+        assert all(h.inm is None and h.ims is None for h in hits)
+        versions = [h.version for h in hits]
+        # One callback per version seen: the first fetch, then each fetch that found a change.
+        seen_changes = 1 + sum(1 for x, y in zip(versions, versions[1:]) if x != y)
+        assert len(items_of(items, site, path)) == seen_changes, versions
+    assert max(h.version for h in site.of("/a")) == 2  # (the crawl saw both changes)
+    assert stats["opic/total_cash"] == pytest.approx(1.0, abs=1e-9)
+
+
+def test_a_signature_of_the_body_sees_every_byte(tmp_path):
+    # The <script> line changes at every request: "body" signatures call the callback each
+    # time, "text" ones (the default) only once.
+    pages = {"/": plain(), "/a": plain()}
+    with ScriptedSite(pages) as site:
+        items, _ = run(tmp_path / "body", site, 12, OPIC_SIGNATURE="body")
+    assert len(items_of(items, site, "/a")) == len(site.of("/a"))
+    with ScriptedSite(pages) as site:
+        items, _ = run(tmp_path / "text", site, 12)
+    assert len(items_of(items, site, "/a")) == 1 < len(site.of("/a"))
+
+
+def test_weak_etags_are_sent_back_and_honoured(tmp_path):
+    pages = {"/": honest(weak=True), "/a": honest(weak=True)}
+    with ScriptedSite(pages) as site:
+        items, _ = run(tmp_path, site, 20)
+    later = [h for h in site.of("/a")[1:] if h.inm is not None]
+    assert later and all(h.inm == 'W/"v0"' and h.status == 304 for h in later)
+    assert len(items_of(items, site, "/a")) == 1
+
+
+def test_conditional_requests_can_be_turned_off_and_a_requests_own_header_wins(tmp_path):
+    with ScriptedSite({"/": honest(), "/a": honest()}) as site:
+        items, _ = run(tmp_path, site, 15, OPIC_CONDITIONAL=False)
+    assert all(h.inm is None for h in site.hits)
+    assert all(h.status == 200 for h in site.hits)
+    # Unchanged content still calls no callback (the signature sees it).
+    assert len(items_of(items, site, "/a")) == 1
+
+
+def stale_validators() -> Script:
+    """A constant ETag while the content changes at every 5th request: a conditional request
+    gets a false 304."""
+
+    def script(k: int, headers: dict[str, str]) -> tuple[int, int, dict[str, str]]:
+        v = k // 5
+        if headers.get("if-none-match") == '"same"':
+            return 304, v, {"ETag": '"same"'}
+        return 200, v, {"ETag": '"same"'}
+
+    return script
+
+
+def noisy_validators() -> Script:
+    """A new ETag at every response of unchanged content: never a 304."""
+    return lambda k, headers: (200, 0, {"ETag": f'"r{k}"'})
+
+
+@pytest.mark.parametrize("liar", ["stale", "noisy"])
+def test_a_host_whose_validators_lie_is_no_longer_sent_them(tmp_path, liar):
+    script = stale_validators if liar == "stale" else noisy_validators
+    with ScriptedSite({"/": script(), "/a": script(), "/b": script()}) as site:
+        items, stats = run(tmp_path, site, 160)
+    hits = site.hits
+    # Some requests carried the validators at first; the audits' full responses showed them
+    # to disagree with the content, and the last requests carry none.
+    assert any(h.inm for h in hits[:60])
+    assert not any(h.inm for h in hits[-30:]), [h.inm for h in hits[-30:]]
+    if liar == "stale":
+        # Once they are no longer trusted, every change is seen: the callback is called for
+        # each version the server served in full after the last request with validators.
+        last_conditional = max(n for n, h in enumerate(hits) if h.inm)
+        for path in ("/a", "/b"):
+            served = {h.version for h in hits[last_conditional + 1 :] if h.path == path}
+            got = {r["title"] for r in items_of(items, site, path)}
+            assert {f"{path} version {v}" for v in served} <= got
+    assert stats["opic/total_cash"] == pytest.approx(1.0, abs=1e-9)
+
+
+def test_a_304_to_a_request_that_sent_no_validator_is_a_failed_fetch(tmp_path):
+    def bogus(k: int, headers: dict[str, str]) -> tuple[int, int, dict[str, str]]:
+        return (304, 0, {}) if k == 0 else (200, 0, {"ETag": '"v0"'})
+
+    with ScriptedSite({"/": honest(), "/a": bogus}) as site:
+        items, stats = run(tmp_path, site, 80, OPIC_BACKOFF=0.2)
+    hits = site.of("/a")
+    assert hits[0].status == 304 and hits[0].inm is None
+    assert hits[1].status == 200  # fetched again (not a final outcome), then parsed once
+    assert len(items_of(items, site, "/a")) == 1
+    assert stats["opic/failed"] >= 1
+    assert stats["opic/total_cash"] == pytest.approx(1.0, abs=1e-9)
+
+
+def test_a_304_for_a_page_with_no_kept_links_pays_the_virtual_page(tmp_path):
+    # The start request carries its own If-None-Match: the home page answers 304 at its first
+    # fetch, before it was ever parsed: an unchanged visit with no links to pay.
+    with ScriptedSite({"/": honest(), "/a": honest()}) as site:
+        items, stats = run(tmp_path, site, 6, DEFAULT_REQUEST_HEADERS={"If-None-Match": '"v0"'})
+    assert all(h.status == 304 for h in site.hits)
+    assert items == []
+    assert stats["opic/unchanged"] >= 1
+    assert stats["opic/total_cash"] == pytest.approx(1.0, abs=1e-9)
+
+
+def test_with_scrapys_http_cache_no_double_304_and_no_stale_copy(tmp_path):
+    # /a changes at its 6th request. The RFC 2616 cache policy revalidates its copy with its
+    # own validators; the spider never sees a 304, and sees the change.
+    pages = {"/": honest(), "/a": honest(lambda k: int(k >= 5))}
+    with ScriptedSite(pages) as site:
+        items, stats = run(
+            tmp_path,
+            site,
+            30,
+            HTTPCACHE_ENABLED=True,
+            HTTPCACHE_POLICY="scrapy.extensions.httpcache.RFC2616Policy",
+            HTTPCACHE_ALWAYS_STORE=True,
+            HTTPCACHE_DIR=str(tmp_path / "cache"),
+        )
+    hits = site.of("/a")
+    assert max(h.version for h in hits) == 1
+    titles = [r["title"] for r in items_of(items, site, "/a")]
+    assert titles == ["/a version 0", "/a version 1"], titles
+    # Each refetch sent one validator, that of the copy it then had.
+    for h in hits[1:]:
+        if h.inm is not None:
+            assert h.inm in ('"v0"', '"v1"') and "," not in h.inm
+    assert stats["opic/total_cash"] == pytest.approx(1.0, abs=1e-9)
+
+
+def test_a_page_that_goes_from_200_to_304_to_404_is_closed_and_holds_no_importance(tmp_path):
+    def going(k: int, headers: dict[str, str]) -> tuple[int, int, dict[str, str]]:
+        if k >= 3:
+            return 404, -1, {}
+        return honest()(k, headers)
+
+    with ScriptedSite({"/": honest(), "/a": going, "/b": honest()}) as site:
+        items, stats = run(tmp_path, site, 40)
+    statuses = [h.status for h in site.of("/a")]
+    assert statuses[:4] == [200, 304, 304, 404], statuses
+    assert statuses.count(404) == 1  # closed for good: never asked again
+    with open_state(tmp_path / ".scrapy" / "opic" / "site.sqlite") as state:
+        pages = {p.url: p for p in state.pages()}
+        assert pages[site.url("/a")].status == "http_404"
+        assert pages[site.url("/a")].importance == 0.0
+        assert sum(p.importance for p in pages.values()) == pytest.approx(1.0, abs=1e-9)
+        assert "change_rate" in state.page_columns
+    assert stats["opic/total_cash"] == pytest.approx(1.0, abs=1e-9)
