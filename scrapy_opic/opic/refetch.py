@@ -130,9 +130,14 @@ class RefetchSchedule:
         self._wait(i)
 
     def push(self, i: int) -> None:
-        """Page ``i`` (popped, not fetched) waits again with its due time."""
-        if self.state[i] == POPPED:
-            self._wait(i)
+        """Page ``i`` (popped, not fetched) waits again with the due time it had (the one a
+        re-plan that kept its phase gave it, not one recomputed from its last fetch)."""
+        if self.state[i] != POPPED:
+            return
+        self.state[i] = WAITING
+        if self._entry(i):
+            heapq.heappush(self._heap, (float(self.due[i]), i))
+            self._live += 1
 
     def _wait(self, i: int) -> None:
         if self._entry(i):
