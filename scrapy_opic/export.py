@@ -418,6 +418,41 @@ class OpicState:
         )  # fmt: skip
         return list(map(Page._make, values))
 
+    def change_summary(self) -> dict[str, Any]:
+        """How the open pages of a crawl that refetched by freshness change (``{}`` for another
+        crawl), in one pass: ``bands``, per band of estimated change rate, ``(label, pages,
+        importance)``, the pages never seen to change first; ``freshness``, the expected
+        importance-weighted freshness of the copies at the last observation of the crawl (each
+        fetched page's ``e^(-rate * age)``, its age the time since its last fetch that looked
+        at its content: a 200 or a 304), and ``at``, that time (seconds since the epoch)."""
+        if not self.changes_kept:
+            return {}
+        if self._total is None:
+            self._scan()
+        edges = [1 / 86400.0 / 7, 1 / 86400.0, 1 / 3600.0]  # per second: a week, a day, an hour
+        labels = ["never seen to change", "less than weekly", "weekly to daily"]
+        labels += ["daily to hourly", "more than hourly"]
+        pages = np.zeros(len(labels), np.int64)
+        weight = np.zeros(len(labels))
+        parts = []
+        for _lo, cols, _e, est in self._batches():
+            imp = self._mix(est, cols)
+            seen = ~np.isnan(cols["r.last"]) & ((cols["flags"] & DEAD) == 0)  # (open pages)
+            rows = np.flatnonzero(seen)
+            rate, _ = self._changes(cols, rows)
+            per_second = np.asarray(rate) / 86400.0
+            band = np.where(cols["r.n_c"][rows] > 0, 1 + np.searchsorted(edges, per_second), 0)
+            np.add.at(pages, band, 1)
+            np.add.at(weight, band, imp[rows])
+            parts.append((imp[rows], per_second, cols["r.last"][rows]))
+        at = max((float(p[2].max()) for p in parts if len(p[2])), default=float("nan"))
+        num = den = 0.0
+        for imp, per_second, last in parts:
+            num += float((imp * np.exp(-per_second * np.maximum(at - last, 0.0))).sum())
+            den += float(imp.sum())
+        bands = list(zip(labels, pages.tolist(), weight.tolist()))
+        return {"bands": bands, "freshness": num / den if den > 0 else float("nan"), "at": at}
+
     def _changes(
         self, cols: dict[str, np.ndarray], rows: np.ndarray
     ) -> tuple[list[float], list[str | None]]:

@@ -177,6 +177,11 @@ def build_report(state: OpicState, top: int = 25, title: str | None = None) -> s
     page_heads = ["#", "importance", "cash", "visits", "fetched", "url"]
     if state.links_kept:  # the exact PageRank of the crawled graph, beside its estimate
         page_heads.insert(2, "pagerank")
+    if state.changes_kept:
+        page_heads.insert(-1, "changes/day")
+        for row, p in zip(page_rows, pages):
+            row.insert(-1, "" if p.change_rate is None else f"{p.change_rate:.3g}")
+    freshness = _freshness(state)
     sites = state.by_site()
     site_tables = []
     for level in ("host", "domain"):
@@ -200,11 +205,32 @@ Importance is each page's share of all history (OPIC), normalised to sum 1 over 
 <div class="plots">{plots}</div>
 <h2>Top pages</h2>
 {_table(page_heads, page_rows, set(range(len(page_heads) - 2)))}
+{freshness}
 {"".join(site_tables)}
 <h2>Settings</h2>
 {_table(["setting", "value"], settings_rows, set())}
 </body></html>
 """
+
+
+def _freshness(state: OpicState) -> str:
+    """The section on change of a crawl that refetched by freshness ("" for another)."""
+    summary = state.change_summary()
+    if not summary:
+        return ""
+    at = summary["at"]
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(at)) if at == at else "never"
+    rows = [
+        [html.escape(label), f"{pages:,}", f"{weight:.4f}"]
+        for label, pages, weight in summary["bands"]
+    ]
+    return (
+        "<h2>Change</h2><p>Pages by the change rate their refetches showed (a smoothed maximum-"
+        "likelihood estimate), with their share of importance. Expected importance-weighted "
+        f"freshness of the copies at {when}: <b>{summary['freshness']:.3f}</b> (each page "
+        "fresh with probability e<sup>-rate × age</sup>).</p>"
+        + _table(["change rate", "pages", "importance"], rows, {1, 2})
+    )
 
 
 def write_report(state: OpicState, out: str | os.PathLike, top: int = 25) -> Path:

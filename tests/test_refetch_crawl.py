@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import csv
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -11,7 +12,8 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from scrapy_opic.export import open_state
+from scrapy_opic.export import open_state, write_export
+from scrapy_opic.report import build_report
 from tests.test_crawl import crawl
 
 
@@ -304,4 +306,14 @@ def test_a_page_that_goes_from_200_to_304_to_404_is_closed_and_holds_no_importan
         assert pages[site.url("/a")].importance == 0.0
         assert sum(p.importance for p in pages.values()) == pytest.approx(1.0, abs=1e-9)
         assert "change_rate" in state.page_columns
+        # Nothing changed but /a's going: every open page is "never seen to change".
+        bands = state.change_summary()["bands"]
+        assert bands[0][0] == "never seen to change" and bands[0][1] == 2
+        assert sum(b[1] for b in bands) == 2  # (/a is closed: no refetch looks at it again)
+        assert "<h2>Change</h2>" in build_report(state)
+        write_export(state, str(tmp_path / "pages.csv"))
+    with open(tmp_path / "pages.csv", newline="") as fh:
+        rows = {r["url"]: r for r in csv.DictReader(fh)}
+    assert float(rows[site.url("/b")]["change_rate"]) > 0  # (a smoothed estimate: never 0)
+    assert rows[site.url("/b")]["last_changed"] == ""
     assert stats["opic/total_cash"] == pytest.approx(1.0, abs=1e-9)
