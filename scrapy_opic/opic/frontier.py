@@ -128,6 +128,7 @@ from .constants import (
     PENDING,
     REDIRECTED,
     SCHEDULED,
+    SPIDER_ERROR,
     STATUSES,
     VISITED,
 )
@@ -843,7 +844,8 @@ class MemoryFrontier:
             self._pay_kept(i, kept)
         if r is not None:
             r.observed(i, False)
-        self._settled(i, OK)
+        if self.outcome[i] != SPIDER_ERROR:  # (its content is the last parse's: so is that)
+            self._settled(i, OK)
         self._answered(i)
         del self._tokens[i]
         self._done(i, payload, lease.key)
@@ -936,11 +938,9 @@ class MemoryFrontier:
         if self.keep_links:  # (the list is not changed after this: kept as is, no copy)
             self.link_changes[i] = children
         r = self.refresher
-        if r is not None and outcome == OK and not outside:
+        if r is not None:  # (a parse that failed part-way paid its links all the same)
             r.keep(i, paid, weights, boosts, virtual_weight)
             r.observed(i, changed)
-        elif r is not None:
-            r.failed(i)
         self._settled(i, outcome)
         if outcome != OK:
             self.failed_visits += 1
