@@ -139,6 +139,13 @@ class RefetchSchedule:
             heapq.heappush(self._heap, (float(self.due[i]), i))
             self._live += 1
 
+    def expedite(self, i: int, now: float) -> None:
+        """Page ``i``, waiting, is due at ``now`` if it was due later (its next period starts
+        from its fetch then)."""
+        if i < len(self.state) and self._entry(i) and self.due[i] > now:
+            self.due[i] = now  # (its old heap entry goes stale: its due time changed)
+            heapq.heappush(self._heap, (now, i))
+
     def _wait(self, i: int) -> None:
         if self._entry(i):
             self._live -= 1  # (its heap entry goes stale)

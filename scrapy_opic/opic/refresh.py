@@ -93,6 +93,8 @@ class Refresher:
         self.rates = ChangeRates(prior_rate=prior_rate)
         self.schedule = RefetchSchedule()
         self.links: dict[int, KeptLinks] = {}
+        #: Per page, the pages whose kept links lead to it (see :meth:`keep`).
+        self.indegree = np.zeros(0, np.int32)
         self.floor_share = floor_share
         self.plan_every = plan_every
         self.plan_seconds = plan_seconds
@@ -116,13 +118,41 @@ class Refresher:
         virtual_weight: float,
     ) -> None:
         """Page ``i`` was parsed and paid these links: they are the ones a 304 or a settle
-        visit pays later."""
+        visit pays later. A page that no kept link leads to any more (the last page that
+        linked to it dropped the link) is due for a refetch at once: a page removed from a
+        site loses its links first, and the crawl learns that it is gone only by asking."""
+        new = np.asarray(ids, np.int32)
+        old = self.links.get(i)
         self.links[i] = KeptLinks(
-            np.asarray(ids, np.int32),
+            new,
             None if weights is None else np.asarray(weights, float),
             None if boosts is None else np.asarray(boosts, float),
             float(virtual_weight),
         )
+        self._count_links(i, None if old is None else old.ids, new)
+
+    def _count_links(self, i: int, old: np.ndarray | None, new: np.ndarray) -> None:
+        """Keep :attr:`indegree` (kept links to each page from other pages, once per page)
+        and expedite the pages it drops to 0."""
+        new = np.unique(new[new != i])
+        top = int(new.max()) + 1 if new.size else 0
+        if top > len(self.indegree):
+            grown = np.zeros(max(top, 2 * len(self.indegree)), np.int32)
+            grown[: len(self.indegree)] = self.indegree
+            self.indegree = grown
+        if old is not None and old.size:
+            old = np.unique(old[old != i])
+            lost = np.setdiff1d(old, new, assume_unique=True)
+            gained = np.setdiff1d(new, old, assume_unique=True)
+            self.indegree[lost] -= 1
+            self.indegree[gained] += 1
+            orphans = lost[self.indegree[lost] == 0]
+            if orphans.size:
+                now = self.wall()
+                for j in orphans.tolist():
+                    self.schedule.expedite(j, now)
+        else:
+            self.indegree[new] += 1
 
     def links_of(self, i: int) -> KeptLinks | None:
         """Page ``i``'s kept links (None: it was never parsed, or it was closed since)."""
@@ -146,7 +176,9 @@ class Refresher:
     def closed(self, i: int) -> None:
         """Page ``i`` is closed: never refetched, its kept links gone."""
         self.schedule.discard(i)
-        self.links.pop(i, None)
+        old = self.links.pop(i, None)
+        if old is not None:
+            self._count_links(i, old.ids, np.zeros(0, np.int32))
 
     def taken(self, i: int) -> None:
         """Page ``i`` is leased (whichever way the pop chose it): out of the schedule until
@@ -258,7 +290,9 @@ class Refresher:
         ends = np.cumsum(counts)
         starts = ends - counts
         for i, a, b in zip(pages.tolist(), starts.tolist(), ends.tolist()):
-            self.links[i] = KeptLinks(np.unique(targets[a:b]).astype(np.int32), None, None, 0.0)
+            ids = np.unique(targets[a:b]).astype(np.int32)
+            self.links[i] = KeptLinks(ids, None, None, 0.0)
+            self._count_links(i, None, ids)
 
     def figures(self) -> dict[str, float]:
         return {
