@@ -167,3 +167,13 @@ def test_boost_smoke(tmp_path):
     assert mod.main(["--pages", "60", "--boosts", "5", "--first", "10", "--out", str(out)]) == 0
     text = out.read_text()
     assert "| no focus |" in text and "| 5 |" in text and "/10 |" in text
+
+
+def test_freshness_crawl_smoke(tmp_path):
+    mod = load("freshness_crawl")
+    out = tmp_path / "freshness_crawl.md"
+    args = ["--pages", "40", "--pace", "200", "--cases", "independent", "removal"]
+    assert mod.main([*args, "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "| independent | tree: defaults |" in text
+    assert "## Removal" in text and re.search(r"\| [0-4]/4 \|", text)  # (N/10 new pages)
