@@ -23,8 +23,8 @@ as ``-s NAME=VALUE`` (the policy under test; none: the defaults). ``--rev REV`` 
 the ``scrapy_opic`` of a git revision (``git archive``, first on ``PYTHONPATH``), and
 ``--with-baseline [REV]`` first runs the defaults (of REV's code, or this tree's). It stops
 with a SIGINT (a graceful stop) once the server has answered 6N page requests (5N in the
-removal case), not by ``CLOSESPIDER_PAGECOUNT``: Scrapy counts only the responses that reach
-the engine, not those a middleware turns into an exception (an unchanged refetch).
+removal case): the server's count, exact whatever the crawler counts (the results say so if
+Scrapy's ``response_received_count``, what ``CLOSESPIDER_PAGECOUNT`` counts, falls behind).
 Everything is then measured from the **server's** access log and the site's true change
 times, not from the crawler:
 
