@@ -317,3 +317,22 @@ def test_a_page_that_goes_from_200_to_304_to_404_is_closed_and_holds_no_importan
     assert float(rows[site.url("/b")]["change_rate"]) > 0  # (a smoothed estimate: never 0)
     assert rows[site.url("/b")]["last_changed"] == ""
     assert stats["opic/total_cash"] == pytest.approx(1.0, abs=1e-9)
+
+
+def test_a_resumed_crawl_refetches_with_the_validators_and_rates_it_had(tmp_path):
+    jobdir = str(tmp_path / "job")
+    with ScriptedSite({"/": honest(), "/a": honest(), "/b": honest()}) as site:
+        items, _ = run(tmp_path / "one", site, 12, JOBDIR=jobdir)
+        before = len(site.hits)
+        again, stats = run(tmp_path / "two", site, 12, JOBDIR=jobdir)
+        after = site.hits[before:]
+    assert len(items) == 3  # every page parsed once, in the first run
+    # The second run's requests carry the validators of the first run's responses, its pages
+    # are unchanged (304s): no callback, no item again.
+    assert after and all(h.inm == '"v0"' and h.status == 304 for h in after if h.inm)
+    assert sum(1 for h in after if h.inm) >= len(after) - 1  # (an audit may go without)
+    assert again == []
+    assert stats["opic/total_cash"] == pytest.approx(1.0, abs=1e-9)
+    with open_state(Path(jobdir) / "opic.sqlite") as state:
+        bands = state.change_summary()["bands"]
+        assert bands[0][1] == 3  # three pages seen, none changing
