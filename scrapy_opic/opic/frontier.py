@@ -36,6 +36,8 @@ included, stays 1 (:meth:`Frontier.total_cash`):
 
 =======================  =========================================================================
 ``visit(lease, links)``  history absorbs the cash; the links and the virtual page share it
+``unchanged(lease)``     refetched and unchanged (a 304): a visit over the links of its last
+                         parsed visit (none kept: all of the cash to the virtual page)
 ``fail(lease, o)``       fetched but nothing to follow (an error): a visit with no links, so all
                          of the cash goes to the virtual page; the page is *closed* (below),
                          except in a continuous crawl for an outcome not in ``FINAL_OUTCOMES``
@@ -71,6 +73,12 @@ pages with the same cash may go either way; backends need not break ties alike. 
 crawl with a *discovery share* the pages never fetched get at least that share of the pops while
 there are any (:func:`discovery_step`): else the pages already fetched, paid again and again by
 the links between them, would outbid the new ones found at the edge of the crawl for a long time.
+
+With a :class:`~scrapy_opic.opic.refresh.Refresher` (a continuous crawl that refetches by
+change), the pops that discovery does not take go to the refetch due first in its schedule
+(earliest due first among the slots with room; the richest page until a first plan), and each
+refetch comes with a *settle visit* of the richest waiting page over its kept links (see
+:mod:`~scrapy_opic.opic.refresh`).
 
 In a continuous crawl a priority orders a page's first fetch only: a page fetched once waits for
 its refetches at priority 0, by cash alone. (Every fetched page is pending again at once, so a

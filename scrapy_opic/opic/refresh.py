@@ -13,7 +13,10 @@ refetch budget) and :mod:`.refetch` (earliest due first) to the frontier's event
   visit: the page is unchanged, so are its links;
 * a failed fetch that leaves the page open: :meth:`failed` (due again a period later);
 * a page closed (404, 410, a permanent redirect...): :meth:`closed` (never refetched, its
-  kept links dropped).
+  kept links dropped);
+* a page that no kept link leads to any more (the last page that linked to it dropped the
+  link): due at once (:meth:`keep`). A page removed from a site loses its links first, and the
+  crawl learns that it is gone only by asking; until then it holds importance.
 
 Which page a pop takes (the frontier asks :meth:`due` with its own eligibility test):
 discovery first takes its share of the pops for pages never fetched, as without a refresher;
