@@ -366,11 +366,11 @@ def test_a_resumed_crawl_gets_its_rates_periods_links_and_budget_back_and_replan
             targets = {int(j) for j in rng.choice(n, 3, replace=False)} - {i}
             f.visit(lease, [link(j, weight=2.0) for j in sorted(targets)], changed=i % 3 == 1)
     assert r.plans > 0 and r.budget > 0
-    assert all(kept.weights is not None for kept in r.links.values())  # (weighed links)
+    assert all(kept.weights is not None for _i, kept in r.kept())  # (weighed links)
     f.commit(wait=True)
     rates = {k: v[:n].copy() for k, v in r.rates.a.items()}
     periods = r.schedule.last[:n].copy()
-    links = {i: sorted(k.ids.tolist()) for i, k in r.links.items()}
+    links = {i: sorted(k.ids.tolist()) for i, k in r.kept()}
     budget = r.budget
     f.close([])
 
@@ -382,8 +382,8 @@ def test_a_resumed_crawl_gets_its_rates_periods_links_and_budget_back_and_replan
     assert np.isfinite(periods).all()
     np.testing.assert_array_equal(s.schedule.last[:n], periods)
     assert s.budget == budget
-    assert {i: sorted(k.ids.tolist()) for i, k in s.links.items()} == links
-    for kept in s.links.values():  # (weights are not saved: plain links)
+    assert {i: sorted(k.ids.tolist()) for i, k in s.kept()} == links
+    for _i, kept in s.kept():  # (weights are not saved: plain links)
         assert kept.weights is None and kept.boosts is None and kept.virtual_weight == 0.0
     assert s.plans == 1 and len(s.schedule) == n  # replanned: every page waits its turn
     assert (s.schedule.freq[:n] > 0).all()

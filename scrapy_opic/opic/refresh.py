@@ -44,7 +44,7 @@ I/O.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -95,7 +95,10 @@ class Refresher:
     ) -> None:
         self.rates = ChangeRates(prior_rate=prior_rate)
         self.schedule = RefetchSchedule()
-        self.links: dict[int, KeptLinks] = {}
+        # By page id: its kept links, as the bytes of their int32 ids when they are plain
+        # (no weight, boost or refused link: most pages; 4 bytes a link and one small object),
+        # else a KeptLinks; None for a page with none.
+        self._links: list[bytes | KeptLinks | None] = []
         #: Per page, the pages whose kept links lead to it (see :meth:`keep`).
         self.indegree = np.zeros(0, np.int32)
         self.floor_share = floor_share
@@ -125,14 +128,26 @@ class Refresher:
         linked to it dropped the link) is due for a refetch at once: a page removed from a
         site loses its links first, and the crawl learns that it is gone only by asking."""
         new = np.asarray(ids, np.int32)
-        old = self.links.get(i)
-        self.links[i] = KeptLinks(
-            new,
-            None if weights is None else np.asarray(weights, float),
-            None if boosts is None else np.asarray(boosts, float),
-            float(virtual_weight),
-        )
+        old = self.links_of(i)
+        if weights is None and boosts is None and not virtual_weight:
+            self._put(i, new.tobytes())
+        else:
+            self._put(
+                i,
+                KeptLinks(
+                    new,
+                    None if weights is None else np.asarray(weights, float),
+                    None if boosts is None else np.asarray(boosts, float),
+                    float(virtual_weight),
+                ),
+            )
         self._count_links(i, None if old is None else old.ids, new)
+
+    def _put(self, i: int, kept: bytes | KeptLinks | None) -> None:
+        links = self._links
+        if i >= len(links):
+            links.extend([None] * (max(i + 1, 2 * len(links)) - len(links)))
+        links[i] = kept
 
     def _count_links(self, i: int, old: np.ndarray | None, new: np.ndarray) -> None:
         """Keep :attr:`indegree` (kept links to each page from other pages, once per page)
@@ -159,7 +174,18 @@ class Refresher:
 
     def links_of(self, i: int) -> KeptLinks | None:
         """Page ``i``'s kept links (None: it was never parsed, or it was closed since)."""
-        return self.links.get(i)
+        kept = self._links[i] if i < len(self._links) else None
+        if kept is None or isinstance(kept, KeptLinks):
+            return kept
+        return KeptLinks(np.frombuffer(kept, np.int32), None, None, 0.0)
+
+    def kept(self) -> Iterator[tuple[int, KeptLinks]]:
+        """``(page, its kept links)`` of every page that has some."""
+        for i, kept in enumerate(self._links):
+            if kept is not None:
+                links = self.links_of(i)
+                assert links is not None
+                yield i, links
 
     def observed(self, i: int, changed: bool | None, now: float | None = None) -> None:
         """Page ``i`` was seen in full (a 200) or confirmed unchanged (a 304) at ``now``."""
@@ -179,8 +205,9 @@ class Refresher:
     def closed(self, i: int) -> None:
         """Page ``i`` is closed: never refetched, its kept links gone."""
         self.schedule.discard(i)
-        old = self.links.pop(i, None)
+        old = self.links_of(i)
         if old is not None:
+            self._put(i, None)
             self._count_links(i, old.ids, np.zeros(0, np.int32))
 
     def taken(self, i: int) -> None:
@@ -234,7 +261,7 @@ class Refresher:
 
     def settle_candidate(self, i: int) -> KeptLinks | None:
         """The links a settle visit of page ``i`` pays (None: it has none to pay)."""
-        return self.links.get(i)
+        return self.links_of(i)
 
     # -- planning ---------------------------------------------------------------------------
     def plan_due(self, n: int, now: float | None = None) -> bool:
@@ -294,7 +321,7 @@ class Refresher:
         starts = ends - counts
         for i, a, b in zip(pages.tolist(), starts.tolist(), ends.tolist()):
             ids = np.unique(targets[a:b]).astype(np.int32)
-            self.links[i] = KeptLinks(ids, None, None, 0.0)
+            self._put(i, ids.tobytes())
             self._count_links(i, None, ids)
 
     def figures(self) -> dict[str, float]:
