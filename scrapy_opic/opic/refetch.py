@@ -9,48 +9,8 @@ outnumber the live ones: O(log n) amortised per operation). When ``sum f`` equal
 refetches the crawl can spend, each page is refetched every ``1 / f_i`` on average (a page
 popped early keeps its grid); when the crawl spends less, every page is late alike.
 
-Integration with the frontier (the design recommended for issue 26)
--------------------------------------------------------------------
-Time is wall-clock seconds (changes happen in real time); ``f`` in refetches per second.
-
-*State per page*, beside the engine's: :class:`~scrapy_opic.opic.change.ChangeRates` (9
-floats), the validators and content signature of its last full response, its kept out-links
-(the ids of its last parsed visit: ``keep_links`` already records them), and this schedule's
-``freq``, ``last``, ``due`` (3 floats) and state (1 byte). Global: a :class:`ValidatorAudit
-<scrapy_opic.opic.change.ValidatorAudit>` per host, the refetch budget.
-
-*The frontier's calls* (the rules stay in ``scrapy_opic/opic``, once: the Redis backend calls
-the same functions; the frontier only wires them):
-
-* ``pop``: :func:`~scrapy_opic.opic.frontier.discovery_step` splits the pops as today. A pop
-  owed to discovery takes the richest page never fetched, unchanged. Any other pop takes
-  ``schedule.pop()`` (the page due first; with politeness, one schedule per download slot and
-  a heap of their heads, as :class:`~scrapy_opic.opic.selection.SlottedGreedySelection` does
-  for cash). A page that was never fetched is discovery's, not here.
-* a 200 (``visit``): ``engine.visit(i, links)`` as today, then ``rates.observe(i, now,
-  signature != kept signature)`` and ``schedule.fetched(i, now)``; the spider's callback is
-  called only if the signature changed (or on a first fetch).
-* a 304 (new ``not_modified(lease)``): ``engine.visit(i, kept_links[i])`` (a page with no
-  kept links pays the virtual page, as a dangling page), ``rates.observe(i, now, False)``,
-  ``schedule.fetched(i, now)``; no callback.
-* a failure that leaves the page open: ``schedule.fetched(i, now)`` (retried a period later);
-  a closed page: ``schedule.discard(i)``.
-* *settle* (new, after each refetch pop): OPIC needs every page's cash to flow over its links,
-  but refetches are now uneven (a static page is fetched once in a long while and would sit on
-  its cash, its children's estimates starved). So after each fetch the frontier pops the
-  richest fetched page from the Greedy heaps it keeps anyway and visits it from its kept links
-  *without a download* (``engine.visit(j, kept_links[j])``, then pushes it back): no request,
-  no change observation, no schedule update. One per fetch: the cash moves at least as often
-  as in today's crawl, where every fetch is a Greedy visit. A page in flight is not a
-  candidate, as today; a page never parsed has no kept links and is not settled.
-* ``replan(now)`` (new, every ``N / 20`` pops or a wall-clock period):
-  ``f = optimal_allocation(engine.importance(), rates.rates(prior_rate=rates.pooled_rate()),
-  budget, floor)`` then ``schedule.plan(f, now=now)`` (phases kept: no burst). ``budget``:
-  the refetches per second measured over the last period (pops not owed to discovery);
-  ``floor``: a small share of ``budget / N``, the cheap conditional check of static pages.
-
-Validators: ``ValidatorAudit.conditional(host)`` says which to send on a refetch; a full
-response of a page that has a previous one feeds ``ValidatorAudit.observe``.
+A crawl uses it through :class:`~scrapy_opic.opic.refresh.Refresher`, which plans the
+frequencies and feeds the schedule the crawl's events.
 """
 
 from __future__ import annotations
