@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.slow  # (the benchmark's simulation, small)
+
 PATH = Path(__file__).resolve().parent.parent / "benchmarks" / "freshness.py"
 
 

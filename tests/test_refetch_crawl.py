@@ -16,6 +16,8 @@ from scrapy_opic.export import open_state, write_export
 from scrapy_opic.report import build_report
 from tests.test_crawl import crawl
 
+pytestmark = pytest.mark.slow  # (crawls in a subprocess)
+
 
 class Hit(NamedTuple):
     path: str
