@@ -274,8 +274,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "OPIC_UNCHANGED_CALLBACK",
         False,
-        "refetches by freshness: call the callback for an unchanged page too (a 304 or a 200 "
-        "with the same signature); by default it is not called and yields nothing again",
+        "refetches by freshness: call the callback for an unchanged page too (a 200 with the "
+        "same signature; a 304 if the spider handles that status); by default it is not called "
+        "and yields nothing again",
         _bool,
     ),
     Setting(

@@ -184,6 +184,16 @@ def test_a_signature_of_the_body_sees_every_byte(tmp_path):
     assert len(items_of(items, site, "/a")) == 1 < len(site.of("/a"))
 
 
+def test_the_callback_of_an_unchanged_page_can_be_asked_for(tmp_path):
+    pages = {"/": plain(), "/a": plain()}
+    with ScriptedSite(pages) as site:
+        items, stats = run(tmp_path, site, 12, OPIC_UNCHANGED_CALLBACK=True)
+    # Every fetch parsed (no validators: every answer a 200), each visit done once.
+    assert len(items_of(items, site, "/a")) == len(site.of("/a")) > 1
+    assert stats["opic/unchanged"] >= len(site.of("/a")) - 1
+    assert stats["opic/total_cash"] == pytest.approx(1.0, abs=1e-9)
+
+
 def test_weak_etags_are_sent_back_and_honoured(tmp_path):
     pages = {"/": honest(weak=True), "/a": honest(weak=True)}
     with ScriptedSite(pages) as site:
