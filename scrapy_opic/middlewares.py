@@ -39,6 +39,7 @@ validators replace these when it holds a copy, and the cached copy it returns fo
 from __future__ import annotations
 
 import logging
+from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
 
 from itemadapter import ItemAdapter, is_item
@@ -224,6 +225,16 @@ class OpicSpiderMiddleware:
                     )
 
 
+def _http_time(value: bytes | None) -> float | None:
+    """An HTTP date as seconds since the epoch (None if absent or not a date)."""
+    if not value:
+        return None
+    try:
+        return parsedate_to_datetime(value.decode("latin-1")).timestamp()
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+
+
 class OpicDownloaderMiddleware:
     """Reports requests that end without a response, and refetches that found their page
     unchanged (see the module docstring)."""
@@ -285,14 +296,15 @@ class OpicDownloaderMiddleware:
         etag = response.headers.get(b"ETag")
         modified = response.headers.get(b"Last-Modified")
         changed = None
+        host = urlparse_cached(request).hostname
         if kept:
             changed = True if sig is None or kept[3] is None else sig != kept[3]
             if sig is not None and kept[3] is not None:
-                host = urlparse_cached(request).hostname
                 self.audit.observe(
                     host, Snapshot(kept[1], kept[2], kept[3]), Snapshot(etag, modified, sig)
                 )
-        meta[SEEN_META] = (request.url, etag, modified, sig, changed)
+        since = _http_time(modified) if self.audit.trusted(host, "last_modified") else None
+        meta[SEEN_META] = (request.url, etag, modified, sig, changed, since)
         if changed is False:
             self._unchanged(request)
         return response

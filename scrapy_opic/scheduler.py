@@ -169,7 +169,8 @@ FOLLOW_UP_META = (
 #: what the page's last full response showed, ``(url, ETag, Last-Modified, signature)``.
 VALIDATORS_META = "opic_validators"
 #: Meta of a request in flight (set by the downloader middleware): what its response showed,
-#: ``(url, ETag, Last-Modified, signature, changed)``.
+#: ``(url, ETag, Last-Modified, signature, changed, modified)``, ``modified`` the time a
+#: trusted Last-Modified gives (seconds since the epoch) or None.
 SEEN_META = "_opic_seen"
 #: Meta of a request in flight: the validator headers the downloader middleware added to it
 #: (not the request's own: they never go into the request the page is refetched with).
@@ -1117,7 +1118,7 @@ class OpicScheduler(BaseScheduler):
         kw: dict[str, Any] = {}
         if seen is not None:  # (a crawl that refetches by freshness)
             later = self._next_payload(request, later, seen)
-            kw["changed"] = seen[4]
+            kw["changed"], kw["modified"] = seen[4], seen[5]
         if failed and self._visit_outcome:
             kw["outcome"] = SPIDER_ERROR
         visit = self.frontier.visit(lease, links, virtual_weight, importance, later, **kw)

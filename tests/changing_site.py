@@ -19,7 +19,9 @@ The site (deterministic from ``seed``):
   are the static ones); else the rates are drawn regardless of links;
 * **change times** are drawn lazily per page (its own random stream of ``(seed, page)``), in
   seconds of the site's clock (0 when the server starts); a page's *version* at ``t`` is its
-  number of changes up to ``t`` (a new page counts from ``T``);
+  number of changes up to ``t`` (a new page counts from ``T``); the last change before 0 of a
+  page that changes is ``Exp(rate)`` seconds before it (its Last-Modified at a first look is
+  that of a page that has always changed at its rate), of one that never changes its creation;
 * **the change** at ``T`` (``change_at`` seconds, or the first page request after
   ``change_after`` of them, or :meth:`change`): ``remove_share`` of the old pages (never page 0)
   answer 404 (``gone_status``: 410) and every link to them disappears; the new section appears,
@@ -261,6 +263,7 @@ class PoissonSite:
         self._times: list[list[float]] = [[] for _ in range(self.total)]
         self._horizon = [0.0 if r > 0 else math.inf for r in self.rates]
         self._streams: dict[int, np.random.Generator] = {}
+        self._given = set(changes or {})  # pages whose change times a test gave
         for i, times in (changes or {}).items():
             self._times[i] = sorted(float(t) for t in times)
             self._horizon[i] = math.inf
@@ -342,6 +345,17 @@ class PoissonSite:
                 self._horizon[i] = times[-1]
             return times
 
+    def _before(self, i: int) -> float:
+        """Page ``i``'s last change before site time 0: a page that changes at rate ``l`` did
+        so ``Exp(l)`` before (a Poisson process looks the same backwards), or at its creation
+        if that is later (a page whose change times a test gave: at its creation). So its
+        Last-Modified at a first look is honest about its rate."""
+        born = self.created(i)
+        if i >= self.n or not self.rates[i] > 0 or i in self._given:
+            return born
+        back = np.random.default_rng([self.seed, i, 1]).exponential(1.0 / self.rates[i])
+        return max(born, -float(back))
+
     def created(self, i: int) -> float:
         """When page ``i`` came to exist (``BIRTH`` for the old pages; ``T`` for the new ones,
         inf before the change)."""
@@ -368,7 +382,7 @@ class PoissonSite:
         """Page ``i``'s last change (or its creation) at or before ``t``."""
         times = self._extend(i, t)
         k = bisect.bisect_right(times, t)
-        last = max(self.created(i), times[k - 1] if k else -math.inf)
+        last = max(self._before(i), times[k - 1] if k else -math.inf)
         shape = self._shape_change(i)
         return max(last, shape) if shape is not None and shape <= t else last
 

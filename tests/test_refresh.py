@@ -480,3 +480,21 @@ def test_a_page_put_back_keeps_the_due_time_a_phase_kept_replan_gave_it(how):
         r.returned(0)
     assert sched.due[0] == pytest.approx(1.5)  # got: 2.0 (last + 1 / f)
     assert sched.peek()[0] == 0  # got: page 1 (due 1.9) first
+
+
+def test_a_trusted_last_modified_is_evidence_at_a_first_look_and_dates_a_change():
+    clock = Clock()
+    r = Refresher(wall=clock)
+    clock.t = 10_000.0
+    r.observed(0, None, since=10.0)  # unchanged for almost 10,000 s already
+    r.observed(1, None)  # nothing known
+    r.observed(2, None, since=20_000.0)  # a date in the future: no evidence
+    rates = r.rates.rates()
+    assert rates[0] < rates[1] / 10 and rates[2] == rates[1]
+    # After a change seen, a date between the two looks dates it; an older one lies.
+    clock.t = 10_100.0
+    r.observed(1, True, since=10_050.0)
+    r.observed(2, True, since=9_000.0)
+    last = r.rates.last_changed()
+    assert last[1] == 10_050.0
+    assert 10_000.0 < last[2] < 10_100.0  # (the expected time within the interval)

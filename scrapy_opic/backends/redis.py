@@ -587,6 +587,7 @@ class RedisFrontier(Fleet):
         payload: Any = None,
         outcome: int = OK,
         changed: bool | None = None,
+        modified: float | None = None,
     ) -> Any:
         got = super().visit(lease, links, virtual_weight, importance, payload, outcome)
         return self._settled(lease, got)

@@ -180,6 +180,10 @@ class ChangeRates:
             a["u"][i] += t
             a["n_u"][i] += 1.0
 
+    def last_seen(self, i: int) -> float:
+        """When page ``i`` was last observed in full (nan: never)."""
+        return float(self.a["last"][i]) if i < self.n else math.nan
+
     def _ids(self, ids: np.ndarray | Sequence[int] | None) -> np.ndarray | slice:
         return slice(0, self.n) if ids is None else np.asarray(ids, dtype=np.int64)
 

@@ -234,6 +234,7 @@ class Frontier(Protocol):
         payload: Any = None,
         outcome: int = OK,
         changed: bool | None = None,
+        modified: float | None = None,
     ) -> Visit | None:
         """The page was fetched and parsed, and follows ``links`` (self-links are not paid):
         its cash moves into its history and is paid out, ``epsilon`` to the virtual page and
@@ -244,7 +245,8 @@ class Frontier(Protocol):
         for one fetch). ``outcome``: how the fetch ended, ``ok`` unless the parse failed
         part-way (``spider_error``: the links found before the failure are paid all the
         same). ``changed``: whether its content changed since its last parsed visit (None:
-        unknown), for a frontier that learns change rates."""
+        unknown), and ``modified``: its last change as a trusted ``Last-Modified`` dates it
+        (seconds since the epoch), for a frontier that learns change rates."""
         ...
 
     def unchanged(self, lease: Lease, payload: Any = None) -> Visit | None:
@@ -902,9 +904,10 @@ class MemoryFrontier:
         payload: Any = None,
         outcome: int = OK,
         changed: bool | None = None,
+        modified: float | None = None,
     ) -> Visit | None:
         got = self.visit_out(
-            lease, links, (), virtual_weight, importance, payload, outcome, changed
+            lease, links, (), virtual_weight, importance, payload, outcome, changed, modified
         )
         return None if got is None else got[0]
 
@@ -918,13 +921,15 @@ class MemoryFrontier:
         payload: Any = None,
         outcome: int = OK,
         changed: bool | None = None,
+        modified: float | None = None,
     ) -> tuple[Visit, list[tuple[float, float]]] | None:
         """:meth:`visit` of a page that also links to pages this frontier does not hold (see
         :meth:`OpicEngine.visit_out <scrapy_opic.opic.engine.OpicEngine.visit_out>`):
         ``outside`` gives each such link's ``(weight, boost)``; returns the visit and those
         links' shares ``(cash, credit)``, to be paid where their pages live. ``changed``:
         whether the content differs from the page's last parsed visit (None: unknown, a
-        first fetch), an observation of its change rate when a refresher is on."""
+        first fetch), an observation of its change rate when a refresher is on; ``modified``:
+        its last change as a trusted ``Last-Modified`` dates it (seconds since the epoch)."""
         i = self._held(lease)
         if i is None:
             return None
@@ -948,7 +953,7 @@ class MemoryFrontier:
         r = self.refresher
         if r is not None:  # (a parse that failed part-way paid its links all the same)
             r.keep(i, paid, weights, boosts, virtual_weight)
-            r.observed(i, changed)
+            r.observed(i, changed, since=modified)
         self._settled(i, outcome)
         if outcome != OK:
             self.failed_visits += 1

@@ -1402,6 +1402,7 @@ class Fleet:
         payload: Any = None,
         outcome: int = OK,
         changed: bool | None = None,
+        modified: float | None = None,
     ) -> Visit | None:
         part, own = self._part_of(lease)
         if part is None:

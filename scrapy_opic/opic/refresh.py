@@ -192,10 +192,30 @@ class Refresher:
                 assert links is not None
                 yield i, links
 
-    def observed(self, i: int, changed: bool | None, now: float | None = None) -> None:
-        """Page ``i`` was seen in full (a 200) or confirmed unchanged (a 304) at ``now``."""
+    def observed(
+        self,
+        i: int,
+        changed: bool | None,
+        now: float | None = None,
+        since: float | None = None,
+    ) -> None:
+        """Page ``i`` was seen in full (a 200) or confirmed unchanged (a 304) at ``now``.
+        ``since``: when it last changed, as a trusted ``Last-Modified`` says. At a first look
+        (``changed`` None) that is an observation already: the page went unchanged from then
+        to now (a page unchanged for a year is not a page that changes hourly); after a
+        change seen, it dates the change."""
         now = self.wall() if now is None else now
-        self.rates.observe(i, now, changed)
+        rates = self.rates
+        if since is not None and not since < now:
+            since = None  # (a date in the future: no evidence)
+        before = rates.last_seen(i)
+        if changed is None and since is not None and np.isnan(before):
+            rates.observe(i, since, None)
+            rates.observe(i, now, False)
+        else:
+            # (A change dated before the previous look is a date that lies: not used.)
+            dated = changed and since is not None and since > before
+            rates.observe(i, now, changed, at=since if dated else None)
         sched = self.schedule
         sched.grow(i + 1)
         if not sched.freq[i] and self._mean:
