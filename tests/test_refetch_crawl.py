@@ -194,6 +194,25 @@ def test_the_callback_of_an_unchanged_page_can_be_asked_for(tmp_path):
     assert stats["opic/total_cash"] == pytest.approx(1.0, abs=1e-9)
 
 
+def test_a_refetch_redirected_elsewhere_sends_the_target_none_of_its_validators(tmp_path):
+    # /a is a page (ETag "a0") until its 3rd request, then a temporary redirect to /c (ETag
+    # "v0"), which nothing else links to.
+    def moving(k: int, headers: dict[str, str]) -> tuple[int, int, dict[str, str]]:
+        if k >= 2:
+            return 302, 0, {"Location": "/c"}
+        if headers.get("if-none-match") == '"a0"':
+            return 304, 0, {"ETag": '"a0"'}
+        return 200, 0, {"ETag": '"a0"'}
+
+    with ScriptedSite({"/": honest(), "/a": moving, "/c": honest()}) as site:
+        items, stats = run(tmp_path, site, 30)
+    assert [h.status for h in site.of("/a")][:3] == [200, 304, 302]
+    hits = site.of("/c")
+    assert hits and hits[0].inm is None  # (not /a's "a0": the validators were /a's)
+    assert all(h.inm in (None, '"v0"') for h in hits)
+    assert stats["opic/total_cash"] == pytest.approx(1.0, abs=1e-9)
+
+
 def test_weak_etags_are_sent_back_and_honoured(tmp_path):
     pages = {"/": honest(weak=True), "/a": honest(weak=True)}
     with ScriptedSite(pages) as site:
