@@ -498,3 +498,19 @@ def test_a_trusted_last_modified_is_evidence_at_a_first_look_and_dates_a_change(
     last = r.rates.last_changed()
     assert last[1] == 10_050.0
     assert 10_000.0 < last[2] < 10_100.0  # (the expected time within the interval)
+
+
+def test_plans_take_at_most_a_twentieth_of_the_crawls_time():
+    clock = Clock()
+    r = Refresher(wall=clock, plan_every=1, plan_seconds=1.0)
+    r.observed(0, None)
+    r.count_refetch()
+    clock.t += 1.0
+    r.plan(np.array([1.0]), np.array([True]))
+    r.plan_cost = 2.0  # (a plan that took 2 s: none again before 40 s)
+    for _ in range(5):
+        r.count_refetch()
+    clock.t += 39.0
+    assert not r.plan_due(1)
+    clock.t += 1.5
+    assert r.plan_due(1)

@@ -829,6 +829,7 @@ class MemoryFrontier:
         r = self.refresher
         if r is None:
             return
+        started = time.perf_counter()
         n = self.engine.n
         st = np.frombuffer(self.status, np.uint8, count=n)
         flags = self.engine.flags[:n]
@@ -836,6 +837,7 @@ class MemoryFrontier:
         live &= (flags & DEAD) == 0
         del st
         r.plan(self.engine.importance(), live, now)
+        r.plan_cost = time.perf_counter() - started
 
     def unchanged(self, lease: Lease, payload: Any = None) -> Visit | None:
         """The page of ``lease`` was fetched and found unchanged (a 304, or content with the

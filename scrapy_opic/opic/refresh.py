@@ -64,6 +64,10 @@ class KeptLinks(NamedTuple):
     virtual_weight: float
 
 
+#: A plan waits at least this many times as long as the last one took (see
+#: :meth:`Refresher.plan_due`).
+PLAN_LOAD = 20.0
+
 #: The change rate (per second) a page is assumed to have before any observation.
 PRIOR_RATE = 1e-3
 
@@ -108,6 +112,9 @@ class Refresher:
         self.budget = 0.0  # refetches per second of the last plan (0: no plan yet)
         self._mean = 0.0  # the mean frequency of the last plan
         self._planned_at: float | None = None
+        #: Seconds the last plan took (:meth:`MemoryFrontier.replan
+        #: <scrapy_opic.opic.frontier.MemoryFrontier.replan>` measures it).
+        self.plan_cost = 0.0
         self._refetches = 0  # refetch pops since the last plan
         self._since: float | None = None  # when that count started
         #: Counters for the crawl's figures.
@@ -290,10 +297,14 @@ class Refresher:
 
     # -- planning ---------------------------------------------------------------------------
     def plan_due(self, n: int, now: float | None = None) -> bool:
-        """Whether a re-plan is due (enough refetches, or enough time, since the last)."""
+        """Whether a re-plan is due (enough refetches, or enough time, since the last), and
+        affordable: a plan is O(n) (about seconds at a million pages, during which the crawl
+        waits), so the crawl spends at most ``1 / PLAN_LOAD`` of its time planning."""
         if self._since is None:
             return False
         now = self.wall() if now is None else now
+        if self._planned_at is not None and now - self._planned_at < PLAN_LOAD * self.plan_cost:
+            return False
         if self._refetches >= max(self.plan_every, n // 5):
             return True
         return self._planned_at is not None and now - self._planned_at >= self.plan_seconds
