@@ -60,7 +60,7 @@ import numpy as np
 from .backends import StoreError, is_redis_location, masked_url, split_location
 from .backends.sqlite import StateReader
 from .formats import output_format
-from .opic.change import ChangeRates
+from .opic.change import SUMS, ChangeRates
 from .opic.constants import (
     DEAD,
     FETCHED,
@@ -269,14 +269,11 @@ class OpicState:
             gone += int((dead & ((cols["flags"] & FETCHED) != 0)).sum())
             counts += np.bincount(cols["f.status"], minlength=len(STATUSES))[: len(STATUSES)]
             if "r.u" in cols:
-                for f in ChangeRates.FIELDS[1:7]:  # (the additive sums)
-                    pooled[f] = pooled.get(f, 0.0) + float(np.nansum(cols[f"r.{f}"]))
+                for f in SUMS:
+                    pooled[f] = pooled.get(f, 0.0) + float(cols[f"r.{f}"].sum())
         self._total, self._counts, self._gone = total, counts, gone
         if pooled:
-            rates = ChangeRates(prior_rate=PRIOR_RATE, capacity=1)
-            for f, v in pooled.items():
-                rates.a[f][0] = v
-            self._pooled_rate = float(rates.rates()[0])
+            self._pooled_rate = ChangeRates(prior_rate=PRIOR_RATE).rate_of_sums(pooled)
 
     def _mix(self, est: np.ndarray, cols: dict[str, np.ndarray]) -> np.ndarray:
         """Importance from the estimates of a batch (as :meth:`OpicEngine.importance`)."""
@@ -439,8 +436,7 @@ class OpicState:
             imp = self._mix(est, cols)
             seen = ~np.isnan(cols["r.last"]) & ((cols["flags"] & DEAD) == 0)  # (open pages)
             rows = np.flatnonzero(seen)
-            rate, _ = self._changes(cols, rows)
-            per_second = np.asarray(rate) / 86400.0
+            per_second = self._rates(cols, rows)[1]
             band = np.where(cols["r.n_c"][rows] > 0, 1 + np.searchsorted(edges, per_second), 0)
             np.add.at(pages, band, 1)
             np.add.at(weight, band, imp[rows])
@@ -453,16 +449,23 @@ class OpicState:
         bands = list(zip(labels, pages.tolist(), weight.tolist()))
         return {"bands": bands, "freshness": num / den if den > 0 else float("nan"), "at": at}
 
-    def _changes(
+    def _rates(
         self, cols: dict[str, np.ndarray], rows: np.ndarray
-    ) -> tuple[list[float], list[str | None]]:
-        """The change rates (per day) and last changes (ISO 8601) of a batch's ``rows``."""
+    ) -> tuple[ChangeRates, np.ndarray]:
+        """The saved change observations of a batch's ``rows``, and their rates (per second,
+        with the crawl's pooled rate as the prior, as the crawl planned with)."""
         if self._total is None:
             self._scan()
         rates = ChangeRates(prior_rate=PRIOR_RATE, capacity=len(rows))
         for f in ChangeRates.FIELDS:
             rates.a[f][: len(rows)] = cols[f"r.{f}"][rows]
-        per_second = rates.rates(prior_rate=self._pooled_rate)
+        return rates, rates.rates(prior_rate=self._pooled_rate)
+
+    def _changes(
+        self, cols: dict[str, np.ndarray], rows: np.ndarray
+    ) -> tuple[list[float], list[str | None]]:
+        """The change rates (per day) and last changes (ISO 8601) of a batch's ``rows``."""
+        rates, per_second = self._rates(cols, rows)
         last = rates.last_changed(rates=per_second)
         stamps = [
             None

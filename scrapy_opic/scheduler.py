@@ -1171,16 +1171,15 @@ class OpicScheduler(BaseScheduler):
         meta = {
             k: v
             for k, v in base.meta.items()
-            if not k.startswith("_opic") and k not in ("opic_id", "opic_lease", "download_latency")
+            if not k.startswith("_opic") and k != "download_latency"
         }
         meta[VALIDATORS_META] = shown
-        errback = base.errback
-        if isinstance(errback, OutcomeErrback):
-            errback = errback.original
         headers = base.headers.copy()
         for name in base.meta.get(SENT_META, ()):
             headers.pop(name, None)
-        return base.replace(meta=meta, errback=errback, headers=headers)
+        stored = base.replace(meta=meta, headers=headers)
+        self.detach(stored)  # (no lease in its meta, its own errback)
+        return stored
 
     @_guarded(None)
     def settle_callback_error(self, request: Request, exception: BaseException) -> None:

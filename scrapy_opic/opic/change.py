@@ -48,7 +48,7 @@ Nothing here does I/O; times are floats in any unit (seconds in a crawl), rates 
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -115,6 +115,10 @@ def solve_rates(
         lo = np.where(above, mid, lo)
         hi = np.where(above, hi, mid)
     return np.exp((lo + hi) / 2.0)
+
+
+#: The per-page fields that add up over pages into one page's worth of observations.
+SUMS = ("n_c", "s1", "s2", "s3", "u")
 
 
 class ChangeRates:
@@ -201,7 +205,12 @@ class ChangeRates:
     def pooled_rate(self) -> float:
         """One rate for all pages' observations together (their sums are additive): a prior
         for pages with little evidence of their own (empirical Bayes)."""
-        tot = {f: np.array([self.a[f][: self.n].sum()]) for f in ("n_c", "s1", "s2", "s3", "u")}
+        return self.rate_of_sums({f: float(self.a[f][: self.n].sum()) for f in SUMS})
+
+    def rate_of_sums(self, sums: Mapping[str, float]) -> float:
+        """The rate of observations given as the totals of :data:`SUMS` (of many pages, read
+        a part at a time: :meth:`pooled_rate` of a saved crawl)."""
+        tot = {f: np.array([sums.get(f, 0.0)]) for f in SUMS}
         rate = solve_rates(
             tot["n_c"], tot["s1"], tot["s2"], tot["s3"], tot["u"],
             self.prior_rate, self.prior_weights, self.bounds,
@@ -306,4 +315,12 @@ class ValidatorAudit:
         return self.trusted(key, "etag"), self.trusted(key, "last_modified")
 
 
-__all__ = ["KINDS", "ChangeRates", "Snapshot", "ValidatorAudit", "quadrature", "solve_rates"]
+__all__ = [
+    "KINDS",
+    "SUMS",
+    "ChangeRates",
+    "Snapshot",
+    "ValidatorAudit",
+    "quadrature",
+    "solve_rates",
+]

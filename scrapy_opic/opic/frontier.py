@@ -771,7 +771,8 @@ class MemoryFrontier:
         owed = bool(share) and self.discovery_debt + share >= 1.0
         i: int | None = None
         if unfetched and owed:
-            i = best[0] if best is not None else None
+            assert best is not None  # (unfetched: there is a best page)
+            i = best[0]
         else:
             status, parked, flags = self.status, self._parked_ids, self.engine._flags_mv
             tier, slot = self.tier, self.tiers.slot
@@ -805,7 +806,7 @@ class MemoryFrontier:
         if got is None or got[0] == popped or not self._fetched(got[0]):
             return
         j = got[0]
-        kept = r.settle_candidate(j)
+        kept = r.links_of(j)
         if kept is None:
             return
         sel.discard(j)

@@ -99,6 +99,14 @@ class RefetchSchedule:
             heapq.heappush(self._heap, (float(self.due[i]), i))
             self._live += 1
 
+    def take(self, i: int) -> None:
+        """Page ``i``, if waiting, is out of the schedule until :meth:`fetched` or :meth:`push`
+        (as if :meth:`pop` had handed it out)."""
+        if i < len(self.state) and self.state[i] == WAITING:
+            if self._entry(i):
+                self._live -= 1  # (its heap entry goes stale)
+            self.state[i] = POPPED
+
     def expedite(self, i: int, now: float) -> None:
         """Page ``i``, waiting, is due at ``now`` if it was due later (its next period starts
         from its fetch then)."""

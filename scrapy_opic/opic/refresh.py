@@ -31,7 +31,7 @@ mean frequency until the next one.
 *Settle visits.* OPIC needs every page's cash to move over its links, but refetches are now
 uneven: a page that never changes is fetched once in a long while and would sit on its cash,
 the estimates of the pages it links to starved. So after each refetch pop the frontier visits
-the richest fetched page from its kept links without a download (:meth:`settle_candidate`
+the richest fetched page from its kept links without a download (:meth:`links_of`
 says whether a page can be; the frontier does the visit, which is a plain engine visit: the
 money is accounted for as in any visit). One settle per refetch: the cash moves at least as
 often as in a crawl where every fetch is a Greedy visit.
@@ -51,7 +51,7 @@ import numpy as np
 
 from .change import ChangeRates
 from .freshness import optimal_allocation
-from .refetch import POPPED, WAITING, RefetchSchedule
+from .refetch import RefetchSchedule
 
 
 class KeptLinks(NamedTuple):
@@ -245,11 +245,7 @@ class Refresher:
     def taken(self, i: int) -> None:
         """Page ``i`` is leased (whichever way the pop chose it): out of the schedule until
         it is fetched (:meth:`observed`, :meth:`failed`) or handed back (:meth:`returned`)."""
-        sched = self.schedule
-        if i < len(sched.state) and sched.state[i] == WAITING:
-            if sched._entry(i):
-                sched._live -= 1  # (its heap entry goes stale)
-            sched.state[i] = POPPED
+        self.schedule.take(i)
 
     def returned(self, i: int) -> None:
         """Page ``i`` was leased and is pending again unfetched (released, retried)."""
@@ -290,10 +286,6 @@ class Refresher:
         if self._since is None:
             self._since = self.wall() if now is None else now
         self._refetches += 1
-
-    def settle_candidate(self, i: int) -> KeptLinks | None:
-        """The links a settle visit of page ``i`` pays (None: it has none to pay)."""
-        return self.links_of(i)
 
     # -- planning ---------------------------------------------------------------------------
     def plan_due(self, n: int, now: float | None = None) -> bool:
