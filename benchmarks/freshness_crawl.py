@@ -7,6 +7,9 @@
 
     # today's crawl (the code of a revision) beside the tree's with new settings:
     python benchmarks/freshness_crawl.py --with-baseline b9d8351 --set OPIC_DISCOVERY=0.3
+    # on Redis (each crawl under a key of its own, read back from there):
+    python benchmarks/freshness_crawl.py --set OPIC_STORE=redis \
+        --set OPIC_REDIS_URL=redis://127.0.0.1:6379/0
 
 The site: ``tests.changing_site.PoissonSite`` on 127.0.0.1, ``N`` pages (a power-law link graph,
 every page reachable from page 0, the start URL), 30% of them never changing, the others
@@ -119,10 +122,16 @@ def crawl(
     """Run the spider against ``site`` until the server has answered ``pages`` page requests,
     then stop it with a SIGINT (a graceful stop: the state is saved); returns what happened."""
     work.mkdir(parents=True, exist_ok=True)
-    state, stats = work / "opic.sqlite", work / "stats.json"
+    stats = work / "stats.json"
+    state: Path | str = work / "opic.sqlite"
     cmd = [sys.executable, "-m", "scrapy", "runspider", str(Path(__file__).resolve()),
            "-a", f"start_url={site.url(0)}", "-a", f"stats={stats}",
            "-s", f"OPIC_STATE_PATH={state}"]  # fmt: skip
+    given = dict(s.split("=", 1) for s in sets)
+    if given.get("OPIC_STORE") == "redis":  # (a crawl of its own, read back from Redis)
+        key = f"freshness-{work.name}-{os.getpid()}"
+        cmd += ["-s", f"OPIC_REDIS_KEY={key}", "-s", "OPIC_REDIS_RESET=True"]
+        state = f"{given.get('OPIC_REDIS_URL', 'redis://127.0.0.1:6379/0')}#{key}"
     for s in sets:
         cmd += ["-s", s]
     t0 = time.perf_counter()
@@ -160,7 +169,7 @@ def crawl(
     return out
 
 
-def exported(state: Path, total: int, work: Path, env: dict[str, str]) -> np.ndarray:
+def exported(state: Path | str, total: int, work: Path, env: dict[str, str]) -> np.ndarray:
     """The exported importance by page id (0 for pages the crawl does not know), written by
     ``scrapy opic-export`` with the code that crawled."""
     csv_path = work / "importance.csv"
@@ -226,7 +235,7 @@ def run_case(
         run = crawl(site, stop, sets, work, 3.0 * stop / pace + 90.0, env)
         fetch_log = list(site.log)
     pages = [f for f in fetch_log if f.page >= 0]
-    ok = run["state"].exists()
+    ok = isinstance(run["state"], str) or run["state"].exists()
     x = exported(run["state"], site.total, work, env) if ok else np.zeros(site.total)
     out: dict[str, Any] = {
         "case": case,

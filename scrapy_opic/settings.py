@@ -248,12 +248,11 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "OPIC_REFETCH",
-        None,
+        "freshness",
         "continuous crawls: what orders refetches: 'freshness' (each page's importance and "
         "learned change rate: the most importance-weighted freshness for the fetches spent) or "
-        "'cash' (cash alone, blind to change); None = 'freshness' on the embedded store, "
-        "'cash' on Redis",
-        _optional(_one_of("freshness", "cash")),
+        "'cash' (cash alone, blind to change)",
+        _one_of("freshness", "cash"),
     ),
     Setting(
         "OPIC_CONDITIONAL",
@@ -495,12 +494,11 @@ class OpicSettings:
             values["refresh"] = 1.0 if values["continuous"] else 0.0
         if values["window"] is None:
             values["window"] = "interpolation:30" if values["continuous"] else "unbounded"
-        if values["refetch"] is None:
-            values["refetch"] = "cash" if values["store"] == "redis" else "freshness"
         if not values["continuous"]:
             values["refetch"] = "cash"  # (a one-pass crawl refetches nothing)
-        elif values["refetch"] == "freshness":
-            # The kept links are what a 304 pays (and a resumed crawl finds them there).
+        elif values["refetch"] == "freshness" and values["store"] != "redis":
+            # The kept links are what a 304 pays (and a resumed crawl finds them there; a
+            # Redis crawl's partitions keep theirs in their checkpoints).
             values["keep_links"] = True
         if not (values["internal_weight"] or values["external_weight"]):
             raise OpicSettingsError(
@@ -512,11 +510,6 @@ class OpicSettings:
                 raise OpicSettingsError(
                     f"OPIC_STRATEGY={values['strategy']!r} is not valid with OPIC_STORE='redis': "
                     "expected 'greedy' (random and cycle are embedded-store only)"
-                )
-            if values["refetch"] == "freshness" and settings.get("OPIC_REFETCH") is not None:
-                raise OpicSettingsError(
-                    "OPIC_REFETCH='freshness' is not valid with OPIC_STORE='redis': expected "
-                    "'cash' (refetches by change rate are embedded-store only)"
                 )
             if values["keep_links"]:
                 raise OpicSettingsError(

@@ -245,6 +245,7 @@ def _open_redis(
             partitions=settings.redis_partitions,
             by="key" if settings.redis_partition == "url" else "host",
             meta=meta,
+            refetch=settings.refetch,
         )
     except (redis.RedisError, redis.RedisClusterException) as exc:
         if frontier is not None:

@@ -11,6 +11,7 @@ import random
 import numpy as np
 import pytest
 
+from scrapy_opic.opic.change import ChangeRates
 from scrapy_opic.opic.constants import DUPLICATE, FORWARDED, SCHEDULED
 from scrapy_opic.opic.engine import OpicEngine
 from scrapy_opic.opic.frontier import Entry, Link, MemoryFrontier
@@ -45,13 +46,19 @@ def site(hosts: int = 6, per_host: int = 25, seed_: int = 1):
 
 
 def fleets(
-    n: int, continuous: bool = False, refresh: float = 0.0, atomic: bool = False, **kw
+    n: int,
+    continuous: bool = False,
+    refresh: float = 0.0,
+    atomic: bool = False,
+    refetch: str = "cash",
+    **kw,
 ) -> list[Fleet]:
     """``n`` processes sharing the partitions round-robin; the first owns the pool. Each
     applies the messages between its own members as soon as it may (``atomic``: at once)."""
     out = [Fleet(P, continuous=continuous, refresh=refresh, **kw) for _ in range(n)]
     for f in out:
         f.atomic = atomic
+        f.refetch = refetch
     out[0].adopt_pool(Pool())
     for k in range(P):
         f = out[k % n]
@@ -162,7 +169,7 @@ def test_a_journal_replayed_on_a_checkpoint_rebuilds_the_partition_bit_for_bit()
             f.visit(lease, [Link(key(u), u, payload=b"r") for u in links[lease.url]])
         if step % 5 == 0:
             bus.round(shuffle=True)
-    bus.flush(reports=False)
+    written(bus, fs)
     for f in fs:
         for k, live in f.parts.items():
             again = bus.store.load(k, P, True, f)
@@ -177,6 +184,14 @@ def test_a_journal_replayed_on_a_checkpoint_rebuilds_the_partition_bit_for_bit()
                 s == 2
                 for s in live.frontier.status[: a.n]  # (in flight: pending when loaded)
             )
+
+
+def written(bus: Bus, fs: list[Fleet]) -> None:
+    """Flush until every record is in the store (a flush applies messages between members of
+    one process once they are durable: records made after its writes)."""
+    bus.flush(reports=False)
+    while any(m.journal for f in fs for m in f.members()):
+        bus.flush(reports=False)
 
 
 @pytest.mark.parametrize("atomic", [False, True], ids=["durable-first", "atomic"])
@@ -342,3 +357,146 @@ def test_a_checkpoint_round_trips_through_pickle():
         again = Partition.from_state(state, P)
         assert again.frontier.engine.n == part.frontier.engine.n
         assert again.frontier.engine.total_cash() == part.frontier.engine.total_cash()
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def fresh_step(f: Fleet, links, rnd: random.Random, clock: Clock, step: int) -> None:
+    """One pop of a fleet that refetches by change: a first fetch parsed, a refetch unchanged
+    (a 304) or changed, now and then a failure or a page gone."""
+    clock.t += 0.5
+    lease = f.pop()
+    if lease is None:
+        return
+    part = f.parts[lease.token[0]]
+    i = part.frontier.engine.id_of(lease.key)
+    fetched = part.frontier._fetched(i)
+    roll = rnd.random()
+    if fetched and roll < 0.5:
+        assert f.unchanged(lease, b"again") is not None
+    elif step > 50 and step % 17 == 0:
+        f.fail(lease, 503 if step % 2 else 404)
+    else:
+        # (a changed page drops one link now and then: kept links change with it)
+        out = links[lease.url][: 4 if fetched and roll < 0.6 else 5]
+        got = [Link(key(u), u, payload=b"r") for u in out]
+        changed = None if not fetched else roll < 0.8
+        assert f.visit(lease, got, changed=changed, modified=clock.t - 100.0) is not None
+
+
+@pytest.mark.parametrize("atomic", [False, True], ids=["durable-first", "atomic"])
+def test_refetches_by_change_over_partitions_keep_cash_one(atomic):
+    """Refetches by freshness over partitions: unchanged pages pay their kept links (those to
+    other partitions by transfer), settle visits after refetches, plans over every partition
+    a process owns, messages reordered and repeated: the crawl's cash stays 1."""
+    pages, links = site()
+    clock = Clock()
+    fs = fleets(3, True, 1.0, atomic, "freshness", time_fn=clock)
+    for f in fs:
+        f.discovery = 0.3
+    bus = Bus(fs, seed=4)
+    seed(fs, pages[0])
+    rnd = random.Random(6)
+    for step in range(1500):
+        fresh_step(rnd.choice(fs), links, rnd, clock, step)
+        if step % 7 == 0:
+            bus.round(shuffle=True, repeat=0.2)
+            assert bus.total_cash() == pytest.approx(1.0, abs=TOL), step
+    for _ in range(5):
+        bus.round()
+    assert sequence_problems(bus.members(), bus.moving()) == []
+    frs = [p.frontier for f in fs for p in f.parts.values()]
+    settles = sum(fr.refresher.settles for fr in frs)
+    unchanged = sum(fr.refresher.rates.a["u"].sum() > 0 for fr in frs)
+    assert all(f.planner.plans > 0 for f in fs) and settles > 0 and unchanged
+    remote = sum(len(p.remote_kept) for f in fs for p in f.parts.values())
+    assert remote > 0  # (pages kept links into other partitions)
+
+
+def test_a_journal_of_refetches_by_change_replays_bit_for_bit():
+    """Unchanged visits, settle visits, change observations and kept links are records: a
+    partition loaded from its checkpoint and journal is the live one, rates and links too."""
+    pages, links = site()
+    clock = Clock()
+    fs = fleets(2, True, 1.0, False, "freshness", time_fn=clock, window="interpolation:30")
+    for f in fs:
+        f.discovery = 0.3
+    bus = Bus(fs)
+    seed(fs, pages[0])
+    rnd = random.Random(2)
+    for step in range(600):
+        fresh_step(rnd.choice(fs), links, rnd, clock, step)
+        bus.round()
+    for f in fs:
+        for part in f.parts.values():
+            bus.store.checkpoint(part)
+    for step in range(900):
+        fresh_step(rnd.choice(fs), links, rnd, clock, step)
+        if step % 5 == 0:
+            bus.round(shuffle=True)
+    written(bus, fs)
+    journaled = {op for js in bus.store.journals.values() for op, *_ in js}
+    assert {"u", "k", "v"} <= journaled
+    for f in fs:
+        for k, live in f.parts.items():
+            again = bus.store.load(k, P, True, f)
+            a, b = live.frontier.engine, again.frontier.engine
+            for name, arr in a.page_arrays().items():
+                assert np.array_equal(arr[: a.n], b.page_arrays()[name][: b.n]), (k, name)
+            assert a.header()["scalars"] == b.header()["scalars"], k
+            ra, rb = live.frontier.refresher, again.frontier.refresher
+            # (Each page's period follows the plans, which are the fleet's and not records:
+            # a new owner plans again. The change observations are records.)
+            for name in ChangeRates.FIELDS:
+                col, other = ra.columns(a.n)[f"r.{name}"], rb.columns(b.n)[f"r.{name}"]
+                assert np.array_equal(col, other, equal_nan=True), (k, name)
+            assert [(i, x.ids.tolist()) for i, x in ra.kept()] == [
+                (i, x.ids.tolist()) for i, x in rb.kept()
+            ]
+            assert live.remote_kept == again.remote_kept
+
+
+def test_kept_links_to_other_partitions_get_their_share_of_unchanged_and_settle_visits():
+    """A page of one host linking to a page of its own host and one of another: a 304 and a
+    settle visit pay both alike, the second through a message to its partition."""
+    a, b = "http://one.example/a", "http://one.example/b"
+    c = next(
+        u
+        for u in (f"http://two{j}.example/c" for j in range(100))
+        if partition_of(u, key(u), P) != partition_of(a, key(a), P)
+    )
+    clock = Clock()
+    (f,) = fleets(1, True, 1.0, False, "freshness", time_fn=clock)
+    bus = Bus([f])
+    seed([f], a)
+    lease = f.pop()
+    f.visit(lease, [Link(key(b), b, payload=b"r"), Link(key(c), c, payload=b"r")])
+    bus.round()
+
+    def cash() -> tuple[float, float]:
+        bus.round()
+        return f.cash_of(key(b)), f.cash_of(key(c))
+
+    part = f.parts[partition_of(a, key(a), P)]
+    i = part.frontier.engine.id_of(key(a))
+    for act in ("unchanged", "settle"):
+        part.frontier.engine.receive(i, 0.25, 0.0)  # (cash for A to pay, taken back below)
+        part.frontier.engine.virtual_cash -= 0.25
+        before = cash()
+        if act == "unchanged":
+            clock.t += 10.0
+            lease = part.frontier.take(i)
+            lease = lease._replace(token=(part.k, part.epoch, lease.token))
+            assert f.unchanged(lease) is not None
+        else:
+            part._settle(clock(), i)
+        after = cash()
+        got_b, got_c = after[0] - before[0], after[1] - before[1]
+        assert got_b > 0.1 and got_c == pytest.approx(got_b, rel=1e-9), act
+    assert bus.total_cash() == pytest.approx(1.0, abs=TOL)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import threading
+import uuid
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any, NamedTuple
 import pytest
 
 from scrapy_opic.export import open_state, write_export
+from scrapy_opic.opic.partition import partition_of
 from scrapy_opic.report import build_report
 from tests.test_crawl import crawl
 
@@ -37,7 +39,12 @@ class ScriptedSite:
     """Pages ``/`` (home: links to every other page) and ``/<name>``, each answering as its
     script says; ``hits`` is the access log."""
 
-    def __init__(self, scripts: dict[str, Script], links: dict[str, list[str]] | None = None):
+    def __init__(
+        self,
+        scripts: dict[str, Script],
+        links: dict[str, list[str]] | None = None,
+        host: str = "127.0.0.1",
+    ):
         self.scripts = scripts
         self.links = links or {"/": [p for p in scripts if p != "/"]}
         self.hits: list[Hit] = []
@@ -83,11 +90,12 @@ class ScriptedSite:
                 self.end_headers()
                 self.wfile.write(body)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.host = host
+        self.server = ThreadingHTTPServer((host, 0), Handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     def url(self, path: str = "/") -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}{path}"
+        return f"http://{self.host}:{self.server.server_address[1]}{path}"
 
     def __enter__(self) -> ScriptedSite:
         self.thread.start()
@@ -365,5 +373,77 @@ def test_a_resumed_crawl_refetches_with_the_validators_and_rates_it_had(tmp_path
     assert again == []
     assert stats["opic/total_cash"] == pytest.approx(1.0, abs=1e-9)
     with open_state(Path(jobdir) / "opic.sqlite") as state:
+        bands = state.change_summary()["bands"]
+        assert bands[0][1] == 3  # three pages seen, none changing
+
+
+def on_redis(redis_url: str, tmp_path: Path) -> dict[str, Any]:
+    """A crawl of its own on the test's Redis (the key unique to the test run)."""
+    key = f"{tmp_path.name}-{uuid.uuid4().hex[:8]}"
+    return {"OPIC_STORE": "redis", "OPIC_REDIS_URL": redis_url, "OPIC_REDIS_KEY": key}
+
+
+def test_a_redis_crawl_refetches_by_change_as_the_embedded_store_does(tmp_path, redis_url):
+    """Two processes on Redis, the pages on two hosts (so two partitions, links between them):
+    validators sent, 304s paid over the kept links (those into the other host's partition by
+    transfer), the callback called once per version, rates in the export, cash 1."""
+    change = {"/": honest(), "/a": honest(lambda k: k >= 4), "/b": honest(), "/c": honest()}
+    with ScriptedSite(change) as one, ScriptedSite(change, host="127.0.0.2") as two:
+        assert partition_of(one.url(), None, 256) != partition_of(two.url(), None, 256)
+        one.links = {"/": ["/a", "/b", two.url("/")], "/a": ["/c"]}
+        two.links = {"/": ["/a", "/b", one.url("/c")], "/a": ["/c"]}
+        redis = on_redis(redis_url, tmp_path)
+        runs = [
+            crawl(
+                tmp_path / name,
+                site.url(),
+                allowed=["127.0.0.1", "127.0.0.2"],
+                CLOSESPIDER_PAGECOUNT=40,
+                **{**CONTINUOUS, **redis},
+            )
+            for name, site in (("first", one), ("second", two))
+        ]
+        hits = one.hits + two.hits
+    items = [row for got, _ in runs for row in got]
+    for site in (one, two):
+        refetches = []
+        for path in ("/", "/b", "/c"):
+            got = site.of(path)
+            assert got and got[0].inm is None and got[0].status == 200
+            assert all(h.status == 304 for h in got[1:] if h.inm is not None)
+            assert len(items_of(items, site, path)) == 1  # parsed once
+            refetches += got[1:]
+        # (Each process audits its hosts' validators: one refetch in 16 goes without.)
+        audits = [h for h in refetches if h.inm is None]
+        assert len(audits) <= len(refetches) / 16 + 2, audits
+        versions = [h.version for h in site.of("/a")]
+        seen = 1 + sum(1 for x, y in zip(versions, versions[1:]) if x != y)
+        assert len(items_of(items, site, "/a")) == seen
+    assert sum(h.status == 304 for h in hits) >= 20
+    assert sum(stats.get("opic/unchanged", 0) for _, stats in runs) >= 20
+    with open_state(f"{redis_url}#{redis['OPIC_REDIS_KEY']}") as state:
+        assert state.total_cash() == pytest.approx(1.0, abs=1e-9)
+        assert "change_rate" in state.page_columns
+        pages = {p.url: p for p in state.pages()}
+        assert pages[one.url("/b")].change_rate > 0  # (smoothed: never 0)
+        assert sum(p.importance for p in pages.values()) == pytest.approx(1.0, abs=1e-9)
+        assert state.change_summary()["bands"][0][0] == "never seen to change"
+
+
+def test_a_redis_crawl_refetching_by_change_resumes_with_its_rates(tmp_path, redis_url):
+    """A Redis crawl stopped and started again: its partitions' checkpoints and journals keep
+    the kept links and change observations, its requests the validators."""
+    redis = on_redis(redis_url, tmp_path)
+    with ScriptedSite({"/": honest(), "/a": honest(), "/b": honest()}) as site:
+        items, _ = run(tmp_path / "one", site, 12, **redis)
+        before = len(site.hits)
+        again, stats = run(tmp_path / "two", site, 12, **redis)
+        after = site.hits[before:]
+    assert len(items) == 3 and again == []  # parsed once, in the first run
+    assert after and all(h.status == 304 for h in after if h.inm)
+    assert sum(1 for h in after if h.inm) >= len(after) - 1
+    assert stats["opic/unchanged"] >= 6
+    with open_state(f"{redis_url}#{redis['OPIC_REDIS_KEY']}") as state:
+        assert state.total_cash() == pytest.approx(1.0, abs=1e-9)
         bands = state.change_summary()["bands"]
         assert bands[0][1] == 3  # three pages seen, none changing

@@ -15,7 +15,7 @@ from scrapy_opic.opic.change import ChangeRates
 from scrapy_opic.opic.constants import ERROR, FORBIDDEN, IN_FLIGHT, OK, PENDING
 from scrapy_opic.opic.frontier import Entry, Link, MemoryFrontier
 from scrapy_opic.opic.refetch import DISCARDED, POPPED, WAITING
-from scrapy_opic.opic.refresh import Refresher
+from scrapy_opic.opic.refresh import Planner, Refresher
 from tests.frontiers import key
 
 TOL = 1e-9
@@ -44,7 +44,7 @@ def make(
     clock: Clock, discovery: float = 0.0, keep_links: bool = False, **kw
 ) -> tuple[MemoryFrontier, Refresher]:
     """A continuous in-memory frontier that refetches by change, on ``clock``."""
-    r = Refresher(wall=clock, **kw)
+    r = Refresher(Planner(**kw), wall=clock)
     engine = OpicEngine(epsilon=EPS, refresh=1.0)
     f = MemoryFrontier(
         engine, "greedy", True, discovery=discovery, keep_links=keep_links, refresher=r
@@ -130,7 +130,7 @@ def test_cash_is_conserved_on_every_path_of_a_crawl_that_refetches_by_change():
         assert f.status_of(lease.key) == "in_flight"
     expected = {"visit-True", "visit-False", "visit-None", "unchanged", "error", "404"}
     assert expected | {"release", "retry", "forfeit"} <= set(done)
-    assert r.plans > 0 and r.settles > 0, r.figures()  # (the refetch paths were taken)
+    assert r.planner.plans > 0 and r.settles > 0, r.figures()  # (the refetch paths were taken)
     assert f.engine.importance().sum() == pytest.approx(1.0, abs=TOL)
 
 
@@ -218,7 +218,7 @@ def test_important_pages_that_change_are_refetched_more_and_static_ones_at_the_f
             continue
         changed = None if first else (i == hot or bool(rng.random() < 0.3))
         f.visit(lease, [link(hot), link((i + 1) % n)], changed=changed)
-    assert r.plans >= 10 and r.budget == pytest.approx(1.0)  # (a pop a second)
+    assert r.planner.plans >= 10 and r.planner.budget == pytest.approx(1.0)  # (a pop a second)
     importance = f.engine.importance()
     assert importance[hot] == importance.max()
     rates = r.rates.rates(np.arange(n))
@@ -226,7 +226,7 @@ def test_important_pages_that_change_are_refetched_more_and_static_ones_at_the_f
     assert r.schedule.freq[hot] == r.schedule.freq[:n].max()
     assert counts[hot] > 10 * max(counts[static], 1), counts
     # The static page gets the floor, and is checked now and then at that pace.
-    floor = floor_share * r.budget / n
+    floor = floor_share * r.planner.budget / n
     assert r.schedule.freq[static] == pytest.approx(floor, rel=1e-9)
     assert len(static_at) >= 4, static_at  # (600 s at the floor: 7.5 refetches)
     assert max(np.diff([300, *static_at, 900])) <= 2 / floor, static_at
@@ -240,7 +240,7 @@ def test_discovery_gets_its_share_of_the_pops_while_pages_were_never_fetched(sha
     f, r = make(clock, discovery=share, plan_every=10**6, plan_seconds=1e12)
     ring(f, r, clock, 4, 40)
     f.replan(clock.t)
-    assert r.plans == 1 and len(r.schedule) == 4
+    assert r.planner.plans == 1 and len(r.schedule) == 4
     f.discovery_debt = 0.0
     f.schedule([entry(100 + k) for k in range(30)])
     new = 0
@@ -260,7 +260,7 @@ def test_a_closed_page_leaves_the_schedule_and_importance_follows_closed_pages()
     clock = Clock()
     f, r = make(clock, keep_links=True, plan_every=16)
     ring(f, r, clock, 6, 40)
-    assert r.plans > 0
+    assert r.planner.plans > 0
     # A failure that leaves the page open keeps its kept links and its place.
     lease = f.take(1)
     assert f.fail(lease, ERROR)
@@ -302,7 +302,7 @@ def test_settle_visits_move_the_richest_waiting_page_never_one_in_flight():
     f, r = make(clock, plan_every=16)
     n = 6
     ring(f, r, clock, n, 30)
-    assert r.plans > 0 and r.settles > 0
+    assert r.planner.plans > 0 and r.settles > 0
     e = f.engine
     # The richest fetched page, held in flight: it keeps gaining cash, and is never settled.
     x = int(np.argmax(e.cash(np.arange(n))))
@@ -351,7 +351,7 @@ def open_store(path, resume: bool, refresher: Refresher | None) -> SqliteFrontie
 def test_a_resumed_crawl_gets_its_rates_periods_links_and_budget_back_and_replans(tmp_path):
     path = tmp_path / "s.sqlite"
     clock = Clock()
-    r = Refresher(wall=clock, plan_every=16)
+    r = Refresher(Planner(plan_every=16), wall=clock)
     f = open_store(path, False, r)
     n = 9
     f.schedule([entry(i) for i in range(n)])
@@ -365,13 +365,13 @@ def test_a_resumed_crawl_gets_its_rates_periods_links_and_budget_back_and_replan
         else:
             targets = {int(j) for j in rng.choice(n, 3, replace=False)} - {i}
             f.visit(lease, [link(j, weight=2.0) for j in sorted(targets)], changed=i % 3 == 1)
-    assert r.plans > 0 and r.budget > 0
+    assert r.planner.plans > 0 and r.planner.budget > 0
     assert all(kept.weights is not None for _i, kept in r.kept())  # (weighed links)
     f.commit(wait=True)
     rates = {k: v[:n].copy() for k, v in r.rates.a.items()}
     periods = r.schedule.last[:n].copy()
     links = {i: sorted(k.ids.tolist()) for i, k in r.kept()}
-    budget = r.budget
+    budget = r.planner.budget
     f.close([])
 
     clock.t += 50.0
@@ -381,11 +381,11 @@ def test_a_resumed_crawl_gets_its_rates_periods_links_and_budget_back_and_replan
         np.testing.assert_array_equal(s.rates.a[k][:n], rates[k], err_msg=k)
     assert np.isfinite(periods).all()
     np.testing.assert_array_equal(s.schedule.last[:n], periods)
-    assert s.budget == budget
+    assert s.planner.budget == budget
     assert {i: sorted(k.ids.tolist()) for i, k in s.kept()} == links
     for _i, kept in s.kept():  # (weights are not saved: plain links)
         assert kept.weights is None and kept.boosts is None and kept.virtual_weight == 0.0
-    assert s.plans == 1 and len(s.schedule) == n  # replanned: every page waits its turn
+    assert s.planner.plans == 1 and len(s.schedule) == n  # replanned: every page waits its turn
     assert (s.schedule.freq[:n] > 0).all()
     assert g.total_cash() == pytest.approx(1.0, abs=TOL)
     lease = g.pop()  # (and the crawl goes on)
@@ -452,8 +452,11 @@ def test_a_pop_skips_a_due_page_whose_slot_is_full_and_keeps_its_place():
         lease = f.pop()
         i = idx(f, lease)
         f.visit(lease, [link(j, "ab"[j % 2]) for j in ((i + 1) % 6, (i + 2) % 6)])
-    assert r.plans > 0
-    r.plan_every, r.plan_seconds = 10**6, 1e12  # (no re-plan from here: due times stay)
+    assert r.planner.plans > 0
+    r.planner.plan_every, r.planner.plan_seconds = (
+        10**6,
+        1e12,
+    )  # (no re-plan from here: due times stay)
     clock.t += 1.0
     first = r.schedule.peek()[0]
     slot = "ab"[first % 2]
@@ -502,15 +505,15 @@ def test_a_trusted_last_modified_is_evidence_at_a_first_look_and_dates_a_change(
 
 def test_plans_take_at_most_a_twentieth_of_the_crawls_time():
     clock = Clock()
-    r = Refresher(wall=clock, plan_every=1, plan_seconds=1.0)
+    r = Refresher(Planner(plan_every=1, plan_seconds=1.0), wall=clock)
     r.observed(0, None)
-    r.count_refetch()
+    r.planner.count_refetch(clock())
     clock.t += 1.0
     r.plan(np.array([1.0]), np.array([True]))
-    r.plan_cost = 2.0  # (a plan that took 2 s: none again before 40 s)
+    r.planner.plan_cost = 2.0  # (a plan that took 2 s: none again before 40 s)
     for _ in range(5):
-        r.count_refetch()
+        r.planner.count_refetch(clock())
     clock.t += 39.0
-    assert not r.plan_due(1)
+    assert not r.planner.due(1, clock())
     clock.t += 1.5
-    assert r.plan_due(1)
+    assert r.planner.due(1, clock())

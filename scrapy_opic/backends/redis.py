@@ -243,16 +243,19 @@ def pack_state(state: dict[str, Any]) -> dict[str, bytes]:
     fields = {"h": _pack(head)}
     payloads = state["payloads"]
     keys, urls = state["keys"], state["urls"]
+    kept, remote = state["kept"], state["remote_kept"]
     for b, lo in enumerate(range(0, n, BLOCK)):
         hi = min(n, lo + BLOCK)
         arrays = b"".join(_shuffled(cols[name][lo:hi]) for name, _ in layout)
         fields[f"a:{b}"] = zlib.compress(arrays, 1)
-        rows = [(keys[i], urls[i], payloads.get(i)) for i in range(lo, hi)]
+        rows = [
+            (keys[i], urls[i], payloads.get(i), kept.get(i), remote.get(i)) for i in range(lo, hi)
+        ]
         fields[f"p:{b}"] = _pack(rows)
     return fields
 
 
-_BIG = ("arrays", "status", "outcome", "tier", "payloads", "urls", "keys")
+_BIG = ("arrays", "status", "outcome", "tier", "payloads", "urls", "keys", "kept", "remote_kept")
 
 
 def unpack_state(fields: dict[bytes, bytes]) -> dict[str, Any]:
@@ -263,6 +266,8 @@ def unpack_state(fields: dict[bytes, bytes]) -> dict[str, Any]:
     keys: list = []
     urls: list = []
     payloads: dict[int, bytes] = {}
+    kept: dict[int, tuple] = {}
+    remote: dict[int, list] = {}
     for b, lo in enumerate(range(0, n, block)):
         size = min(n, lo + block) - lo
         raw = zlib.decompress(fields[f"a:{b}".encode()])
@@ -271,11 +276,15 @@ def unpack_state(fields: dict[bytes, bytes]) -> dict[str, Any]:
             dtype = np.dtype(dt)
             cols[name].append(_unshuffled(raw[at : at + dtype.itemsize * size], dtype, size))
             at += dtype.itemsize * size
-        for i, (key, url, payload) in enumerate(_unpack(fields[f"p:{b}".encode()]), lo):
+        for i, (key, url, payload, links, out) in enumerate(_unpack(fields[f"p:{b}".encode()]), lo):
             keys.append(key)
             urls.append(url)
             if payload is not None:
                 payloads[i] = payload
+            if links is not None:
+                kept[i] = links
+            if out is not None:
+                remote[i] = out
     merged = {
         name: np.concatenate(parts) if parts else np.zeros(0, np.dtype(dt))
         for (name, dt), parts in zip(head["layout"], cols.values())
@@ -285,6 +294,7 @@ def unpack_state(fields: dict[bytes, bytes]) -> dict[str, Any]:
     state["outcome"] = merged.pop("f.outcome").tobytes()
     state["tier"] = merged.pop("f.tier").tobytes()
     state.update(arrays=merged, keys=keys, urls=urls, payloads=payloads)
+    state.update(kept=kept, remote_kept=remote)
     return state
 
 
@@ -408,6 +418,7 @@ class RedisFrontier(Fleet):
         partitions: int = 256,
         by: str = "host",
         meta: dict[str, Any] | None = None,
+        refetch: str = "cash",
     ) -> bool:
         """Join the crawl under this key, creating it if there is none; returns whether this
         call created it. :class:`ValueError` (one line) for a crawl made with other parameters,
@@ -424,6 +435,7 @@ class RedisFrontier(Fleet):
             "window": str(window),
             "partitions": str(int(partitions)),
             "by": by,
+            "refetch": refetch if continuous else "cash",
         }
         meta_key = self.ns + ":meta"
         self.round_trips += 1
@@ -450,7 +462,7 @@ class RedisFrontier(Fleet):
             )
         differ = [
             f"{name}: crawl {stored.get(name)}, here {mine[name]}"
-            for name in ("epsilon", "refresh", "continuous", "window")
+            for name in ("epsilon", "refresh", "continuous", "window", "refetch")
             if stored.get(name) != mine[name]
         ]
         if differ:
@@ -460,6 +472,7 @@ class RedisFrontier(Fleet):
         self.P, self.by = int(partitions), by
         self.epsilon, self.refresh, self.window = float(epsilon), float(refresh), str(window)
         self.continuous = bool(continuous)
+        self.refetch = mine["refetch"]
         self.started = float(json.loads(stored.get("info", "{}")).get("started", time.time()))
         self._rebalance()
         return created
@@ -589,8 +602,13 @@ class RedisFrontier(Fleet):
         changed: bool | None = None,
         modified: float | None = None,
     ) -> Any:
-        got = super().visit(lease, links, virtual_weight, importance, payload, outcome)
+        got = super().visit(
+            lease, links, virtual_weight, importance, payload, outcome, changed, modified
+        )
         return self._settled(lease, got)
+
+    def unchanged(self, lease: Lease, payload: Any = None) -> Any:
+        return self._settled(lease, super().unchanged(lease, payload))
 
     def fail(self, lease: Lease, outcome: int = ERROR, payload: Any = None) -> bool:
         return self._settled(lease, super().fail(lease, outcome, payload))
@@ -1306,6 +1324,7 @@ def reader_fleet(client: Any, key: str) -> tuple[RedisFrontier, dict[str, str]]:
     fleet.P, fleet.by = int(meta["partitions"]), meta["by"]
     fleet.epsilon, fleet.refresh = float(meta["epsilon"]), float(meta["refresh"])
     fleet.window, fleet.continuous = meta["window"], meta["continuous"] == "1"
+    fleet.refetch = meta["refetch"]
     return fleet, meta
 
 
@@ -1318,7 +1337,6 @@ class RedisSnapshot:
     they run, each partition is as it was when read."""
 
     links_kept = False
-    changes_kept = False
 
     def __init__(self, client: Any, key: str) -> None:
         fleet, meta = reader_fleet(client, key)
@@ -1367,6 +1385,12 @@ class RedisSnapshot:
             for name in engines[0].page_arrays():
                 self._arrays[name] = np.concatenate([e.page_arrays()[name][: e.n] for e in engines])
         frs = [p.frontier for p in self.parts]
+        #: Whether the crawl refetched by freshness: its pages have change rates.
+        self.changes_kept = bool(frs) and all(f.refresher is not None for f in frs)
+        if self.changes_kept:
+            cols = [f.refresher.columns(f.engine.n) for f in frs]  # type: ignore[union-attr]
+            for name in cols[0]:
+                self._arrays[name] = np.concatenate([c[name] for c in cols])
         self.status = b"".join(bytes(f.status[: f.engine.n]) for f in frs)
         self.outcome = b"".join(f.outcome[: f.engine.n].tobytes() for f in frs)
         self.keys = [k for f in frs for k in keys_of(f.engine, f.engine.n)]

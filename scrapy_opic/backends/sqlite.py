@@ -583,7 +583,7 @@ class SqliteStore:
             "discovery_debt": frontier.discovery_debt,
             "fetched": frontier.n_ok,
             "failed_visits": frontier.failed_visits,
-            "refetch_budget": frontier.refresher.budget if frontier.refresher else 0.0,
+            "refetch_budget": frontier.refresher.planner.budget if frontier.refresher else 0.0,
         }
         new = page_bytes = 0
         if n > written:

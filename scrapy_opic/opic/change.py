@@ -205,7 +205,12 @@ class ChangeRates:
     def pooled_rate(self) -> float:
         """One rate for all pages' observations together (their sums are additive): a prior
         for pages with little evidence of their own (empirical Bayes)."""
-        return self.rate_of_sums({f: float(self.a[f][: self.n].sum()) for f in SUMS})
+        return self.rate_of_sums(self.sums())
+
+    def sums(self) -> dict[str, float]:
+        """The totals of :data:`SUMS` over all pages (additive: pages of several parts pool
+        by adding them)."""
+        return {f: float(self.a[f][: self.n].sum()) for f in SUMS}
 
     def rate_of_sums(self, sums: Mapping[str, float]) -> float:
         """The rate of observations given as the totals of :data:`SUMS` (of many pages, read

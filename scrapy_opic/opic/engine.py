@@ -1294,7 +1294,7 @@ class OpicEngine:
         n = self.n
         if not n:
             return np.zeros(0)
-        est = self.window.estimate(np.arange(n), self._lc[:n], self._now())
+        est = self.estimates()
         flags = self.flags[:n]
         dead = (flags & DEAD) != 0
         total = float(est[~dead].sum())
@@ -1302,6 +1302,12 @@ class OpicEngine:
         n_all = n if self.view is None else self.view.n
         out = mix(est, flags, self.teleport_share(), total, max(1, n_all - gone))
         return out if ids is None else out[np.asarray(ids, dtype=np.int64)]
+
+    def estimates(self) -> np.ndarray:
+        """The window's estimate of every page's share of the history (not normalised: the
+        link credit part of :meth:`importance`; comparable between the engines of one crawl's
+        partitions, whose clocks are one)."""
+        return self.window.estimate(np.arange(self.n), self._lc[: self.n], self._now())
 
     def estimate_total(self) -> float:
         """The sum of the window's estimates over all pages (the normaliser of

@@ -141,7 +141,7 @@ from .constants import (
     VISITED,
 )
 from .engine import OpicEngine
-from .refresh import Refresher
+from .refresh import Refresher, pick
 from .selection import Selection, TieredSelection, Tiers, make_selection
 
 
@@ -763,30 +763,19 @@ class MemoryFrontier:
         r = self.refresher
         assert r is not None
         now = r.wall()
-        if r.plan_due(self.engine.n, now):
+        planner = r.planner
+        if planner.due(self.engine.n, now):
             self.replan(now)
         best = sel.peek(room, True)
         unfetched = best is not None and not self._fetched(best[0])
         share = self.discovery
-        owed = bool(share) and self.discovery_debt + share >= 1.0
-        i: int | None = None
-        if unfetched and owed:
-            assert best is not None  # (unfetched: there is a best page)
-            i = best[0]
-        else:
-            status, parked, flags = self.status, self._parked_ids, self.engine._flags_mv
-            tier, slot = self.tier, self.tiers.slot
-
-            def eligible(j: int) -> bool:
-                if status[j] != PENDING or j in parked or flags[j] & DEAD or j not in sel:
-                    return False
-                return room is None or room(slot(tier[j]) if tier[j] else "")
-
-            i = r.due(eligible, early=not unfetched, now=now)
-            if i is None and best is not None:
-                i = best[0]
-                if not unfetched:
-                    r.count_refetch(now)
+        i = pick(
+            None if best is None else best[0],
+            unfetched,
+            bool(share) and self.discovery_debt + share >= 1.0,
+            lambda early: self._due_page(room, early, now),
+            lambda: planner.count_refetch(now),
+        )
         if i is None:
             return None
         sel.discard(i)
@@ -794,36 +783,83 @@ class MemoryFrontier:
         if share:
             self.discovery_debt = discovery_step(self.discovery_debt, share, fetched)
         if fetched:
-            self._settle(sel, i)
+            j = self.settle_pick(i)
+            if j is not None:
+                self.settle(j)
         return i
 
-    def _settle(self, sel: TieredSelection, popped: int) -> None:
-        """One settle visit (see :mod:`~scrapy_opic.opic.refresh`): the richest fetched page
-        waiting pays its cash over its kept links, without a download."""
+    def due_page(self, full_slots: Collection[Hashable], early: bool, now: float) -> int | None:
+        """The refetch due first among the pages a pop may take (pending, not parked, open,
+        their slot not in ``full_slots`` nor backing off), out of the schedule (the caller
+        leases it: :meth:`take`); ``early``: one not due yet will do. None if none (or no
+        refresher)."""
+        return self._due_page(self._room_now(full_slots), early, now)
+
+    def _due_page(
+        self, room: Callable[[Hashable], bool] | None, early: bool, now: float
+    ) -> int | None:
         r = self.refresher
-        assert r is not None
+        sel = self.selection
+        if r is None or not isinstance(sel, TieredSelection):
+            return None
+        status, parked, flags = self.status, self._parked_ids, self.engine._flags_mv
+        tier, slot = self.tier, self.tiers.slot
+
+        def eligible(j: int) -> bool:
+            if status[j] != PENDING or j in parked or flags[j] & DEAD or j not in sel:
+                return False
+            return room is None or room(slot(tier[j]) if tier[j] else "")
+
+        return r.due(eligible, early, now)
+
+    def settle_pick(self, popped: int) -> int | None:
+        """The page a settle visit after the refetch pop of ``popped`` is for (see
+        :mod:`~scrapy_opic.opic.refresh`): the richest page waiting, if it was fetched and has
+        kept links; else None."""
+        r = self.refresher
+        sel = self.selection
+        if r is None or not isinstance(sel, TieredSelection):
+            return None
         got = sel.peek(None, False)
         if got is None or got[0] == popped or not self._fetched(got[0]):
-            return
-        j = got[0]
-        kept = r.links_of(j)
-        if kept is None:
-            return
-        sel.discard(j)
-        self._pay_kept(j, kept)
-        r.settles += 1
-        if self.status[j] == PENDING:
-            sel.push(j)
+            return None
+        return got[0] if r.links_of(got[0]) is not None else None
 
-    def _pay_kept(self, i: int, kept: Any) -> None:
-        """Visit page ``i`` over its kept links (aliases followed as in a visit)."""
+    def settle(
+        self, i: int, outside: Sequence[tuple[float, float]] = ()
+    ) -> list[tuple[float, float]]:
+        """A settle visit of page ``i`` (:meth:`settle_pick`): its cash paid over its kept
+        links, without a download. ``outside``: the ``(weight, boost)`` of its kept links to
+        pages this frontier does not hold, whose shares are returned (see :meth:`visit_out`)."""
+        r = self.refresher
+        kept = None if r is None else r.links_of(i)
+        if r is None or kept is None:
+            raise ValueError(f"page {i} has no kept links to settle over")
+        sel = self.selection
+        waiting = i in sel
+        if waiting:
+            sel.discard(i)
+        shares = self._pay_kept(i, kept, outside)
+        r.settles += 1
+        if waiting:
+            sel.push(i)
+        return shares
+
+    def _pay_kept(
+        self, i: int, kept: Any, outside: Sequence[tuple[float, float]] = ()
+    ) -> list[tuple[float, float]]:
+        """Visit page ``i`` over its kept links (aliases followed as in a visit); the shares
+        of ``outside`` links (see :meth:`visit_out`)."""
         ids = kept.ids.tolist()
         paid = [self._target(j) for j in ids] if self.alias else ids
         weights = None if kept.weights is None else kept.weights.tolist()
         boosts = None if kept.boosts is None else kept.boosts.tolist()
         if len(set(paid)) < len(paid):
             paid, weights, boosts = _one_link_per_page(paid, weights, boosts)
+        if outside:
+            return self.engine.visit_out(i, paid, weights, boosts, kept.virtual_weight, outside)[1]
         self.engine.visit(i, paid, weights, boosts, kept.virtual_weight)
+        return []
 
     def replan(self, now: float | None = None) -> None:
         """Re-plan the refetch frequencies from the importance and the change rates."""
@@ -831,14 +867,17 @@ class MemoryFrontier:
         if r is None:
             return
         started = time.perf_counter()
+        r.plan(self.engine.importance(), self.refetchable(), now)
+        r.planner.plan_cost = time.perf_counter() - started
+
+    def refetchable(self) -> np.ndarray:
+        """The mask of the pages a refetch plan covers: fetched, open, pending or in flight."""
         n = self.engine.n
         st = np.frombuffer(self.status, np.uint8, count=n)
         flags = self.engine.flags[:n]
         live = ((st == PENDING) | (st == IN_FLIGHT)) & ((flags & FETCHED) != 0)
         live &= (flags & DEAD) == 0
-        del st
-        r.plan(self.engine.importance(), live, now)
-        r.plan_cost = time.perf_counter() - started
+        return live
 
     def unchanged(self, lease: Lease, payload: Any = None) -> Visit | None:
         """The page of ``lease`` was fetched and found unchanged (a 304, or content with the
@@ -846,15 +885,27 @@ class MemoryFrontier:
         dangling page, its cash to the virtual page), an "unchanged" observation of its
         change rate. The links are not filed again (they were at the parsed visit). ``None``
         if the lease is stale."""
+        got = self.unchanged_out(lease, (), payload)
+        return None if got is None else got[0]
+
+    def unchanged_out(
+        self, lease: Lease, outside: Sequence[tuple[float, float]], payload: Any = None
+    ) -> tuple[Visit, list[tuple[float, float]]] | None:
+        """:meth:`unchanged` of a page whose kept links also lead to pages this frontier does
+        not hold: ``outside``, their ``(weight, boost)``; returns the visit and their shares
+        (see :meth:`visit_out`)."""
         i = self._held(lease)
         if i is None:
             return None
         r = self.refresher
         kept = None if r is None else r.links_of(i)
-        if kept is None:
-            self.engine.visit(i, ())
+        shares: list[tuple[float, float]] = []
+        if kept is not None:
+            shares = self._pay_kept(i, kept, outside)
+        elif outside:
+            shares = self.engine.visit_out(i, (), None, None, 0.0, outside)[1]
         else:
-            self._pay_kept(i, kept)
+            self.engine.visit(i, ())
         if r is not None:
             r.observed(i, False)
         if self.outcome[i] != SPIDER_ERROR:  # (its content is the last parse's: so is that)
@@ -863,7 +914,7 @@ class MemoryFrontier:
         del self._tokens[i]
         self._done(i, payload, lease.key)
         self._visited(i)
-        return Visit([], None)
+        return Visit([], None), shares
 
     def peek(
         self, full_slots: Collection[Hashable] = (), discover: bool = False

@@ -57,10 +57,13 @@ from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
+import numpy as np
+
 from .constants import (
     DEAD,
     DUPLICATE,
     ERROR,
+    FETCHED,
     FILTERED,
     FORBIDDEN,
     FORWARDED,
@@ -71,7 +74,7 @@ from .constants import (
     PENDING,
     STATUSES,
 )
-from .engine import CrawlView, DictKeys, OpicEngine
+from .engine import CrawlView, DictKeys, OpicEngine, mix
 from .frontier import (
     Entry,
     Lease,
@@ -81,6 +84,7 @@ from .frontier import (
     discovery_step,
     require_payload,
 )
+from .refresh import COLUMNS, Planner, Refresher, pick
 
 #: The number of the crawl's pool, as a message's source or destination.
 POOL = -1
@@ -345,6 +349,14 @@ class Partition(Member):
         # Every wall-clock reading of an operation is the one its record keeps: a replay reads
         # the same.
         engine.time_fn = lambda: self._t
+        if frontier.refresher is not None:
+            frontier.refresher.wall = engine.time_fn  # (change observations: the same time)
+        #: A crawl that refetches by change: per page id, its kept links to pages of other
+        #: partitions, ``(key, url, partition, weight, boost)`` (see :meth:`unchanged`).
+        self.remote_kept: dict[int, list[tuple]] = {}
+        #: The refetch budget of this partition's pages in the last plan before its checkpoint
+        #: (refetches per second): what its next owner's budget starts with.
+        self.refetch_share = 0.0
         #: page id -> ``(key, url, partition)`` of the page of another partition it permanently
         #: redirects to (a link to it pays that page, as an alias does within a partition).
         self.remote_alias: dict[int, tuple[Hashable, str, int]] = {}
@@ -373,11 +385,15 @@ class Partition(Member):
         continuous: bool = False,
         by: str = "host",
         time_fn: Callable[[], float] = time.time,
+        refetch: bool = False,
     ) -> Partition:
-        """An empty partition (no cash: the endowment comes with :meth:`endow`)."""
+        """An empty partition (no cash: the endowment comes with :meth:`endow`); ``refetch``:
+        a continuous crawl that refetches by change (a :class:`~.refresh.Refresher`)."""
         engine = OpicEngine(epsilon=epsilon, refresh=refresh, window=window, capacity=64)
         engine.virtual_cash = 0.0
-        return cls(k, parts, MemoryFrontier(engine, "greedy", continuous), by, time_fn)
+        refresher = Refresher() if refetch and continuous else None
+        frontier = MemoryFrontier(engine, "greedy", continuous, refresher=refresher)
+        return cls(k, parts, frontier, by, time_fn)
 
     def state(self) -> dict[str, Any]:
         """Everything to rebuild this partition (a checkpoint): the engine's header and page
@@ -388,6 +404,18 @@ class Partition(Member):
         e = fr.engine
         n = e.n
         arrays = {name: a[:n] for name, a in e.page_arrays().items()}
+        r = fr.refresher
+        kept: dict[int, tuple] = {}
+        share = 0.0
+        if r is not None:
+            arrays.update(r.columns(n))
+            for i, links in r.kept():
+                weights = None if links.weights is None else links.weights.tolist()
+                boosts = None if links.boosts is None else links.boosts.tolist()
+                kept[i] = (links.ids.tobytes(), weights, boosts, links.virtual_weight)
+            share = float(r.schedule.freq[:n][fr.refetchable()].sum())
+            # (The links of a page closed since are no links: they go with the checkpoint.)
+            self.remote_kept = {i: x for i, x in self.remote_kept.items() if i in kept}
         return {
             "k": self.k,
             "engine": e.header(),
@@ -406,6 +434,9 @@ class Partition(Member):
             "endowed": self.endowed,
             "reported_g": self.reported_g,
             "reported": self._reported,
+            "kept": kept,
+            "remote_kept": dict(self.remote_kept),
+            "refetch_share": share,
         }
 
     @classmethod
@@ -420,15 +451,18 @@ class Partition(Member):
     ) -> Partition:
         """The partition of a checkpoint (:meth:`state`): pages that were in flight are pending
         again (their fetch may not have happened)."""
-        import numpy as np
-
         keys = state["keys"]
         engine = OpicEngine.from_header(state["engine"], keys=DictKeys(keys))
         n = engine.n
         engine._grow(n)
         for name, a in engine.page_arrays().items():
             a[:n] = state["arrays"][name]
-        fr = MemoryFrontier(engine, "greedy", continuous)
+        arrays = state["arrays"]
+        refresher = None
+        if continuous and f"r.{COLUMNS[-1]}" in arrays:
+            refresher = Refresher()
+            refresher.load({name: arrays[name] for name in arrays if name.startswith("r.")}, 0.0)
+        fr = MemoryFrontier(engine, "greedy", continuous, refresher=refresher)
         fr.restore(
             np.frombuffer(state["status"], np.uint8),
             np.frombuffer(state["outcome"], np.uint16),
@@ -445,6 +479,11 @@ class Partition(Member):
         part.endowed = bool(state["endowed"])
         part.reported_g = float(state["reported_g"])
         part._reported = tuple(state["reported"])
+        if refresher is not None:
+            for i, (ids, weights, boosts, vw) in state["kept"].items():
+                refresher.keep(i, np.frombuffer(ids, np.int32), weights, boosts, vw)
+            part.remote_kept = dict(state["remote_kept"])
+            part.refetch_share = float(state["refetch_share"])
         return part
 
     # -- where pages live ---------------------------------------------------------------------
@@ -517,9 +556,12 @@ class Partition(Member):
         importance: bool = False,
         payload: Any = None,
         outcome: int = OK,
+        changed: bool | None = None,
+        modified: float | None = None,
     ) -> Visit | None:
         """The frontier's visit; the links to pages of other partitions leave as transfers
-        (their code: :data:`FORWARDED` with a payload, else :data:`DUPLICATE`)."""
+        (their code: :data:`FORWARDED` with a payload, else :data:`DUPLICATE`). A crawl that
+        refetches by change keeps those links too (:attr:`remote_kept`)."""
         now = self._begin()
         local: list[Link] = []
         where: list[int] = []  # per link: -1 a local one, else its transfer's index
@@ -553,15 +595,24 @@ class Partition(Member):
                 r[4] = r[4] if r[4] is not None else data
                 r[7] = r[7] or link.again
         outside = [(r[2], r[3]) for r in remote.values()]
-        got = self.frontier.visit_out(
-            lease, local, outside, virtual_weight, importance, payload, outcome
+        fr = self.frontier
+        got = fr.visit_out(
+            lease, local, outside, virtual_weight, importance, payload, outcome, changed, modified
         )
         if got is None:
             return None
         visit, shares = got
         self._transfers(remote, shares)
+        if fr.refresher is not None:
+            i = fr.engine.id_of(lease.key)
+            assert i is not None
+            if remote:
+                self.remote_kept[i] = [(key, *r[:4]) for key, r in remote.items()]
+            else:
+                self.remote_kept.pop(i, None)
         links_kept = [tuple(x) for x in kept]
-        self._record("v", now, lease.key, links_kept, virtual_weight, payload, outcome)
+        rec = ("v", now, lease.key, links_kept, virtual_weight, payload, outcome)
+        self._record(*rec, changed, modified)
         codes = iter(visit.codes)
         rows = list(remote.values())
         out = [
@@ -579,6 +630,44 @@ class Partition(Member):
             by_dst.setdefault(k, []).append((key, url, cash, credit, data, priority, slot, again))
         for k, items in by_dst.items():
             self._send(k, "t", items)
+
+    def _outside(self, i: int) -> tuple[list[tuple[float, float]], dict[Hashable, list]]:
+        """Page ``i``'s kept links to pages of other partitions (none if it has no kept links
+        any more: closed), as ``(weight, boost)`` pairs and as the transfers they pay."""
+        r = self.frontier.refresher
+        remote = self.remote_kept.get(i) if self.remote_kept else None
+        if r is None or not remote or r.links_of(i) is None:
+            return [], {}
+        out = [(w, b) for _key, _k, _url, w, b in remote]
+        items = {key: [k, url, w, b, None, 0, "", False] for key, k, url, w, b in remote}
+        return out, items
+
+    def unchanged(self, lease: Lease, payload: Any = None) -> Visit | None:
+        """The frontier's :meth:`~.frontier.MemoryFrontier.unchanged`; the shares of the kept
+        links to pages of other partitions leave as transfers."""
+        now = self._begin()
+        fr = self.frontier
+        i = fr.engine.id_of(lease.key)
+        outside, items = self._outside(i) if i is not None else ([], {})
+        got = fr.unchanged_out(lease, outside, payload)
+        if got is None:
+            return None
+        self._transfers(items, got[1])
+        self._record("u", now, lease.key, payload)
+        return got[0]
+
+    def settle_after(self, popped: int) -> None:
+        """The settle visit that follows the refetch pop of page ``popped`` (see
+        :mod:`~.refresh`), if there is one to make, recorded."""
+        fr = self.frontier
+        j = fr.settle_pick(popped)
+        if j is not None:
+            self._settle(self._begin(), j)
+
+    def _settle(self, now: float, j: int) -> None:
+        outside, items = self._outside(j)
+        self._transfers(items, self.frontier.settle(j, outside))
+        self._record("k", now, self.frontier.engine.key_of(j))
 
     def fail(self, lease: Lease, outcome: int, payload: Any = None) -> bool:
         now = self._begin()
@@ -726,6 +815,7 @@ class Partition(Member):
             virtual_cash=e.virtual_cash + e.pool_all + e.pool_unfetched,
             records=self.records,
             unconfirmed=len(self.box.unconfirmed),
+            settle_visits=fr.refresher.settles if fr.refresher is not None else 0,
         )
         return out
 
@@ -768,13 +858,27 @@ class Partition(Member):
             self.frontier.schedule([Entry(*e) for e in rec[2]], rec[3])
             self._record(*rec)
         elif op == "v":
-            _, now, key, links, vw, payload, outcome = rec
+            _, now, key, links, vw, payload, outcome, changed, modified = rec
             self.time_fn, fn = (lambda: now), self.time_fn
             try:
                 lease = self._held(key)
-                self.visit(lease, [Link(*x) for x in links], vw, False, payload, outcome)
+                got = [Link(*x) for x in links]
+                self.visit(lease, got, vw, False, payload, outcome, changed, modified)
             finally:
                 self.time_fn = fn
+        elif op == "u":
+            _, now, key, payload = rec
+            self.time_fn, fn = (lambda: now), self.time_fn
+            try:
+                self.unchanged(self._held(key), payload)
+            finally:
+                self.time_fn = fn
+        elif op == "k":
+            self._t = rec[1]
+            j = self.frontier.engine.id_of(rec[2])
+            if j is None or self.frontier.status[j] != PENDING:
+                raise ValueError(f"partition {self.k}: a settle record names no page waiting")
+            self._settle(rec[1], j)
         elif op == "f":
             self._t = rec[1]
             self.frontier.fail(self._held(rec[2]), rec[3], rec[4])
@@ -1020,6 +1124,7 @@ FIGURES = (
     "virtual_cash",
     "records",
     "unconfirmed",
+    "settle_visits",
     *STATUSES,
 )
 
@@ -1100,6 +1205,10 @@ class Fleet:
         self.by = by
         self.epsilon, self.refresh, self.window = epsilon, refresh, window
         self.continuous = continuous
+        #: What orders a continuous crawl's refetches: ``"cash"`` or ``"freshness"`` (each
+        #: partition a refresher, their plans one: :attr:`planner`).
+        self.refetch = "cash"
+        self.planner = Planner()
         self.encode = encode or _bytes_only
         self.time_fn = time_fn
         self.parts: dict[int, Partition] = {}
@@ -1145,6 +1254,7 @@ class Fleet:
             continuous=self.continuous,
             by=self.by,
             time_fn=self.time_fn,
+            refetch=self.refetch == "freshness",
         )
 
     def teleport(self) -> float:
@@ -1161,6 +1271,11 @@ class Fleet:
         part.frontier.discovery = self.discovery
         part.frontier.backoff, part.frontier.backoff_max = self.backoff, self.backoff_max
         part.frontier.engine.closed_links_virtual = self.closed_links_virtual
+        r = part.frontier.refresher
+        if r is not None:  # (one plan for all: its pages' frequencies come with the next)
+            r.planner = self.planner
+            self.planner.budget += part.refetch_share
+            self.planner.wanted = True
         self._adoptions += 1
         part.epoch = self._adoptions
         part.look = self.look
@@ -1246,11 +1361,107 @@ class Fleet:
         the most cash, among the slots with room. Each partition's best page is cached until
         the partition changes (its :attr:`Member.version`): a pop costs O(log P) heap
         operations plus one look at each partition's version, and a peek of each partition
-        changed or whose best page's slot is full."""
+        changed or whose best page's slot is full. A crawl that refetches by change pops as
+        one frontier with a refresher does (:meth:`_pop_refetch`)."""
         if self._senders:
             self.deliver_local()
+        if self.refetch == "freshness" and self.continuous:
+            return self._pop_refetch(full_slots, exclude)
         share = self.discovery if self.continuous else 0.0
         discover = bool(share) and self.discovery_debt + share >= 1.0
+        best = self._best(full_slots, exclude, discover)
+        if best is None:
+            return None
+        _, part, i = best
+        lease = part.take(i)
+        if share:
+            self.discovery_debt = discovery_step(
+                self.discovery_debt, share, part.frontier._fetched(i)
+            )
+        return lease._replace(token=(part.k, part.epoch, lease.token))
+
+    def _pop_refetch(
+        self, full_slots: Collection[Hashable], exclude: Collection[int]
+    ) -> Lease | None:
+        """A pop of a crawl that refetches by change, over the partitions owned as
+        :meth:`MemoryFrontier._refresh_pop <.frontier.MemoryFrontier._refresh_pop>` over its
+        pages: discovery's share for pages never fetched, else the refetch due first of all
+        the partitions (their schedules planned together: :meth:`replan`), else the richest
+        page; after a refetch, one settle visit in the refetched page's partition."""
+        now = self.time_fn()
+        planner = self.planner
+        if planner.due(sum(p.frontier.engine.n for p in self.parts.values()), now):
+            self.replan(now)
+        share = self.discovery
+        best = self._best(full_slots, exclude, True)
+        got = pick(
+            None if best is None else (best[1], best[2]),
+            best is not None and not best[1].frontier._fetched(best[2]),
+            bool(share) and self.discovery_debt + share >= 1.0,
+            lambda early: self._due(full_slots, exclude, early, now),
+            lambda: planner.count_refetch(now),
+        )
+        if got is None:
+            return None
+        part, i = got
+        lease = part.take(i)
+        fetched = part.frontier._fetched(i)
+        if share:
+            self.discovery_debt = discovery_step(self.discovery_debt, share, fetched)
+        if fetched:
+            part.settle_after(i)
+        return lease._replace(token=(part.k, part.epoch, lease.token))
+
+    def _due(
+        self, full_slots: Collection[Hashable], exclude: Collection[int], early: bool, now: float
+    ) -> tuple[Partition, int] | None:
+        """The refetch due first over the partitions owned but ``exclude`` (see
+        :meth:`MemoryFrontier.due_page <.frontier.MemoryFrontier.due_page>`): the partitions
+        by the due time of their first page, until one has a page a pop may take."""
+        tops = []
+        for k, part in self.parts.items():
+            r = part.frontier.refresher
+            if r is None or k in exclude:
+                continue
+            top = r.schedule.peek()
+            if top is not None and (early or top[1] <= now):
+                tops.append((top[1], k))
+        for _due, k in sorted(tops):
+            part = self.parts[k]
+            i = part.frontier.due_page(full_slots, early, now)
+            if i is not None:
+                return part, i
+        return None
+
+    def replan(self, now: float | None = None) -> None:
+        """Re-plan the refetch frequencies of the pages of all the partitions owned, together
+        (one budget, the process's: :class:`~.refresh.Planner`), from their importance in the
+        crawl and their change rates."""
+        started = time.perf_counter()
+        now = self.time_fn() if now is None else now
+        frs = [p.frontier for p in self.parts.values() if p.frontier.refresher is not None]
+        if not frs:
+            return
+        ests = [fr.engine.estimates() for fr in frs]
+        flags = [fr.engine.flags[: fr.engine.n] for fr in frs]
+        total = sum(float(est[(f & DEAD) == 0].sum()) for est, f in zip(ests, flags))
+        gone = sum(int((((f & DEAD) != 0) & ((f & FETCHED) != 0)).sum()) for f in flags)
+        e = frs[0].engine
+        n_all = e.view.n if e.view is not None else sum(len(f) for f in flags)
+        a = e.teleport_share()
+        parts = []
+        for fr, est, f in zip(frs, ests, flags):
+            imp = mix(est, f, a, total, max(1, n_all - gone))
+            assert fr.refresher is not None
+            parts.append((fr.refresher, imp, fr.refetchable()))
+        self.planner.plan(parts, now)
+        self.planner.plan_cost = time.perf_counter() - started
+
+    def _best(
+        self, full_slots: Collection[Hashable], exclude: Collection[int], discover: bool
+    ) -> tuple | None:
+        """``(rank, partition, page)`` of the best page of the partitions owned but
+        ``exclude`` (see :meth:`pop`), left pending."""
         self._refresh_heads(discover)
         heads, heap = self._heads[discover], self._heap[discover]
         best: tuple | None = None
@@ -1283,15 +1494,7 @@ class Fleet:
                 best = self._better(best, owner, (i, rank[1], rank[2]), discover)
         for entry in aside:
             heapq.heappush(heap, entry)
-        if best is None:
-            return None
-        _, part, i = best
-        lease = part.take(i)
-        if share:
-            self.discovery_debt = discovery_step(
-                self.discovery_debt, share, part.frontier._fetched(i)
-            )
-        return lease._replace(token=(part.k, part.epoch, lease.token))
+        return best
 
     @staticmethod
     def _better(best: tuple | None, part: Partition, got: Any, discover: bool) -> tuple | None:
@@ -1389,9 +1592,10 @@ class Fleet:
         return part, lease._replace(token=token[2])
 
     def unchanged(self, lease: Lease, payload: Any = None) -> Visit | None:
-        """Not offered: a crawl over partitions refetches by cash (``OPIC_REFETCH`` is checked
-        before it starts), so no refetch finds its page unchanged."""
-        raise NotImplementedError("a crawl over partitions refetches by cash")
+        part, own = self._part_of(lease)
+        if part is None:
+            return None
+        return part.unchanged(own, self._data(payload, lease.url)[0])
 
     def visit(
         self,
@@ -1427,7 +1631,7 @@ class Fleet:
             if k != part.k and not bad:
                 sent.append(link.key)
         data, _ = self._data(payload, lease.url)
-        visit = part.visit(own, ready, virtual_weight, importance, data, outcome)
+        visit = part.visit(own, ready, virtual_weight, importance, data, outcome, changed, modified)
         if visit is not None and sent:
             if len(self._forwarded) > FORWARDED_LIMIT:
                 self._forwarded.clear()

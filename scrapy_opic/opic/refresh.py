@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import numpy as np
 
@@ -64,6 +64,8 @@ class KeptLinks(NamedTuple):
     virtual_weight: float
 
 
+T = TypeVar("T")
+
 #: A plan waits at least this many times as long as the last one took (see
 #: :meth:`Refresher.plan_due`).
 PLAN_LOAD = 20.0
@@ -78,22 +80,130 @@ PRIOR_RATE = 1e-3
 COLUMNS = (*ChangeRates.FIELDS, "period")
 
 
-class Refresher:
-    """Change rates, the refetch schedule and the kept links of a continuous crawl (see the
-    module docstring).
+def pick(
+    best: T | None,
+    unfetched: bool,
+    owed: bool,
+    due: Callable[[bool], T | None],
+    counted: Callable[[], None],
+) -> T | None:
+    """The page a pop of a crawl that refetches by change takes (see the module docstring):
+    ``best``, the richest page (a page never fetched first), if it was never fetched
+    (``unfetched``) and discovery is ``owed`` its share; else the refetch due first,
+    ``due(early)`` (``early``: one not due yet will do, as there is no page never fetched to
+    take instead); else ``best``, a refetch the budget counts (``counted``) if it was fetched
+    before. One rule for a frontier and for a crawl over partitions."""
+    if best is not None and unfetched and owed:
+        return best
+    got = due(not unfetched)
+    if got is None and best is not None:
+        if not unfetched:
+            counted()
+        return best
+    return got
+
+
+class Planner:
+    """The refetch budget and when to re-plan (see the module docstring): counts the pops that
+    went to refetches, measures the rate the crawl spends on them and hands it out over the
+    pages of one or several refreshers (:meth:`plan`). A crawl over several partitions gives
+    all its partitions' refreshers one planner: one budget, planned over all their pages.
 
     :param floor_share: each page's frequency is at least this share of the mean one.
     :param plan_every: re-plan after this many refetch pops (at least; also ``n / 5``).
     :param plan_seconds: ... or after this many seconds, whichever comes first.
+    """
+
+    def __init__(
+        self, floor_share: float = 0.02, plan_every: int = 64, plan_seconds: float = 30.0
+    ) -> None:
+        self.floor_share = floor_share
+        self.plan_every = plan_every
+        self.plan_seconds = plan_seconds
+        self.budget = 0.0  # refetches per second of the last plan (0: no plan yet)
+        #: The mean frequency of the last plan (a page first fetched since gets it).
+        self.mean = 0.0
+        self._planned_at: float | None = None
+        #: Seconds the last plan took (the caller measures it).
+        self.plan_cost = 0.0
+        self._refetches = 0  # refetch pops since the last plan
+        self._since: float | None = None  # when that count started
+        #: A plan is wanted at the next chance (pages came whose frequencies are unknown).
+        self.wanted = False
+        self.plans = 0
+
+    def count_refetch(self, now: float) -> None:
+        """One pop went to a refetch: the budget of the next plan counts it."""
+        if self._since is None:
+            self._since = now
+        self._refetches += 1
+
+    def due(self, n: int, now: float) -> bool:
+        """Whether a re-plan is due (enough refetches, or enough time, since the last, or
+        :attr:`wanted`), and affordable: a plan is O(n) (about seconds at a million pages,
+        during which the crawl waits), so the crawl spends at most ``1 / PLAN_LOAD`` of its
+        time planning."""
+        if self._planned_at is not None and now - self._planned_at < PLAN_LOAD * self.plan_cost:
+            return False
+        if self.wanted:
+            return True
+        if self._since is None:
+            return False
+        if self._refetches >= max(self.plan_every, n // 5):
+            return True
+        return self._planned_at is not None and now - self._planned_at >= self.plan_seconds
+
+    def plan(
+        self,
+        parts: Sequence[tuple[Refresher, np.ndarray, np.ndarray]],
+        now: float,
+    ) -> None:
+        """Re-plan the refetch frequency of every page of ``parts``, ``(refresher, importance
+        of its pages, mask of those that may be refetched: fetched, open)``, importances
+        comparable across parts. The budget is the refetch rate measured since the previous
+        plan (else the one it was, or as saved); change rates a page has no observation of
+        are the parts' pooled one."""
+        since = self._since if self._since is not None else now
+        elapsed = now - since
+        if self._refetches and elapsed > 0:
+            self.budget = self._refetches / elapsed
+        self._refetches, self._since, self._planned_at = 0, now, now
+        self.wanted = False
+        chosen = [(r, np.flatnonzero(live), imp) for r, imp, live in parts]
+        total = sum(ids.size for _r, ids, _imp in chosen)
+        if not total or not self.budget > 0:
+            return
+        for r, _ids, imp in chosen:
+            r.rates.grow(len(imp))
+        totals: dict[str, float] = {}
+        for r, _ids, _imp in chosen:
+            for f, v in r.rates.sums().items():
+                totals[f] = totals.get(f, 0.0) + v
+        prior = chosen[0][0].rates.rate_of_sums(totals)
+        rates = np.concatenate([r.rates.rates(ids, prior_rate=prior) for r, ids, _i in chosen])
+        weights = np.concatenate([imp[ids] for _r, ids, imp in chosen])
+        self.mean = self.budget / total
+        freq = optimal_allocation(weights, rates, self.budget, self.floor_share * self.mean)
+        at = 0
+        for r, ids, _imp in chosen:
+            r.schedule.plan(freq[at : at + ids.size], ids, now=now)
+            at += ids.size
+        self.plans += 1
+
+
+class Refresher:
+    """Change rates, the refetch schedule and the kept links of a continuous crawl (see the
+    module docstring).
+
+    :param planner: the budget and plans (a crawl over partitions shares one); by default
+        one of its own.
     :param prior_rate: the change rate assumed before any observation (per second).
     :param wall: the clock (seconds since the epoch).
     """
 
     def __init__(
         self,
-        floor_share: float = 0.02,
-        plan_every: int = 64,
-        plan_seconds: float = 30.0,
+        planner: Planner | None = None,
         prior_rate: float = PRIOR_RATE,
         wall: Callable[[], float] = time.time,
     ) -> None:
@@ -105,27 +215,16 @@ class Refresher:
         self._links: list[bytes | KeptLinks | None] = []
         #: Per page, the pages whose kept links lead to it (see :meth:`keep`).
         self.indegree = np.zeros(0, np.int32)
-        self.floor_share = floor_share
-        self.plan_every = plan_every
-        self.plan_seconds = plan_seconds
+        self.planner = planner if planner is not None else Planner()
         self.wall = wall
-        self.budget = 0.0  # refetches per second of the last plan (0: no plan yet)
-        self._mean = 0.0  # the mean frequency of the last plan
-        self._planned_at: float | None = None
-        #: Seconds the last plan took (:meth:`MemoryFrontier.replan
-        #: <scrapy_opic.opic.frontier.MemoryFrontier.replan>` measures it).
-        self.plan_cost = 0.0
-        self._refetches = 0  # refetch pops since the last plan
-        self._since: float | None = None  # when that count started
         #: Counters for the crawl's figures.
         self.settles = 0
-        self.plans = 0
 
     # -- events -----------------------------------------------------------------------------
     def keep(
         self,
         i: int,
-        ids: Sequence[int],
+        ids: Sequence[int] | np.ndarray,
         weights: Sequence[float] | None,
         boosts: Sequence[float] | None,
         virtual_weight: float,
@@ -225,8 +324,9 @@ class Refresher:
             rates.observe(i, now, changed, at=since if dated else None)
         sched = self.schedule
         sched.grow(i + 1)
-        if not sched.freq[i] and self._mean:
-            sched.freq[i] = self._mean  # (first fetched after the last plan: the mean, for now)
+        mean = self.planner.mean
+        if not sched.freq[i] and mean:
+            sched.freq[i] = mean  # (first fetched after the last plan: the mean, for now)
         sched.fetched(i, now)
 
     def failed(self, i: int, now: float | None = None) -> None:
@@ -278,50 +378,15 @@ class Refresher:
             for j in aside:
                 sched.push(j)
         if got is not None:
-            self.count_refetch(now)
+            self.planner.count_refetch(now)
         return got
 
-    def count_refetch(self, now: float | None = None) -> None:
-        """One pop went to a refetch: the budget of the next plan counts it."""
-        if self._since is None:
-            self._since = self.wall() if now is None else now
-        self._refetches += 1
-
     # -- planning ---------------------------------------------------------------------------
-    def plan_due(self, n: int, now: float | None = None) -> bool:
-        """Whether a re-plan is due (enough refetches, or enough time, since the last), and
-        affordable: a plan is O(n) (about seconds at a million pages, during which the crawl
-        waits), so the crawl spends at most ``1 / PLAN_LOAD`` of its time planning."""
-        if self._since is None:
-            return False
-        now = self.wall() if now is None else now
-        if self._planned_at is not None and now - self._planned_at < PLAN_LOAD * self.plan_cost:
-            return False
-        if self._refetches >= max(self.plan_every, n // 5):
-            return True
-        return self._planned_at is not None and now - self._planned_at >= self.plan_seconds
-
     def plan(self, importance: np.ndarray, live: np.ndarray, now: float | None = None) -> None:
-        """Re-plan every page's refetch frequency: ``importance`` of all pages, ``live`` the
-        mask of the pages that may be refetched (fetched, open). The budget is the refetch rate
-        measured since the previous plan."""
-        now = self.wall() if now is None else now
-        since = self._since if self._since is not None else now
-        elapsed = now - since
-        if self._refetches and elapsed > 0:  # (else: the budget as it was, or as saved)
-            self.budget = self._refetches / elapsed
-        self._refetches, self._since, self._planned_at = 0, now, now
-        ids = np.flatnonzero(live)
-        if not ids.size or not self.budget > 0:
-            return
-        self.rates.grow(len(live))
-        rates = self.rates.rates(ids, prior_rate=self.rates.pooled_rate())
-        self._mean = self.budget / ids.size
-        freq = optimal_allocation(
-            importance[ids], rates, self.budget, self.floor_share * self._mean
-        )
-        self.schedule.plan(freq, ids, now=now)
-        self.plans += 1
+        """Re-plan every page's refetch frequency (:meth:`Planner.plan` over this refresher's
+        pages alone): ``importance`` of all pages, ``live`` the mask of those that may be
+        refetched."""
+        self.planner.plan([(self, importance, live)], self.wall() if now is None else now)
 
     # -- saving ------------------------------------------------------------------------------
     def columns(self, n: int) -> dict[str, np.ndarray]:
@@ -341,7 +406,7 @@ class Refresher:
             self.rates.a[f][:n] = cols[f"r.{f}"]
         self.schedule.grow(n)
         self.schedule.last[:n] = cols["r.period"]
-        self.budget = budget
+        self.planner.budget = budget
 
     def kept_from(self, pages: np.ndarray, counts: np.ndarray, targets: np.ndarray) -> None:
         """Kept links from a saved state's link rows (weights are not saved: plain links)."""
@@ -354,10 +419,10 @@ class Refresher:
 
     def figures(self) -> dict[str, float]:
         return {
-            "refetch_budget": self.budget,
-            "refetch_plans": self.plans,
+            "refetch_budget": self.planner.budget,
+            "refetch_plans": self.planner.plans,
             "settle_visits": self.settles,
         }
 
 
-__all__ = ["COLUMNS", "PRIOR_RATE", "KeptLinks", "Refresher"]
+__all__ = ["COLUMNS", "PRIOR_RATE", "KeptLinks", "Planner", "Refresher", "pick"]
