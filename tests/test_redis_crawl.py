@@ -407,6 +407,34 @@ def test_a_continuous_crawl_on_redis_revisits_pages_and_keeps_cash(tmp_path, red
     assert check(client, key) == []
 
 
+def test_a_continuous_crawl_refetching_by_change_survives_a_kill(tmp_path, redis_crawl):
+    """Two processes refetch by freshness (the site's pages never change: every refetch is
+    unchanged, a visit over kept links, many links crossing hosts and partitions); one is
+    killed with SIGKILL mid-crawl and replaced. Its partitions are loaded from checkpoints
+    and journals of unchanged and settle visits; the state checks clean (cash 1)."""
+    settings, client, key = redis_crawl
+    settings = {**settings, "OPIC_REDIS_LEASE": 2.0, "CONCURRENT_REQUESTS": 4}
+    more = {"OPIC_CONTINUOUS": True, "CLOSESPIDER_PAGECOUNT": 200, **settings}
+    g = site_graph(120, seed=9)
+    procs: dict[str, subprocess.Popen] = {}
+    try:
+        with Site(g, host_of=lambda i: HOSTS[i % 6], addresses=HOSTS) as site:
+            for name in ("a", "b"):
+                procs[name] = start_worker(tmp_path, name, site.url(0), more, HOSTS)
+            wait_for(lambda: len(site.hits) >= 250, "250 fetches")
+            procs["a"].send_signal(signal.SIGKILL)
+            assert procs.pop("a").wait(timeout=30) == -signal.SIGKILL
+            procs["c"] = start_worker(tmp_path, "c", site.url(0), more, HOSTS)
+            finish(procs, tmp_path)
+            hits = Counter(site.hits)
+    finally:
+        kill_all(procs.values())
+    assert sum(hits.values()) > 2 * len(hits)  # pages were refetched
+    stats = [json.loads((tmp_path / n / "stats.json").read_text()) for n in ("b", "c")]
+    assert sum(s.get("opic/unchanged", 0) for s in stats) > 100
+    assert check(client, key) == []
+
+
 def test_the_commands_read_a_redis_crawl(tmp_path, redis_crawl):
     from tests.test_crawl import crawl
 
