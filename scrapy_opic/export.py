@@ -606,6 +606,8 @@ read_state = open_state  # the name of the first release
 
 # -- writing ---------------------------------------------------------------------------------
 def _json_value(v: Any) -> str:
+    if v is None:
+        return "null"
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, str):
@@ -619,16 +621,35 @@ _CSV_SPECIAL = re.compile(r'[",\r\n]')
 _JSON_SPECIAL = re.compile(r'["\\\x00-\x1f\x7f]')
 
 
-def _fast_page_lines(chunk: list[Page], fmt: str, ranked: bool) -> list[str] | None:
+def _fast_page_lines(
+    chunk: list[Page], fmt: str, ranked: bool, changes: bool = False
+) -> list[str] | None:
     """Page rows formatted with f-strings (faster than ``csv``/``json``), or
     ``None`` when a URL needs quoting or escaping. Floats are written with ``repr``: exact.
-    ``ranked``: with the ``pagerank`` column (:data:`PAGERANK_COLUMNS`)."""
+    ``ranked``: with the ``pagerank`` column (:data:`PAGERANK_COLUMNS`); ``changes``: and
+    the change columns (:data:`CHANGE_COLUMNS`; a missing value is empty, or JSON's null)."""
     if not chunk:
         return []
     urls = " ".join(p.url for p in chunk)
-    if fmt == "csv":
-        if _CSV_SPECIAL.search(urls):
-            return None
+    csv_fmt = fmt == "csv"
+    if _CSV_SPECIAL.search(urls) if csv_fmt else _JSON_SPECIAL.search(urls):
+        return None
+    if changes:  # (an ISO 8601 time or a float: nothing to quote or escape)
+        if csv_fmt:
+            return [
+                f"{u},{i!r},{r!r},{c!r},{h!r},{v},{t!r},{f},{st},{host},"
+                f"{'' if rate is None else repr(rate)},{last or ''}\n"
+                for u, i, c, h, v, t, f, st, host, r, rate, last in chunk
+            ]
+        return [
+            f'{{"url": "{u}", "importance": {i!r}, "pagerank": {r!r}, "cash": {c!r}, '
+            f'"history": {h!r}, "visits": {v}, "last_visit": {t!r}, '
+            f'"fetched": {"true" if f else "false"}, "status": "{st}", "host": "{host}", '
+            f'"change_rate": {"null" if rate is None else repr(rate)}, '
+            f'"last_changed": {"null" if last is None else chr(34) + last + chr(34)}}}\n'
+            for u, i, c, h, v, t, f, st, host, r, rate, last in chunk
+        ]
+    if csv_fmt:
         if ranked:
             return [
                 f"{u},{i!r},{r!r},{c!r},{h!r},{v},{t!r},{f},{st},{host}\n"
@@ -638,8 +659,6 @@ def _fast_page_lines(chunk: list[Page], fmt: str, ranked: bool) -> list[str] | N
             f"{u},{i!r},{c!r},{h!r},{v},{t!r},{f},{st},{host}\n"
             for u, i, c, h, v, t, f, st, host, _r, _rate, _last in chunk
         ]
-    if _JSON_SPECIAL.search(urls):
-        return None
     if ranked:
         return [
             f'{{"url": "{u}", "importance": {i!r}, "pagerank": {r!r}, "cash": {c!r}, '
@@ -673,7 +692,7 @@ def _write_rows(
     if fmt == "csv":
         writer.writerow(columns)
     for chunk in chunks:
-        lines = _fast_page_lines(chunk, fmt, ranked) if pages and not changes else None
+        lines = _fast_page_lines(chunk, fmt, ranked, changes) if pages else None
         if lines is not None:
             fh.writelines(lines)
             n += len(chunk)

@@ -19,8 +19,10 @@ import scrapy
 
 from scrapy_opic.backends.sqlite import CHUNK, SqliteFrontier, StateReader
 from scrapy_opic.export import (
+    CHANGE_COLUMNS,
     PAGE_COLUMNS,
     SITE_COLUMNS,
+    _fast_page_lines,
     host_of,
     open_state,
     registered_domain,
@@ -530,3 +532,48 @@ def test_display_url_shows_characters_and_keeps_ascii_escapes():
         "http://café.example/été%20x%2F?q=中"
     )
     assert display_url("http://h/%FF%FE") == "http://h/%FF%FE"  # not UTF-8: as it was
+
+
+def test_the_change_columns_are_written_and_read_back_in_both_formats(tmp_path):
+    """A crawl that refetched by freshness: its change columns (a rate for every page, a
+    last change for a page seen to change, none for the others) take the fast row paths and
+    read back as the pages say; a URL that needs quoting takes the general writers."""
+    from scrapy_opic.opic.refresh import Refresher
+
+    t = [1_700_000_000.0]
+    r = Refresher(wall=lambda: t[0])
+    f = SqliteFrontier.open(
+        tmp_path / "c.sqlite",
+        resume=False,
+        epsilon=0.15,
+        refresh=1.0,
+        window="unbounded",
+        continuous=True,
+        keep_links=True,
+        refresher=r,
+    )
+    urls = ["http://a.example/", "http://a.example/b", 'http://a.example/q?x="1",y']
+    f.schedule([Entry(f"k{k}", url, payload="r") for k, url in enumerate(urls)])
+    for changed in (None, True, False):
+        for _ in range(len(urls)):
+            lease = f.pop()
+            t[0] += 3600.0
+            k = int(lease.key[1:])
+            f.visit(lease, [Link("k0", urls[0])], changed=None if changed is None else k == 1)
+    f.close([])
+    with open_state(tmp_path / "c.sqlite") as state:
+        assert state.page_columns == CHANGE_COLUMNS
+        expected = list(state.pages())
+        write_export(state, str(tmp_path / "c.csv"))
+        write_export(state, str(tmp_path / "c.jsonl"))
+    assert [p.last_changed is None for p in expected] == [True, False, True]
+    with open(tmp_path / "c.csv", newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    lines = [json.loads(x) for x in (tmp_path / "c.jsonl").read_text("utf-8").splitlines()]
+    assert [r["url"] for r in rows] == [j["url"] for j in lines] == urls
+    for row, j, p in zip(rows, lines, expected):
+        assert float(row["change_rate"]) == j["change_rate"] == p.change_rate > 0
+        assert (row["last_changed"] or None) == j["last_changed"] == p.last_changed
+        assert float(row["pagerank"]) == j["pagerank"] == p.pagerank
+    fast = _fast_page_lines(expected[:2], "jsonl", True, True)
+    assert fast is not None and [json.loads(x) for x in fast] == lines[:2]
