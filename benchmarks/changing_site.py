@@ -53,7 +53,7 @@ import numpy as np
 from scipy.stats import kendalltau
 
 from benchmarks.crawl_evidence import DOCS, crawl, crawled_graph, ensure_docs, log
-from scrapy_opic.backends import StoreError
+from scrapy_opic._backends import StoreError
 from scrapy_opic.export import open_state
 from scrapy_opic.opic.graph import Graph, from_edges, power_law_graph
 from scrapy_opic.opic.pagerank import pagerank

@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from scrapy_opic.backends.sqlite import SqliteStore
+from scrapy_opic._backends.sqlite import SqliteStore
 from scrapy_opic.opic.frontier import MemoryFrontier
 from scrapy_opic.opic.graph import power_law_graph
 from scrapy_opic.simulator.simulation import Simulation

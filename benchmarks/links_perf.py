@@ -33,7 +33,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from scrapy_opic.backends.sqlite import LINKS_TABLE, SqliteStore  # noqa: E402
+from scrapy_opic._backends.sqlite import LINKS_TABLE, SqliteStore  # noqa: E402
 from scrapy_opic.opic import OpicEngine  # noqa: E402
 from scrapy_opic.opic.frontier import Entry, Link, MemoryFrontier  # noqa: E402
 from scrapy_opic.opic.graph import Graph, from_edges  # noqa: E402
@@ -188,7 +188,7 @@ def main() -> int:
         load += "with open_state(sys.argv[1]) as s:\n    s.importance()\n"
         no_scipy = "import sys\nsys.modules['scipy'] = None\n"
         links_only = (
-            "import sys\nfrom scrapy_opic.backends.sqlite import StateReader\n"
+            "import sys\nfrom scrapy_opic._backends.sqlite import StateReader\n"
             "with StateReader(sys.argv[1]) as r:\n    r.links()\n"
         )
         cases = {

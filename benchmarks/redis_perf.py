@@ -123,7 +123,7 @@ def run(args, g, hosts, url: str | None, kind: str, n: int, per_host: int, workd
     }
     client = None
     if kind == "redis":
-        from scrapy_opic.backends.redis import open_client
+        from scrapy_opic._backends.redis import open_client
 
         key = f"opic:bench:{uuid.uuid4().hex[:8]}"
         base.update(OPIC_STORE="redis", OPIC_REDIS_URL=url, OPIC_REDIS_KEY=key)
@@ -144,7 +144,7 @@ def run(args, g, hosts, url: str | None, kind: str, n: int, per_host: int, workd
         "cores_busy": cores.busy(times[lo], times[hi]),
     }
     if client is not None:
-        from scrapy_opic.backends.redis import RedisFrontier, RedisSnapshot
+        from scrapy_opic._backends.redis import RedisFrontier, RedisSnapshot
 
         cpu = redis_cpu(client) - cpu0
         trips = sum(st.get("opic/round_trips", 0) for st in stats)
@@ -164,10 +164,10 @@ def memory(n: int, url: str) -> dict:
     import redis
     from scrapy import Request, Spider
 
-    from scrapy_opic.backends.redis import RedisFrontier
+    from scrapy_opic._backends.redis import RedisFrontier
+    from scrapy_opic._scheduler import encode_request
     from scrapy_opic.opic.frontier import Entry, Link
     from scrapy_opic.opic.graph import power_law_graph
-    from scrapy_opic.scheduler import encode_request
 
     class Bench(Spider):
         name = "bench"

@@ -22,7 +22,7 @@ are not speeds).
         [--kill-after 4] [--workdir /work/tmp-scale] [--out benchmarks/results/scale.md]
 
 ``frontier``: the embedded store at 1 and 10 million URLs, with no Scrapy engine: a child process
-opens ``SqliteFrontier`` as the scheduler does with a JOBDIR (``scrapy_opic.state.open_frontier``,
+opens ``SqliteFrontier`` as the scheduler does with a JOBDIR (``scrapy_opic._state.open_frontier``,
 OPIC's defaults) and makes the scheduler's calls (pops up to ``--inflight`` leases, a visit whose
 page links to ``--links`` new URLs, one ``schedule`` per request with its pickled
 ``Request.to_dict()``, the periodic upkeep) until the frontier knows ``--urls`` URLs. Reported:
@@ -242,7 +242,7 @@ def run_one(args: argparse.Namespace) -> int:
 
     options = json.loads(args.options)
     if args.scheduler == "opic":  # the code in memory before the baseline, as Scrapy's is
-        import scrapy_opic.scheduler  # noqa: F401
+        import scrapy_opic._scheduler  # noqa: F401
     import scrapy.core.scheduler  # noqa: F401
     import scrapy.pqueues  # noqa: F401
     import scrapy.squeues  # noqa: F401
@@ -568,7 +568,7 @@ def request_template() -> dict:
     ``meta={"depth": d}``): what the scheduler stores in a JOBDIR state. Each page's request
     is this dict with its own URL and depth, pickled whole as the scheduler's ``_encode`` did
     before it stored only the fields that differ from a new request's
-    (``scrapy_opic.scheduler.encode_request``): the rows measured here are the larger ones."""
+    (``scrapy_opic._scheduler.encode_request``): the rows measured here are the larger ones."""
     import scrapy
 
     class FanOut(scrapy.Spider):
@@ -650,20 +650,20 @@ def _crawl_imports() -> None:
     import scrapy.crawler  # noqa: F401
     import twisted.internet.reactor  # noqa: F401
 
-    import scrapy_opic.scheduler  # noqa: F401
+    import scrapy_opic._scheduler  # noqa: F401
 
 
 def _opic_settings(jobdir: Path):
     """The settings of a crawl with ``JOBDIR`` and OPIC's defaults (what the scheduler reads)."""
-    from scrapy_opic.settings import OpicSettings
+    from scrapy_opic._settings import OpicSettings
 
     return OpicSettings.from_settings({"JOBDIR": str(jobdir)})
 
 
 def _open(jobdir: Path):
-    """The frontier exactly as the scheduler opens it (:func:`scrapy_opic.state.open_frontier`
+    """The frontier exactly as the scheduler opens it (:func:`scrapy_opic._state.open_frontier`
     with a JOBDIR: a resumable embedded store, resumed if the JOBDIR holds a state)."""
-    from scrapy_opic.state import open_frontier
+    from scrapy_opic._state import open_frontier
 
     settings = _opic_settings(jobdir)
     meta = {"spider": SPIDER, "settings": settings.as_dict()}
@@ -908,7 +908,7 @@ def run_resume(args: argparse.Namespace) -> int:
     import gc
     import resource
 
-    from scrapy_opic.backends import sqlite as backend
+    from scrapy_opic._backends import sqlite as backend
     from scrapy_opic.opic.index import KeyIndex
     from scrapy_opic.opic.selection import TieredSelection
 
@@ -1137,7 +1137,7 @@ def frontier_report(command: str, options: dict, sizes: list[dict], kills: list[
         f"{time.strftime('%Y-%m-%d %H:%M')}).",
         "",
         "A process driving `SqliteFrontier` as `OpicScheduler` does with a JOBDIR (opened by "
-        "`scrapy_opic.state.open_frontier` with OPIC's default settings: greedy, epsilon 0.15, "
+        "`scrapy_opic._state.open_frontier` with OPIC's default settings: greedy, epsilon 0.15, "
         f"refresh 0, unbounded window, requests persisted, OPIC_MEMORY_REQUESTS="
         f"{first.get('memory_requests', '?')}, OPIC_COMMIT_VISITS="
         f"{first.get('commit_visits', '?')}, OPIC_COMMIT_SECONDS="
@@ -1158,7 +1158,7 @@ def frontier_report(command: str, options: dict, sizes: list[dict], kills: list[
         f"({first.get('request_bytes', '?')} bytes). The scheduler's upkeep tick "
         "(`maintain`, `figures`, `top_page`) runs every `maintain_interval` seconds, and a due "
         "checkpoint waits for the visit's links to be filed (the scheduler's `ready`). Scrapy, "
-        "Twisted's reactor and `scrapy_opic.scheduler` are imported before any baseline. The "
+        "Twisted's reactor and `scrapy_opic._scheduler` are imported before any baseline. The "
         f"last {options['blocking_commits']} checkpoints before the target are blocking "
         "(`commit(wait=True)`), the others periodic (non-blocking, as in a crawl). Every RSS "
         "figure is read after `gc.collect()` and glibc `malloc_trim(0)`.",

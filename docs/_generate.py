@@ -1,5 +1,5 @@
 """Pages of the documentation made from the code when the site is built, so that they cannot
-disagree with it: every setting (from ``scrapy_opic.settings.SETTINGS``, the one table) and
+disagree with it: every setting (from ``scrapy_opic._settings.SETTINGS``, the one table) and
 every command's options (from the commands' own parsers)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 
 def settings_page() -> str:
-    from scrapy_opic.settings import SETTINGS
+    from scrapy_opic._settings import SETTINGS
 
     lines = [
         "# Settings",

@@ -7,12 +7,12 @@ Add to a project's settings ``ADDONS = {"scrapy_opic.Addon": 0}``, or::
     DOWNLOADER_MIDDLEWARES = {"scrapy_opic.OpicDownloaderMiddleware": 540}
     EXTENSIONS = {"scrapy_opic.OpicLogStats": 500}
 
-Layers, each depending only on those before it: :mod:`scrapy_opic.opic` (the paper's algorithm,
-no I/O, no Scrapy), :mod:`scrapy_opic.backends` (where a frontier lives: sqlite, Redis),
-:mod:`scrapy_opic.simulator` (offline experiments on link graphs), and the Scrapy adapter
-(:mod:`~scrapy_opic.settings`, :mod:`~scrapy_opic.state`, :mod:`~scrapy_opic.scheduler`,
-:mod:`~scrapy_opic.middlewares`, :mod:`~scrapy_opic.extensions`, :mod:`~scrapy_opic.addon`), with
-:mod:`~scrapy_opic.export`, :mod:`~scrapy_opic.report` and the commands reading states.
+The public API is this module's ``__all__`` (the Scrapy components, the settings error),
+:mod:`scrapy_opic.export` (reading a crawl's state: importance per URL, exports), the engine
+of :mod:`scrapy_opic.opic` (the paper's algorithm, no I/O, no Scrapy) and
+:mod:`scrapy_opic.simulator` (offline experiments on link graphs). Modules whose name starts
+with ``_`` are the plugin's own (the stores, the Scrapy adapter, the commands): their names
+may change in any release.
 """
 
 from __future__ import annotations
@@ -22,11 +22,12 @@ from typing import Any
 __version__ = "0.1.0"
 
 _LAZY = {
-    "OpicScheduler": "scrapy_opic.scheduler",
-    "OpicSpiderMiddleware": "scrapy_opic.middlewares",
-    "OpicDownloaderMiddleware": "scrapy_opic.middlewares",
-    "OpicLogStats": "scrapy_opic.extensions",
-    "Addon": "scrapy_opic.addon",
+    "OpicSettingsError": "scrapy_opic._settings",
+    "OpicScheduler": "scrapy_opic._scheduler",
+    "OpicSpiderMiddleware": "scrapy_opic._middlewares",
+    "OpicDownloaderMiddleware": "scrapy_opic._middlewares",
+    "OpicLogStats": "scrapy_opic._extensions",
+    "Addon": "scrapy_opic._addon",
 }
 
 
@@ -45,6 +46,7 @@ __all__ = [
     "OpicDownloaderMiddleware",
     "OpicLogStats",
     "OpicScheduler",
+    "OpicSettingsError",
     "OpicSpiderMiddleware",
     "__version__",
 ]

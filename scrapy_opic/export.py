@@ -57,12 +57,13 @@ from typing import IO, Any, NamedTuple
 
 import numpy as np
 
-from .backends import StoreError, is_redis_location, masked_url, split_location
-from .backends.sqlite import StateReader
-from .formats import output_format
+from ._backends import StoreError, is_redis_location, masked_url, split_location
+from ._backends.sqlite import StateReader
+from ._formats import output_format
+from ._series import Series
 from .opic.change import SUMS, ChangeRates
 from .opic.constants import (
-    DEAD,
+    CLOSED,
     FETCHED,
     IN_FLIGHT,
     NO_OUTCOME,
@@ -75,7 +76,6 @@ from .opic.engine import OpicEngine, mix
 from .opic.links import crawl_graph
 from .opic.pagerank import pagerank
 from .opic.refresh import PRIOR_RATE
-from .series import Series
 
 PAGE_COLUMNS = (
     "url",
@@ -264,9 +264,9 @@ class OpicState:
         counts = np.zeros(len(STATUSES), np.int64)
         pooled: dict[str, float] = {}
         for _lo, cols, _e, est in self._batches():
-            dead = (cols["flags"] & DEAD) != 0
-            total += float(est[~dead].sum())
-            gone += int((dead & ((cols["flags"] & FETCHED) != 0)).sum())
+            closed = (cols["flags"] & CLOSED) != 0
+            total += float(est[~closed].sum())
+            gone += int((closed & ((cols["flags"] & FETCHED) != 0)).sum())
             counts += np.bincount(cols["f.status"], minlength=len(STATUSES))[: len(STATUSES)]
             if "r.u" in cols:
                 for f in SUMS:
@@ -305,7 +305,7 @@ class OpicState:
             flags = np.zeros(n, np.uint8)
             for lo, cols in self._reader.columns(["flags"]):
                 flags[lo : lo + len(cols["flags"])] = cols["flags"]
-            closed = (flags & DEAD) != 0
+            closed = (flags & CLOSED) != 0
             del flags
             try:
                 graph = crawl_graph(n, pages, counts, targets, closed, (alias_pages, alias_targets))
@@ -434,7 +434,7 @@ class OpicState:
         parts = []
         for _lo, cols, _e, est in self._batches():
             imp = self._mix(est, cols)
-            seen = ~np.isnan(cols["r.last"]) & ((cols["flags"] & DEAD) == 0)  # (open pages)
+            seen = ~np.isnan(cols["r.last"]) & ((cols["flags"] & CLOSED) == 0)  # (open pages)
             rows = np.flatnonzero(seen)
             per_second = self._rates(cols, rows)[1]
             band = np.where(cols["r.n_c"][rows] > 0, 1 + np.searchsorted(edges, per_second), 0)
@@ -580,7 +580,7 @@ def read_redis_crawl(location: str, read: Callable[[Any, str], Any]) -> Any:
         import redis
     except ImportError:
         raise StoreError("reading a Redis crawl needs: pip install 'scrapy-opic[redis]'") from None
-    from .backends.redis import open_client
+    from ._backends.redis import open_client
 
     url, key = split_location(location)
     try:
@@ -596,7 +596,7 @@ def read_redis_crawl(location: str, read: Callable[[Any, str], Any]) -> Any:
 
 
 def _redis_snapshot(location: str) -> Any:
-    from .backends.redis import RedisSnapshot
+    from ._backends.redis import RedisSnapshot
 
     return read_redis_crawl(location, RedisSnapshot)
 
@@ -627,20 +627,36 @@ def _fast_page_lines(
     """Page rows formatted with f-strings (faster than ``csv``/``json``), or
     ``None`` when a URL needs quoting or escaping. Floats are written with ``repr``: exact.
     ``ranked``: with the ``pagerank`` column (:data:`PAGERANK_COLUMNS`); ``changes``: and
-    the change columns (:data:`CHANGE_COLUMNS`; a missing value is empty, or JSON's null)."""
+    the change columns (:data:`CHANGE_COLUMNS`; a missing value is empty, or JSON's null:
+    the values are floats and ISO 8601 times, nothing to quote or escape)."""
     if not chunk:
         return []
     urls = " ".join(p.url for p in chunk)
-    csv_fmt = fmt == "csv"
-    if _CSV_SPECIAL.search(urls) if csv_fmt else _JSON_SPECIAL.search(urls):
-        return None
-    if changes:  # (an ISO 8601 time or a float: nothing to quote or escape)
-        if csv_fmt:
-            return [
-                f"{u},{i!r},{r!r},{c!r},{h!r},{v},{t!r},{f},{st},{host},"
-                f"{'' if rate is None else repr(rate)},{last or ''}\n"
-                for u, i, c, h, v, t, f, st, host, r, rate, last in chunk
-            ]
+    if fmt == "csv":
+        return None if _CSV_SPECIAL.search(urls) else _fast_csv_lines(chunk, ranked, changes)
+    return None if _JSON_SPECIAL.search(urls) else _fast_json_lines(chunk, ranked, changes)
+
+
+def _fast_csv_lines(chunk: list[Page], ranked: bool, changes: bool) -> list[str]:
+    if changes:
+        return [
+            f"{u},{i!r},{r!r},{c!r},{h!r},{v},{t!r},{f},{st},{host},"
+            f"{'' if rate is None else repr(rate)},{last or ''}\n"
+            for u, i, c, h, v, t, f, st, host, r, rate, last in chunk
+        ]
+    if ranked:
+        return [
+            f"{u},{i!r},{r!r},{c!r},{h!r},{v},{t!r},{f},{st},{host}\n"
+            for u, i, c, h, v, t, f, st, host, r, _rate, _last in chunk
+        ]
+    return [
+        f"{u},{i!r},{c!r},{h!r},{v},{t!r},{f},{st},{host}\n"
+        for u, i, c, h, v, t, f, st, host, _r, _rate, _last in chunk
+    ]
+
+
+def _fast_json_lines(chunk: list[Page], ranked: bool, changes: bool) -> list[str]:
+    if changes:
         return [
             f'{{"url": "{u}", "importance": {i!r}, "pagerank": {r!r}, "cash": {c!r}, '
             f'"history": {h!r}, "visits": {v}, "last_visit": {t!r}, '
@@ -648,16 +664,6 @@ def _fast_page_lines(
             f'"change_rate": {"null" if rate is None else repr(rate)}, '
             f'"last_changed": {"null" if last is None else chr(34) + last + chr(34)}}}\n'
             for u, i, c, h, v, t, f, st, host, r, rate, last in chunk
-        ]
-    if csv_fmt:
-        if ranked:
-            return [
-                f"{u},{i!r},{r!r},{c!r},{h!r},{v},{t!r},{f},{st},{host}\n"
-                for u, i, c, h, v, t, f, st, host, r, _rate, _last in chunk
-            ]
-        return [
-            f"{u},{i!r},{c!r},{h!r},{v},{t!r},{f},{st},{host}\n"
-            for u, i, c, h, v, t, f, st, host, _r, _rate, _last in chunk
         ]
     if ranked:
         return [

@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a scri
 import scrapy  # noqa: E402
 from scrapy.linkextractors import LinkExtractor  # noqa: E402
 
-from scrapy_opic.scheduler import OpicScheduler  # noqa: E402
+from scrapy_opic._scheduler import OpicScheduler  # noqa: E402
 
 OPIC = {
     "SCHEDULER": "scrapy_opic.OpicScheduler",

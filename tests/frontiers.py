@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from scrapy_opic.backends.sqlite import SqliteFrontier
+from scrapy_opic._backends.sqlite import SqliteFrontier
 from scrapy_opic.opic.engine import OpicEngine
 from scrapy_opic.opic.frontier import MemoryFrontier
 
@@ -71,7 +71,7 @@ class Factory:
                 encode=lambda payload: payload,
             )
         else:
-            from scrapy_opic.backends.redis import RedisFrontier
+            from scrapy_opic._backends.redis import RedisFrontier
 
             key = f"opic:test:{uuid.uuid4().hex}"
             frontier = RedisFrontier.connect(self.redis_url, key, lease=lease)

@@ -21,11 +21,23 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PART = "scrapy_opic/opic/partition.py"
 ENGINE = "scrapy_opic/opic/engine.py"
-REDIS = "scrapy_opic/backends/redis.py"
+REDIS = "scrapy_opic/_backends/redis.py"
 TESTS = ["tests/test_partition.py", "tests/test_redis.py"]
 
 #: (what it does, file, old text, new text)
 MUTANTS = [
+    (
+        "an unchanged visit pays nothing to its kept links into other partitions",
+        PART,
+        "        self._transfers(items, got[1])",
+        "        self._transfers(items, [])",
+    ),
+    (
+        "a settle visit pays its kept links into other partitions to its own pages",
+        PART,
+        "        self._transfers(items, self.frontier.settle(j, outside))",
+        "        self._transfers(items, self.frontier.settle(j, []))",
+    ),
     (
         "a duplicate message applied again",
         PART,
@@ -108,16 +120,15 @@ MUTANTS = [
     (
         "an atomic flush that found a journal short confirms its messages",
         REDIS,
-        "                elif isinstance(got, Exception) or int(got[0]) != 0:\n"
-        "                    self._resend.extend(messages)",
-        "                elif isinstance(got, Exception):\n"
-        "                    self._resend.extend(messages)",
+        "            if isinstance(got, Exception) or int(got[0]) != 0:\n"
+        "                self._resend.extend(messages)",
+        "            if isinstance(got, Exception):\n                self._resend.extend(messages)",
     ),
     (
         "a process that lost one member keeps the others, and what it applied from it",
         REDIS,
-        "                    lost = list(self.held)",
-        "                    lost = [k for k in self.held if self.client.get(self._k(k, 'lease'))"
+        "                return list(self.held)",
+        "                return [k for k in self.held if self.client.get(self._k(k, 'lease'))"
         " != self.held[k].token.encode()]",
     ),
     (

@@ -203,8 +203,8 @@ def test_settings_from_the_command_line_take_json(world, tmp_path):
 CORPUS = """
 import json, shutil, sys, time
 from pathlib import Path
-from scrapy_opic.backends import StoreError
-from scrapy_opic.backends.sqlite import SqliteFrontier
+from scrapy_opic._backends import StoreError
+from scrapy_opic._backends.sqlite import SqliteFrontier
 
 src, work = Path(sys.argv[1]), Path(sys.argv[2])
 size = src.stat().st_size
@@ -287,7 +287,7 @@ class SqliteFrontierOf:
         import shutil
         import tempfile
 
-        from scrapy_opic.backends.sqlite import StateReader
+        from scrapy_opic._backends.sqlite import StateReader
 
         with tempfile.TemporaryDirectory() as d:
             copy = shutil.copyfile(self.path, f"{d}/s.sqlite")
@@ -326,7 +326,7 @@ def hold(path):
         [
             sys.executable,
             "-c",
-            "import time; from scrapy_opic.backends.sqlite import StateLock;"
+            "import time; from scrapy_opic._backends.sqlite import StateLock;"
             f"lock = StateLock({str(path)!r}); print('held', flush=True); time.sleep(120)",
         ],
         stdout=subprocess.PIPE,

@@ -479,7 +479,7 @@ def test_a_request_dropped_with_no_outcome_closes_its_page_and_the_crawl_ends(
     if store == "redis":
         import redis
 
-        from scrapy_opic.backends.redis import RedisFrontier, read_figures
+        from scrapy_opic._backends.redis import RedisFrontier, read_figures
         from tests.test_redis import check
 
         client = redis.Redis.from_url(location.split("#")[0])

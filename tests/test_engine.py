@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scrapy_opic.opic import OpicEngine, parse_window
-from scrapy_opic.opic.constants import DEAD
+from scrapy_opic.opic.constants import CLOSED
 from scrapy_opic.opic.engine import FETCHED
 
 TOL = 1e-9
@@ -477,11 +477,11 @@ def test_a_rebase_changes_no_true_value(g, ops, refresh, window):
             elif kind == 4:
                 e.transfer(i, (r // 7) % e.n)
             elif kind == 5:
-                e.kill(i)
+                e.close_page(i)
             elif kind == 6:
-                e.revive(i)
+                e.reopen_page(i)
             elif kind == 7:
-                if not e.flags[i] & DEAD:  # (a boost to a closed page is lost when it reopens)
+                if not e.flags[i] & CLOSED:  # (a boost to a closed page is lost when it reopens)
                     e.boost([i], x / 10)
             else:
                 kids = np.array(children, dtype=np.int64)

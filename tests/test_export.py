@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import scrapy
 
-from scrapy_opic.backends.sqlite import CHUNK, SqliteFrontier, StateReader
+from scrapy_opic._backends.sqlite import CHUNK, SqliteFrontier, StateReader
 from scrapy_opic.export import (
     CHANGE_COLUMNS,
     PAGE_COLUMNS,
@@ -447,7 +447,7 @@ def test_item_field_fills_dicts_and_warns_once_for_items_without_it(caplog):
     import scrapy
     from scrapy.utils.test import get_crawler
 
-    from scrapy_opic.middlewares import OpicSpiderMiddleware
+    from scrapy_opic._middlewares import OpicSpiderMiddleware
 
     class Declared(scrapy.Item):
         url = scrapy.Field()
@@ -474,7 +474,7 @@ def test_item_field_fills_dicts_and_warns_once_for_items_without_it(caplog):
 
 
 def test_report_links_only_web_urls():
-    from scrapy_opic.report import _link
+    from scrapy_opic._report import _link
 
     assert _link("https://a.example/?q=<x>") == (
         '<a href="https://a.example/?q=&lt;x&gt;">https://a.example/?q=&lt;x&gt;</a>'
@@ -486,7 +486,7 @@ def test_report_links_only_web_urls():
 def test_callback_output_before_an_exception_still_goes_on():
     from scrapy.utils.test import get_crawler
 
-    from scrapy_opic.middlewares import OpicSpiderMiddleware
+    from scrapy_opic._middlewares import OpicSpiderMiddleware
 
     mw = OpicSpiderMiddleware.from_crawler(get_crawler())
 
@@ -508,7 +508,7 @@ def test_frozen_items_keep_flowing_with_one_warning(caplog):
 
     from scrapy.utils.test import get_crawler
 
-    from scrapy_opic.middlewares import OpicSpiderMiddleware
+    from scrapy_opic._middlewares import OpicSpiderMiddleware
 
     @dataclasses.dataclass(frozen=True)
     class Frozen:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from scrapy_opic.opic import OpicEngine
 from scrapy_opic.opic.constants import (
-    DEAD,
+    CLOSED,
     DISCOVERED,
     DUPLICATE,
     ERROR,
@@ -322,7 +322,7 @@ def test_every_path_conserves_cash_and_the_life_cycle_holds(ops, continuous, str
         if kind <= 1:
             before = f.status_of(k)
             i = f.engine.id_of(k)
-            closed = i is not None and f.engine.flags[i] & DEAD
+            closed = i is not None and f.engine.flags[i] & CLOSED
             code = f.schedule([Entry(k, "u", 0, slot, {"key": k})], again=kind == 1)[0]
             if before in ("pending", "in_flight") or (
                 (closed or (before == "visited" and not continuous)) and kind == 0
@@ -367,7 +367,7 @@ def test_every_path_conserves_cash_and_the_life_cycle_holds(ops, continuous, str
         assert {f.engine.key_of(j) for j in range(n) if f.status[j] == IN_FLIGHT} == set(leases)
         # A closed page holds no cash, whatever links and payouts came since, and waits for
         # nothing.
-        dead = np.flatnonzero(f.engine.flags[:n] & DEAD)
+        dead = np.flatnonzero(f.engine.flags[:n] & CLOSED)
         assert (f.engine.cash(dead) == 0.0).all()
         assert all(f.status[j] == VISITED for j in dead.tolist())
 
@@ -435,7 +435,7 @@ class Clock:
 def backing_off(request, tmp_path):
     """A continuous frontier (in memory or the embedded store) with a 10 s backoff, capped at
     80 s, on a clock the test moves."""
-    from scrapy_opic.backends.sqlite import SqliteFrontier
+    from scrapy_opic._backends.sqlite import SqliteFrontier
 
     clock = Clock()
     if request.param == "memory":

@@ -24,22 +24,27 @@ RULES = {
         ("scrapy_opic.opic", "scrapy_opic.simulator"),
         ("scrapy", "twisted", "sqlitedict", "redis"),
     ),
-    "scrapy_opic.backends": (
-        ("scrapy_opic.opic", "scrapy_opic.backends", "scrapy_opic.series"),
+    "scrapy_opic._backends": (
+        ("scrapy_opic.opic", "scrapy_opic._backends", "scrapy_opic._series"),
         ("scrapy", "twisted"),
     ),
-    "scrapy_opic.series": ((), ("scrapy",)),
-    "scrapy_opic.formats": ((), ("scrapy",)),
-    "scrapy_opic.settings": (
-        ("scrapy_opic.opic", "scrapy_opic.backends", "scrapy_opic.formats"),
-        ("scrapy", "twisted", "sqlitedict", "redis", "scrapy_opic.backends."),
+    "scrapy_opic._series": ((), ("scrapy",)),
+    "scrapy_opic._formats": ((), ("scrapy",)),
+    "scrapy_opic._settings": (
+        ("scrapy_opic.opic", "scrapy_opic._backends", "scrapy_opic._formats"),
+        ("scrapy", "twisted", "sqlitedict", "redis", "scrapy_opic._backends."),
     ),
     "scrapy_opic.export": (
-        ("scrapy_opic.opic", "scrapy_opic.backends", "scrapy_opic.series", "scrapy_opic.formats"),
+        (
+            "scrapy_opic.opic",
+            "scrapy_opic._backends",
+            "scrapy_opic._series",
+            "scrapy_opic._formats",
+        ),
         ("scrapy", "twisted"),
     ),
-    "scrapy_opic.state": (
-        ("scrapy_opic.opic", "scrapy_opic.backends", "scrapy_opic.settings"),
+    "scrapy_opic._state": (
+        ("scrapy_opic.opic", "scrapy_opic._backends", "scrapy_opic._settings"),
         (),
     ),
 }

@@ -14,9 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scrapy_opic.backends import StoreError
-from scrapy_opic.backends.sqlite import LINKS_TABLE, SqliteFrontier, StateReader
-from scrapy_opic.opic.constants import DEAD
+from scrapy_opic._backends import StoreError
+from scrapy_opic._backends.sqlite import LINKS_TABLE, SqliteFrontier, StateReader
+from scrapy_opic.opic.constants import CLOSED
 from scrapy_opic.opic.frontier import Entry, Link
 from scrapy_opic.opic.graph import from_edges
 from scrapy_opic.opic.links import crawl_graph, decode_links, encode_links
@@ -168,7 +168,7 @@ def test_a_refetch_replaces_the_links_and_a_closed_page_has_none(tmp_path):
     f.fail(lease, 404)
     f.commit(wait=True)
     assert i not in kept(path)
-    assert f.engine.flags[i] & DEAD
+    assert f.engine.flags[i] & CLOSED
     f.close([])
 
 
@@ -304,7 +304,7 @@ def test_kill_9_leaves_links_that_agree_with_the_snapshot(tmp_path):
     script = textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {os.getcwd()!r})
-        from scrapy_opic.backends.sqlite import SqliteFrontier
+        from scrapy_opic._backends.sqlite import SqliteFrontier
         from scrapy_opic.opic.frontier import Entry, Link
         f = SqliteFrontier.open({str(path)!r}, resume=False, epsilon=0.15, refresh=1.0,
                                 window="unbounded", continuous=True, commit_visits=37,
@@ -427,8 +427,8 @@ def test_the_pagerank_column_is_the_crawled_graphs_pagerank(tmp_path, fmt):
 
 @pytest.mark.slow  # (a crawl of the engine's size)
 def test_a_state_without_kept_links_has_no_pagerank_column(tmp_path):
+    from scrapy_opic._report import build_report
     from scrapy_opic.export import PAGE_COLUMNS, format_table, open_state
-    from scrapy_opic.report import build_report
 
     path = tmp_path / "n.sqlite"
     f = frontier_at(path, keep_links=False)

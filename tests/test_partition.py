@@ -144,6 +144,40 @@ def test_cash_stays_one_whatever_the_order_messages_arrive_in(continuous, atomic
         )
 
 
+@pytest.mark.parametrize("atomic", [False, True], ids=["durable-first", "atomic"])
+def test_redirects_to_other_partitions_carry_their_cash(atomic):
+    """Pages that redirect (now and then permanently) to pages of other partitions: the cash
+    a redirect moves travels in a transfer, and the crawl's cash stays 1."""
+    pages, links = site()
+    fs = fleets(3, continuous=True, refresh=1.0, atomic=atomic)
+    bus = Bus(fs, seed=8)
+    seed(fs, pages[0])
+    rnd = random.Random(9)
+    moved = 0
+    for step in range(800):
+        f = rnd.choice(fs)
+        lease = f.pop()
+        if lease is None:
+            continue
+        here = partition_of(lease.url, lease.key, P)
+        elsewhere = [u for u in pages if partition_of(u, key(u), P) != here]
+        if step > 20 and step % 5 == 0:
+            target = rnd.choice(elsewhere)
+            entry = Entry(key(target), target, 0, "", b"moved")
+            if f.redirect(lease, entry, permanent=step % 3 == 0) is not None:
+                moved += 1
+        else:
+            f.visit(lease, [Link(key(u), u, payload=b"r") for u in links[lease.url]])
+        if step % 7 == 0:
+            bus.round(shuffle=True, repeat=0.2)
+            assert bus.total_cash() == pytest.approx(1.0, abs=TOL), step
+    for _ in range(5):
+        bus.round()
+    assert moved > 50
+    assert bus.total_cash() == pytest.approx(1.0, abs=TOL)
+    assert sequence_problems(bus.members(), bus.moving()) == []
+
+
 def test_a_journal_replayed_on_a_checkpoint_rebuilds_the_partition_bit_for_bit():
     pages, links = site()
     fs = fleets(2, continuous=True, refresh=1.0, window="interpolation:30")

@@ -13,8 +13,8 @@ import uuid
 
 import pytest
 
-from scrapy_opic.backends import StoreError
-from scrapy_opic.backends.redis import RedisFrontier, RedisSnapshot, fleet_status
+from scrapy_opic._backends import StoreError
+from scrapy_opic._backends.redis import RedisFrontier, RedisSnapshot, fleet_status
 from scrapy_opic.opic.frontier import Entry, Link
 from scrapy_opic.opic.partition import POOL, partition_of
 from tests.fleet import key, partition_problems, sequence_problems
@@ -109,7 +109,7 @@ def check(client, name: str) -> list[str]:
     moving = [m for mem in members.values() for m in mem.box.unconfirmed.values()]
     for k in members:
         for _id, fields in client.xrange(f"{{{name}:{'pool' if k == POOL else k}}}:in"):
-            from scrapy_opic.backends.redis import _unpack
+            from scrapy_opic._backends.redis import _unpack
             from scrapy_opic.opic.partition import Message
 
             moving += [Message(*raw) for raw in _unpack(fields[b"m"])[0]]
@@ -361,7 +361,7 @@ def test_the_status_of_a_fleet_counts_its_processes_and_partitions(crawl):
         {partition_of(url(i), key(url(i)), 16) for i in range(12)}
     )
     assert sum(status["owners"].values()) == status["partitions"] + 1  # (the pool too)
-    from scrapy_opic.commands.status import status_line
+    from scrapy_opic._commands.status import status_line
 
     run([a, b], steps=4, until_idle=False)
     a.commit()
@@ -383,8 +383,8 @@ def test_reading_a_missing_or_unreachable_crawl_is_one_clear_error(redis_url):
 
 
 def test_a_password_never_reaches_logs_errors_or_stored_settings():
-    from scrapy_opic.backends import masked_url
-    from scrapy_opic.settings import OpicSettings, OpicSettingsError
+    from scrapy_opic._backends import masked_url
+    from scrapy_opic._settings import OpicSettings, OpicSettingsError
 
     assert masked_url("redis://:s3cret@db:6379/0") == "redis://***@db:6379/0"
     assert masked_url("rediss://user:s3cret@db/1") == "rediss://***@db/1"
@@ -428,7 +428,7 @@ def test_a_redis_restarted_with_its_keys_is_waited_for_with_one_warning(tmp_path
             f.schedule([Entry(key(url(0)), url(0), 0, "", b"seed")])
             before = run([f], until_idle=False, steps=4)
             assert before and f.has_pending()
-            with caplog.at_level("INFO", logger="scrapy_opic.backends.redis"):
+            with caplog.at_level("INFO", logger="scrapy_opic._backends.redis"):
                 server.stop()
                 for _ in range(3):
                     f._next_rebalance = f._last_flush = 0.0
@@ -475,8 +475,8 @@ def test_a_redis_that_does_not_come_back_stops_the_crawl_in_one_line(tmp_path):
 def test_the_report_of_a_long_crawl_plots_its_series_and_never_shows_the_password(tmp_path):
     """A crawl long enough for many points of its time series (one per tick here) reads back
     through the Python API and the HTML report; a password in the URL appears nowhere."""
+    from scrapy_opic._report import build_report
     from scrapy_opic.export import open_state
-    from scrapy_opic.report import build_report
     from tests.sites import RedisServer
 
     with RedisServer(tmp_path, password="s3cret-pw") as server_url:

@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from scrapy_opic.backends.redis import RedisFrontier
+from scrapy_opic._backends.redis import RedisFrontier
 from scrapy_opic.opic.frontier import Entry
 from tests.test_redis import check, key, run, url
 
@@ -43,7 +43,7 @@ def crawled(redis_cluster_url):
 
 
 def test_any_node_of_a_cluster_gets_a_cluster_client_and_a_server_a_plain_one(cluster, redis_url):
-    from scrapy_opic.backends.redis import open_client
+    from scrapy_opic._backends.redis import open_client
 
     for node in cluster.get_primaries():
         client = open_client(f"redis://{node.host}:{node.port}/0")

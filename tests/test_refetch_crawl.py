@@ -13,9 +13,9 @@ from typing import Any, NamedTuple
 
 import pytest
 
+from scrapy_opic._report import build_report
 from scrapy_opic.export import open_state, write_export
 from scrapy_opic.opic.partition import partition_of
-from scrapy_opic.report import build_report
 from tests.test_crawl import crawl
 
 pytestmark = pytest.mark.slow  # (crawls in a subprocess)

@@ -9,7 +9,7 @@ import random
 import numpy as np
 import pytest
 
-from scrapy_opic.backends.sqlite import SqliteFrontier
+from scrapy_opic._backends.sqlite import SqliteFrontier
 from scrapy_opic.opic import OpicEngine
 from scrapy_opic.opic.change import ChangeRates
 from scrapy_opic.opic.constants import ERROR, FORBIDDEN, IN_FLIGHT, OK, PENDING

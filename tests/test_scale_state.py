@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scrapy_opic.backends.sqlite import BLOCK, SqliteFrontier, StateReader
+from scrapy_opic._backends.sqlite import BLOCK, SqliteFrontier, StateReader
 from scrapy_opic.opic.constants import IN_FLIGHT, PENDING
 from scrapy_opic.opic.frontier import Entry, Link
 from tests.frontiers import key
@@ -233,8 +233,8 @@ def test_a_large_state_is_checked_table_by_table(tmp_path, monkeypatch):
     state resumes, and a block damaged on disk is still refused."""
     import sqlite3
 
-    from scrapy_opic.backends import StoreError
-    from scrapy_opic.backends import sqlite as store
+    from scrapy_opic._backends import StoreError
+    from scrapy_opic._backends import sqlite as store
 
     monkeypatch.setattr(store, "CHECK_WHOLE_BYTES", 0)
     path = tmp_path / "big.sqlite"

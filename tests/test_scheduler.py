@@ -19,9 +19,9 @@ from scrapy.exceptions import IgnoreRequest
 from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.test import get_crawler
 
-from scrapy_opic.backends import StoreError
-from scrapy_opic.backends.sqlite import StateReader
-from scrapy_opic.scheduler import (
+from scrapy_opic._backends import StoreError
+from scrapy_opic._backends.sqlite import StateReader
+from scrapy_opic._scheduler import (
     FOLLOW_UP_META,
     OpicScheduler,
     OutcomeErrback,
@@ -76,7 +76,7 @@ class Schedulers:
         for scheduler in list(self.open):
             self.close(scheduler)
         if self.backend.startswith("redis"):
-            from scrapy_opic.backends.redis import RedisFrontier
+            from scrapy_opic._backends.redis import RedisFrontier
 
             frontier = RedisFrontier.connect(self.redis_url, self.key)
             frontier.clear()
@@ -604,7 +604,7 @@ def test_a_redis_error_during_a_flush_loses_nothing(on_redis, caplog):
     keeps its records, and the next one writes them: another process then reads the visit."""
     import redis
 
-    from scrapy_opic.backends.redis import RedisFrontier
+    from scrapy_opic._backends.redis import RedisFrontier
 
     s = on_redis.make()
     s.enqueue_request(Request(URLS[0]))

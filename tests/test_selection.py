@@ -18,7 +18,7 @@ from scrapy_opic.opic import (
     Tiers,
     make_selection,
 )
-from scrapy_opic.opic.constants import DEAD, FETCHED
+from scrapy_opic.opic.constants import CLOSED, FETCHED
 
 
 @settings(max_examples=150, deadline=None)
@@ -318,8 +318,8 @@ def test_tiered_pops_match_a_reference_model(n, seed, refresh, steps):
     def push(i):
         if i in cand or i in in_flight:
             return
-        if e.flags[i] & DEAD:
-            e.revive(i)  # (as the frontier does for a closed page asked for again)
+        if e.flags[i] & CLOSED:
+            e.reopen_page(i)  # (as the frontier does for a closed page asked for again)
         codes[i] = tiers.code(int(rng.choice(PRIORITIES)), str(rng.choice(HOSTS)))
         sel.push(i)
         cand[i] = codes[i]
@@ -357,7 +357,7 @@ def test_tiered_pops_match_a_reference_model(n, seed, refresh, steps):
             if j != i:  # (a redirect to itself moves nothing)
                 taken(i)
         elif action == 5 and rng.random() < 0.3:  # a close
-            e.kill(i)
+            e.close_page(i)
             taken(i)
         else:
             full = {h for h in HOSTS if rng.random() < 0.35}

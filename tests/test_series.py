@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scrapy_opic.series import Series
+from scrapy_opic._series import Series
 
 
 def test_series_stays_bounded_and_spans_the_whole_crawl():

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from scrapy_opic.settings import DEFAULTS, SETTINGS, OpicSettings, OpicSettingsError
+from scrapy_opic._settings import DEFAULTS, SETTINGS, OpicSettings, OpicSettingsError
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -155,9 +155,9 @@ def test_every_component_of_a_crawler_shares_one_reading():
 
 def test_reading_the_settings_loads_no_backend_and_no_scrapy():
     code = (
-        "import sys, scrapy_opic.settings as s; s.OpicSettings.from_settings({}); "
+        "import sys, scrapy_opic._settings as s; s.OpicSettings.from_settings({}); "
         "print(sorted(m for m in ('scrapy', 'sqlitedict', 'redis', "
-        "'scrapy_opic.backends.sqlite', 'scrapy_opic.backends.redis') if m in sys.modules))"
+        "'scrapy_opic._backends.sqlite', 'scrapy_opic._backends.redis') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
@@ -166,8 +166,8 @@ def test_reading_the_settings_loads_no_backend_and_no_scrapy():
 def test_the_addon_installs_everything_and_keeps_a_projects_own_positions():
     from scrapy.utils.test import get_crawler
 
-    from scrapy_opic.extensions import OpicLogStats
-    from scrapy_opic.middlewares import OpicDownloaderMiddleware, OpicSpiderMiddleware
+    from scrapy_opic._extensions import OpicLogStats
+    from scrapy_opic._middlewares import OpicDownloaderMiddleware, OpicSpiderMiddleware
 
     plain = get_crawler(settings_dict={"ADDONS": {"scrapy_opic.Addon": 0}}).settings
     assert plain["SCHEDULER"] == "scrapy_opic.OpicScheduler"
@@ -190,8 +190,8 @@ def test_the_addon_installs_everything_and_keeps_a_projects_own_positions():
 
 
 def test_keep_links_is_a_boolean_and_a_resume_checks_it():
-    from scrapy_opic.backends import StoreError
-    from scrapy_opic.state import check_resume
+    from scrapy_opic._backends import StoreError
+    from scrapy_opic._state import check_resume
 
     assert OpicSettings.from_settings({}).keep_links is False
     on = OpicSettings.from_settings({"OPIC_KEEP_LINKS": "True"})
@@ -203,7 +203,7 @@ def test_keep_links_is_a_boolean_and_a_resume_checks_it():
 
 
 def test_a_misspelled_setting_is_named_with_the_closest_one():
-    from scrapy_opic.settings import unknown_settings
+    from scrapy_opic._settings import unknown_settings
 
     lines = unknown_settings(
         {

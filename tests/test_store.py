@@ -13,8 +13,8 @@ import textwrap
 import numpy as np
 import pytest
 
-from scrapy_opic.backends import StoreError
-from scrapy_opic.backends.sqlite import CHUNK, SqliteFrontier, SqliteStore, StateReader
+from scrapy_opic._backends import StoreError
+from scrapy_opic._backends.sqlite import CHUNK, SqliteFrontier, SqliteStore, StateReader
 from scrapy_opic.opic.frontier import Entry, Link
 from tests.frontiers import key
 
@@ -94,7 +94,7 @@ def test_kill_9_mid_crawl_leaves_a_consistent_checkpoint(tmp_path):
         import sys
         import numpy as np
         sys.path.insert(0, {str(os.getcwd())!r})
-        from scrapy_opic.backends.sqlite import SqliteFrontier
+        from scrapy_opic._backends.sqlite import SqliteFrontier
         from scrapy_opic.opic.frontier import Entry, Link
         f = SqliteFrontier.open({str(path)!r}, resume=False, epsilon=0.15, refresh=0.0,
                                 window="unbounded", persist_requests=True, commit_visits=50,
@@ -222,8 +222,8 @@ def test_a_failed_background_commit_stops_the_crawl_with_an_error_not_a_hang(tmp
     script = textwrap.dedent(f"""
         import os, resource, signal, sys, time
         sys.path.insert(0, {str(os.getcwd())!r})
-        from scrapy_opic.backends import StoreError
-        from scrapy_opic.backends.sqlite import SqliteFrontier
+        from scrapy_opic._backends import StoreError
+        from scrapy_opic._backends.sqlite import SqliteFrontier
         f = SqliteFrontier.open({str(path)!r}, resume=False, epsilon=0.15, refresh=0.0,
                                 window="unbounded")
         store = f.store
@@ -310,7 +310,7 @@ def test_a_block_changed_on_disk_is_refused_at_resume(tmp_path):
 def test_a_state_is_locked_against_a_second_writer(tmp_path):
     """Another process holding the state (here: a lock taken in a subprocess) makes the open
     fail at once with StateInUse; a kill -9 of the holder frees it."""
-    from scrapy_opic.backends.sqlite import StateInUse
+    from scrapy_opic._backends.sqlite import StateInUse
 
     path = tmp_path / "l.sqlite"
     frontier_at(path).close([])
@@ -319,7 +319,7 @@ def test_a_state_is_locked_against_a_second_writer(tmp_path):
             sys.executable,
             "-c",
             f"import sys, time; sys.path.insert(0, {os.getcwd()!r});"
-            "from scrapy_opic.backends.sqlite import StateLock;"
+            "from scrapy_opic._backends.sqlite import StateLock;"
             f"lock = StateLock({str(path)!r}); print('held', flush=True); time.sleep(60)",
         ],
         stdout=subprocess.PIPE,

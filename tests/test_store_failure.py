@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from scrapy_opic.backends.sqlite import StateReader
+from scrapy_opic._backends.sqlite import StateReader
 from scrapy_opic.export import open_state
 from tests.project import Project
 from tests.sites import Site, reachable, site_graph

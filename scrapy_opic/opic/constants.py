@@ -1,7 +1,7 @@
 """The numbers and names the algorithm shares with every frontier backend: one source.
 
 The Redis backend runs the engine's formulas in a Lua script; the script's constants are
-generated from this module (see :func:`scrapy_opic.backends.redis.lua_constants`), never copied
+generated from this module (see :func:`scrapy_opic._backends.redis.lua_constants`), never copied
 by hand. A change here changes both engines at once; a change to a formula on one side only is
 caught by the differential test (``tests/test_differential.py``), which replays one random
 sequence of every operation on both frontiers and compares every number after every step.
@@ -10,10 +10,10 @@ sequence of every operation on both frontiers and compares every number after ev
 from __future__ import annotations
 
 #: Page flags (``OpicEngine.flags``): visited at least once / received the initial cash C0 /
-#: closed for good (``OpicEngine.kill``: receives no cash any more).
+#: closed for good (``OpicEngine.close_page``: receives no cash any more).
 FETCHED = 1
 INITIAL = 2
-DEAD = 4
+CLOSED = 4
 
 #: Page statuses in the crawl (see :mod:`scrapy_opic.opic.frontier`), by their stored code.
 STATUSES = ("discovered", "pending", "in_flight", "visited")
@@ -71,7 +71,7 @@ __all__ = [
     "BLEND_LEMMA",
     "CODES",
     "DAMAGED",
-    "DEAD",
+    "CLOSED",
     "DISCOVERED",
     "DUPLICATE",
     "DNS",

@@ -129,7 +129,7 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-from .constants import DEAD, FETCHED, INITIAL, RATE_DECAY, SLOPE_NOISE, VISIT_DECAY
+from .constants import CLOSED, FETCHED, INITIAL, RATE_DECAY, SLOPE_NOISE, VISIT_DECAY
 from .window import WindowPolicy, parse_window
 
 
@@ -141,12 +141,12 @@ def mix(est: np.ndarray, flags: np.ndarray, a: float, total: float, kept: int) -
     teleport share, what PageRank gives a page no link leads to; a page *gone* (fetched, then
     closed: 404, 410, a permanent redirect) holds nothing, and ``kept`` counts the pages that
     are not gone. Sums to 1 over all pages."""
-    dead = (flags & DEAD) != 0
+    closed = (flags & CLOSED) != 0
     if total > 0:
-        out = a / kept + (1.0 - a) / total * np.where(dead, 0.0, est)
+        out = a / kept + (1.0 - a) / total * np.where(closed, 0.0, est)
     else:
         out = np.full(len(est), 1.0 / kept)
-    out[dead & ((flags & FETCHED) != 0)] = 0.0
+    out[closed & ((flags & FETCHED) != 0)] = 0.0
     return out
 
 
@@ -154,6 +154,26 @@ def _view(a: np.ndarray) -> Any:
     """A memoryview of ``a``: item access as Python numbers, without numpy's scalar overhead
     (the per-event path). Typed loosely: typeshed's memoryview knows no float items."""
     return memoryview(a)  # type: ignore[arg-type]
+
+
+def _with_outside(
+    local: int,
+    weights: Sequence[float] | None,
+    boosts: Sequence[float] | None,
+    virtual_weight: float,
+    outside: Sequence[tuple[float, float]],
+) -> tuple[list[float] | None, list[float] | None]:
+    """The weights and boosts of a visit's ``local`` links followed by its ``outside`` ones
+    (``None``: all 1, all 0)."""
+    ws = [1.0] * local if weights is None else list(weights)
+    ws += [w for w, _ in outside]
+    bs = None if boosts is None else list(boosts)
+    if bs is not None or any(b for _, b in outside):
+        bs = [0.0] * local if bs is None else bs
+        bs += [b for _, b in outside]
+    if not virtual_weight and all(w == 1.0 for w in ws):
+        return None, bs
+    return ws, bs
 
 
 class CashObserver(Protocol):
@@ -336,7 +356,7 @@ class OpicEngine:
         self.acc_all = 0.0
         self.acc_unfetched = 0.0
         self.n_unfetched = 0  #: live pages never fetched
-        self.n_dead = 0  #: pages closed for good (see kill)
+        self.n_closed = 0  #: pages closed for good (see close_page)
         self.n_initial = 0
         self.c0 = 0.0  #: initial cash of pages flagged INITIAL
         self.visit_count = 0
@@ -533,7 +553,7 @@ class OpicEngine:
     def _offsets(self, ids: np.ndarray) -> np.ndarray:
         fl = self.flags[ids]
         off = self.acc_all + self.acc_unfetched * ((fl & FETCHED) == 0)
-        return np.where(fl & DEAD, 0.0, off) if self.n_dead else off
+        return np.where(fl & CLOSED, 0.0, off) if self.n_closed else off
 
     def cash(self, ids: np.ndarray | Sequence[int] | None = None) -> np.ndarray:
         """True cash of ``ids`` (all pages if ``None``)."""
@@ -542,7 +562,7 @@ class OpicEngine:
 
     def _offset(self, fl: int) -> float:
         """What the accumulators add to the stored cash of a page with flags ``fl``."""
-        if fl & DEAD:
+        if fl & CLOSED:
             return 0.0
         return self.acc_all if fl & FETCHED else self.acc_all + self.acc_unfetched
 
@@ -605,8 +625,8 @@ class OpicEngine:
     def _take(self, i: int) -> float:
         """Take all of page ``i``'s cash (resetting it to 0) and mark it fetched."""
         fl = self._flags_mv[i]
-        if fl & DEAD:  # fetched all the same (a dont_filter request): open again first
-            self.revive(i)
+        if fl & CLOSED:  # fetched all the same (a dont_filter request): open again first
+            self.reopen_page(i)
             fl = self._flags_mv[i]
         if fl & FETCHED:
             c = self._s_mv[i] + self.acc_all
@@ -707,14 +727,14 @@ class OpicEngine:
         links (a closed page is no page), unless ``closed_links_virtual``, where a link to a
         closed page gives its share to the virtual page instead, as a refused link does."""
         if (self.self_links or i not in children) and not (
-            self.n_dead and any(self._flags_mv[j] & DEAD for j in children)
+            self.n_closed and any(self._flags_mv[j] & CLOSED for j in children)
         ):
             return children, weights, boosts, virtual_weight
         fl, own = self._flags_mv, -1 if self.self_links else i
-        keep = [m for m, j in enumerate(children) if j != own and not fl[j] & DEAD]
+        keep = [m for m, j in enumerate(children) if j != own and not fl[j] & CLOSED]
         if self.closed_links_virtual:
             for m, j in enumerate(children):
-                if j != own and fl[j] & DEAD:
+                if j != own and fl[j] & CLOSED:
                     virtual_weight += 1.0 if weights is None else weights[m]
         return (
             [children[m] for m in keep],
@@ -751,13 +771,7 @@ class OpicEngine:
         rest = c - to_virtual
         k_rest = k - self.epsilon * k
         if outside:
-            weights = [1.0] * local if weights is None else list(weights)
-            weights += [w for w, _ in outside]
-            if boosts is not None or any(b for _, b in outside):
-                boosts = [0.0] * local if boosts is None else list(boosts)
-                boosts += [b for _, b in outside]
-            if not virtual_weight and all(w == 1.0 for w in weights):
-                weights = None
+            weights, boosts = _with_outside(local, weights, boosts, virtual_weight, outside)
         if weights is None and not virtual_weight:
             shares = [rest / d] * d
             credits = [k_rest / d] * d
@@ -776,15 +790,30 @@ class OpicEngine:
         self.virtual_cash += to_virtual
         out = list(zip(shares[local:], credits[local:]))
         if boosts is not None:
-            extra = [b * x for b, x in zip(boosts, shares)]
-            want = sum(extra)
-            if want > 0 and self.virtual_cash > 0:
-                scale = min(1.0, self.virtual_cash / want)
-                self._credit(children, [x * scale for x in extra[:local]])
-                out = [(x + e * scale, y) for (x, y), e in zip(out, extra[local:])]
-                self.virtual_cash -= want * scale
-                if self.virtual_cash < 0:  # rounding when scale == V / want
-                    self.virtual_cash = 0.0
+            out = self._boost_links(children, boosts, shares, out)
+        return out
+
+    def _boost_links(
+        self,
+        children: Sequence[int],
+        boosts: Sequence[float],
+        shares: Sequence[float],
+        out: list[tuple[float, float]],
+    ) -> list[tuple[float, float]]:
+        """The focused-crawl boosts of a visit's links: each link's share times its boost
+        more, taken from the virtual page (scaled down if it holds less), credited to the
+        local ``children`` and added to the cash of the outside links' shares ``out``."""
+        local = len(children)
+        extra = [b * x for b, x in zip(boosts, shares)]
+        want = sum(extra)
+        if not (want > 0 and self.virtual_cash > 0):
+            return out
+        scale = min(1.0, self.virtual_cash / want)
+        self._credit(children, [x * scale for x in extra[:local]])
+        out = [(x + e * scale, y) for (x, y), e in zip(out, extra[local:])]
+        self.virtual_cash -= want * scale
+        if self.virtual_cash < 0:  # rounding when scale == V / want
+            self.virtual_cash = 0.0
         return out
 
     def _credit(
@@ -849,11 +878,35 @@ class OpicEngine:
         children = np.asarray(children, dtype=np.int64)
         if ids.size == 0:
             return 0.0
+        c, k, total = self._absorb_batch(ids)
+        children, row, w = self._batch_links(ids, offsets, children, weights)
+        if w is None:
+            wsum = np.bincount(row, minlength=ids.size).astype(float)
+        else:
+            wsum = np.bincount(row, weights=w, minlength=ids.size)
+        live = wsum > 0
+        to_virtual = float(c[~live].sum()) + self.epsilon * float(c[live].sum())
+        self.credit_passed += float(k.sum())
+        self.credit_dangling += float(k[~live].sum())
+        if children.size:
+            per_weight = np.zeros(ids.size)
+            per_weight[live] = (1.0 - self.epsilon) * c[live] / wsum[live]
+            share = per_weight[row] if w is None else per_weight[row] * w
+            per_weight[live] = (1.0 - self.epsilon) * k[live] / wsum[live]
+            got = per_weight[row] if w is None else per_weight[row] * w
+            self._credit_batch(children, share, got)
+        self.virtual_cash += to_virtual
+        return total
+
+    def _absorb_batch(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+        """The first half of :meth:`visit_batch`: every page of ``ids`` gives up its cash and
+        link credit at the batch's instant, into its history; returns the cash and credit
+        taken per page, and the total cash (the clock moved by it)."""
         for obs in self._observers:
             obs.taken(ids.tolist())
-        if self.n_dead:
-            for i in ids[(self.flags[ids] & DEAD) != 0].tolist():
-                self.revive(i)
+        if self.n_closed:
+            for i in ids[(self.flags[ids] & CLOSED) != 0].tolist():
+                self.reopen_page(i)
         flags = self.flags[ids]
         first = (flags & FETCHED) == 0
         c = self._s[ids] + self.acc_all + self.acc_unfetched * first
@@ -879,53 +932,51 @@ class OpicEngine:
             new = ids[first]
             rates = self.window.estimate(new, np.zeros(new.size), now)
             self._learn_rate(float(rates.mean()), new.size)
+        return c, k, total
 
+    def _batch_links(
+        self,
+        ids: np.ndarray,
+        offsets: np.ndarray,
+        children: np.ndarray,
+        weights: np.ndarray | None,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """The links of :meth:`visit_batch` that count: ``(children, the batch row of each,
+        their weights)``, less self-links (unless kept) and links to closed pages."""
         deg = np.diff(offsets)
         row = np.repeat(np.arange(ids.size), deg)
         w = None if weights is None else np.asarray(weights, dtype=float)
-        if children.size and (not self.self_links or self.n_dead):
+        if children.size and (not self.self_links or self.n_closed):
             keep = np.ones(children.size, dtype=bool)
             if not self.self_links:
                 keep &= children != ids[row]
-            if self.n_dead:  # links to closed pages are no links
-                keep &= (self.flags[children] & DEAD) == 0
+            if self.n_closed:  # links to closed pages are no links
+                keep &= (self.flags[children] & CLOSED) == 0
             if not keep.all():
                 children, row = children[keep], row[keep]
                 w = None if w is None else w[keep]
-        if w is None:
-            wsum = np.bincount(row, minlength=ids.size).astype(float)
+        return children, row, w
+
+    def _credit_batch(self, children: np.ndarray, share: np.ndarray, got: np.ndarray) -> None:
+        """Credit cash ``share`` and link credit ``got`` to ``children`` (repeats summed)."""
+        if children.size * 8 < self.n:
+            np.add.at(self._s, children, share)
+            np.add.at(self._lc, children, got)
         else:
-            wsum = np.bincount(row, weights=w, minlength=ids.size)
-        live = wsum > 0
-        to_virtual = float(c[~live].sum()) + self.epsilon * float(c[live].sum())
-        self.credit_passed += float(k.sum())
-        self.credit_dangling += float(k[~live].sum())
-        if children.size:
-            per_weight = np.zeros(ids.size)
-            per_weight[live] = (1.0 - self.epsilon) * c[live] / wsum[live]
-            share = per_weight[row] if w is None else per_weight[row] * w
-            per_weight[live] = (1.0 - self.epsilon) * k[live] / wsum[live]
-            got = per_weight[row] if w is None else per_weight[row] * w
-            if children.size * 8 < self.n:
-                np.add.at(self._s, children, share)
-                np.add.at(self._lc, children, got)
-            else:
-                self._s[: self.n] += np.bincount(children, weights=share, minlength=self.n)
-                self._lc[: self.n] += np.bincount(children, weights=got, minlength=self.n)
-            paid = float(got.sum())
-            self.credit_total += paid
-            if self._moments:
-                t = self.G
-                np.add.at(self._b, children, got * t)
-                np.add.at(self._d, children, got * (t * t))
-                self.b_total += paid * t
-                self.d_total += paid * t * t
-            if self._observers:
-                raised = np.unique(children).tolist()
-                for obs in self._observers:
-                    obs.changed(raised)
-        self.virtual_cash += to_virtual
-        return total
+            self._s[: self.n] += np.bincount(children, weights=share, minlength=self.n)
+            self._lc[: self.n] += np.bincount(children, weights=got, minlength=self.n)
+        paid = float(got.sum())
+        self.credit_total += paid
+        if self._moments:
+            t = self.G
+            np.add.at(self._b, children, got * t)
+            np.add.at(self._d, children, got * (t * t))
+            self.b_total += paid * t
+            self.d_total += paid * t * t
+        if self._observers:
+            raised = np.unique(children).tolist()
+            for obs in self._observers:
+                obs.changed(raised)
 
     def forfeit(self, i: int) -> float:
         """Send page ``i``'s cash to the virtual page without a visit (no history, no clock):
@@ -938,31 +989,31 @@ class OpicEngine:
             obs.taken((i,))
         return c
 
-    def kill(self, i: int) -> float:
+    def close_page(self, i: int) -> float:
         """Close page ``i`` for good (it answered 404, robots.txt forbids it...): its cash goes
         to the virtual page, and from now on it receives nothing, neither from links (a visit
         leaves it out of its out-degree, as a link to no page) nor from the virtual page's
         payouts (which go to the live pages only): a closed page never piles up cash. Its
         history and credit stay (what it earned before). Returns the cash moved."""
         fl = self._flags_mv[i]
-        if fl & DEAD:
+        if fl & CLOSED:
             return 0.0
         c = self.forfeit(i)
         self._s_mv[i] = 0.0  # a closed page's stored cash is its cash: no accumulator applies
-        self._flags_mv[i] = fl | DEAD
-        self.n_dead += 1
+        self._flags_mv[i] = fl | CLOSED
+        self.n_closed += 1
         if not fl & FETCHED:
             self.n_unfetched -= 1
         return c
 
-    def revive(self, i: int) -> None:
+    def reopen_page(self, i: int) -> None:
         """Open a closed page again (asked for once more), with no cash."""
         fl = self._flags_mv[i]
-        if not fl & DEAD:
+        if not fl & CLOSED:
             return
-        fl &= ~DEAD
+        fl &= ~CLOSED
         self._flags_mv[i] = fl
-        self.n_dead -= 1
+        self.n_closed -= 1
         if not fl & FETCHED:
             self.n_unfetched += 1
         self._s_mv[i] = -self._offset(fl)
@@ -993,7 +1044,7 @@ class OpicEngine:
         """Page ``i`` receives ``cash`` and link ``credit`` taken elsewhere (:meth:`take_out`,
         or a share of a page of another partition: see :meth:`visit_out`). A closed page is no
         page: the cash goes to the virtual page, the credit is spent."""
-        if self._flags_mv[i] & DEAD:
+        if self._flags_mv[i] & CLOSED:
             self.virtual_cash += cash
             return
         self._credit((i,), (cash,), (credit,))
@@ -1021,7 +1072,7 @@ class OpicEngine:
         with the whole amount as teleport credit in :attr:`pool_credit`, for the crawl's pool,
         which pays the other partitions (:meth:`take_pooled`, :meth:`receive_payout`)."""
         v = self.virtual_cash
-        live = self.n - self.n_dead  # closed pages receive nothing
+        live = self.n - self.n_closed  # closed pages receive nothing
         if v <= 0.0 or live == 0:
             return 0.0
         view = self.view if self.pooled else None
@@ -1052,7 +1103,7 @@ class OpicEngine:
         the live pages never fetched (to every live page when there is none), and ``credit`` of
         teleport credit to every page, known or not yet (see "Importance" in the module
         docstring). O(1): the accumulators. The caller has debited the cash."""
-        live = self.n - self.n_dead
+        live = self.n - self.n_closed
         if to_unfetched and not self.n_unfetched:
             to_all, to_unfetched = to_all + to_unfetched, 0.0
         self.acc_all += to_all / live
@@ -1078,7 +1129,7 @@ class OpicEngine:
         """This partition's share of the other partitions' virtual cash, from the crawl's pool:
         paid as :meth:`payout` pays (its clock moves by the pool's: :meth:`set_clock`). With no
         live page to pay, the cash waits in the virtual page."""
-        if self.n - self.n_dead == 0:
+        if self.n - self.n_closed == 0:
             self.virtual_cash += to_all + to_unfetched
             self.acc_credit += credit
             return
@@ -1133,8 +1184,8 @@ class OpicEngine:
             fl = self.flags[:n]
             # The offsets cash() adds (closed pages: none), so that s becomes exactly cash().
             off = np.where(fl & FETCHED, self.acc_all, self.acc_all + self.acc_unfetched)
-            if self.n_dead:
-                off[(fl & DEAD) != 0] = 0.0
+            if self.n_closed:
+                off[(fl & CLOSED) != 0] = 0.0
             self._s[:n] += off
             self._cb[:n] -= self.acc_credit
         self.credit_base += self.acc_credit
@@ -1153,7 +1204,7 @@ class OpicEngine:
         "acc_all",
         "acc_unfetched",
         "n_unfetched",
-        "n_dead",
+        "n_closed",
         "n_initial",
         "c0",
         "visit_count",
@@ -1296,9 +1347,9 @@ class OpicEngine:
             return np.zeros(0)
         est = self.estimates()
         flags = self.flags[:n]
-        dead = (flags & DEAD) != 0
-        total = float(est[~dead].sum())
-        gone = int((dead & ((flags & FETCHED) != 0)).sum())
+        closed = (flags & CLOSED) != 0
+        total = float(est[~closed].sum())
+        gone = int((closed & ((flags & FETCHED) != 0)).sum())
         n_all = n if self.view is None else self.view.n
         out = mix(est, flags, self.teleport_share(), total, max(1, n_all - gone))
         return out if ids is None else out[np.asarray(ids, dtype=np.int64)]
@@ -1334,7 +1385,7 @@ class OpicEngine:
         for lo in range(0, n, SCAN):
             hi = min(n, lo + SCAN)
             est = self.window.estimate(np.arange(lo, hi), self._lc[lo:hi], now)
-            est[(self.flags[lo:hi] & DEAD) != 0] = 0.0  # (closed: no importance of its own)
+            est[(self.flags[lo:hi] & CLOSED) != 0] = 0.0  # (closed: no importance of its own)
             total += float(est.sum())
             k = int(est.argmax())
             if est[k] > best_est:
@@ -1379,9 +1430,9 @@ class OpicEngine:
         """Scalars worth watching (the Scrapy layer copies them into its stats collector)."""
         return {
             "pages": self.n,
-            "fetched": self.n - self.n_unfetched - self.n_dead,
+            "fetched": self.n - self.n_unfetched - self.n_closed,
             "unfetched": self.n_unfetched,
-            "closed": self.n_dead,
+            "closed": self.n_closed,
             "visits": self.visit_count,
             "G": self.G,
             "error_factor": self.error_factor,

@@ -5,9 +5,9 @@ place in the crawl and what to fetch it with. The Scrapy scheduler drives any fr
 the :class:`Frontier` contract below; two backends implement it:
 
 * :class:`MemoryFrontier` (here): the pages in this process's memory, as numpy arrays. The
-  embedded store, :class:`~scrapy_opic.backends.sqlite.SqliteFrontier`, is this frontier with
+  embedded store, :class:`~scrapy_opic._backends.sqlite.SqliteFrontier`, is this frontier with
   its state checkpointed to a sqlite file.
-* :class:`~scrapy_opic.backends.redis.RedisFrontier`: a crawl over partitions
+* :class:`~scrapy_opic._backends.redis.RedisFrontier`: a crawl over partitions
   (:mod:`scrapy_opic.opic.partition`), each a :class:`MemoryFrontier` owned by one process,
   stored and carried between processes by Redis.
 
@@ -50,7 +50,7 @@ included, stays 1 (:meth:`Frontier.total_cash`):
 =======================  =========================================================================
 
 Every outcome is recorded per page (``o``, a code of :data:`~.constants.OUTCOMES`, or an HTTP
-status): the export's ``status``. A *closed* page (``OpicEngine.kill``) receives nothing from
+status): the export's ``status``. A *closed* page (``OpicEngine.close_page``) receives nothing from
 then on: later links to it are no links (left out of the linking page's out-degree) and the
 virtual page's payouts skip it, so a page that cannot be fetched never piles up cash; it is
 never scheduled again unless a request asks for it explicitly (``again``: ``dont_filter``),
@@ -122,7 +122,7 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 
 from .constants import (
-    DEAD,
+    CLOSED,
     DISCOVERED,
     DUPLICATE,
     ERROR,
@@ -593,7 +593,7 @@ class MemoryFrontier:
         st = self.status[i]
         if st in (PENDING, IN_FLIGHT):
             return False
-        if self.engine._flags_mv[i] & DEAD:  # closed for good: only asked for explicitly
+        if self.engine._flags_mv[i] & CLOSED:  # closed for good: only asked for explicitly
             return again
         return st != VISITED or self.continuous or again
 
@@ -611,7 +611,7 @@ class MemoryFrontier:
     def _pend(
         self, i: int, payload: Any, priority: int, slot: Hashable, key: Hashable = None
     ) -> None:
-        self.engine.revive(i)  # (a closed page asked for again: open, with no cash)
+        self.engine.reopen_page(i)  # (a closed page asked for again: open, with no cash)
         self.tier[i] = self.tiers.code(priority, slot)
         self._refetch_tier(i)
         self._keep(i, payload, key)
@@ -806,7 +806,7 @@ class MemoryFrontier:
         tier, slot = self.tier, self.tiers.slot
 
         def eligible(j: int) -> bool:
-            if status[j] != PENDING or j in parked or flags[j] & DEAD or j not in sel:
+            if status[j] != PENDING or j in parked or flags[j] & CLOSED or j not in sel:
                 return False
             return room is None or room(slot(tier[j]) if tier[j] else "")
 
@@ -876,7 +876,7 @@ class MemoryFrontier:
         st = np.frombuffer(self.status, np.uint8, count=n)
         flags = self.engine.flags[:n]
         live = ((st == PENDING) | (st == IN_FLIGHT)) & ((flags & FETCHED) != 0)
-        live &= (flags & DEAD) == 0
+        live &= (flags & CLOSED) == 0
         return live
 
     def unchanged(self, lease: Lease, payload: Any = None) -> Visit | None:
@@ -1076,7 +1076,7 @@ class MemoryFrontier:
         before may have some; one never fetched has none to remove)."""
         if self.keep_links and self.engine._flags_mv[i] & FETCHED:
             self.link_changes[i] = None
-        self.engine.kill(i)
+        self.engine.close_page(i)
 
     def take_link_changes(self) -> dict[int, list[int] | int | None]:
         """The link changes recorded since the last call (see :attr:`link_changes`), which
@@ -1111,7 +1111,7 @@ class MemoryFrontier:
         self._retire(i)
         if permanent:
             # (Not _close: the page's kept link is its target, which the crawl graph follows.)
-            self.engine.kill(i)
+            self.engine.close_page(i)
             self.alias[i] = j
         else:
             self.alias.pop(i, None)
@@ -1131,7 +1131,7 @@ class MemoryFrontier:
             self.link_changes[i] = None
         self._retire(i)
         if permanent:
-            self.engine.kill(i)
+            self.engine.close_page(i)
         self.alias.pop(i, None)
         return moved
 
@@ -1141,7 +1141,7 @@ class MemoryFrontier:
         flags = self.engine._flags_mv
         for _ in range(8):
             k = self.alias.get(j)
-            if k is None or not flags[j] & DEAD:
+            if k is None or not flags[j] & CLOSED:
                 break
             j = k
         return j

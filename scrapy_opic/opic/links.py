@@ -118,7 +118,7 @@ def crawl_graph(
     importance): page ``pages[k]`` links to the next ``counts[k]`` of ``targets`` (its kept
     links, each page at most once in ``pages``), with the engine's rules:
 
-    * a closed page (``closed``: the engine's DEAD flag: 404, robots.txt...) is no page to link
+    * a closed page (``closed``: the engine's CLOSED flag: 404, robots.txt...) is no page to link
       to: a link to it is no link (out of the linking page's out-degree, as the engine leaves it
       out of the payout), and it links to nothing;
     * a page that redirected (``redirects``: ``(pages, targets)``) is its target: a link to it is

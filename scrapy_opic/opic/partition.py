@@ -2,7 +2,7 @@
 partition's pages in a :class:`~.frontier.MemoryFrontier` of their own, the cash that crosses
 partitions carried by messages, and the virtual page split over the partitions and a pool.
 
-Nothing here does I/O: a backend (:mod:`scrapy_opic.backends.redis`) stores each partition's
+Nothing here does I/O: a backend (:mod:`scrapy_opic._backends.redis`) stores each partition's
 journal and checkpoints, carries the messages and decides which process owns which partition.
 Every rule of the crawl is the one engine's and the one frontier's; this module only says where
 the money goes between them.
@@ -60,7 +60,7 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from .constants import (
-    DEAD,
+    CLOSED,
     DUPLICATE,
     ERROR,
     FETCHED,
@@ -531,7 +531,7 @@ class Partition(Member):
         docstring), recorded; ``others``: the live pages and those never fetched of the
         other partitions, if the caller knows them better than the pool last said."""
         e = self.frontier.engine
-        if e.virtual_cash > 0.0 and e.n > e.n_dead:
+        if e.virtual_cash > 0.0 and e.n > e.n_closed:
             if others is not None and e.view is not None:
                 e.view = e.view._replace(live_others=others[0], unfetched_others=others[1])
             elif others is not None:
@@ -563,37 +563,7 @@ class Partition(Member):
         (their code: :data:`FORWARDED` with a payload, else :data:`DUPLICATE`). A crawl that
         refetches by change keeps those links too (:attr:`remote_kept`)."""
         now = self._begin()
-        local: list[Link] = []
-        where: list[int] = []  # per link: -1 a local one, else its transfer's index
-        remote: dict[Hashable, list] = {}
-        kept: list[Link] = []  # (what the record keeps: the links less those to closed pages)
-        for link in links:
-            k, key, url, aliased = self._place(link.key, link.url)
-            seen = self.look(k, key, link.again) if k != self.k and self.look else None
-            if seen is not None and seen[0] and not link.again:
-                # A closed page of another partition this process can see: no page, as a
-                # closed page of this one is (left out, or the virtual page's share).
-                where.append(-2)
-                if self.frontier.engine.closed_links_virtual:
-                    virtual_weight += link.weight
-                continue
-            kept.append(link)
-            if k == self.k:
-                where.append(-1)
-                local.append(link)
-                continue
-            data = None if aliased else link.payload
-            r = remote.get(key)
-            if r is None:
-                # (Filed there, unless this process owns that partition and sees it will not be.)
-                where.append(len(remote) if seen is None or seen[1] else -2)
-                remote[key] = [k, url, link.weight, link.boost, data, link.priority, link.slot]
-                remote[key].append(link.again)
-            else:  # a page links to another page once (the largest weight and boost)
-                where.append(-2)
-                r[2], r[3] = max(r[2], link.weight), max(r[3], link.boost)
-                r[4] = r[4] if r[4] is not None else data
-                r[7] = r[7] or link.again
+        local, where, remote, kept, virtual_weight = self._route(links, virtual_weight)
         outside = [(r[2], r[3]) for r in remote.values()]
         fr = self.frontier
         got = fr.visit_out(
@@ -620,6 +590,48 @@ class Partition(Member):
             for w in where
         ]
         return Visit(out, visit.importance)
+
+    def _route(
+        self, links: Sequence[Link], virtual_weight: float
+    ) -> tuple[list[Link], list[int], dict[Hashable, list], list[Link], float]:
+        """Where a visit's links go: those of this partition (``local``), per link where it
+        went (-1: local; -2: nowhere, or merged into an earlier one; else its transfer's
+        index), the transfers by page key (``[partition, url, weight, boost, payload,
+        priority, slot, again]``: a page linked twice once, with the largest weight and
+        boost), the links the record keeps (less those to closed pages of other partitions
+        this process sees), and the virtual weight with the share of those closed pages."""
+        local: list[Link] = []
+        where: list[int] = []
+        remote: dict[Hashable, list] = {}
+        kept: list[Link] = []
+        for link in links:
+            k, key, url, aliased = self._place(link.key, link.url)
+            seen = self.look(k, key, link.again) if k != self.k and self.look else None
+            if seen is not None and seen[0] and not link.again:
+                # A closed page of another partition this process can see: no page, as a
+                # closed page of this one is (left out, or the virtual page's share).
+                where.append(-2)
+                if self.frontier.engine.closed_links_virtual:
+                    virtual_weight += link.weight
+                continue
+            kept.append(link)
+            if k == self.k:
+                where.append(-1)
+                local.append(link)
+                continue
+            data = None if aliased else link.payload
+            r = remote.get(key)
+            if r is None:
+                # (Filed there, unless this process owns that partition and sees it will not be.)
+                where.append(len(remote) if seen is None or seen[1] else -2)
+                remote[key] = [k, url, link.weight, link.boost, data, link.priority, link.slot]
+                remote[key].append(link.again)
+            else:
+                where.append(-2)
+                r[2], r[3] = max(r[2], link.weight), max(r[3], link.boost)
+                r[4] = r[4] if r[4] is not None else data
+                r[7] = r[7] or link.again
+        return local, where, remote, kept, virtual_weight
 
     def _transfers(
         self, remote: dict[Hashable, list], shares: Sequence[tuple[float, float]]
@@ -745,7 +757,7 @@ class Partition(Member):
                 j = fr.page(key, url)
                 target = fr._target(j) if fr.alias else j
                 alias = self.remote_alias.get(target) if self.remote_alias else None
-                if alias is not None and e._flags_mv[target] & DEAD:
+                if alias is not None and e._flags_mv[target] & CLOSED:
                     tkey, turl, tk = alias  # (a page that moved to another partition)
                     self._send(tk, "t", [(tkey, turl, cash, credit, None, 0, "", False)])
                 else:
@@ -786,7 +798,7 @@ class Partition(Member):
         if norm is None:
             norm = e._normaliser(e._now())
         return (
-            e.n - e.n_dead,
+            e.n - e.n_closed,
             e.n_unfetched,
             e.n,
             e.credit_total,
@@ -809,7 +821,7 @@ class Partition(Member):
             pages=e.n,
             fetched=fr.n_ok,
             failed_visits=fr.failed_visits,
-            closed=e.n_dead,
+            closed=e.n_closed,
             visits=e.visit_count,
             G=e.G,
             virtual_cash=e.virtual_cash + e.pool_all + e.pool_unfetched,
@@ -1304,7 +1316,7 @@ class Fleet:
         i = fr.engine.id_of(key)
         if i is None:
             return False, True
-        return bool(fr.engine._flags_mv[i] & DEAD), fr._schedulable(i, again)
+        return bool(fr.engine._flags_mv[i] & CLOSED), fr._schedulable(i, again)
 
     def abandon(self, k: int) -> Partition | None:
         """Partition ``k`` is no longer this process's (its leases are stale from now on)."""
@@ -1444,8 +1456,8 @@ class Fleet:
             return
         ests = [fr.engine.estimates() for fr in frs]
         flags = [fr.engine.flags[: fr.engine.n] for fr in frs]
-        total = sum(float(est[(f & DEAD) == 0].sum()) for est, f in zip(ests, flags))
-        gone = sum(int((((f & DEAD) != 0) & ((f & FETCHED) != 0)).sum()) for f in flags)
+        total = sum(float(est[(f & CLOSED) == 0].sum()) for est, f in zip(ests, flags))
+        gone = sum(int((((f & CLOSED) != 0) & ((f & FETCHED) != 0)).sum()) for f in flags)
         e = frs[0].engine
         n_all = e.view.n if e.view is not None else sum(len(f) for f in flags)
         a = e.teleport_share()
@@ -1576,7 +1588,7 @@ class Fleet:
             part = self.parts.get(k)
             if part is not None:
                 e = part.frontier.engine
-                count_of[k] = (e.n - e.n_dead, e.n_unfetched)
+                count_of[k] = (e.n - e.n_closed, e.n_unfetched)
                 totals[0] += count_of[k][0]
                 totals[1] += count_of[k][1]
         dirty.clear()

@@ -8,7 +8,7 @@ import functools
 import time
 from typing import Any
 
-from ..backends import is_redis_location
+from .._backends import is_redis_location
 from ..export import open_state, read_redis_crawl
 from . import StateCommand
 
@@ -16,7 +16,7 @@ from . import StateCommand
 def redis_status(location: str) -> dict[str, Any]:
     """The figures of a crawl in Redis, as its members last wrote them, with its processes
     and partitions: O(partitions), cheap enough to ask every second while it runs."""
-    from ..backends.redis import fleet_status
+    from .._backends.redis import fleet_status
 
     return read_redis_crawl(location, fleet_status)
 

@@ -28,7 +28,7 @@ sent them, see :class:`~scrapy_opic.opic.change.ValidatorAudit`). A 304 to valid
 or a 200 whose signature (``OPIC_SIGNATURE``) is that of the last full response, is the visit
 of an unchanged page: its cash goes over the links of its last parsed visit, and its response
 reaches neither callback nor errback (the spider middleware raises
-:class:`~scrapy_opic.scheduler.NotModified` before the callback, and the errback wrapper
+:class:`~scrapy_opic._scheduler.NotModified` before the callback, and the errback wrapper
 swallows it) unless ``OPIC_UNCHANGED_CALLBACK``. A 304 to a request that sent no validator is
 no answer: it goes on, and Scrapy's HttpErrorMiddleware makes it a failed fetch. Next to Scrapy's
 HttpCacheMiddleware (900: its ``process_request`` runs after this one's), the cache's own
@@ -47,10 +47,7 @@ from scrapy import Request, signals
 from scrapy.downloadermiddlewares.offsite import OffsiteMiddleware
 from scrapy.utils.httpobj import urlparse_cached
 
-from .opic.change import Snapshot, ValidatorAudit
-from .opic.frontier import boosted_weight
-from .opic.signature import signature
-from .scheduler import (
+from ._scheduler import (
     SEEN_META,
     SENT_META,
     UNCHANGED_META,
@@ -59,10 +56,13 @@ from .scheduler import (
     OpicScheduler,
     prepare,
 )
-from .settings import OpicSettings
+from ._settings import OpicSettings
+from .opic.change import Snapshot, ValidatorAudit
+from .opic.frontier import boosted_weight
+from .opic.signature import signature
 
 if TYPE_CHECKING:  # pragma: no cover
-    from collections.abc import AsyncIterator, Iterable
+    from collections.abc import AsyncIterator, Iterable, Iterator
 
     from scrapy import Spider
     from scrapy.crawler import Crawler
@@ -154,29 +154,14 @@ class OpicSpiderMiddleware:
         if scheduler is None:
             return
         s = self.settings
-        spider = self.crawler.spider
-        assert spider is not None  # (a response is parsed: the spider is open)
-        should_follow = self._offsite.should_follow
-        patterns = s.boost_patterns
         virtual = s.refused_links == "virtual"
-        plain = s.internal_weight == s.external_weight == 1.0 and not virtual and not patterns
-        page_host = urlparse_cached(response).hostname
-        follows: dict[str | None, bool] = {}  # host -> Scrapy follows it (asked once per host)
+        plain = s.internal_weight == s.external_weight == 1.0 and not virtual
+        plain = plain and not s.boost_patterns
         followed: list[Request] = []
         weights: list[float] = []
         refused: list[tuple[Request, float]] = []
-        for o in out:
-            if not isinstance(o, Request):
-                continue
-            host = urlparse_cached(o).hostname
-            if o.dont_filter or o.meta.get("allow_offsite"):
-                ok = True
-            else:
-                # (OffsiteMiddleware.should_follow reads the request's host name alone.)
-                known = follows.get(host)
-                if known is None:
-                    known = follows[host] = should_follow(o, spider)
-                ok = known
+        page_host = urlparse_cached(response).hostname
+        for o, host, ok in self._requests(out):
             if plain:
                 if ok:
                     followed.append(o)
@@ -187,7 +172,7 @@ class OpicSpiderMiddleware:
                     refused.append((o, weight))
                 continue
             followed.append(o)
-            if patterns and any(p.search(o.url) for p in patterns):
+            if any(p.search(o.url) for p in s.boost_patterns):
                 weight = boosted_weight(weight, s.boost)
             weights.append(weight)
         importance = scheduler.settle_visit(
@@ -200,6 +185,27 @@ class OpicSpiderMiddleware:
         )
         if s.item_field and importance is not None:
             self._stamp(out, importance)
+
+    def _requests(self, out: list[Any]) -> Iterator[tuple[Request, str | None, bool]]:
+        """The requests of a callback's output, each with its host and whether Scrapy follows
+        it (OffsiteMiddleware's answer, asked once per host; ``dont_filter`` and
+        ``allow_offsite`` requests always)."""
+        spider = self.crawler.spider
+        assert spider is not None  # (a response is parsed: the spider is open)
+        should_follow = self._offsite.should_follow
+        follows: dict[str | None, bool] = {}
+        for o in out:
+            if not isinstance(o, Request):
+                continue
+            host = urlparse_cached(o).hostname
+            if o.dont_filter or o.meta.get("allow_offsite"):
+                yield o, host, True
+                continue
+            # (OffsiteMiddleware.should_follow reads the request's host name alone.)
+            known = follows.get(host)
+            if known is None:
+                known = follows[host] = should_follow(o, spider)
+            yield o, host, known
 
     def _stamp(self, out: list[Any], importance: float) -> None:
         """``OPIC_ITEM_FIELD``: the page's importance (just after its visit) into its items."""

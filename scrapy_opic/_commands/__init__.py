@@ -14,7 +14,7 @@ from typing import Any
 
 from scrapy.commands import ScrapyCommand
 
-from ..backends import StoreError, is_redis_location
+from .._backends import StoreError, is_redis_location
 
 
 def given_state(location: str) -> str:
@@ -55,8 +55,8 @@ class StateCommand(ScrapyCommand):
         )
 
     def state_file(self, args: list[str], opts: argparse.Namespace) -> str | None:
-        from ..settings import OpicSettings, unknown_settings
-        from ..state import state_location
+        from .._settings import OpicSettings, unknown_settings
+        from .._state import state_location
 
         for line in unknown_settings(self.settings):
             print(f"warning: {line}", file=sys.stderr)

@@ -6,8 +6,8 @@ import argparse
 import os
 import sys
 
+from .._formats import output_format
 from ..export import join_items, open_state, read_items, write_export, write_items
-from ..formats import output_format
 from . import StateCommand
 
 

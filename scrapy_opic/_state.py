@@ -16,10 +16,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .backends import StoreError, masked_url
+from ._backends import StoreError, masked_url
+from ._settings import OpicSettings
 from .opic.frontier import Frontier
 from .opic.refresh import Refresher
-from .settings import OpicSettings
 
 logger = logging.getLogger(__name__)
 
@@ -149,7 +149,7 @@ def check_resume(
 def _open_sqlite(
     settings: OpicSettings, spider_name: str, encode: Callable, meta: dict[str, Any]
 ) -> Frontier:
-    from .backends.sqlite import SqliteFrontier, StateInUse
+    from ._backends.sqlite import SqliteFrontier, StateInUse
 
     path = state_path(settings, spider_name)
     resumable = settings.jobdir is not None
@@ -213,7 +213,7 @@ def _open_redis(
         raise StoreError(
             "OPIC_STORE='redis' needs the redis package: pip install 'scrapy-opic[redis]'"
         ) from None
-    from .backends.redis import RedisFrontier
+    from ._backends.redis import RedisFrontier
 
     key = settings.redis_crawl_key(spider_name)
     shown = masked_url(settings.redis_url)

@@ -30,8 +30,8 @@ class Command(StateCommand):
             return
 
         def report() -> Path:
+            from .._report import write_report  # imports matplotlib lazily
             from ..export import open_state
-            from ..report import write_report  # imports matplotlib lazily
 
             with open_state(path) as state:
                 return write_report(state, opts.output, opts.top)

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from .backends import masked_url
+from ._backends import masked_url
 from .export import OpicState, output_file
 
 _STYLE = """

@@ -65,6 +65,7 @@ from typing import Any
 import numpy as np
 from sqlitedict import SqliteDict
 
+from .._series import Series
 from ..opic.constants import DAMAGED, DISCOVERED, ERROR, PENDING, STATUSES, VISITED
 from ..opic.engine import OpicEngine
 from ..opic.frontier import Entry, Lease, MemoryFrontier
@@ -73,7 +74,6 @@ from ..opic.links import decode_links, encode_links
 from ..opic.refresh import COLUMNS as REFRESH_COLUMNS
 from ..opic.refresh import Refresher
 from ..opic.window import parse_window
-from ..series import Series
 from . import StoreError
 
 logger = logging.getLogger(__name__)
@@ -892,19 +892,7 @@ class StateReader:
                     where = own if name in own else refresh if name in refresh else targets
                     where[name][lo : lo + len(rows)] = rows
             del targets
-            if engine.n != n:
-                raise ValueError(f"{n} pages in the frontier, {engine.n} in the engine")
-            if n and int(status.max()) >= len(STATUSES):
-                raise ValueError("a page status out of range")
-            if n and int(tier.max()) > len(self.tiers):
-                raise ValueError("a tier code out of range")
-            if not isinstance(self.alias, dict) or any(
-                not (0 <= i < n and 0 <= j < n) for i, j in self.alias.items()
-            ):
-                raise ValueError("a redirect alias out of range")
-            cash = engine.total_cash()
-            if not math.isfinite(cash) or abs(cash - 1.0) > 1e-3:
-                raise ValueError(f"total cash {cash!r}, not 1")
+            self._check(engine, status, tier)
             engine.keys = HashedKeys(KeyIndex.from_hashes(hashes))
         except StoreError:
             raise
@@ -924,6 +912,24 @@ class StateReader:
             refresh,
             self.refetch_budget,
         )
+
+    def _check(self, engine: OpicEngine, status: np.ndarray, tier: np.ndarray) -> None:
+        """:class:`ValueError` if the loaded pages do not hold together: their count, statuses,
+        tiers and aliases in range, the total cash 1."""
+        n = self.n or 0
+        if engine.n != n:
+            raise ValueError(f"{n} pages in the frontier, {engine.n} in the engine")
+        if n and int(status.max()) >= len(STATUSES):
+            raise ValueError("a page status out of range")
+        if n and int(tier.max()) > len(self.tiers):
+            raise ValueError("a tier code out of range")
+        if not isinstance(self.alias, dict) or any(
+            not (0 <= i < n and 0 <= j < n) for i, j in self.alias.items()
+        ):
+            raise ValueError("a redirect alias out of range")
+        cash = engine.total_cash()
+        if not math.isfinite(cash) or abs(cash - 1.0) > 1e-3:
+            raise ValueError(f"total cash {cash!r}, not 1")
 
     def engine(self, **engine_kw: Any) -> OpicEngine:
         """The engine of the snapshot, every page loaded (keys: their hashes only)."""

@@ -2,7 +2,7 @@
 
 Enabled by the add-on, or with ``EXTENSIONS = {"scrapy_opic.OpicLogStats": 500}``; off with
 ``OPIC_LOGSTATS = False`` (or ``LOGSTATS_INTERVAL = 0``). Every ``LOGSTATS_INTERVAL`` seconds it
-logs the scheduler's :meth:`~scrapy_opic.scheduler.OpicScheduler.status_line`: the frontier's
+logs the scheduler's :meth:`~scrapy_opic._scheduler.OpicScheduler.status_line`: the frontier's
 figures and, with the embedded frontier, its current top page (one numpy pass over the pages'
 estimates). Nothing on the per-request path.
 """
@@ -16,7 +16,7 @@ from scrapy import signals
 from scrapy.exceptions import NotConfigured
 from twisted.internet import task
 
-from .scheduler import OpicScheduler, prepare
+from ._scheduler import OpicScheduler, prepare
 
 if TYPE_CHECKING:  # pragma: no cover
     from scrapy import Spider

@@ -29,8 +29,8 @@ from dataclasses import dataclass, fields
 from typing import Any
 from weakref import WeakKeyDictionary
 
-from .backends import REDIS_SCHEMES, masked_url
-from .formats import output_format
+from ._backends import REDIS_SCHEMES, masked_url
+from ._formats import output_format
 from .opic.window import WINDOW_FORMS, parse_window
 
 logger = logging.getLogger("scrapy_opic")
@@ -478,44 +478,8 @@ class OpicSettings:
     def from_settings(cls, settings: Any) -> OpicSettings:
         """Read and check every ``OPIC_*`` value of a Scrapy ``Settings`` (or a plain dict).
         :class:`OpicSettingsError` names the first bad one."""
-        values: dict[str, Any] = {}
-        for s in SETTINGS:
-            raw = settings.get(s.name)
-            if raw is None:
-                values[s.field] = s.parse(s.default)
-                continue
-            try:
-                values[s.field] = s.parse(raw)
-            except ValueError as exc:
-                shown = masked_url(raw) if isinstance(raw, str) else raw  # never a password
-                message = f"{s.name}={shown!r} is not valid: expected {exc}"
-                raise OpicSettingsError(message) from None
-        if values["refresh"] is None:
-            values["refresh"] = 1.0 if values["continuous"] else 0.0
-        if values["window"] is None:
-            values["window"] = "interpolation:30" if values["continuous"] else "unbounded"
-        if not values["continuous"]:
-            values["refetch"] = "cash"  # (a one-pass crawl refetches nothing)
-        elif values["refetch"] == "freshness" and values["store"] != "redis":
-            # The kept links are what a 304 pays (and a resumed crawl finds them there; a
-            # Redis crawl's partitions keep theirs in their checkpoints).
-            values["keep_links"] = True
-        if not (values["internal_weight"] or values["external_weight"]):
-            raise OpicSettingsError(
-                "OPIC_INTERNAL_WEIGHT and OPIC_EXTERNAL_WEIGHT are both 0: at least one must be "
-                "> 0, or every page would give all its cash to the virtual page"
-            )
-        if values["store"] == "redis":
-            if values["strategy"] != "greedy":
-                raise OpicSettingsError(
-                    f"OPIC_STRATEGY={values['strategy']!r} is not valid with OPIC_STORE='redis': "
-                    "expected 'greedy' (random and cycle are embedded-store only)"
-                )
-            if values["keep_links"]:
-                raise OpicSettingsError(
-                    "OPIC_KEEP_LINKS=True is not valid with OPIC_STORE='redis': expected False "
-                    "(kept links and the pagerank column are embedded-store only)"
-                )
+        values = _parsed(settings)
+        _resolve(values)
         jobdir = settings.get("JOBDIR")
         values["jobdir"] = str(jobdir) if jobdir else None
         interval = settings.get("LOGSTATS_INTERVAL")
@@ -550,6 +514,56 @@ class OpicSettings:
 
 
 _BY_CRAWLER: WeakKeyDictionary[Any, OpicSettings] = WeakKeyDictionary()
+
+
+def _parsed(settings: Any) -> dict[str, Any]:
+    """Every setting's value by field, parsed (its default if unset); :class:`OpicSettingsError`
+    names the first bad one."""
+    values: dict[str, Any] = {}
+    for s in SETTINGS:
+        raw = settings.get(s.name)
+        if raw is None:
+            values[s.field] = s.parse(s.default)
+            continue
+        try:
+            values[s.field] = s.parse(raw)
+        except ValueError as exc:
+            shown = masked_url(raw) if isinstance(raw, str) else raw  # never a password
+            message = f"{s.name}={shown!r} is not valid: expected {exc}"
+            raise OpicSettingsError(message) from None
+    return values
+
+
+def _resolve(values: dict[str, Any]) -> None:
+    """The defaults that depend on the crawl mode, and the checks of values together."""
+    continuous = values["continuous"]
+    if values["refresh"] is None:
+        values["refresh"] = 1.0 if continuous else 0.0
+    if values["window"] is None:
+        values["window"] = "interpolation:30" if continuous else "unbounded"
+    if not continuous:
+        values["refetch"] = "cash"  # (a one-pass crawl refetches nothing)
+    elif values["refetch"] == "freshness" and values["store"] != "redis":
+        # The kept links are what a 304 pays (and a resumed crawl finds them there; a
+        # Redis crawl's partitions keep theirs in their checkpoints).
+        values["keep_links"] = True
+    if not (values["internal_weight"] or values["external_weight"]):
+        raise OpicSettingsError(
+            "OPIC_INTERNAL_WEIGHT and OPIC_EXTERNAL_WEIGHT are both 0: at least one must be "
+            "> 0, or every page would give all its cash to the virtual page"
+        )
+    if values["store"] != "redis":
+        return
+    if values["strategy"] != "greedy":
+        raise OpicSettingsError(
+            f"OPIC_STRATEGY={values['strategy']!r} is not valid with OPIC_STORE='redis': "
+            "expected 'greedy' (random and cycle are embedded-store only)"
+        )
+    if values["keep_links"]:
+        raise OpicSettingsError(
+            "OPIC_KEEP_LINKS=True is not valid with OPIC_STORE='redis': expected False "
+            "(kept links and the pagerank column are embedded-store only)"
+        )
 
 
 def unknown_settings(settings: Any) -> list[str]:

@@ -1,9 +1,9 @@
 """Where a crawl's frontier lives: implementations of the
 :class:`~scrapy_opic.opic.frontier.Frontier` contract that do I/O, and readers of their state.
 
-* :mod:`~scrapy_opic.backends.sqlite`: the embedded backend, one process, checkpoints in a
+* :mod:`~scrapy_opic._backends.sqlite`: the embedded backend, one process, checkpoints in a
   sqlite file (``OPIC_STORE = "sqlite"``);
-* :mod:`~scrapy_opic.backends.redis`: one frontier shared by every process of a crawl, in a Redis
+* :mod:`~scrapy_opic._backends.redis`: one frontier shared by every process of a crawl, in a Redis
   server (``OPIC_STORE = "redis"``).
 
 This module itself is light (no numpy, no sqlitedict, no redis): the settings and the commands

@@ -11,8 +11,8 @@ class Addon:
     ``SCHEDULER`` set by the project (an OpicScheduler subclass...) wins over the add-on's."""
 
     def update_settings(self, settings: Any) -> None:
-        from .extensions import OpicLogStats
-        from .middlewares import OpicDownloaderMiddleware, OpicSpiderMiddleware
+        from ._extensions import OpicLogStats
+        from ._middlewares import OpicDownloaderMiddleware, OpicSpiderMiddleware
 
         settings.set("SCHEDULER", "scrapy_opic.OpicScheduler", "addon")
         for name, component, position in (

@@ -2,7 +2,7 @@
 
 It holds every Scrapy rule of scrapy-opic once, over the
 :class:`~scrapy_opic.opic.frontier.Frontier` contract; ``OPIC_STORE`` picks the backend behind it
-(:mod:`scrapy_opic.state`): the embedded frontier (``sqlite``) or one shared through Redis
+(:mod:`scrapy_opic._state`): the embedded frontier (``sqlite``) or one shared through Redis
 (``redis``). Its contract with Scrapy's engine (see ``scrapy.core.scheduler.BaseScheduler``):
 
 * ``enqueue_request(request)`` files the request under its page, keyed by
@@ -79,8 +79,10 @@ from scrapy.utils.request import request_from_dict
 from twisted.internet import defer, task
 from twisted.internet import error as twisted_error
 
-from .backends import StoreError, masked_url
-from .errors import raise_in_one_line
+from ._backends import StoreError, masked_url
+from ._errors import raise_in_one_line
+from ._settings import OpicSettings, OpicSettingsError
+from ._state import open_frontier
 from .opic.constants import (
     DNS,
     DUPLICATE,
@@ -97,8 +99,6 @@ from .opic.constants import (
     TIMEOUT,
 )
 from .opic.frontier import Entry, Frontier, Lease, Link
-from .settings import OpicSettings, OpicSettingsError
-from .state import open_frontier
 
 if TYPE_CHECKING:  # pragma: no cover
     from scrapy import Request, Spider
@@ -289,7 +289,7 @@ def prepare(crawler: Crawler) -> OpicSettings:
     extension, or the downloader middleware) does it while Scrapy builds the crawl, before the
     engine exists and before any request. A bad value, a damaged, foreign or busy state, an
     unreachable Redis server: the crawl fails to start with one error line (see
-    :mod:`scrapy_opic.errors`), and nothing was written."""
+    :mod:`scrapy_opic._errors`), and nothing was written."""
     try:
         settings = OpicSettings.from_crawler(crawler)
     except OpicSettingsError as exc:
@@ -344,7 +344,7 @@ STORE_FAILED = "opic_store_failed"
 def _guarded(default: Any = None) -> Callable:
     """An entry point of the scheduler (Scrapy's engine, the middlewares and the extension call
     it) that never raises a failure of the frontier's store into Scrapy: a
-    :class:`~scrapy_opic.backends.StoreError` (a write the disk refused, a writer thread that
+    :class:`~scrapy_opic._backends.StoreError` (a write the disk refused, a writer thread that
     died) stops the crawl (:meth:`OpicScheduler._stop`) and the call answers ``default``, as
     every later call does. Raised into Scrapy, it would be logged with a traceback at each
     call while the engine went on asking, the crawl hung at 0 pages/min."""
@@ -1067,41 +1067,7 @@ class OpicScheduler(BaseScheduler):
         lease = self._held(request)
         if lease is None:
             return None
-        # A shared frontier files the links in the visit's call (one round trip for the visit
-        # and all its new links); an in-process one files each request when it reaches
-        # enqueue_request, so that a request dropped on its way there (by a middleware below
-        # ours, a request_scheduled handler, the project's dupefilter) is never fetched.
-        filed = self.frontier.shared
-        links: list[Link] = []
-        owners: list[Request] = []  # the first request of each link's key
-        first: dict[Hashable, int] = {}  # key -> its link's index
-        repeats: list[tuple[Request, int]] = []  # (request, index of its key's link)
-        for k, o in enumerate(followed):
-            key = self._key(o)
-            w = weights[k] if weights is not None else 1.0
-            b = boosts[k] if boosts is not None else 0.0
-            m = first.get(key)
-            if m is not None:
-                repeats.append((o, m))
-                if w > links[m].weight or b > links[m].boost:
-                    links[m] = links[m]._replace(
-                        weight=max(w, links[m].weight), boost=max(b, links[m].boost)
-                    )
-                continue
-            first[key] = len(links)
-            owners.append(o)
-            links.append(
-                Link(
-                    key,
-                    _url(o),
-                    w,
-                    b,
-                    self._again(o),
-                    o.priority,
-                    self._slot(o) if filed else "",
-                    o if filed else None,
-                )
-            )
+        links, owners, repeats = self._links_of(followed, weights, boosts)
         virtual_weight = 0.0
         if refused:
             most: dict[Hashable, float] = {}
@@ -1126,18 +1092,61 @@ class OpicScheduler(BaseScheduler):
             self.counts["opic/stale"] += 1
             return None
         self.counts["opic/visits"] += 1
-        for o, code in zip(owners, visit.codes):
+        self._note_codes(visit.codes, owners, repeats)
+        return visit.importance
+
+    def _links_of(
+        self,
+        followed: list[Request],
+        weights: list[float] | None,
+        boosts: list[float] | None,
+    ) -> tuple[list[Link], list[Request], list[tuple[Request, int]]]:
+        """A visit's links (one per key: the largest weight and boost of its requests), the
+        first request of each, and the other requests with their key's link index."""
+        # A shared frontier files the links in the visit's call (one round trip for the visit
+        # and all its new links); an in-process one files each request when it reaches
+        # enqueue_request, so that a request dropped on its way there (by a middleware below
+        # ours, a request_scheduled handler, the project's dupefilter) is never fetched.
+        filed = self.frontier.shared
+        links: list[Link] = []
+        owners: list[Request] = []
+        first: dict[Hashable, int] = {}  # key -> its link's index
+        repeats: list[tuple[Request, int]] = []
+        for k, o in enumerate(followed):
+            key = self._key(o)
+            w = weights[k] if weights is not None else 1.0
+            b = boosts[k] if boosts is not None else 0.0
+            m = first.get(key)
+            if m is not None:
+                repeats.append((o, m))
+                if w > links[m].weight or b > links[m].boost:
+                    links[m] = links[m]._replace(
+                        weight=max(w, links[m].weight), boost=max(b, links[m].boost)
+                    )
+                continue
+            first[key] = len(links)
+            owners.append(o)
+            slot = self._slot(o) if filed else ""
+            links.append(
+                Link(key, _url(o), w, b, self._again(o), o.priority, slot, o if filed else None)
+            )
+        return links, owners, repeats
+
+    def _note_codes(
+        self, codes: list[int], owners: list[Request], repeats: list[tuple[Request, int]]
+    ) -> None:
+        """What the frontier said of each followed request (see :meth:`_links_of`)."""
+        for o, code in zip(owners, codes):
             self._codes[o] = code
             if code == NEEDS_PAYLOAD:
                 self._unfiled.add(o)
         for o, m in repeats:
             # Its page is filed by its key's first request: this one is a duplicate of it
             # (or, not filed yet, it is when it reaches enqueue_request after the first).
-            code = visit.codes[m]
+            code = codes[m]
             self._codes[o] = code if code == NEEDS_PAYLOAD else DUPLICATE
             if code == NEEDS_PAYLOAD:
                 self._unfiled.add(o)
-        return visit.importance
 
     @_guarded(None)
     def settle_unchanged(self, request: Request) -> bool:
@@ -1285,7 +1294,7 @@ class OpicScheduler(BaseScheduler):
 
     @_guarded("OPIC: stopped (its state store failed)")
     def status_line(self) -> str:
-        """The periodic OPIC log line (:class:`~scrapy_opic.extensions.OpicLogStats`)."""
+        """The periodic OPIC log line (:class:`~scrapy_opic._extensions.OpicLogStats`)."""
         frontier = self.frontier
         f = frontier.figures()
         line = "OPIC" + (f" (Redis, {f['workers']} processes)" if frontier.shared else "")

@@ -57,6 +57,7 @@ from typing import Any
 
 import numpy as np
 
+from .._series import Series
 from ..opic.constants import ERROR, FORBIDDEN, IN_FLIGHT, OK, PENDING
 from ..opic.engine import OpicEngine
 from ..opic.frontier import Lease
@@ -74,7 +75,6 @@ from ..opic.partition import (
     in_transit,
     keys_of,
 )
-from ..series import Series
 from . import StoreError, masked_url
 from .sqlite import CHUNK
 
@@ -735,33 +735,38 @@ class RedisFrontier(Fleet):
                 if kind in ("send", "all"):
                     self._resend.extend(info if kind == "send" else info[1])
             raise
-        lost: list[int] = []
-        for (kind, info), got in zip(plan, results):
-            if kind == "read":
-                reader = self.held.get(info)
-                if reader is not None and not isinstance(got, Exception):
-                    self._read_inbox(info, reader, got)
-            elif kind == "send":
-                self._sent(info, got)
-            elif kind == "write":
-                k, written, checkpoint = info
-                if not self._written(k, written, checkpoint, got):
-                    lost.append(k)
-            elif kind == "all":
-                written, messages = info
-                if not self._all_written(written, got):
-                    lost = list(self.held)
-                    self._resend = []  # (their records are lost with the members)
-                elif isinstance(got, Exception) or int(got[0]) != 0:
-                    self._resend.extend(messages)
-                else:
-                    self._sent(messages, got)
-            elif kind == "renew" and got == 0:  # (the lease lapsed: another process's now)
-                lost.append(info)
+        lost = [k for step, got in zip(plan, results) for k in self._outcome(step, got)]
         for k in dict.fromkeys(lost):
             self._lose(k, release=self.atomic)
         self._resend.sort(key=lambda m: (m.dst, m.src, m.seq))
         self.durable_now()
+
+    def _outcome(self, step: tuple[str, Any], got: Any) -> list[int]:
+        """Take in the reply ``got`` to one step of a flush's pipeline; the members this
+        process no longer owns because of it."""
+        kind, info = step
+        if kind == "read":
+            reader = self.held.get(info)
+            if reader is not None and not isinstance(got, Exception):
+                self._read_inbox(info, reader, got)
+        elif kind == "send":
+            self._sent(info, got)
+        elif kind == "write":
+            k, written, checkpoint = info
+            if not self._written(k, written, checkpoint, got):
+                return [k]
+        elif kind == "all":
+            written, messages = info
+            if not self._all_written(written, got):
+                self._resend = []  # (their records are lost with the members)
+                return list(self.held)
+            if isinstance(got, Exception) or int(got[0]) != 0:
+                self._resend.extend(messages)
+            else:
+                self._sent(messages, got)
+        elif kind == "renew" and got == 0:  # (the lease lapsed: another process's now)
+            return [info]
+        return []
 
     def _queue_renew(self, k: int, held: _Held, pipe: Any, plan: list) -> None:
         self._run(pipe, _RENEW, [self._k(k, "lease")], [held.token, self.lease_ms])
@@ -1035,27 +1040,7 @@ class RedisFrontier(Fleet):
         data = sorted(int(k) for k in parts)
         self._known_parts |= set(data)
         owner = {int(k): w.decode() for k, w in owners.items()}
-        mine = [k for k in self.held if k != POOL]
-        at = alive.index(self.worker)
-        # The partitions in use are shared out evenly (the first processes in the order of
-        # their names take one more); the pool, light, goes to the last process.
-        share = len(data) // len(alive) + (1 if at < len(data) % len(alive) else 0)
-        if len(mine) < share:
-            for k in data:
-                if len(mine) >= share:
-                    break
-                if k not in self.held and owner.get(k) not in alive and self._claim(k):
-                    mine.append(k)
-        elif len(mine) > share:
-            counts: dict[str, int] = {}
-            for k in data:
-                if owner.get(k) in alive:
-                    counts[owner[k]] = counts.get(owner[k], 0) + 1
-            low = len(data) // len(alive)
-            if any(counts.get(w, 0) < low for w in alive if w != self.worker):
-                for k in sorted(mine, reverse=True)[: len(mine) - share]:
-                    self.held[k].leaving = True
-                    self._leaving.add(k)
+        self._share_out(data, alive, owner)
         if alive[-1] == self.worker:
             if POOL not in self.held and owner.get(POOL) not in alive:
                 self._claim(POOL)
@@ -1063,6 +1048,33 @@ class RedisFrontier(Fleet):
             self.held[POOL].leaving = True  # (to the last process, which takes it)
             self._leaving.add(POOL)
         self._hand_over()
+
+    def _share_out(self, data: list[int], alive: list[str], owner: dict[int, str]) -> None:
+        """Claim partitions ``data`` that no live process owns, up to this process's share,
+        or mark some of its own leaving if it holds more while another holds too few. The
+        partitions in use are shared out evenly (the first processes in the order of their
+        names take one more); the pool, light, goes to the last process."""
+        mine = [k for k in self.held if k != POOL]
+        at = alive.index(self.worker)
+        share = len(data) // len(alive) + (1 if at < len(data) % len(alive) else 0)
+        if len(mine) < share:
+            for k in data:
+                if len(mine) >= share:
+                    break
+                if k not in self.held and owner.get(k) not in alive and self._claim(k):
+                    mine.append(k)
+            return
+        if len(mine) == share:
+            return
+        counts: dict[str, int] = {}
+        for k in data:
+            if owner.get(k) in alive:
+                counts[owner[k]] = counts.get(owner[k], 0) + 1
+        low = len(data) // len(alive)
+        if any(counts.get(w, 0) < low for w in alive if w != self.worker):
+            for k in sorted(mine, reverse=True)[: len(mine) - share]:
+                self.held[k].leaving = True
+                self._leaving.add(k)
 
     def _hand_over(self) -> None:
         """Release the members marked leaving whose pages are all back and whose hosts have
@@ -1330,7 +1342,7 @@ def reader_fleet(client: Any, key: str) -> tuple[RedisFrontier, dict[str, str]]:
 
 class RedisSnapshot:
     """A Redis crawl read into memory as one state (the reading interface of
-    :class:`~scrapy_opic.backends.sqlite.StateReader`: ``n``, :meth:`header`, :meth:`meta`,
+    :class:`~scrapy_opic._backends.sqlite.StateReader`: ``n``, :meth:`header`, :meth:`meta`,
     :meth:`columns`, :meth:`page_chunks`, :meth:`urls_of`): every partition loaded as its next
     owner would (checkpoint, then journal), the pool, and the messages not yet applied (their
     cash counts with the virtual page's). Exact once the crawl's processes have stopped; while
@@ -1378,36 +1390,8 @@ class RedisSnapshot:
         for e in engines:
             e.rebase()  # (the accumulators folded in: every page's stored cash is its cash)
             e.shift_clock(clock - e.G)  # (one clock for all: a partition's may lag)
-        n = sum(e.n for e in engines)
-        self.n = n
-        self._arrays: dict[str, np.ndarray] = {}
-        if engines:
-            for name in engines[0].page_arrays():
-                self._arrays[name] = np.concatenate([e.page_arrays()[name][: e.n] for e in engines])
-        frs = [p.frontier for p in self.parts]
-        #: Whether the crawl refetched by freshness: its pages have change rates.
-        self.changes_kept = bool(frs) and all(f.refresher is not None for f in frs)
-        if self.changes_kept:
-            cols = [f.refresher.columns(f.engine.n) for f in frs]  # type: ignore[union-attr]
-            for name in cols[0]:
-                self._arrays[name] = np.concatenate([c[name] for c in cols])
-        self.status = b"".join(bytes(f.status[: f.engine.n]) for f in frs)
-        self.outcome = b"".join(f.outcome[: f.engine.n].tobytes() for f in frs)
-        self.keys = [k for f in frs for k in keys_of(f.engine, f.engine.n)]
-        self.urls = [u for f in frs for u in f.urls[: f.engine.n]]
-        virtual = sum(e.virtual_cash + e.pool_all + e.pool_unfetched for e in engines)
-        scalars: dict[str, float] = {
-            "n": n,
-            "G": clock,
-            "g_real": sum(e.g_real for e in engines),
-            "virtual_cash": virtual + self.pool.total_cash() + self.transit,
-            "virtual_history": sum(e.virtual_history for e in engines) + self.pool.paid,
-            "n_unfetched": sum(e.n_unfetched for e in engines),
-            "n_dead": sum(e.n_dead for e in engines),
-            "visit_count": sum(e.visit_count for e in engines),
-        }
-        for name in ("credit_total", "credit_passed", "credit_dangling", "b_total", "d_total"):
-            scalars[name] = sum(getattr(e, name) for e in engines)
+        self.n = sum(e.n for e in engines)
+        self._gather_pages()
         params = {
             "epsilon": float(meta["epsilon"]),
             "refresh": float(meta["refresh"]),
@@ -1415,7 +1399,42 @@ class RedisSnapshot:
             "self_links": False,
         }
         window = engines[0].window.scalars() if engines else {}
-        self._header = {"params": params, "scalars": scalars, "window": window}
+        self._header = {"params": params, "scalars": self._scalars(clock), "window": window}
+
+    def _gather_pages(self) -> None:
+        """Every partition's pages one after the other: their arrays (the change columns too
+        if every partition has them), statuses, outcomes, keys and URLs."""
+        frs = [p.frontier for p in self.parts]
+        self._arrays: dict[str, np.ndarray] = {}
+        cols = [{**f.engine.page_arrays()} for f in frs]
+        #: Whether the crawl refetched by freshness: its pages have change rates.
+        self.changes_kept = bool(frs) and all(f.refresher is not None for f in frs)
+        if self.changes_kept:
+            for c, f in zip(cols, frs):
+                c.update(f.refresher.columns(f.engine.n))  # type: ignore[union-attr]
+        for name in cols[0] if cols else ():
+            self._arrays[name] = np.concatenate([c[name][: f.engine.n] for c, f in zip(cols, frs)])
+        self.status = b"".join(bytes(f.status[: f.engine.n]) for f in frs)
+        self.outcome = b"".join(f.outcome[: f.engine.n].tobytes() for f in frs)
+        self.keys = [k for f in frs for k in keys_of(f.engine, f.engine.n)]
+        self.urls = [u for f in frs for u in f.urls[: f.engine.n]]
+
+    def _scalars(self, clock: float) -> dict[str, float]:
+        """The crawl's engine scalars: the partitions' summed, on one clock, the pool's and
+        the messages' cash with the virtual page's."""
+        engines = [p.frontier.engine for p in self.parts]
+        virtual = sum(e.virtual_cash + e.pool_all + e.pool_unfetched for e in engines)
+        scalars: dict[str, float] = {
+            "n": self.n,
+            "G": clock,
+            "virtual_cash": virtual + self.pool.total_cash() + self.transit,
+            "virtual_history": sum(e.virtual_history for e in engines) + self.pool.paid,
+        }
+        for name in ("g_real", "n_unfetched", "n_closed", "visit_count", "credit_total"):
+            scalars[name] = sum(getattr(e, name) for e in engines)
+        for name in ("credit_passed", "credit_dangling", "b_total", "d_total"):
+            scalars[name] = sum(getattr(e, name) for e in engines)
+        return scalars
 
     def engine(self, **engine_kw: Any) -> OpicEngine:
         """The crawl as one engine, every page loaded."""
