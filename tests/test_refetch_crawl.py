@@ -428,6 +428,7 @@ def test_a_redis_crawl_refetches_by_change_as_the_embedded_store_does(tmp_path, 
         assert pages[one.url("/b")].change_rate > 0  # (smoothed: never 0)
         assert sum(p.importance for p in pages.values()) == pytest.approx(1.0, abs=1e-9)
         assert state.change_summary()["bands"][0][0] == "never seen to change"
+        assert "<h2>Change</h2>" in build_report(state)
 
 
 def test_a_redis_crawl_refetching_by_change_resumes_with_its_rates(tmp_path, redis_url):
