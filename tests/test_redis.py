@@ -298,7 +298,7 @@ def test_a_write_whose_reply_was_lost_is_not_made_twice(crawl):
 
 def test_a_crawl_of_other_parameters_partitions_or_layout_is_refused(crawl, redis_url):
     a = crawl(epsilon=0.15)
-    with pytest.raises(ValueError, match=r"other parameters \(epsilon: crawl 0.15, here 0.3\)"):
+    with pytest.raises(ValueError, match=r"other settings \(OPIC_EPSILON: crawl 0.15, here 0.3\)"):
         crawl(epsilon=0.3)
     with pytest.raises(ValueError, match="has 16 partitions by host, not 32 by host"):
         crawl(partitions=32)
@@ -495,3 +495,21 @@ def test_the_report_of_a_long_crawl_plots_its_series_and_never_shows_the_passwor
             assert series.column("fetched")[-1] <= len(done) == int(state.fetched_mask().sum())
             page = build_report(state)
         assert "<img" in page and "s3cret-pw" not in page and "***@" in page
+
+
+def test_a_crawl_joined_with_another_refetch_policy_is_refused_in_one_line(redis_url):
+    from scrapy_opic._backends.redis import RedisFrontier
+
+    key = f"opic:refetch:{uuid.uuid4().hex}"
+    first = RedisFrontier.connect(redis_url, key)
+    try:
+        first.open(continuous=True, refetch="cash")
+        other = RedisFrontier.connect(redis_url, key)
+        with pytest.raises(ValueError) as got:
+            other.open(continuous=True, refetch="freshness")
+        message = str(got.value)
+        assert "\n" not in message and "OPIC_REFETCH: crawl cash, here freshness" in message
+        other.client.close()
+    finally:
+        first.clear()
+        first.client.close()

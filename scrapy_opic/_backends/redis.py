@@ -461,13 +461,15 @@ class RedisFrontier(Fleet):
                 "the same OPIC_REDIS_PARTITIONS and OPIC_REDIS_PARTITION"
             )
         differ = [
-            f"{name}: crawl {stored.get(name)}, here {mine[name]}"
+            f"OPIC_{name.upper()}: crawl {stored.get(name)}, here {mine[name]}"
             for name in ("epsilon", "refresh", "continuous", "window", "refetch")
             if stored.get(name) != mine[name]
         ]
         if differ:
             raise ValueError(
-                f"the OPIC crawl {self.key!r} in Redis has other parameters ({'; '.join(differ)})"
+                f"the OPIC crawl {self.key!r} in Redis was made with other settings "
+                f"({'; '.join(differ)}): resume it with its own, or start afresh "
+                "(another OPIC_REDIS_KEY, or OPIC_REDIS_RESET)"
             )
         self.P, self.by = int(partitions), by
         self.epsilon, self.refresh, self.window = float(epsilon), float(refresh), str(window)
