@@ -22,8 +22,9 @@ Which page a pop takes (the frontier asks :meth:`due` with its own eligibility t
 discovery first takes its share of the pops for pages never fetched, as without a refresher;
 every other pop takes the page due first in the schedule, whose frequencies come from
 :func:`~.freshness.optimal_allocation` of the importance (the engine's) and the change rates,
-re-planned every :attr:`plan_every` refetches (or :attr:`plan_seconds`). The budget of a plan
-is the rate of refetches the crawl actually made since the previous plan; each page gets at
+re-planned by a :class:`Planner` every ``plan_every`` refetches (or ``plan_seconds``). The
+budget of a plan is the rate of refetches the crawl actually made since the previous plan (a
+crawl over partitions: one planner per process, over all its partitions); each page gets at
 least ``floor_share`` of the mean frequency (a page that never changes is still checked now and
 then: a cheap conditional request), and a page fetched for the first time after a plan gets the
 mean frequency until the next one.
@@ -67,7 +68,7 @@ class KeptLinks(NamedTuple):
 T = TypeVar("T")
 
 #: A plan waits at least this many times as long as the last one took (see
-#: :meth:`Refresher.plan_due`).
+#: :meth:`Planner.due`).
 PLAN_LOAD = 20.0
 
 #: The change rate (per second) a page is assumed to have before any observation.
