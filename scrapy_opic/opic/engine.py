@@ -150,6 +150,21 @@ def mix(est: np.ndarray, flags: np.ndarray, a: float, total: float, kept: int) -
     return out
 
 
+def importance_of_parts(engines: Sequence[OpicEngine]) -> list[np.ndarray]:
+    """The importance of every page of ``engines``, the parts of one crawl (one engine, or the
+    partitions of a crawl a process owns: their clocks are one), per engine: :func:`mix` over
+    all their pages together, the teleport share and the crawl's page count (its view's, if
+    any) the first engine's."""
+    ests = [e.estimates() for e in engines]
+    flags = [e.flags[: e.n] for e in engines]
+    total = sum(float(est[(f & CLOSED) == 0].sum()) for est, f in zip(ests, flags))
+    gone = sum(int((((f & CLOSED) != 0) & ((f & FETCHED) != 0)).sum()) for f in flags)
+    first = engines[0]
+    n_all = first.view.n if first.view is not None else sum(e.n for e in engines)
+    a = first.teleport_share()
+    return [mix(est, f, a, total, max(1, n_all - gone)) for est, f in zip(ests, flags)]
+
+
 def _view(a: np.ndarray) -> Any:
     """A memoryview of ``a``: item access as Python numbers, without numpy's scalar overhead
     (the per-event path). Typed loosely: typeshed's memoryview knows no float items."""
@@ -1342,16 +1357,9 @@ class OpicEngine:
     def importance(self, ids: np.ndarray | Sequence[int] | None = None) -> np.ndarray:
         """Importance of ``ids`` (all pages if ``None``), normalised to sum 1 over all pages
         (:func:`mix`: closed pages hold no link credit, pages gone hold nothing)."""
-        n = self.n
-        if not n:
+        if not self.n:
             return np.zeros(0)
-        est = self.estimates()
-        flags = self.flags[:n]
-        closed = (flags & CLOSED) != 0
-        total = float(est[~closed].sum())
-        gone = int((closed & ((flags & FETCHED) != 0)).sum())
-        n_all = n if self.view is None else self.view.n
-        out = mix(est, flags, self.teleport_share(), total, max(1, n_all - gone))
+        out = importance_of_parts([self])[0]
         return out if ids is None else out[np.asarray(ids, dtype=np.int64)]
 
     def estimates(self) -> np.ndarray:

@@ -63,7 +63,6 @@ from .constants import (
     CLOSED,
     DUPLICATE,
     ERROR,
-    FETCHED,
     FILTERED,
     FORBIDDEN,
     FORWARDED,
@@ -74,7 +73,7 @@ from .constants import (
     PENDING,
     STATUSES,
 )
-from .engine import CrawlView, DictKeys, OpicEngine, mix
+from .engine import CrawlView, DictKeys, OpicEngine, importance_of_parts
 from .frontier import (
     Entry,
     Lease,
@@ -1451,21 +1450,13 @@ class Fleet:
         crawl and their change rates."""
         started = time.perf_counter()
         now = self.time_fn() if now is None else now
-        frs = [p.frontier for p in self.parts.values() if p.frontier.refresher is not None]
-        if not frs:
+        owned = [
+            (p.frontier, r) for p in self.parts.values() if (r := p.frontier.refresher) is not None
+        ]
+        if not owned:
             return
-        ests = [fr.engine.estimates() for fr in frs]
-        flags = [fr.engine.flags[: fr.engine.n] for fr in frs]
-        total = sum(float(est[(f & CLOSED) == 0].sum()) for est, f in zip(ests, flags))
-        gone = sum(int((((f & CLOSED) != 0) & ((f & FETCHED) != 0)).sum()) for f in flags)
-        e = frs[0].engine
-        n_all = e.view.n if e.view is not None else sum(len(f) for f in flags)
-        a = e.teleport_share()
-        parts = []
-        for fr, est, f in zip(frs, ests, flags):
-            imp = mix(est, f, a, total, max(1, n_all - gone))
-            assert fr.refresher is not None
-            parts.append((fr.refresher, imp, fr.refetchable()))
+        imps = importance_of_parts([fr.engine for fr, _r in owned])
+        parts = [(r, imp, fr.refetchable()) for (fr, r), imp in zip(owned, imps)]
         self.planner.plan(parts, now)
         self.planner.plan_cost = time.perf_counter() - started
 
