@@ -1,17 +1,21 @@
 """The Redis store: a fleet of Scrapy processes against the same processes sharing nothing, and
 what the crawl costs Redis (CPU and round trips per page, bytes per page).
 
-    python benchmarks/redis_perf.py [--pages 4000] [--hosts 8] [--processes 4] [--delay 0.05]
-        [--concurrency 4] [--memory-pages 1000000] [--cluster] [--skip-memory] [--out DIR]
+    python -m benchmarks.redis_perf [--pages 4000] [--hosts 8] [--processes 4] [--delay 0.05]
+        [--concurrency 4] [--repeat 3] [--memory-pages 1000000] [--cluster] [--skip-memory]
+        [--out DIR]
 
 **Fleet.** A generated site of ``--pages`` pages served by ``--hosts`` loopback hosts (127.0.0.1
 to 127.0.0.N, one download slot each) with ``--delay`` seconds per page. ``--processes``
-Scrapy processes crawl it as one Redis crawl, with ``--concurrency`` requests per host at once
+Scrapy processes crawl a site of that many times ``--pages`` pages (each fetches as many pages
+as a control process) as one Redis crawl, with ``--concurrency`` requests per host at once
 for the whole fleet (a list: one run each). Two controls, as many processes crawling it each on
 its own with the embedded store (sharing nothing: what this machine allows that many
 processes): *control* with the fleet's per-host limit each (so N times the fleet's requests on
 each host), *control-polite* with 1/N of it each (the fleet's politeness). Pages/s is counted
-at the server, over the middle 80% of the fetches, with the machine's busy cores. Round trips
+at the server, over the middle 80% of the fetches, with the machine's busy cores and the
+crawl processes' CPU per page; each kind runs ``--repeat`` times, alternated, and the table
+shows medians. Round trips
 are the processes' own counts (``opic/round_trips``), Redis CPU the server's own (``INFO cpu``,
 every node of a cluster), per page fetched. The projection: Redis cores for 10,000 pages/s.
 
@@ -34,12 +38,9 @@ import time
 import uuid
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the test sites (tests/sites.py)
-
-from tests.sites import RedisCluster, RedisServer, Site, site_graph  # noqa: E402
-
-ROOT = Path(__file__).resolve().parent
-RUNNER = ROOT.parent / "tests" / "crawl_runner.py"
+from benchmarks._harness import RESULTS, CoreMeter, children_cpu, command, write_results
+from tests.support import RUNNER
+from tests.support.sites import RedisCluster, RedisServer, Site, site_graph
 
 
 def redis_cpu(client) -> float:
@@ -48,40 +49,6 @@ def redis_cpu(client) -> float:
     if "used_cpu_user" not in info:  # a cluster client: one entry per node
         return sum(float(n["used_cpu_user"]) + float(n["used_cpu_sys"]) for n in info.values())
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
-
-
-class CoreMeter:
-    """The machine's busy cores (``/proc/stat``), sampled every 0.2 s on the monotonic clock
-    (the site's access log's) while in the ``with`` block."""
-
-    def __enter__(self) -> CoreMeter:
-        import threading
-
-        self.samples: list[tuple[float, int, int]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-        self._thread.start()
-        return self
-
-    def _sample(self) -> None:
-        while not self._stop.is_set():
-            with open("/proc/stat") as fh:
-                ticks = [int(x) for x in fh.readline().split()[1:]]
-            self.samples.append((time.monotonic(), sum(ticks), ticks[3] + ticks[4]))
-            self._stop.wait(0.2)
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def busy(self, start: float, end: float) -> float:
-        import os
-
-        inside = [x for x in self.samples if start <= x[0] <= end]
-        if len(inside) < 2:
-            return float("nan")
-        (_, total0, idle0), (_, total1, idle1) = inside[0], inside[-1]
-        return (os.cpu_count() or 1) * (1 - (idle1 - idle0) / max(1, total1 - total0))
 
 
 def crawl(site_url: str, n: int, settings: dict, workdir: Path, hosts: list[str]) -> list[dict]:
@@ -120,6 +87,7 @@ def run(args, g, hosts, url: str | None, kind: str, n: int, per_host: int, workd
         "CONCURRENT_REQUESTS_PER_DOMAIN": per_host,
         "LOG_LEVEL": "WARNING",
         "LOGSTATS_INTERVAL": 0,
+        "EXTENSIONS": {"tests.support.crawl_runner.CpuMeter": 0},
     }
     client = None
     if kind == "redis":
@@ -130,10 +98,12 @@ def run(args, g, hosts, url: str | None, kind: str, n: int, per_host: int, workd
         client = open_client(url)
         cpu0 = redis_cpu(client)
     cores = CoreMeter()
+    cpu_before = children_cpu()
     with Site(g, delay=args.delay, host_of=lambda i: hosts[i % len(hosts)], addresses=hosts) as s:
         with cores:
             stats = crawl(s.url(0), n, base, workdir / f"{kind}-{n}-{fleet_limit}", list(hosts))
         times = sorted(start for _h, _p, start, _e in s.access_log)
+    crawl_cpu = children_cpu() - cpu_before
     lo, hi = int(0.1 * len(times)), int(0.9 * len(times))
     row = {
         "kind": kind,
@@ -142,6 +112,10 @@ def run(args, g, hosts, url: str | None, kind: str, n: int, per_host: int, workd
         "fetches": len(times),
         "pages_per_s": (hi - lo) / (times[hi] - times[lo]),
         "cores_busy": cores.busy(times[lo], times[hi]),
+        "crawler_cpu_ms_per_page": crawl_cpu * 1e3 / len(times),
+        "crawl_cpu_ms_per_page": sum(st.get("cpu/crawl_seconds", 0) for st in stats)
+        * 1e3
+        / len(times),
     }
     if client is not None:
         from scrapy_opic._backends.redis import RedisFrontier, RedisSnapshot
@@ -229,13 +203,31 @@ def memory(n: int, url: str) -> dict:
     return out
 
 
+def median_rows(rows: list[dict]) -> list[dict]:
+    """One row per (kind, processes, per host): the median of each figure over its runs."""
+    import statistics
+
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["kind"], r["processes"], r["per_host"]), []).append(r)
+    out = []
+    for runs in groups.values():
+        row = dict(runs[0], runs=len(runs))
+        for name, value in runs[0].items():
+            if isinstance(value, float):
+                row[name] = statistics.median(r[name] for r in runs)
+        out.append(row)
+    return out
+
+
 def report(args, rows: list[dict], mems: list[dict]) -> str:
     lines = [
         "# Redis store: fleet, cost and memory",
         "",
-        f"`{' '.join(['python benchmarks/redis_perf.py', *sys.argv[1:]])}`",
+        f"`{command()}`",
         "",
-        f"{args.pages} pages on {args.hosts} hosts, {args.delay} s per page at the server, "
+        f"{args.pages} pages (the fleet: as many per process) on {args.hosts} hosts, "
+        f"{args.delay} s per page at the server, "
         f"{args.concurrency} requests per host at once for the fleet (column 'per host'); Redis: "
         f"{'a cluster of 3 masters' if args.cluster else 'one server'}; {os.cpu_count()} cores "
         "for everything (site, Redis, crawlers).",
@@ -244,12 +236,17 @@ def report(args, rows: list[dict], mems: list[dict]) -> str:
         " each crawling the whole site with the fleet's per-host limit (so the site takes N "
         "times the fleet's requests per host). *control-polite*: the same with 1/N of it each "
         "(the fleet's politeness). Pages/s over the middle 80% of the fetches, at the server; "
-        "cores busy: the machine's, over the same span.",
+        "cores busy: the machine's, over the same span; crawl CPU: the crawl processes' own from "
+        "their first response to their close, process CPU: the same with start-up and exit, "
+        "per page fetched. Each figure: the median of "
+        f"{args.repeat} alternated runs.",
         "",
         "| run | processes | per host | pages/s | vs control | vs control-polite "
-        "| round trips/page | Redis CPU us/page | cores busy |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| round trips/page | Redis CPU us/page | crawl CPU ms/page | process CPU ms/page "
+        "| cores busy |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    rows = median_rows(rows)
     controls = {
         (r["kind"], r["processes"], r["per_host"]): r
         for r in rows
@@ -266,7 +263,9 @@ def report(args, rows: list[dict], mems: list[dict]) -> str:
         lines.append(
             f"| {r['kind']} | {r['processes']} | {r['per_host']} | {r['pages_per_s']:.1f} "
             f"| {vs(r, 'control')} "
-            f"| {vs(r, 'control-polite')} | {trips} | {cpu} | {r['cores_busy']:.2f} |"
+            f"| {vs(r, 'control-polite')} | {trips} | {cpu} "
+            f"| {r['crawl_cpu_ms_per_page']:.2f} | {r['crawler_cpu_ms_per_page']:.2f} "
+            f"| {r['cores_busy']:.2f} |"
         )
     fleet = [r for r in rows if r["kind"] == "redis"]
     if fleet:
@@ -300,12 +299,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--memory-pages", default="1000000")
     p.add_argument("--cluster", action="store_true", help="a Redis Cluster of 3 masters")
     p.add_argument("--redis", default=None, help="a running server (default: start one)")
+    p.add_argument("--repeat", type=int, default=3, help="runs of each kind (the median is shown)")
     p.add_argument("--skip-memory", action="store_true")
-    p.add_argument("--out", default=str(ROOT / "results"))
+    p.add_argument("--out", default=str(RESULTS))
     args = p.parse_args(argv)
     procs = [int(x) for x in args.processes.split(",")]
     hosts = [f"127.0.0.{k}" for k in range(1, args.hosts + 1)]
     g = site_graph(args.pages, seed=7)
+
+    def fleet_graph(n: int):
+        # (As many pages per process as a control process fetches: the processes' start-up
+        # and final commit weigh on the middle 80% of a short crawl as they would not on a
+        # real one.)
+        return site_graph(args.pages * n, seed=7)
+
     workdir = Path(tempfile.mkdtemp(prefix="opic-redis-bench-"))
     server = None
     if args.redis is None:
@@ -315,9 +322,12 @@ def main(argv: list[str] | None = None) -> int:
         rows = []
         for per_host in (int(x) for x in str(args.concurrency).split(",")):
             for n in procs:
-                for kind in ("redis", "control", "control-polite"):
-                    rows.append(run(args, g, hosts, url, kind, n, per_host, workdir))
-                    print(json.dumps(rows[-1]), flush=True)
+                for rep in range(args.repeat):  # (alternated: the machine's drift hits all kinds)
+                    for kind in ("redis", "control", "control-polite"):
+                        wd = workdir / f"r{rep}"
+                        site = fleet_graph(n) if kind == "redis" else g
+                        rows.append(run(args, site, hosts, url, kind, n, per_host, wd))
+                        print(json.dumps(rows[-1]), flush=True)
         mems = []
         if not args.skip_memory and not args.cluster:
             for n in (int(x) for x in args.memory_pages.split(",")):
@@ -326,12 +336,9 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if server is not None:
             server.__exit__()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     stem = "redis_perf_cluster" if args.cluster else "redis_perf"
-    (out / f"{stem}.json").write_text(json.dumps({"fleet": rows, "memory": mems}, indent=1))
     text = report(args, rows, mems)
-    (out / f"{stem}.md").write_text(text)
+    write_results(stem, {"fleet": rows, "memory": mems}, text, Path(args.out))
     print(text)
     return 0
 

@@ -195,9 +195,21 @@ class ChangeRates:
         self, ids: np.ndarray | Sequence[int] | None = None, prior_rate: float | None = None
     ) -> np.ndarray:
         """The smoothed MLE rate of each page (all if ``ids`` is None)."""
+        return self.rates_of(self.sums_of(ids), prior_rate)
+
+    def sums_of(self, ids: np.ndarray | Sequence[int] | None = None) -> list[np.ndarray]:
+        """The observation sums of pages ``ids`` (all if None) that :meth:`rates_of` reads:
+        those of several parts concatenated column by column are one solve."""
         k, a = self._ids(ids), self.a
+        return [a[f][k] for f in ("n_c", "s1", "s2", "s3", "u")]
+
+    def rates_of(
+        self, columns: Sequence[np.ndarray], prior_rate: float | None = None
+    ) -> np.ndarray:
+        """The smoothed MLE rate of each page of ``columns`` (:meth:`sums_of`)."""
+        n_c, s1, s2, s3, u = columns
         return solve_rates(
-            a["n_c"][k], a["s1"][k], a["s2"][k], a["s3"][k], a["u"][k],
+            n_c, s1, s2, s3, u,
             self.prior_rate if prior_rate is None else prior_rate,
             self.prior_weights, self.bounds,
         )  # fmt: skip

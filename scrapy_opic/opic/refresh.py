@@ -181,7 +181,9 @@ class Planner:
             for f, v in r.rates.sums().items():
                 totals[f] = totals.get(f, 0.0) + v
         prior = chosen[0][0].rates.rate_of_sums(totals)
-        rates = np.concatenate([r.rates.rates(ids, prior_rate=prior) for r, ids, _i in chosen])
+        # (One solve for all parts: a process may own hundreds of partitions, each small.)
+        columns = zip(*(r.rates.sums_of(ids) for r, ids, _i in chosen))
+        rates = chosen[0][0].rates.rates_of([np.concatenate(c) for c in columns], prior)
         weights = np.concatenate([imp[ids] for _r, ids, imp in chosen])
         self.mean = self.budget / total
         freq = optimal_allocation(weights, rates, self.budget, self.floor_share * self.mean)
