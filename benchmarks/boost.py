@@ -1,10 +1,10 @@
 """Focus: the share of boosted pages among a crawl's first fetches, against ``OPIC_BOOST``.
 
-    python benchmarks/boost.py [--pages 300,1000] [--boosts 1,5,20,100] [--first 25,50,100]
+    python -m benchmarks.boost [--pages 300,1000] [--boosts 1,5,20,100] [--first 25,50,100]
         [--out benchmarks/results/boost.md]
 
-A generated site (``tests.sites.site_graph``) served on 127.0.0.1, crawled one-pass by real
-Scrapy crawls (``tests/crawl_runner.py``, one request at a time so that the order is the
+A generated site (``tests.support.sites.site_graph``) served on 127.0.0.1, crawled one-pass by real
+Scrapy crawls (``tests/support/crawl_runner.py``, one request at a time so that the order is the
 scheduler's alone) from its home page, once without a focus and once per boost with
 ``OPIC_BOOST_PATTERNS`` matching a tenth of the pages (those whose number ends in 7). For each
 crawl, from the server's access log: how many of the first K pages fetched are boosted ones. A
@@ -20,13 +20,12 @@ import sys
 import tempfile
 from pathlib import Path
 
+from tests.support import RUNNER
+from tests.support.sites import Site, site_graph
+
 ROOT = Path(__file__).resolve().parent
 REPO = ROOT.parent
-sys.path.insert(0, str(REPO))
 
-from tests.sites import Site, site_graph  # noqa: E402
-
-RUNNER = REPO / "tests" / "crawl_runner.py"
 PATTERN = r"/p/\d*7\.html$"
 
 
@@ -74,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     lines = [
         "# Focus: boosted pages among the first fetches, against OPIC_BOOST",
         "",
-        f"`python benchmarks/boost.py --pages {args.pages} --boosts {args.boosts} "
+        f"`python -m benchmarks.boost --pages {args.pages} --boosts {args.boosts} "
         f"--first {args.first}`",
         "",
         "One-pass crawls of a generated site from its home page, one request at a time; a tenth "

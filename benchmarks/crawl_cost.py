@@ -1,12 +1,13 @@
 """The cost of OPIC in a real crawl: pages per second against Scrapy's own scheduler.
 
-    python benchmarks/crawl_cost.py [--pages 2001] [--hosts 3] [--concurrency 16]
+    python -m benchmarks.crawl_cost [--pages 2001] [--hosts 3] [--concurrency 16]
         [--repeats 3] [--profile DIR] [--out benchmarks/results/crawl_cost.md]
 
-A generated site of ``--pages`` pages (``tests.sites.site_graph``: power-law in-degrees, a home
+A generated site of ``--pages`` pages (``tests.support.sites.site_graph``: power-law
+in-degrees, a home
 page, every page linking home) served on ``--hosts`` loopback addresses (127.0.0.1,
 127.0.0.2...: page ``i`` on host ``i % hosts``) with no server delay, crawled by real Scrapy
-crawls in a fresh process each (``tests/crawl_runner.py``, its ``site`` spider: an item and
+crawls in a fresh process each (``tests/support/crawl_runner.py``, its ``site`` spider: an item and
 every link of each page), ``CONCURRENT_REQUESTS = --concurrency``, four kinds of run:
 
 * ``scrapy``: Scrapy's own scheduler (memory queues);
@@ -21,7 +22,8 @@ speed is read from the server's access log: pages served divided by the time fro
 request's start to the last one's end (the process's start-up and shutdown are left out). Each
 ratio is OPIC's rate over Scrapy's rate of the same round; the table gives every pair and their
 median, and beside it the ratio of CPU time per page of the crawl process (from the first
-response to the close: ``tests.crawl_runner.CpuMeter``), which other work on a shared machine
+response to the close: ``tests.support.crawl_runner.CpuMeter``), which other work on a
+shared machine
 disturbs less.
 
 ``--profile DIR`` runs each OPIC crawl under cProfile (``DIR/<kind>-<k>.prof``) and prints its top
@@ -41,15 +43,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from tests.support import RUNNER
+from tests.support.sites import Site, site_graph
+
 ROOT = Path(__file__).resolve().parent
 REPO = ROOT.parent
-sys.path.insert(0, str(REPO))  # run as a script: this checkout's scrapy_opic and tests
-
-from tests.sites import Site, site_graph  # noqa: E402
 
 KINDS = ("scrapy", "opic", "scrapy+jobdir", "opic+jobdir")
 ORDER = ("scrapy", "opic", "opic+jobdir", "scrapy+jobdir")  # the runs of a round, in order
-RUNNER = REPO / "tests" / "crawl_runner.py"
 
 
 def run_crawl(
@@ -63,7 +64,7 @@ def run_crawl(
         "CONCURRENT_REQUESTS": concurrency,
         "LOG_LEVEL": "WARNING",
         # (Measures, in both kinds alike: the process's CPU time over the crawl.)
-        "EXTENSIONS": {"tests.crawl_runner.CpuMeter": 0},
+        "EXTENSIONS": {"tests.support.crawl_runner.CpuMeter": 0},
     }
     if kind.startswith("opic"):  # (the OPIC order's own EXTENSIONS, with the meter)
         settings["EXTENSIONS"]["scrapy_opic.OpicLogStats"] = 500
@@ -137,7 +138,7 @@ def report(options: dict, runs: list[dict]) -> str:
     lines = [
         "# Crawl cost: OPIC against Scrapy's own scheduler",
         "",
-        f"`python benchmarks/crawl_cost.py --pages {options['pages']} --hosts {options['hosts']} "
+        f"`python -m benchmarks.crawl_cost --pages {options['pages']} --hosts {options['hosts']} "
         f"--concurrency {options['concurrency']} --repeats {options['repeats']}`",
         "",
         f"{options['pages']:,} pages on {options['hosts']} loopback hosts, no server delay, "

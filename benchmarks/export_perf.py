@@ -1,6 +1,6 @@
 """Speed and memory of exporting a large state (default: one million pages).
 
-    python benchmarks/export_perf.py [--nodes 1000000] [--out benchmarks/results/export_perf.md]
+    python -m benchmarks.export_perf [--nodes 1000000] [--out benchmarks/results/export_perf.md]
 
 A state is built by the simulator on a power-law graph (N greedy visits, so pages have real cash,
 history and visit counts) with synthetic URLs over 5,000 hosts, and committed through the store
@@ -25,6 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks._harness import child_env
 from scrapy_opic._backends.sqlite import SqliteStore
 from scrapy_opic.opic.frontier import MemoryFrontier
 from scrapy_opic.opic.graph import power_law_graph
@@ -36,7 +37,9 @@ ROOT = Path(__file__).resolve().parent
 def run(cmd: list[str], cwd: Path) -> tuple[float, float, str]:
     """Wall seconds, peak RSS in MiB and stderr of one child process."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        cmd, cwd=cwd, env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     _pid, status, usage = os.wait4(proc.pid, 0)
     seconds = time.perf_counter() - t0
     err = proc.stderr.read().decode()
@@ -82,13 +85,14 @@ def main() -> int:
         # Built in a child process: a child forked from a parent that holds the simulation would
         # start with the parent's resident pages and spoil every peak-memory figure below.
         code = (
-            "import json, sys; sys.path.insert(0, sys.argv[3]); from export_perf import "
+            "import json, sys; from benchmarks.export_perf import "
             "build_state; from pathlib import Path; "
             "print(json.dumps(build_state(Path(sys.argv[1]), int(sys.argv[2]))))"
         )
         built = json.loads(
             subprocess.run(
-                [sys.executable, "-c", code, str(state), str(n), str(ROOT)],
+                [sys.executable, "-c", code, str(state), str(n)],
+                env=child_env(),
                 check=True,
                 capture_output=True,
                 text=True,
@@ -137,7 +141,7 @@ def main() -> int:
     lines = [
         "# Export performance",
         "",
-        f"`python benchmarks/export_perf.py --nodes {n}` on {os.cpu_count()} cores. A state of "
+        f"`python -m benchmarks.export_perf --nodes {n}` on {os.cpu_count()} cores. A state of "
         f"{n:,} pages (power-law graph, {n:,} greedy visits, URLs over 5,000 hosts): "
         f"{built['state_mib']:.0f} MiB on disk; first commit {built['commit_s']:.2f} s, a later "
         f"commit (no new pages) {built['recommit_s']:.2f} s. Each row below is one process, "

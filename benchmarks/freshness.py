@@ -1,6 +1,6 @@
 """Refetch policies on a site whose pages change at known Poisson rates: an offline simulation.
 
-    python benchmarks/freshness.py [--nodes 2000] [--seeds 1 2 3] [--out benchmarks/results]
+    python -m benchmarks.freshness [--nodes 2000] [--seeds 1 2 3] [--out benchmarks/results]
 
 The site: a power-law link graph of ``n`` pages (``power_law_graph``; importance: its PageRank,
 damping 0.85). A share of the pages (``static``) never changes; the others change at rates
@@ -41,10 +41,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 import numpy as np
 
+from benchmarks._harness import write_results
 from scrapy_opic.opic.change import ChangeRates
 from scrapy_opic.opic.engine import OpicEngine
 from scrapy_opic.opic.freshness import (
@@ -361,12 +360,10 @@ def main(argv: list[str] | None = None) -> int:
     t = time.perf_counter()
     data = run(args.nodes, args.seeds)
     data["seconds"] = round(time.perf_counter() - t, 1)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "freshness.json").write_text(json.dumps(data, indent=1) + "\n")
-    command = "python benchmarks/freshness.py" + (
+    command = "python -m benchmarks.freshness" + (
         f" --nodes {args.nodes} --seeds {' '.join(map(str, args.seeds))}"
     )
-    (args.out / "freshness.md").write_text(markdown(data, command))
+    write_results("freshness", data, markdown(data, command), args.out)
     return 0
 
 

@@ -1,17 +1,18 @@
 """Freshness of a real continuous Scrapy crawl of a site whose pages change at known rates.
 
-    python benchmarks/freshness_crawl.py [--set NAME=VALUE ...] [--rev REV]
+    python -m benchmarks.freshness_crawl [--set NAME=VALUE ...] [--rev REV]
         [--with-baseline [REV]] [--cases independent linked removal] [--pages 300]
         [--pace 60] [--seed 1] [--out benchmarks/results/freshness_crawl.md] [--json FILE]
         [--keep DIR]
 
     # today's crawl (the code of a revision) beside the tree's with new settings:
-    python benchmarks/freshness_crawl.py --with-baseline b9d8351 --set OPIC_DISCOVERY=0.3
+    python -m benchmarks.freshness_crawl --with-baseline b9d8351 --set OPIC_DISCOVERY=0.3
     # on Redis (each crawl under a key of its own, read back from there):
-    python benchmarks/freshness_crawl.py --set OPIC_STORE=redis \
+    python -m benchmarks.freshness_crawl --set OPIC_STORE=redis \
         --set OPIC_REDIS_URL=redis://127.0.0.1:6379/0
 
-The site: ``tests.changing_site.PoissonSite`` on 127.0.0.1, ``N`` pages (a power-law link graph,
+The site: ``tests.support.changing_site.PoissonSite`` on 127.0.0.1, ``N`` pages (a power-law
+link graph,
 every page reachable from page 0, the start URL), 30% of them never changing, the others
 changing as Poisson processes of rates log-uniform over 0.1 to 10 changes per *pass* (``N``
 fetches: at the server's fixed pace of ``--pace`` requests per second, ``N / pace`` seconds;
@@ -217,7 +218,7 @@ def run_case(
         proportional_allocation,
         weighted_freshness,
     )
-    from tests.changing_site import PoissonSite
+    from tests.support.changing_site import PoissonSite
 
     removal = case == "removal"
     rates = (PER_PASS[0] * pace / n, PER_PASS[1] * pace / n)
@@ -415,9 +416,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path, help="write every figure here (JSON)")
     p.add_argument("--keep", type=Path, help="keep the crawls' state and logs in this directory")
     args = p.parse_args(argv)
-    # (tests.changing_site; here only: the crawl's process must import the scrapy_opic of
-    # its PYTHONPATH, not this tree's)
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     for s in args.sets:
         if "=" not in s:
             p.error(f"--set {s}: expected NAME=VALUE")
@@ -436,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
                 r["rev"] = rev
                 log(f"  {json.dumps({a: b for a, b in r.items() if a != 'command'})}")
                 rows.append(r)
-    command = "python benchmarks/freshness_crawl.py " + " ".join(argv or sys.argv[1:])
+    command = "python -m benchmarks.freshness_crawl " + " ".join(argv or sys.argv[1:])
     text = markdown(rows, args, command.strip())
     print(text)
     if args.out:

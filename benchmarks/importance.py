@@ -1,6 +1,6 @@
 """Importance a user can trust: real Scrapy crawls on 127.0.0.1, judged against exact PageRank.
 
-    python benchmarks/importance.py [--out benchmarks/results] [--skip-docs]
+    python -m benchmarks.importance [--out benchmarks/results] [--skip-docs]
 
 * Seed bias: a generated 300-page site plus a start page that links to 25 pages and that no
   page links to. After a one-pass crawl and a continuous one (5N fetches), with the default and
@@ -24,23 +24,20 @@
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 import tempfile
 import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 import numpy as np
 from scipy.stats import kendalltau, spearmanr
 
+from benchmarks._harness import command, write_results
 from benchmarks.crawl_evidence import DOCS, crawl, crawled_graph, ensure_docs, log
 from scrapy_opic.export import open_state
 from scrapy_opic.opic.graph import from_edges, power_law_graph
 from scrapy_opic.opic.pagerank import pagerank
-from tests.sites import Site, StaticSite, site_graph
+from tests.support.sites import Site, StaticSite, site_graph
 
 ESTIMATORS = ("unbounded", "unbounded:lemma", "unbounded:regression", "interpolation:30")
 
@@ -252,9 +249,8 @@ def main(argv: list[str] | None = None) -> int:
                 wd = work / package
                 result["continuous docs"][name], first = docs_continuous(name, html, wd)
                 result["revisits"][name] = docs_revisits(name, html, wd, first)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "importance.json").write_text(json.dumps(result, indent=2))
-    lines = ["# Importance benchmark", "", "## Seed bias (start page with no in-links)", ""]
+    lines = ["# Importance benchmark", "", f"`{command()}`", ""]
+    lines += ["## Seed bias (start page with no in-links)", ""]
     cols = list(result["seed bias"][0])
     lines += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in result["seed bias"]:
@@ -282,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, r in result["revisits"].items():
         lines.append(f"* **{name}**: " + "; ".join(f"{k} {v}" for k, v in r.items()))
     text = "\n".join(lines) + "\n"
-    (args.out / "importance.md").write_text(text)
+    write_results("importance", result, text, args.out)
     print(text)
     return 0
 

@@ -1,6 +1,6 @@
 """Memory and speed of KeyIndex (page key -> dense id) against a plain Python dict.
 
-    python benchmarks/index_perf.py [--sizes 1000000 10000000] [--out FILE.md]
+    python -m benchmarks.index_perf [--sizes 1000000 10000000] [--out FILE.md]
 
 For each size ``n``, random 20-byte keys (what Scrapy request fingerprints look like), all
 drawn up front as one ``bytes`` blob (20 bytes a key, allocated before any measurement) and cut
@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks._harness import RESULTS, command
 from scrapy_opic.opic.index import KeyIndex, key_hash
 
 ROOT = Path(__file__).resolve().parent
@@ -166,6 +167,8 @@ def report(results: list[dict]) -> str:
     lines = [
         "# KeyIndex against a Python dict (random 20-byte keys)",
         "",
+        f"`{command()}`",
+        "",
         f"Python {platform.python_version()}, numpy {np.__version__}, {platform.machine()}; "
         f"RSS from {'psutil' if psutil else '/proc/self/statm'}"
         f"{' after malloc_trim' if _malloc_trim else ''}. Get rates on "
@@ -204,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000_000, 10_000_000])
     parser.add_argument("--seed", type=int, default=12345)
-    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--out", type=Path, default=RESULTS / "index_perf.md")
     args = parser.parse_args(argv)
     rng = np.random.default_rng(args.seed)
     results = []
@@ -213,8 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{n:,} keys measured", file=sys.stderr, flush=True)
     text = report(results)
     print(text)
-    if args.out:
-        args.out.write_text(text)
+    args.out.write_text(text)
     return 0
 
 

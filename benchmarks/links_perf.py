@@ -1,7 +1,7 @@
 """The cost of OPIC_KEEP_LINKS: bytes per link on disk, the crawl's extra work, and the export's
 pagerank column at one million pages and 25 million links.
 
-    python benchmarks/links_perf.py [--nodes 1000000] [--links 25] [--out FILE.md]
+    python -m benchmarks.links_perf [--nodes 1000000] [--links 25] [--out FILE.md]
 
 The state is built synthetically, not crawled: a site-like graph of N pages and about L links
 per page (a page links to L/2.5 navigation pages, popular ones chosen by a Zipf law over the
@@ -31,13 +31,12 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from scrapy_opic._backends.sqlite import LINKS_TABLE, SqliteStore  # noqa: E402
-from scrapy_opic.opic import OpicEngine  # noqa: E402
-from scrapy_opic.opic.frontier import Entry, Link, MemoryFrontier  # noqa: E402
-from scrapy_opic.opic.graph import Graph, from_edges  # noqa: E402
-from scrapy_opic.simulator.simulation import Simulation  # noqa: E402
+from benchmarks._harness import child_env
+from scrapy_opic._backends.sqlite import LINKS_TABLE, SqliteStore
+from scrapy_opic.opic import OpicEngine
+from scrapy_opic.opic.frontier import Entry, Link, MemoryFrontier
+from scrapy_opic.opic.graph import Graph, from_edges
+from scrapy_opic.simulator.simulation import Simulation
 
 ROOT = Path(__file__).resolve().parent
 BATCH = 50_000  #: pages whose links one build commit writes
@@ -105,7 +104,9 @@ def build_state(path: Path, n: int, per_page: int, keep_links: bool) -> dict:
 def run(cmd: list[str], cwd: Path) -> tuple[float, float, str]:
     """Wall seconds, peak RSS in MiB and stdout of one child process."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        cmd, cwd=cwd, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     _pid, status, usage = os.wait4(proc.pid, 0)
     seconds = time.perf_counter() - t0
     out, err = proc.stdout.read().decode(), proc.stderr.read().decode()
@@ -173,12 +174,12 @@ def main() -> int:
             path = work / f"state-{'links' if keep else 'plain'}.sqlite"
             # Built in a child: the children measured below must not inherit its memory.
             code = (
-                "import json, sys; sys.path.insert(0, sys.argv[4]); from links_perf import "
+                "import json, sys; from benchmarks.links_perf import "
                 "build_state; from pathlib import Path; print(json.dumps(build_state("
-                "Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[5] == '1')))"
+                "Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == '1')))"
             )
             _s, rss, out = run(
-                child(code, str(path), str(n), str(per_page), str(ROOT), "1" if keep else "0"),
+                child(code, str(path), str(n), str(per_page), "1" if keep else "0"),
                 work,
             )
             built[keep] = {**json.loads(out), "build_rss_mib": rss}
@@ -252,7 +253,7 @@ def main() -> int:
     lines = [
         "# The cost of OPIC_KEEP_LINKS",
         "",
-        f"`python benchmarks/links_perf.py --nodes {n} --links {per_page}` on "
+        f"`python -m benchmarks.links_perf --nodes {n} --links {per_page}` on "
         f"{os.cpu_count()} cores. A synthetic site-like state (see the script's docstring: "
         f"written through the store's commit path, not crawled) of {n:,} pages and "
         f"{links:,} links ({links / n:.1f} per page after repeats and self-links are dropped).",

@@ -1,6 +1,6 @@
 """Precision of the engine's numbers over a very long continuous crawl (10,000 passes).
 
-    python benchmarks/precision.py [--nodes 200] [--passes 10000] [--rebase both|on|off]
+    python -m benchmarks.precision [--nodes 200] [--passes 10000] [--rebase both|on|off]
         [--rebase-at 1024 ...] [--growth-pages 20000]
         [--out benchmarks/results/precision.md]
 
@@ -358,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     result = run(graph, args.passes, runs, not args.no_direct64)
     command = " ".join(
-        ["python benchmarks/precision.py", *(argv if argv is not None else sys.argv[1:])]
+        ["python -m benchmarks.precision", *(argv if argv is not None else sys.argv[1:])]
     )
     lines = report(result, graph, args.passes, time.perf_counter() - t0, command)
     if args.growth_pages:

@@ -1,6 +1,6 @@
 """Scale: the OPIC scheduler against Scrapy's own as the frontier grows.
 
-    python benchmarks/scale.py crawl [--pages 10000] [--links 100] [--back 0] [--repeats 3]
+    python -m benchmarks.scale crawl [--pages 10000] [--links 100] [--back 0] [--repeats 3]
         [--schedulers scrapy,opic] [--concurrency 32] [--hosts 1] [--log-level ERROR]
         [--profile DIR] [--out benchmarks/results/scale.md]
 
@@ -17,7 +17,7 @@ JOBDIR at the end.
 entries by cumulative and by own time; the results file is then left alone (profiled figures
 are not speeds).
 
-    python benchmarks/scale.py frontier [--urls 1000000,10000000] [--links 100] [--inflight 16]
+    python -m benchmarks.scale frontier [--urls 1000000,10000000] [--links 100] [--inflight 16]
         [--filing schedule|visit] [--blocking-commits 3] [--no-kill] [--kill-urls N]
         [--kill-after 4] [--workdir /work/tmp-scale] [--out benchmarks/results/scale.md]
 
@@ -58,15 +58,17 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+from benchmarks._harness import child_env
+
 ROOT = Path(__file__).resolve().parent
 REPO = ROOT.parent
-sys.path.insert(0, str(REPO))  # run as a script: this checkout's scrapy_opic
+
 
 RESULTS = ROOT / "results" / "scale.md"
 HOST = "web.test"
 SCHEDULERS = ("scrapy", "opic")
 
-#: The four lines of the README's quick start (tests/crawl_runner.py's ``opic`` order).
+#: The four lines of the README's quick start (tests/support/crawl_runner.py's ``opic`` order).
 OPIC_SETTINGS = {
     "SCHEDULER": "scrapy_opic.OpicScheduler",
     "SPIDER_MIDDLEWARES": {"scrapy_opic.OpicSpiderMiddleware": 75},
@@ -1026,18 +1028,12 @@ def run_export(args: argparse.Namespace) -> int:
 
 
 def _child(mode: str, *extra: str) -> list[str]:
-    return [sys.executable, str(Path(__file__).resolve()), mode, *extra]
-
-
-def _child_env() -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
-    return env
+    return [sys.executable, "-m", "benchmarks.scale", mode, *extra]
 
 
 def _run_child(cmd: list[str], result: Path, what: str) -> dict:
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, env=_child_env())
+    proc = subprocess.run(cmd, env=child_env())
     if proc.returncode != 0 or not result.exists():
         raise RuntimeError(f"{what} failed (exit {proc.returncode})")
     out = json.loads(result.read_text())
@@ -1075,7 +1071,7 @@ def kill_trial(urls: int, options: dict, workdir: Path, when: str, after: int) -
     interval = options["commit_visits"]
     cmd = _child("_drive", "--urls", str(urls), "--options", json.dumps(options))
     cmd += ["--jobdir", str(jobdir), "--result", str(jobdir.parent / "unused.json"), "--progress"]
-    proc = subprocess.Popen(cmd, env=_child_env(), stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, env=child_env(), stdout=subprocess.PIPE, text=True)
     issued: list[int] = []  # visit count of each commit issued
     done = 0  # visits completed
 
@@ -1655,7 +1651,7 @@ def main(argv: list[str] | None = None) -> int:
     children = {"_one": run_one, "_drive": run_drive, "_resume": run_resume, "_export": run_export}
     if args.mode in children:
         return children[args.mode](args)
-    command = "python benchmarks/scale.py " + shlex.join(argv)
+    command = "python -m benchmarks.scale " + shlex.join(argv)
     if args.mode == "frontier":
         return run_frontier(args, command)
     return run_crawl(args, command)

@@ -75,7 +75,7 @@ def benchmarks_page() -> str:
         [
             "# Benchmarks",
             "",
-            "Each page below is written by its benchmark (`python benchmarks/NAME.py`), with the",
+            "Each page below is written by its benchmark (`python -m benchmarks.NAME`), with the",
             "command that made it at its top; the figures the other pages cite come from these.",
             "",
             "```{toctree}",

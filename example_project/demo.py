@@ -15,13 +15,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the test sites (tests/sites.py)
+sys.path.insert(
+    0, str(Path(__file__).resolve().parent.parent)
+)  # the test sites (tests/support/sites.py)
 
 import numpy as np
 
 from scrapy_opic.export import open_state
 from scrapy_opic.opic.pagerank import pagerank
-from tests.sites import Site, site_graph
+from tests.support.sites import Site, site_graph
 
 HERE = Path(__file__).resolve().parent
 

@@ -9,7 +9,7 @@ import shutil
 import pytest
 from hypothesis import settings
 
-from tests.frontiers import BACKENDS
+from tests.support.frontiers import BACKENDS
 
 settings.register_profile("ci", derandomize=True, print_blob=True)
 if os.environ.get("CI"):
@@ -32,7 +32,7 @@ def redis_url(tmp_path_factory):
         if os.environ.get("CI"):
             pytest.fail("redis-server is not installed (.ci/run installs Debian's redis-server)")
         pytest.skip("redis-server is not installed")
-    from tests.sites import RedisServer
+    from tests.support.sites import RedisServer
 
     with RedisServer(tmp_path_factory.mktemp("redis")) as url:
         yield url
@@ -52,8 +52,8 @@ def redis_cluster_binaries():
 @pytest.fixture(scope="session")
 def redis_cluster_url(redis_cluster_binaries, tmp_path_factory):
     """The URL of one node (a seed) of a real Redis Cluster of three masters on 127.0.0.1,
-    started here for the session (:class:`tests.sites.RedisCluster`)."""
-    from tests.sites import RedisCluster
+    started here for the session (:class:`tests.support.sites.RedisCluster`)."""
+    from tests.support.sites import RedisCluster
 
     with RedisCluster(tmp_path_factory.mktemp("redis-cluster")) as url:
         yield url
@@ -65,7 +65,7 @@ def redis_cluster_url(redis_cluster_binaries, tmp_path_factory):
 @pytest.fixture(params=BACKENDS)
 def frontiers(request, tmp_path):
     """A factory of fresh frontiers of one backend (the test runs once per backend)."""
-    from tests.frontiers import Factory, redis_url_of
+    from tests.support.frontiers import Factory, redis_url_of
 
     factory = Factory(request.param, tmp_path, redis_url_of(request, request.param))
     yield factory

@@ -12,8 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from scrapy_opic.opic.graph import power_law_graph
-from tests.project import Project
-from tests.sites import Site
+from tests.support.project import Project
+from tests.support.sites import Site
 
 pytestmark = pytest.mark.slow
 
@@ -120,7 +120,7 @@ def test_a_redis_cluster_that_is_down_is_one_line(world, redis_cluster_binaries,
 
     import redis
 
-    from tests.sites import RedisCluster
+    from tests.support.sites import RedisCluster
 
     cluster = RedisCluster(tmp_path / "cluster", node_timeout=500)
     with cluster as url:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from scrapy_opic.opic.graph import from_edges
-from tests.sites import ChangingSite, site_graph
+from tests.support.sites import ChangingSite, site_graph
 from tests.test_crawl import crawl, node
 
 N, NEW = 40, 5  # old pages, new pages
@@ -80,15 +80,10 @@ def test_a_site_that_changes_mid_crawl(tmp_path):
 
 @pytest.mark.slow  # (the benchmark's site)
 def test_the_benchmarks_change_removes_a_tenth_adds_a_section_and_moves_links():
-    """``benchmarks/changing_site.py``'s change, on a generated graph (the benchmark serves the
+    """``benchmarks.changing_site``'s change, on a generated graph (the benchmark serves the
     Django manual's): what the README says it does."""
-    import importlib.util
-    from pathlib import Path
+    from benchmarks import changing_site as mod
 
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / "changing_site.py"
-    spec = importlib.util.spec_from_file_location("changing_site", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
     g = site_graph(500, seed=2)
     c = mod.change(g, 0, seed=3)
     n, total = c["n"], c["total"]

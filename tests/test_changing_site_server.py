@@ -1,4 +1,5 @@
-"""The Poisson site of ``tests/changing_site.py`` itself: its graph, rates and change times, its
+"""The Poisson site of ``tests/support/changing_site.py`` itself: its graph, rates and change
+times, its
 validators and 304s, its lying modes, its change at ``T``, and the freshness computed from a log
 (no crawl: a test client on 127.0.0.1 and a clock the tests move)."""
 
@@ -15,7 +16,7 @@ import numpy as np
 import pytest
 
 from scrapy_opic.opic.signature import signature
-from tests.changing_site import BIRTH, Fetch, PoissonSite, reachable
+from tests.support.changing_site import BIRTH, Fetch, PoissonSite, reachable
 
 WALL = 1_700_000_000.0  # the site's time 0 as a Unix time (a whole second)
 

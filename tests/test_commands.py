@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.project import Project
-from tests.sites import Site, site_graph
+from tests.support.project import Project
+from tests.support.sites import Site, site_graph
 
 pytestmark = pytest.mark.slow
 

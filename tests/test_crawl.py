@@ -15,11 +15,10 @@ import pytest
 
 from scrapy_opic.opic.graph import from_edges, power_law_graph
 from scrapy_opic.opic.pagerank import pagerank
-from tests.sites import Site
+from tests.support import RUNNER
+from tests.support.sites import Site
 
 pytestmark = pytest.mark.slow
-
-RUNNER = Path(__file__).with_name("crawl_runner.py")
 
 
 def crawl(
@@ -308,7 +307,7 @@ def test_politeness_keeps_every_host_busy(tmp_path, graph):
     shares = {}
     for label, scheduler in (
         ("opic", "scrapy_opic.OpicScheduler"),
-        ("blind", "tests.crawl_runner.SlotBlindScheduler"),
+        ("blind", "tests.support.crawl_runner.SlotBlindScheduler"),
     ):
         # (A server delay of tens of milliseconds: a busy machine's jitter is a small part of
         # each fetch, and overlaps are the pop's doing.)
@@ -446,7 +445,7 @@ def test_a_request_dropped_with_no_outcome_closes_its_page_and_the_crawl_ends(
         "CLOSESPIDER_TIMEOUT": 90,  # the guard: the crawl must end long before, by itself
         "DOWNLOADER_MIDDLEWARES": {
             "scrapy_opic.OpicDownloaderMiddleware": 540,
-            "tests.crawl_runner.RewriteMiddleware": 100,
+            "tests.support.crawl_runner.RewriteMiddleware": 100,
         },
     }
     if store == "redis":
@@ -522,7 +521,7 @@ def test_the_size_of_the_boost_matters(tmp_path):
     of the first 100 pages fetched (the server's log; one request at a time) are boosted ones.
     (Before, any boost took its extra cash from what the virtual page held at that visit, about
     the epsilon share of one page: 5, 20 and 100 gave the same order.)"""
-    from tests.sites import site_graph
+    from tests.support.sites import site_graph
 
     g = site_graph(300, seed=0)
     firsts = {}

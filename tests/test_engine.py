@@ -634,19 +634,14 @@ def test_a_saved_state_keeps_the_rebase_scalars():
 
 
 def _precision_benchmark():
-    import importlib.util
-    from pathlib import Path
+    from benchmarks import precision
 
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / "precision.py"
-    spec = importlib.util.spec_from_file_location("precision_benchmark", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return precision
 
 
 def test_rebasing_keeps_the_cash_precise_over_a_long_crawl():
     # 1,000 passes over 12 pages, against the same crawl with every value stored directly in
-    # long doubles (benchmarks/precision.py): without a rebase the cash is off by about 1e-12
+    # long doubles (benchmarks.precision): without a rebase the cash is off by about 1e-12
     # on average (the accumulators reach about 400 times the total cash); rebasing whenever
     # they pass 4 keeps it near 1e-15, what a float does when it stores cash directly.
     from scrapy_opic.opic.graph import power_law_graph

@@ -30,7 +30,7 @@ from scrapy_opic.export import (
 )
 from scrapy_opic.opic import FETCHED
 from scrapy_opic.opic.frontier import Entry, Link
-from tests.sites import Site
+from tests.support.sites import Site
 from tests.test_crawl import RUNNER, crawl, graph  # noqa: F401  (graph is a fixture)
 
 

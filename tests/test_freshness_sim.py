@@ -1,26 +1,18 @@
-"""A small, deterministic run of the freshness simulation (``benchmarks/freshness.py``)."""
+"""A small, deterministic run of the freshness simulation (``benchmarks.freshness``)."""
 
 from __future__ import annotations
-
-import importlib.util
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 pytestmark = pytest.mark.slow  # (the benchmark's simulation, small)
 
-PATH = Path(__file__).resolve().parent.parent / "benchmarks" / "freshness.py"
-
 
 @pytest.fixture(scope="module")
 def fb():
-    spec = importlib.util.spec_from_file_location("benchmarks_freshness", PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # (its dataclasses look their module up)
-    spec.loader.exec_module(module)
-    return module
+    from benchmarks import freshness
+
+    return freshness
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ from scrapy_opic.opic.constants import (
     VISITED,
 )
 from scrapy_opic.opic.frontier import Entry, Link, MemoryFrontier
-from tests.frontiers import key
+from tests.support.frontiers import key
 
 TOL = 1e-9
 

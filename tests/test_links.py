@@ -20,7 +20,7 @@ from scrapy_opic.opic.constants import CLOSED
 from scrapy_opic.opic.frontier import Entry, Link
 from scrapy_opic.opic.graph import from_edges
 from scrapy_opic.opic.links import crawl_graph, decode_links, encode_links
-from tests.frontiers import key
+from tests.support.frontiers import key
 
 
 # -- the codec ---------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """One crawl over many partitions (scrapy_opic.opic.partition), in memory: fleets of processes
-exchange their messages through tests.fleet.Bus, which can reorder and repeat them and lose a
+exchange their messages through tests.support.fleet.Bus, which can reorder and repeat them and
+lose a
 process. Cash stays 1, a journal replayed rebuilds a partition bit for bit, a crawl taken over
 finishes, and the importance is PageRank's."""
 
@@ -25,7 +26,7 @@ from scrapy_opic.opic.partition import (
     Pool,
     partition_of,
 )
-from tests.fleet import Bus, crawl_step, key, partition_problems, seed, sequence_problems
+from tests.support.fleet import Bus, crawl_step, key, partition_problems, seed, sequence_problems
 
 TOL = 1e-9
 P = 8
@@ -437,7 +438,7 @@ def test_refetches_by_change_over_partitions_keep_cash_one(atomic):
     bus = Bus(fs, seed=4)
     seed(fs, pages[0])
     rnd = random.Random(6)
-    for step in range(1500):
+    for step in range(800):
         fresh_step(rnd.choice(fs), links, rnd, clock, step)
         if step % 7 == 0:
             bus.round(shuffle=True, repeat=0.2)
@@ -464,13 +465,13 @@ def test_a_journal_of_refetches_by_change_replays_bit_for_bit():
     bus = Bus(fs)
     seed(fs, pages[0])
     rnd = random.Random(2)
-    for step in range(600):
+    for step in range(400):
         fresh_step(rnd.choice(fs), links, rnd, clock, step)
         bus.round()
     for f in fs:
         for part in f.parts.values():
             bus.store.checkpoint(part)
-    for step in range(900):
+    for step in range(500):
         fresh_step(rnd.choice(fs), links, rnd, clock, step)
         if step % 5 == 0:
             bus.round(shuffle=True)

@@ -17,7 +17,7 @@ from scrapy_opic._backends import StoreError
 from scrapy_opic._backends.redis import RedisFrontier, RedisSnapshot, fleet_status
 from scrapy_opic.opic.frontier import Entry, Link
 from scrapy_opic.opic.partition import POOL, partition_of
-from tests.fleet import key, partition_problems, sequence_problems
+from tests.support.fleet import key, partition_problems, sequence_problems
 
 redis = pytest.importorskip("redis")
 
@@ -332,7 +332,7 @@ def test_a_crawl_with_impossible_parameters_is_never_created(crawl, redis_url):
 def test_an_emptied_redis_stops_the_crawl(tmp_path):
     """The server lost every key (restarted without persistence): the process stops with one
     line instead of making a new crawl out of what it holds."""
-    from tests.sites import RedisServer
+    from tests.support.sites import RedisServer
 
     with RedisServer(tmp_path) as server_url:
         f = RedisFrontier.connect(server_url, "opic:emptied", lease=5.0)
@@ -418,7 +418,7 @@ def test_a_redis_restarted_with_its_keys_is_waited_for_with_one_warning(tmp_path
     """Redis restarted with persistence under a running crawl: the process says so once, pops
     nothing meanwhile (what it fetched could be lost with its leases), says when Redis is
     back, and the crawl goes on to its end with cash 1, every page visited once."""
-    from tests.sites import RedisServer
+    from tests.support.sites import RedisServer
 
     server = RedisServer(tmp_path, persist=True)
     with server as server_url:
@@ -450,7 +450,7 @@ def test_a_redis_restarted_with_its_keys_is_waited_for_with_one_warning(tmp_path
 
 @pytest.mark.slow  # (starts a Redis server of its own)
 def test_a_redis_that_does_not_come_back_stops_the_crawl_in_one_line(tmp_path):
-    from tests.sites import RedisServer
+    from tests.support.sites import RedisServer
 
     server = RedisServer(tmp_path)
     with server as server_url:
@@ -477,7 +477,7 @@ def test_the_report_of_a_long_crawl_plots_its_series_and_never_shows_the_passwor
     through the Python API and the HTML report; a password in the URL appears nowhere."""
     from scrapy_opic._report import build_report
     from scrapy_opic.export import open_state
-    from tests.sites import RedisServer
+    from tests.support.sites import RedisServer
 
     with RedisServer(tmp_path, password="s3cret-pw") as server_url:
         f = RedisFrontier.connect(server_url, "opic:long", lease=30.0, series_seconds=0.0)

@@ -1,5 +1,5 @@
 """The Redis backend on a real Redis Cluster (three masters on 127.0.0.1, started for the session
-by :class:`tests.sites.RedisCluster`): the client finds out at connect that it talks to a
+by :class:`tests.support.sites.RedisCluster`): the client finds out at connect that it talks to a
 cluster, every key of one member of a crawl is in one hash slot, the members spread over the
 nodes, and a crawl reads back whole. (The contract suites run on the cluster as the
 ``redis-cluster`` backend of test_frontier.py and test_scheduler.py; Scrapy processes crawling

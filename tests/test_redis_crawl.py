@@ -21,14 +21,14 @@ import numpy as np
 import pytest
 
 from scrapy_opic.opic.pagerank import pagerank
-from tests.sites import Site, reachable, site_graph
+from tests.support import RUNNER
+from tests.support.sites import Site, reachable, site_graph
 from tests.test_redis import check
 
 pytestmark = pytest.mark.slow
 
 redis = pytest.importorskip("redis")
 
-RUNNER = Path(__file__).with_name("crawl_runner.py")
 HOSTS = tuple(f"127.0.0.{k}" for k in range(1, 7))
 
 
@@ -507,8 +507,8 @@ def test_a_crawl_rides_out_a_redis_restart_and_stops_on_an_emptied_one(tmp_path,
     gone): one error line, exit 1, and nothing written into the new, empty server."""
     import threading
 
-    from tests.project import Project
-    from tests.sites import RedisServer
+    from tests.support.project import Project
+    from tests.support.sites import RedisServer
 
     g = site_graph(200, seed=4)
     pages = reachable(g)
@@ -551,8 +551,8 @@ def test_no_command_prints_the_password_of_a_redis_crawl(tmp_path):
     """A Redis crawl on a server that requires a password: the crawl's log, every command's
     output and every file they write leave the password out, whether the commands find the
     crawl by the project's settings or by its location."""
-    from tests.project import Project
-    from tests.sites import RedisServer
+    from tests.support.project import Project
+    from tests.support.sites import RedisServer
 
     secret = "Redis-SeCrEt-24"
     project = Project(tmp_path / "proj")

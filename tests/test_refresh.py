@@ -16,7 +16,7 @@ from scrapy_opic.opic.constants import ERROR, FORBIDDEN, IN_FLIGHT, OK, PENDING
 from scrapy_opic.opic.frontier import Entry, Link, MemoryFrontier
 from scrapy_opic.opic.refetch import DISCARDED, POPPED, WAITING
 from scrapy_opic.opic.refresh import Planner, Refresher
-from tests.frontiers import key
+from tests.support.frontiers import key
 
 TOL = 1e-9
 EPS = 0.2

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.sites import Site
+from tests.support.sites import Site
 from tests.test_crawl import crawl, graph  # noqa: F401  (graph is a fixture)
 
 pytestmark = pytest.mark.slow

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from scrapy_opic._backends.sqlite import BLOCK, SqliteFrontier, StateReader
 from scrapy_opic.opic.constants import IN_FLIGHT, PENDING
 from scrapy_opic.opic.frontier import Entry, Link
-from tests.frontiers import key
+from tests.support.frontiers import key
 
 
 def open_at(path, resume=False, **kw) -> SqliteFrontier:

@@ -28,7 +28,7 @@ from scrapy_opic._scheduler import (
     decode_request,
     encode_request,
 )
-from tests.frontiers import CLUSTER, redis_url_of
+from tests.support.frontiers import CLUSTER, redis_url_of
 
 URLS = [f"http://host{i % 3}.example/page/{i}" for i in range(12)]
 BACKENDS = ["sqlite", "sqlite-jobdir", "redis", CLUSTER]

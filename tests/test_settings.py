@@ -177,12 +177,12 @@ def test_the_addon_installs_everything_and_keeps_a_projects_own_positions():
     own = get_crawler(
         settings_dict={
             "ADDONS": {"scrapy_opic.Addon": 0},
-            "SCHEDULER": "tests.crawl_runner.SlotBlindScheduler",
+            "SCHEDULER": "tests.support.crawl_runner.SlotBlindScheduler",
             "SPIDER_MIDDLEWARES": {"scrapy_opic.OpicSpiderMiddleware": 60},
             "EXTENSIONS": {"scrapy_opic.OpicLogStats": None},  # switched off by the project
         }
     ).settings
-    assert own["SCHEDULER"] == "tests.crawl_runner.SlotBlindScheduler"
+    assert own["SCHEDULER"] == "tests.support.crawl_runner.SlotBlindScheduler"
     spider_mws = own.getdict("SPIDER_MIDDLEWARES")
     assert spider_mws.get("scrapy_opic.OpicSpiderMiddleware") == 60
     assert OpicSpiderMiddleware not in spider_mws

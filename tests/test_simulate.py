@@ -59,10 +59,10 @@ def test_opic_converges_to_networkx_pagerank(strategy, batch):
     ref = nx.pagerank(to_nx(g), alpha=1 - eps, tol=1e-14)
     ref = np.array([ref[i] for i in range(g.n)])
     sim = Simulation(g, strategy, epsilon=eps, batch=batch, seed=1)
-    sim.run(2000 * g.n)
+    sim.run(500 * g.n)
     x = sim.importance()
     assert x.sum() == pytest.approx(1.0)
-    assert relative_error(x, ref) < (1.5 if strategy == "random" else 0.3)
+    assert relative_error(x, ref) < (0.2 if strategy == "random" else 0.1)
     assert abs(sim.engine.total_cash() - 1.0) < 1e-9
 
 
@@ -80,7 +80,7 @@ def test_error_shrinks_as_the_crawl_goes_on():
 def test_greedy_average_cash_at_visit_is_about_two_over_n_with_small_lumps():
     # Many out-links per page: cash arrives in small lumps, the paper's linear regime.
     rng = np.random.default_rng(0)
-    n = 400
+    n = 200
     src = np.repeat(np.arange(n), 40)
     g = from_edges(src, rng.integers(0, n, src.size), n)
     sim = Simulation(g, "greedy", batch=1)

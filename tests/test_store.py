@@ -16,7 +16,7 @@ import pytest
 from scrapy_opic._backends import StoreError
 from scrapy_opic._backends.sqlite import CHUNK, SqliteFrontier, SqliteStore, StateReader
 from scrapy_opic.opic.frontier import Entry, Link
-from tests.frontiers import key
+from tests.support.frontiers import key
 
 
 def frontier_at(path, resume: bool = False, **kw) -> SqliteFrontier:

@@ -25,8 +25,8 @@ import pytest
 
 from scrapy_opic._backends.sqlite import StateReader
 from scrapy_opic.export import open_state
-from tests.project import Project
-from tests.sites import Site, reachable, site_graph
+from tests.support.project import Project
+from tests.support.sites import Site, reachable, site_graph
 
 pytestmark = pytest.mark.slow
 

@@ -98,7 +98,7 @@ class Project:
         """Run ``scrapy ARGS`` in the project. ``file_size_limit``: no file the process writes
         may grow beyond that many bytes (``RLIMIT_FSIZE``: a write past it fails with EFBIG, as
         one on a full disk fails with ENOSPC)."""
-        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
         proc = subprocess.run(
             [sys.executable, "-m", "scrapy", *args],
             cwd=self.root,

@@ -1,7 +1,7 @@
 """Run one crawl in this process and write its items and stats: the crawl tests and the benchmarks
 start it in a subprocess of their own (a Twisted reactor starts once per process).
 
-    python tests/crawl_runner.py CONFIG.json
+    python tests/support/crawl_runner.py CONFIG.json
 
 CONFIG keys:
 
@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 from urllib.parse import urlparse
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script
 
 import scrapy  # noqa: E402
 from scrapy.linkextractors import LinkExtractor  # noqa: E402

@@ -1,0 +1,164 @@
+"""What every benchmark shares: timing, memory, the machine's busy cores, Markdown tables, and
+the results written as JSON, Markdown and PNG in ``benchmarks/results/``.
+
+Results are committed, so they are kept small: floats in the JSON are rounded to
+:data:`DIGITS` significant digits (a figure is read as a ratio or to three digits anyway), and
+plots are saved small, with a palette of at most :data:`COLOURS` colours.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import math
+import os
+import resource
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+#: The checkout's root, and where the results go unless a benchmark is told otherwise.
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "benchmarks" / "results"
+#: Significant digits of a float in a results JSON.
+DIGITS = 4
+#: Colours of a saved plot (line plots need few; a palette PNG is a fraction of an RGBA one).
+COLOURS = 32
+#: Dots per inch of a saved plot.
+DPI = 80
+
+
+def command() -> str:
+    """The command that ran this benchmark, as a reader retypes it."""
+    module = Path(sys.argv[0]).stem
+    return " ".join(["python -m", f"benchmarks.{module}", *sys.argv[1:]])
+
+
+def child_env() -> dict[str, str]:
+    """The environment of a child process that imports this checkout's ``benchmarks`` and
+    ``tests.support`` (run from any directory)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    return env
+
+
+def best_of(fn: Callable[[], object], repeat: int = 3) -> float:
+    """The shortest of ``repeat`` timings of ``fn()``, in seconds (the least disturbed run)."""
+    best = math.inf
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def rss() -> int:
+    """This process's resident bytes now, after a garbage collection."""
+    gc.collect()
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def peak_rss() -> int:
+    """This process's peak resident bytes so far (``ru_maxrss``, KiB on Linux)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def children_cpu() -> float:
+    """CPU seconds (user and system) of the finished child processes of this one."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+class CoreMeter:
+    """The machine's busy cores (``/proc/stat``), sampled every 0.2 s on the monotonic clock
+    while in the ``with`` block: :meth:`busy` over a span of it."""
+
+    def __enter__(self) -> CoreMeter:
+        self.samples: list[tuple[float, int, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            with open("/proc/stat") as fh:
+                ticks = [int(x) for x in fh.readline().split()[1:]]
+            self.samples.append((time.monotonic(), sum(ticks), ticks[3] + ticks[4]))
+            self._stop.wait(0.2)
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def busy(self, start: float, end: float) -> float:
+        inside = [x for x in self.samples if start <= x[0] <= end]
+        if len(inside) < 2:
+            return math.nan
+        (_, total0, idle0), (_, total1, idle1) = inside[0], inside[-1]
+        return (os.cpu_count() or 1) * (1 - (idle1 - idle0) / max(1, total1 - total0))
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """A Markdown table; a float cell is shown to three significant digits (or as a whole
+    number from 1,000 up), ``None`` as an empty cell."""
+
+    def cell(v: Any) -> str:
+        if v is None:
+            return ""
+        if isinstance(v, float):
+            if math.isnan(v):
+                return "n/a"
+            return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.3g}"
+        if isinstance(v, int):
+            return f"{v:,}"
+        return str(v)
+
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _rounded(value: Any) -> Any:
+    if isinstance(value, float):
+        return float(f"{value:.{DIGITS}g}") if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_rounded(v) for v in value]
+    return value
+
+
+def write_results(stem: str, data: Any, markdown: str | None = None, out: Path = RESULTS) -> None:
+    """``out/STEM.json`` (one line per top-level entry, floats rounded) and, with
+    ``markdown``, ``out/STEM.md``."""
+    out.mkdir(parents=True, exist_ok=True)
+    data = _rounded(data)
+    if isinstance(data, dict):
+        body = ",\n".join(
+            f" {json.dumps(k)}: {json.dumps(v, separators=(',', ':'))}" for k, v in data.items()
+        )
+        text = "{\n" + body + "\n}\n"
+    else:
+        text = json.dumps(data, separators=(",", ":")) + "\n"
+    (out / f"{stem}.json").write_text(text)
+    if markdown is not None:
+        (out / f"{stem}.md").write_text(markdown if markdown.endswith("\n") else markdown + "\n")
+
+
+def save_figure(fig: Any, path: Path) -> None:
+    """A matplotlib figure as a small PNG: :data:`DPI`, a palette of :data:`COLOURS`."""
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    fig.savefig(buf, dpi=DPI, format="png")
+    buf.seek(0)
+    with Image.open(buf) as img:
+        small = img.convert("RGB").quantize(COLOURS, method=Image.Quantize.FASTOCTREE)
+        small.save(path, optimize=True)
