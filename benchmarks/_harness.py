@@ -162,3 +162,75 @@ def save_figure(fig: Any, path: Path) -> None:
     with Image.open(buf) as img:
         small = img.convert("RGB").quantize(COLOURS, method=Image.Quantize.FASTOCTREE)
         small.save(path, optimize=True)
+
+
+class GraphCrawl:
+    """A one-pass greedy crawl of ``graph`` through the embedded store's frontier, as a crawl
+    writes its state to ``path``: every page known from the start (page ``i`` is ``urls[i]``),
+    the crawl from page 0, each visit paying the page's links; checkpoints only when asked
+    (:meth:`checkpoint`)."""
+
+    def __init__(self, path: Path, graph: Any, urls: Sequence[str], keep_links: bool = False):
+        from scrapy_opic._backends.sqlite import SqliteFrontier
+        from scrapy_opic.opic.frontier import Entry
+
+        never = 10**12
+        self.graph, self.urls = graph, urls
+        self.ids = {u: i for i, u in enumerate(urls)}
+        self.frontier = f = SqliteFrontier.open(
+            path,
+            resume=False,
+            epsilon=0.15,
+            refresh=0.0,
+            window="unbounded",
+            meta={"spider": "bench"},
+            keep_links=keep_links,
+            commit_visits=never,
+            commit_seconds=never,
+        )
+        for u in urls:
+            f.page(u, u)
+        f.schedule([Entry(urls[0], urls[0], payload="r")])
+
+    def visit(self, count: int) -> int:
+        """Up to ``count`` visits (fewer if nothing is left to fetch): how many."""
+        from scrapy_opic.opic.frontier import Link
+
+        f, urls, done = self.frontier, self.urls, 0
+        while done < count and (lease := f.pop()) is not None:
+            kids = self.graph.children(self.ids[lease.key]).tolist()
+            f.visit(lease, [Link(urls[j], urls[j], payload="r") for j in kids])
+            done += 1
+        return done
+
+    def checkpoint(self) -> float:
+        """Seconds of a checkpoint written and committed now."""
+        t0 = time.perf_counter()
+        self.frontier.commit(wait=True)
+        return time.perf_counter() - t0
+
+
+def crawled_state(
+    path: Path,
+    graph: Any,
+    urls: Sequence[str],
+    visits: int,
+    keep_links: bool = False,
+) -> dict[str, float]:
+    """A state file of a :class:`GraphCrawl` of ``visits`` visits: its seconds, its first
+    checkpoint's, a later one's (one visit more) and its bytes on disk."""
+    t0 = time.perf_counter()
+    crawl = GraphCrawl(path, graph, urls, keep_links)
+    done = crawl.visit(visits)
+    seconds = time.perf_counter() - t0
+    commit = crawl.checkpoint()
+    crawl.visit(1)
+    recommit = crawl.checkpoint()
+    crawl.frontier.close([])
+    return {
+        "visits": done,
+        "crawl_s": seconds,
+        "commit_s": commit,
+        "recommit_s": recommit,
+        "state_bytes": path.stat().st_size,
+    }

@@ -2,10 +2,10 @@
 
     python -m benchmarks.export_perf [--nodes 1000000] [--out benchmarks/results/export_perf.md]
 
-A state is built by the simulator on a power-law graph (N greedy visits, so pages have real cash,
-history and visit counts) with synthetic URLs over 5,000 hosts, and committed through the store
-the crawl uses. Each command then runs in a process of its own, timed, with its peak resident
-memory read from the kernel (``wait4`` rusage). Baselines from the same run:
+A state is built by a crawl through the embedded store's frontier of a power-law graph (N greedy
+visits from page 0, so pages have real cash, history and visit counts; synthetic URLs over 5,000
+hosts), committed once at the end. Each command then runs in a process of its own, timed, with
+its peak resident memory read from the kernel (``wait4`` rusage). Baselines from the same run:
 
 * ``opic-top -n 1``: the same process, state load and importance, but no rows written: what is
   left is the cost of the rows themselves;
@@ -25,11 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks._harness import child_env
-from scrapy_opic._backends.sqlite import SqliteStore
-from scrapy_opic.opic.frontier import MemoryFrontier
+from benchmarks._harness import child_env, crawled_state
 from scrapy_opic.opic.graph import power_law_graph
-from scrapy_opic.simulator.simulation import Simulation
 
 ROOT = Path(__file__).resolve().parent
 
@@ -50,39 +47,21 @@ def run(cmd: list[str], cwd: Path) -> tuple[float, float, str]:
 
 
 def build_state(path: Path, n: int) -> dict:
-    t0 = time.perf_counter()
-    sim = Simulation(power_law_graph(n, seed=1), "greedy", batch=max(1, n // 100))
-    sim.run(n)
-    built = time.perf_counter() - t0
     urls = [f"https://www{k % 5000}.site{k % 5000}.example.org/page/{k}.html" for k in range(n)]
-    frontier = MemoryFrontier(sim.engine)
-    frontier.urls = urls
-    store = SqliteStore(path)
-    t0 = time.perf_counter()
-    store.commit(frontier, {"spider": "bench"})
-    commit = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    store.commit(frontier, {"spider": "bench"})  # a later commit: no new page rows
-    recommit = time.perf_counter() - t0
-    store.close()
-    return {
-        "simulate_s": built,
-        "commit_s": commit,
-        "recommit_s": recommit,
-        "state_mib": path.stat().st_size / 2**20,
-    }
+    out = crawled_state(path, power_law_graph(n, seed=1), urls, visits=n)
+    return {**out, "state_mib": out["state_bytes"] / 2**20}
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, default=1_000_000)
     ap.add_argument("--out", default=str(ROOT / "results" / "export_perf.md"))
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     n = args.nodes
     work = Path(tempfile.mkdtemp(prefix="opic-export-"))
     try:
         state = work / "state.sqlite"
-        # Built in a child process: a child forked from a parent that holds the simulation would
+        # Built in a child process: a child forked from a parent that holds the crawl would
         # start with the parent's resident pages and spoil every peak-memory figure below.
         code = (
             "import json, sys; from benchmarks.export_perf import "
@@ -142,7 +121,7 @@ def main() -> int:
         "# Export performance",
         "",
         f"`python -m benchmarks.export_perf --nodes {n}` on {os.cpu_count()} cores. A state of "
-        f"{n:,} pages (power-law graph, {n:,} greedy visits, URLs over 5,000 hosts): "
+        f"{n:,} pages (power-law graph, {built['visits']:,} greedy visits, URLs over 5,000 hosts): "
         f"{built['state_mib']:.0f} MiB on disk; first commit {built['commit_s']:.2f} s, a later "
         f"commit (no new pages) {built['recommit_s']:.2f} s. Each row below is one process, "
         "timed, with its peak resident memory from the kernel.",

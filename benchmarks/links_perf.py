@@ -3,13 +3,13 @@ pagerank column at one million pages and 25 million links.
 
     python -m benchmarks.links_perf [--nodes 1000000] [--links 25] [--out FILE.md]
 
-The state is built synthetically, not crawled: a site-like graph of N pages and about L links
+The state is built from a synthetic site-like graph of N pages and about L links
 per page (a page links to L/2.5 navigation pages, popular ones chosen by a Zipf law over the
 discovery order; L/2.5 pages discovered near it, within 1,000 ids; and L/5 pages anywhere, at
-random), the engine run over it by the simulator (N greedy visits, so the importance the power
-iteration starts from is a real estimate), and the links written by the store's own commit path
-(``SqliteStore.commit`` of a ``MemoryFrontier(keep_links=True)`` whose link changes are the
-graph's rows, 50,000 pages per commit). The same state without links gives the baseline size.
+random), crawled through the embedded store's frontier with ``keep_links`` (N greedy visits
+from page 0, so the importance the power iteration starts from is a real estimate), its links
+written by the store's own commit, once at the end. The same crawl without links gives the
+baseline size.
 
 Each export runs in a process of its own, timed, with its peak resident memory from the kernel
 (``wait4`` rusage). The crawl's side is measured in this process: a visit with and without
@@ -31,15 +31,13 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks._harness import child_env
-from scrapy_opic._backends.sqlite import LINKS_TABLE, SqliteStore
+from benchmarks._harness import GraphCrawl, child_env, crawled_state
+from scrapy_opic._backends.sqlite import LINKS_TABLE
 from scrapy_opic.opic import OpicEngine
 from scrapy_opic.opic.frontier import Entry, Link, MemoryFrontier
 from scrapy_opic.opic.graph import Graph, from_edges
-from scrapy_opic.simulator.simulation import Simulation
 
 ROOT = Path(__file__).resolve().parent
-BATCH = 50_000  #: pages whose links one build commit writes
 
 
 def site_graph(n: int, per_page: int, seed: int = 1) -> Graph:
@@ -64,33 +62,8 @@ def site_graph(n: int, per_page: int, seed: int = 1) -> Graph:
 
 def build_state(path: Path, n: int, per_page: int, keep_links: bool) -> dict:
     graph = site_graph(n, per_page)
-    t0 = time.perf_counter()
-    sim = Simulation(graph, "greedy", batch=max(1, n // 100))
-    sim.run(n)
-    simulate = time.perf_counter() - t0
-    frontier = MemoryFrontier(sim.engine, keep_links=keep_links)
-    frontier.urls = [f"https://site{k % 50}.example.org/doc/{k}.html" for k in range(n)]
-    store = SqliteStore(path)
-    t0 = time.perf_counter()
-    if keep_links:
-        for lo in range(0, n, BATCH):
-            hi = min(n, lo + BATCH)
-            flat = graph.indices[graph.indptr[lo] : graph.indptr[hi]].tolist()
-            bounds = (graph.indptr[lo : hi + 1] - graph.indptr[lo]).tolist()
-            frontier.link_changes = {
-                lo + k: flat[bounds[k] : bounds[k + 1]] for k in range(hi - lo)
-            }
-            store.commit(frontier, {"spider": "bench"}, blocking=True)
-    else:
-        store.commit(frontier, {"spider": "bench"}, blocking=True)
-    build = time.perf_counter() - t0
-    store.close()
-    out = {
-        "links": graph.n_edges,
-        "simulate_s": simulate,
-        "commit_s": build,
-        "state_bytes": path.stat().st_size,
-    }
+    urls = [f"https://site{k % 50}.example.org/doc/{k}.html" for k in range(n)]
+    out = {"links": graph.n_edges, **crawled_state(path, graph, urls, n, keep_links)}
     if keep_links:
         con = sqlite3.connect(path)
         blob, rows = con.execute(
@@ -137,35 +110,32 @@ def visit_cost(per_page: int, keep_links: bool, visits: int = 30_000) -> float:
     return (time.perf_counter() - t0) / visits * 1e6
 
 
-def periodic_commit(work: Path, per_page: int, dirty: int = 500) -> tuple[float, float]:
-    """Seconds of a blocking commit of a 200,000-page state with ``dirty`` pages' new links,
-    and without them (the snapshot alone)."""
-    sim = Simulation(site_graph(200_000, per_page), "greedy", batch=2000)
-    sim.run(200_000)
-    f = MemoryFrontier(sim.engine, keep_links=True)
-    store = SqliteStore(work / "periodic.sqlite")
-    store.commit(f, {}, blocking=True)
-    rng = np.random.default_rng(2)
+def periodic_commit(work: Path, pages: int, per_page: int, dirty: int = 500) -> tuple[float, float]:
+    """Seconds of a crawl's periodic checkpoint at ``pages`` pages after ``dirty`` more
+    visits, with kept links and without (the best of five)."""
+    graph = site_graph(pages, per_page)
+    urls = [f"https://site{k % 50}.example.org/doc/{k}.html" for k in range(graph.n)]
     times = {}
-    for label, k in (("without", 0), ("with", dirty)):
+    for keep in (True, False):
+        crawl = GraphCrawl(work / f"periodic-{keep}.sqlite", graph, urls, keep_links=keep)
+        crawl.visit(graph.n - 5 * dirty)
+        crawl.checkpoint()
         best = float("inf")
         for _ in range(5):
-            pages = rng.choice(200_000, k, replace=False).tolist()
-            f.link_changes = {p: rng.integers(0, 200_000, per_page).tolist() for p in pages}
-            t0 = time.perf_counter()
-            store.commit(f, {}, blocking=True)
-            best = min(best, time.perf_counter() - t0)
-        times[label] = best
-    store.close()
-    return times["with"], times["without"]
+            crawl.visit(dirty)
+            best = min(best, crawl.checkpoint())
+        crawl.frontier.close([])
+        times[keep] = best
+    return times[True], times[False]
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, default=1_000_000)
     ap.add_argument("--links", type=int, default=25, help="links per page")
+    ap.add_argument("--periodic-pages", type=int, default=200_000, help="the periodic commit's")
     ap.add_argument("--out", default=str(ROOT / "results" / "links_perf.md"))
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     n, per_page = args.nodes, args.links
     work = Path(tempfile.mkdtemp(prefix="opic-links-"))
     try:
@@ -241,7 +211,7 @@ def main() -> int:
         iters_imp, iters_uniform = map(int, out.split())
         visit_off = visit_cost(per_page, False)
         visit_on = visit_cost(per_page, True)
-        commit_with, commit_without = periodic_commit(work, per_page)
+        commit_with, commit_without = periodic_commit(work, args.periodic_pages, per_page)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -254,8 +224,8 @@ def main() -> int:
         "# The cost of OPIC_KEEP_LINKS",
         "",
         f"`python -m benchmarks.links_perf --nodes {n} --links {per_page}` on "
-        f"{os.cpu_count()} cores. A synthetic site-like state (see the script's docstring: "
-        f"written through the store's commit path, not crawled) of {n:,} pages and "
+        f"{os.cpu_count()} cores. A crawl of a synthetic site-like graph (see the script's "
+        f"docstring) of {n:,} pages and "
         f"{links:,} links ({links / n:.1f} per page after repeats and self-links are dropped).",
         "",
         "## On disk",
@@ -270,10 +240,9 @@ def main() -> int:
         f"{4 * built[True]['rows'] / links:.2f} |",
         "",
         f"For comparison: 4 bytes per link as a uint32 array, 8 as a (source, target) pair of "
-        f"uint32; a URL per link is 40 to 100. Writing the {n:,} pages' links "
-        f"({n // BATCH} commits of {BATCH:,} pages, each with its snapshot) took "
-        f"{built[True]['commit_s']:.1f} s against {built[False]['commit_s']:.1f} s for one "
-        "snapshot without links.",
+        f"uint32; a URL per link is 40 to 100. The crawl's one checkpoint with the "
+        f"links of its {built[True]['visits']:,} visits took {built[True]['commit_s']:.1f} s "
+        f"against {built[False]['commit_s']:.1f} s without them.",
         "",
         "## In the crawl",
         "",
@@ -281,7 +250,8 @@ def main() -> int:
         f"{visit_off:.1f} us without kept links, {visit_on:.1f} us with "
         f"({visit_on - visit_off:+.1f} us, within this shared machine's noise: the visit adds "
         "one dict entry; the encoding waits for the commit).",
-        f"* A blocking commit of a 200,000-page state: {commit_without * 1000:.0f} ms for the "
+        f"* A blocking commit of a {args.periodic_pages:,}-page state: "
+        f"{commit_without * 1000:.0f} ms for the "
         f"snapshot alone, {commit_with * 1000:.0f} ms with 500 pages' new links (the pages that "
         "changed since the previous commit, never all of them).",
         "",

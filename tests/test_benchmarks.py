@@ -187,3 +187,24 @@ def test_freshness_crawl_smoke(tmp_path):
     text = out.read_text()
     assert "| independent | tree: defaults |" in text
     assert "## Removal" in text and re.search(r"\| [0-4]/4 \|", text)  # (N/10 new pages)
+
+
+def test_export_perf_smoke(tmp_path):
+    mod = load("export_perf")
+    out = tmp_path / "export_perf.md"
+    assert mod.main(["--nodes", "2000", "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "python -m benchmarks.export_perf --nodes 2000" in text
+    for run in ("API: stream to CSV", "export CSV", "export JSON Lines", "API: load only"):
+        assert f"| {run} |" in text
+
+
+def test_links_perf_smoke(tmp_path):
+    mod = load("links_perf")
+    out = tmp_path / "links_perf.md"
+    args = ["--nodes", "2000", "--links", "5", "--periodic-pages", "3000"]
+    assert mod.main([*args, "--out", str(out)]) == 0
+    text = out.read_text()
+    per_link = re.search(r"the links table on disk \| [\d,]+ \| \*\*([\d.]+)\*\*", text)
+    assert per_link and 0 < float(per_link.group(1)) < 40
+    assert "opic-export -o all.csv (with pagerank)" in text
