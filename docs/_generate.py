@@ -77,6 +77,8 @@ def benchmarks_page() -> str:
             "",
             "Each page below is written by its benchmark (`python -m benchmarks.NAME`), with the",
             "command that made it at its top; the figures the other pages cite come from these.",
+            "`python -m benchmarks` reruns those commands (`--list` prints them; names select",
+            "some), from the checkout's root.",
             "",
             "```{toctree}",
             ":glob:",
