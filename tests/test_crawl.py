@@ -309,9 +309,9 @@ def test_politeness_keeps_every_host_busy(tmp_path, graph):
         ("opic", "scrapy_opic.OpicScheduler"),
         ("blind", "tests.support.crawl_runner.SlotBlindScheduler"),
     ):
-        # (A server delay of tens of milliseconds: a busy machine's jitter is a small part of
-        # each fetch, and overlaps are the pop's doing.)
-        with Site(graph, delay=0.04, host_of=host_of, addresses=("127.0.0.2", "127.0.0.3")) as site:
+        # (A server delay of 0.1 s: a busy machine's jitter is a small part of each fetch, and
+        # overlaps are the pop's doing. At 0.04 s a loaded machine gave 0.50 against 0.39.)
+        with Site(graph, delay=0.1, host_of=host_of, addresses=("127.0.0.2", "127.0.0.3")) as site:
             items, stats = crawl(
                 tmp_path / label,
                 site.url(0),
@@ -325,8 +325,8 @@ def test_politeness_keeps_every_host_busy(tmp_path, graph):
         assert stats["opic/total_cash"] == pytest.approx(1.0, abs=1e-9)
     # Judged against the slot-blind pop of the same run, not against a fixed share: a busy
     # machine moves both (a host's pages are not all known at the start, and the last ones
-    # are served alone, so neither reaches 1). Seen: 0.94 against 0.30 on a quiet machine,
-    # 0.55 against 0.35 on a loaded one.
+    # are served alone, so neither reaches 1). Seen: about 0.85 against 0.37 to 0.47 with two
+    # CPU hogs on two cores.
     assert shares["opic"] >= 1.5 * shares["blind"], shares
 
 
