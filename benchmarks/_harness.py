@@ -1,14 +1,14 @@
-"""What every benchmark shares: timing, memory, the machine's busy cores, Markdown tables, and
-the results written as JSON, Markdown and PNG in ``benchmarks/results/``.
+"""What every benchmark shares: timing, memory, the machine's busy cores, child processes, a
+crawl through the embedded store, and the results written as JSON, Markdown and PNG in
+``benchmarks/results/``.
 
-Results are committed, so they are kept small: floats in the JSON are rounded to
-:data:`DIGITS` significant digits (a figure is read as a ratio or to three digits anyway), and
-plots are saved small, with a palette of at most :data:`COLOURS` colours.
+The pages and plots are committed, so plots are saved small, with a palette of at most
+:data:`COLOURS` colours; floats in the JSON (kept locally) are rounded to :data:`DIGITS`
+significant digits (a figure is read as a ratio or to three digits anyway).
 """
 
 from __future__ import annotations
 
-import gc
 import json
 import math
 import os
@@ -16,7 +16,7 @@ import resource
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,13 +53,6 @@ def best_of(fn: Callable[[], object], repeat: int = 3) -> float:
         fn()
         best = min(best, time.perf_counter() - t0)
     return best
-
-
-def rss() -> int:
-    """This process's resident bytes now, after a garbage collection."""
-    gc.collect()
-    with open("/proc/self/statm") as fh:
-        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def peak_rss() -> int:
@@ -101,26 +94,6 @@ class CoreMeter:
             return math.nan
         (_, total0, idle0), (_, total1, idle1) = inside[0], inside[-1]
         return (os.cpu_count() or 1) * (1 - (idle1 - idle0) / max(1, total1 - total0))
-
-
-def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
-    """A Markdown table; a float cell is shown to three significant digits (or as a whole
-    number from 1,000 up), ``None`` as an empty cell."""
-
-    def cell(v: Any) -> str:
-        if v is None:
-            return ""
-        if isinstance(v, float):
-            if math.isnan(v):
-                return "n/a"
-            return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.3g}"
-        if isinstance(v, int):
-            return f"{v:,}"
-        return str(v)
-
-    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def _rounded(value: Any) -> Any:

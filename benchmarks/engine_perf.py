@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks._harness import best_of
 from scrapy_opic.opic import GreedySelection, OpicEngine, SlottedGreedySelection
 from scrapy_opic.opic.graph import power_law_graph
 from scrapy_opic.opic.pagerank import PowerIteration
@@ -40,15 +41,6 @@ def uniform_engine(n: int, window: str | None = None) -> OpicEngine:
     e.add_pages(n)
     e.init_uniform()
     return e
-
-
-def best_of(fn, repeat: int = 3) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
 
 
 def simulator_speed(n: int, lines: list[str]) -> None:

@@ -58,7 +58,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from benchmarks._harness import child_env
+from benchmarks._harness import child_env, peak_rss
 
 ROOT = Path(__file__).resolve().parent
 REPO = ROOT.parent
@@ -240,7 +240,6 @@ def known_urls(scheduler: str, stats: dict) -> int:
 
 
 def run_one(args: argparse.Namespace) -> int:
-    import resource
 
     options = json.loads(args.options)
     if args.scheduler == "opic":  # the code in memory before the baseline, as Scrapy's is
@@ -272,7 +271,7 @@ def run_one(args: argparse.Namespace) -> int:
         profiler.disable()
         profiler.dump_stats(args.profile)
     after = vm_rss()
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # (KiB on Linux)
+    peak = peak_rss()
     stats = {k: v for k, v in crawler.stats.get_stats().items() if isinstance(v, (int, float))}
     used, size = disk_usage(jobdir)
     result = {
@@ -676,7 +675,6 @@ def run_drive(args: argparse.Namespace) -> int:
     """The child that drives a fresh frontier until it knows ``--urls`` URLs: the scheduler's
     calls in the scheduler's order, with no Scrapy engine around them."""
     import gc
-    import resource
 
     from scrapy_opic.opic.frontier import Entry, Link
 
@@ -814,7 +812,7 @@ def run_drive(args: argparse.Namespace) -> int:
     gc.collect()
     malloc_trim()
     rss_end = vm_rss()
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    peak = peak_rss()
     status = frontier.status
     parts = {
         "engine": engine.nbytes(),
@@ -908,7 +906,6 @@ def run_resume(args: argparse.Namespace) -> int:
     """The child that resumes a state: the scheduler's open of its JOBDIR, timed to the first
     pop that hands out a lease, with the time inside each step of the load."""
     import gc
-    import resource
 
     from scrapy_opic._backends import sqlite as backend
     from scrapy_opic.opic.index import KeyIndex
@@ -938,7 +935,7 @@ def run_resume(args: argparse.Namespace) -> int:
     steps = dict(timer.seconds)
     malloc_trim()
     rss_after = vm_rss()
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    peak = peak_rss()
     engine = frontier.engine
     counts = dict(zip(("discovered", "pending", "in_flight", "visited"), frontier.counts))
     # Every pending page has its request row (the popped one's row stays until its visit).
@@ -992,7 +989,6 @@ def run_export(args: argparse.Namespace) -> int:
     """The child that reads a state as ``scrapy opic-export`` does: the full CSV export, or the
     top pages, with its peak RSS over its own baseline."""
     import gc
-    import resource
 
     import scrapy  # noqa: F401  (the export command runs in a Scrapy process)
 
@@ -1001,7 +997,7 @@ def run_export(args: argparse.Namespace) -> int:
     gc.collect()
     malloc_trim()
     rss_base = vm_rss()
-    peak_base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    peak_base = peak_rss()
     t0 = time.perf_counter()
     with open_state(Path(args.jobdir) / "opic.sqlite") as state:
         if args.kind == "csv":
@@ -1011,7 +1007,7 @@ def run_export(args: argparse.Namespace) -> int:
             rows = len(state.top(25))
             out_bytes = 0
     seconds = time.perf_counter() - t0
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    peak = peak_rss()
     result = {
         "kind": args.kind,
         "seconds": seconds,
