@@ -292,25 +292,43 @@ def test_boosted_urls_are_fetched_earlier(tmp_path, graph):
     assert positions["boost"] < 0.8 * positions["plain"], positions
 
 
+def _service(access_log) -> tuple[float, dict[str, int]]:
+    """From a server's access log: the share of the crawl's span during which at least two hosts
+    were being served, and the most requests each host served at once."""
+    events = sorted(
+        [(start, 1, host) for host, _p, start, _e in access_log]
+        + [(end, -1, host) for host, _p, _s, end in access_log]
+    )  # (at one instant an end sorts before a start: back-to-back requests do not overlap)
+    active: dict[str, int] = {}
+    peak: dict[str, int] = {}
+    both, last = 0.0, events[0][0]
+    for t, step, host in events:
+        if sum(1 for n in active.values() if n) >= 2:
+            both += t - last
+        active[host] = active.get(host, 0) + step
+        peak[host] = max(peak.get(host, 0), active[host])
+        last = t
+    return both / (events[-1][0] - events[0][0]), peak
+
+
 def test_politeness_keeps_every_host_busy(tmp_path, graph):
-    """Two hosts, one holding the important half of the site. Plain greedy hands the downloader
-    request after request for that host (they queue in its slot, one at a time) while the other
-    host idles; the slot-aware pop serves the other host whenever the busy one's slot is full.
-    Measured on the server: the share of fetches that started while the other host was being
-    served."""
+    """Two hosts, one holding the important half of the site, one request at a time per host.
+    Plain greedy hands the downloader request after request for the important host while the
+    other idles (and Scrapy's downloader then sends a slot's queued requests at once, above
+    its concurrency); the slot-aware pop serves the other host whenever the busy one's slot is
+    full. Judged on the server's access log: how long both hosts were being served, and the
+    most requests one host saw at once."""
     pr = pagerank(graph, 0.85)
     important = set(np.argsort(-pr)[: graph.n // 2].tolist()) | {0}
 
     def host_of(i: int) -> str:
         return "127.0.0.2" if i in important else "127.0.0.3"
 
-    shares = {}
+    both = {}
     for label, scheduler in (
         ("opic", "scrapy_opic.OpicScheduler"),
         ("blind", "tests.support.crawl_runner.SlotBlindScheduler"),
     ):
-        # (A server delay of 0.1 s: a busy machine's jitter is a small part of each fetch, and
-        # overlaps are the pop's doing. At 0.04 s a loaded machine gave 0.50 against 0.39.)
         with Site(graph, delay=0.1, host_of=host_of, addresses=("127.0.0.2", "127.0.0.3")) as site:
             items, stats = crawl(
                 tmp_path / label,
@@ -320,14 +338,16 @@ def test_politeness_keeps_every_host_busy(tmp_path, graph):
                 CONCURRENT_REQUESTS=8,
                 CONCURRENT_REQUESTS_PER_DOMAIN=1,
             )
-            shares[label] = site.overlaps / len(site.hits)
+        both[label], peak = _service(site.access_log)
         assert len({r["url"] for r in items}) == graph.n
         assert stats["opic/total_cash"] == pytest.approx(1.0, abs=1e-9)
-    # Judged against the slot-blind pop of the same run, not against a fixed share: a busy
-    # machine moves both (a host's pages are not all known at the start, and the last ones
-    # are served alone, so neither reaches 1). Seen: about 0.85 against 0.37 to 0.47 with two
-    # CPU hogs on two cores.
-    assert shares["opic"] >= 1.5 * shares["blind"], shares
+        if label == "opic":
+            assert peak == {"127.0.0.2": 1, "127.0.0.3": 1}
+    # Against the slot-blind pop of the same run, not a fixed share: the time a page takes
+    # between two fetches of its host (parsing, scheduling) grows on a busy machine and lowers
+    # both. (Not the share of requests that start while another host is served: two hosts
+    # served in step start their requests together, and half of those count as alone.)
+    assert both["opic"] >= 1.5 * both["blind"], both
 
 
 def test_a_failure_only_the_errback_sees_still_settles_its_page(tmp_path, graph):

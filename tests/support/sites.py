@@ -102,8 +102,6 @@ class Site(_LoopbackServer):
         self.delay = delay
         self.trap = trap
         self.host_of = host_of or (lambda i: "127.0.0.1")  # host name of page i (all loopback)
-        self.active: dict[str, int] = {}  # requests being served, per Host header
-        self.overlaps = 0  # requests that started while another host was being served
         self._lock = threading.Lock()
         self.redirects = redirects or {}
         self.errors = errors or set()
@@ -123,16 +121,9 @@ class Site(_LoopbackServer):
                 host = (self.headers.get("Host") or "").split(":")[0]
                 with site._lock:
                     site.hits.append(self.path)
-                    if any(n for h, n in site.active.items() if h != host):
-                        site.overlaps += 1
-                    site.active[host] = site.active.get(host, 0) + 1
-                try:
-                    if site.delay:
-                        time.sleep(site.delay)
-                    status, headers, body = site.respond(self.path)
-                finally:
-                    with site._lock:
-                        site.active[host] -= 1
+                if site.delay:
+                    time.sleep(site.delay)
+                status, headers, body = site.respond(self.path)
                 self.send_response(status)
                 for k, v in headers.items():
                     self.send_header(k, v)
