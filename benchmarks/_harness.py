@@ -16,7 +16,7 @@ import resource
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +104,34 @@ def _rounded(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_rounded(v) for v in value]
     return value
+
+
+def cell(value: Any) -> str:
+    """A table cell: ``None`` and non-finite floats as a dash, floats to three significant
+    digits (thousands separated above 1,000), integers with thousands separators, the rest as
+    ``str``."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "–"
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
+    return str(value)
+
+
+def table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """A Markdown table of ``rows`` under ``header``, each value through :func:`cell`."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def page(title: str, *sections: str) -> str:
+    """A results page: ``# title``, the command that wrote it (see :func:`command`), then the
+    sections (Markdown: prose, tables, ``## headings``) separated by blank lines."""
+    return "\n\n".join([f"# {title}", f"`{command()}`", *sections]) + "\n"
 
 
 def write_results(stem: str, data: Any, markdown: str | None = None, out: Path = RESULTS) -> None:
