@@ -660,7 +660,10 @@ def test_rebasing_keeps_the_cash_precise_over_a_long_crawl():
     assert abs(forced["errors"]["total"][0]) < bound / 10
 
 
-@pytest.mark.parametrize("refresh", [1.0, 0.0], ids=["continuous", "discovery"])
+@pytest.mark.parametrize(
+    "refresh",
+    [pytest.param(1.0, id="continuous"), pytest.param(0.0, id="discovery", marks=pytest.mark.slow)],
+)
 def test_a_crawl_from_one_seed_rebases_once_it_knows_a_thousand_pages(refresh):
     # The seed alone gets the endowment at the first payout: the accumulator holds 1 while 4,000
     # pages hold about 1/4,000 each. The default threshold rebases once, at about 1,000 pages;

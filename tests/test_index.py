@@ -210,7 +210,7 @@ hash_values = st.one_of(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     st.lists(hash_values, unique=True, max_size=300),
     st.lists(hash_values, max_size=30),

@@ -24,7 +24,7 @@ from tests.support.frontiers import key
 
 
 # -- the codec ---------------------------------------------------------------------------------
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     st.lists(
         st.lists(

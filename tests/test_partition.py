@@ -119,7 +119,13 @@ def test_a_crawl_of_one_partition_is_one_engine_bit_for_bit():
     assert x.virtual_cash == y.virtual_cash and x.G == y.G
 
 
-@pytest.mark.parametrize("atomic", [False, True], ids=["durable-first", "atomic"])
+@pytest.mark.parametrize(
+    "atomic",
+    [
+        pytest.param(False, id="durable-first", marks=pytest.mark.slow),
+        pytest.param(True, id="atomic"),
+    ],
+)  # (the fast suite checks one mode of delivery, the full suite both)
 @pytest.mark.parametrize("continuous", [False, True], ids=["one-pass", "continuous"])
 def test_cash_stays_one_whatever_the_order_messages_arrive_in(continuous, atomic):
     pages, links = site()
@@ -145,7 +151,13 @@ def test_cash_stays_one_whatever_the_order_messages_arrive_in(continuous, atomic
         )
 
 
-@pytest.mark.parametrize("atomic", [False, True], ids=["durable-first", "atomic"])
+@pytest.mark.parametrize(
+    "atomic",
+    [
+        pytest.param(False, id="durable-first", marks=pytest.mark.slow),
+        pytest.param(True, id="atomic"),
+    ],
+)  # (the fast suite checks one mode of delivery, the full suite both)
 def test_redirects_to_other_partitions_carry_their_cash(atomic):
     """Pages that redirect (now and then permanently) to pages of other partitions: the cash
     a redirect moves travels in a transfer, and the crawl's cash stays 1."""
@@ -229,7 +241,13 @@ def written(bus: Bus, fs: list[Fleet]) -> None:
         bus.flush(reports=False)
 
 
-@pytest.mark.parametrize("atomic", [False, True], ids=["durable-first", "atomic"])
+@pytest.mark.parametrize(
+    "atomic",
+    [
+        pytest.param(False, id="durable-first", marks=pytest.mark.slow),
+        pytest.param(True, id="atomic"),
+    ],
+)  # (the fast suite checks one mode of delivery, the full suite both)
 def test_a_process_that_dies_is_taken_over_and_the_crawl_finishes(atomic):
     """A process dies between its flushes: what it had not written is lost (those pages are
     fetched again), its partitions are loaded by another, which sends again what was not known
@@ -425,7 +443,13 @@ def fresh_step(f: Fleet, links, rnd: random.Random, clock: Clock, step: int) -> 
         assert f.visit(lease, got, changed=changed, modified=clock.t - 100.0) is not None
 
 
-@pytest.mark.parametrize("atomic", [False, True], ids=["durable-first", "atomic"])
+@pytest.mark.parametrize(
+    "atomic",
+    [
+        pytest.param(False, id="durable-first", marks=pytest.mark.slow),
+        pytest.param(True, id="atomic"),
+    ],
+)  # (the fast suite checks one mode of delivery, the full suite both)
 def test_refetches_by_change_over_partitions_keep_cash_one(atomic):
     """Refetches by freshness over partitions: unchanged pages pay their kept links (those to
     other partitions by transfer), settle visits after refetches, plans over every partition

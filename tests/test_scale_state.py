@@ -192,8 +192,15 @@ def site(n: int, seed: int) -> dict[int, list[tuple[int, float]]]:
     }
 
 
-@pytest.mark.parametrize("stop", ["close", "kill"])
-@pytest.mark.parametrize("continuous", [False, True])
+@pytest.mark.parametrize(
+    "continuous, stop",
+    [
+        (False, "close"),
+        (True, "kill"),
+        pytest.param(False, "kill", marks=pytest.mark.slow),  # (the full suite: every pair)
+        pytest.param(True, "close", marks=pytest.mark.slow),
+    ],
+)
 def test_a_crawl_stopped_and_resumed_ends_as_an_uninterrupted_one(tmp_path, stop, continuous):
     graph = site(300, 7)
     total = 600 if continuous else 250

@@ -269,7 +269,7 @@ def test_a_priority_adjustment_belongs_to_one_request(schedulers):
     + [CLUSTER],
 )
 @settings(
-    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(data=st.data())
 def test_a_follow_up_is_for_one_fetch_whatever_the_outcomes(backend, data, tmp_path, request):

@@ -142,7 +142,7 @@ def test_load_edge_list_rejects_bad_files(tmp_path):
 
 
 def test_cli_writes_importance_csv(tmp_path, capsys):
-    g = power_law_graph(300, seed=2)
+    g = power_law_graph(100, seed=2)
     edges = tmp_path / "edges.tsv"
     with open(edges, "w") as fh:
         fh.write("# synthetic\n")
@@ -156,7 +156,7 @@ def test_cli_writes_importance_csv(tmp_path, capsys):
             "--strategy",
             "greedy",
             "--passes",
-            "5",
+            "2",
             "--epsilon",
             "0.15",
             "--window",
@@ -248,6 +248,7 @@ def test_cli_reads_edges_from_a_pipe(tmp_path):
         assert got.stdout == want.stdout  # the same importance, read through a pipe
 
 
+@pytest.mark.slow  # (runs the command)
 def test_cli_says_in_one_line_that_it_cannot_write_its_output(tmp_path):
     for out in (tmp_path / "no" / "such" / "dir.csv", tmp_path):
         run = _simulator("--graph", "powerlaw:50", "--out", str(out))
