@@ -35,6 +35,16 @@ from ..opic.pagerank import pagerank, relative_error, top_mask
 from ..opic.selection import make_selection
 from ..opic.window import WindowPolicy, parse_window
 
+__all__ = [
+    "STRATEGIES",
+    "Simulation",
+    "compare_to_pagerank",
+    "load_graph",
+    "main",
+    "top_k",
+    "write_csv",
+]
+
 STRATEGIES = ("greedy", "random", "cycle")
 
 
