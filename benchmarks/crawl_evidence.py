@@ -1,20 +1,23 @@
 """Crawl-ordering evidence on sites served on 127.0.0.1, and the scheduler's overhead.
 
-    python -m benchmarks.crawl_evidence [--out benchmarks/results] [--skip-docs]
+    python -m benchmarks.crawl_evidence [--pages 2000] [--skip-docs] [--out DIR]
+    python -m benchmarks.crawl_evidence --only-real --real-graph EDGES [--real-fraction 0.25]
 
-* Share of the site's PageRank captured after fetching 1%, 10%, 25%, 50% of its pages, for
-  OPIC greedy, Scrapy's default order (LIFO, depth-first), breadth-first (DEPTH_PRIORITY=1 with
-  FIFO queues) and an omniscient order by true PageRank, on a generated power-law site and on two
-  real manuals: PostgreSQL 15 (Debian's postgresql-doc-15) and Django (python-django-doc),
-  unpacked with ``apt-get download`` + ``dpkg -x`` into ``benchmarks/.cache`` (the system is not
-  touched). The site graph is the one the crawls saw: every fetched page and its in-site links
-  (redirected URLs folded into their targets); PageRank with damping 0.85.
-* Spider trap: the generated site with an endless calendar linked from every page; the share of
-  the first 1,000 fetches spent inside it, per order.
+* Share of the PageRank (damping 0.85) of the graph the crawls saw (fetched pages, their in-site
+  links, redirects folded in) held by the first 1%, 10%, 25%, 50% of the pages fetched by OPIC,
+  Scrapy's default order (LIFO), breadth-first (DEPTH_PRIORITY=1, FIFO queues) and an omniscient
+  order by PageRank, on a generated power-law site and two manuals, PostgreSQL 15 and Django
+  (Debian's packages, unpacked into ``benchmarks/.cache`` by ``apt-get download``, ``dpkg -x``).
+* Spider trap: the generated site (1,000 pages) with an endless calendar linked from every page;
+  the share of the first 1,000 fetches inside it. The calendar links only to itself (a PageRank
+  sink): the omniscient row is its share of the first 1,000 pages by PageRank of the site plus
+  the calendar cut at 3,000 days.
 * Continuous crawl: Kendall tau (pages with in-links) of the exported importance against the
-  site's PageRank after 5N fetches with default settings.
-* Scheduler overhead: enqueue + pop throughput of OpicScheduler against Scrapy's Scheduler in
-  the same run, in memory and with JOBDIR.
+  PageRank of a 300-page generated site after 5N fetches with default settings.
+* Scheduler overhead: enqueue then pop of distinct requests over 50 hosts, OpicScheduler and
+  Scrapy's Scheduler in the same run (best of 2), in memory and with JOBDIR.
+* ``--only-real``: an edge list (cnr-2000) served one page per node, crawled from the most
+  important page that reaches 90% of it until ``--real-fraction`` of it is fetched.
 """
 
 from __future__ import annotations
@@ -30,15 +33,20 @@ from types import SimpleNamespace
 from urllib.parse import urldefrag
 
 import numpy as np
+from scipy.stats import kendalltau
+from scrapy import Request, Spider
+from scrapy.utils.httpobj import urlparse_cached
+from scrapy.utils.misc import load_object
+from scrapy.utils.test import get_crawler
 
-from benchmarks._harness import write_results
-from scrapy_opic.opic.graph import Graph, from_edges
+from benchmarks._harness import RESULTS, page, table, write_results
+from scrapy_opic.export import open_state
+from scrapy_opic.opic.graph import Graph, from_edges, load_edge_list
 from scrapy_opic.opic.pagerank import pagerank
 from tests.support import RUNNER
-from tests.support.sites import Site, StaticSite, site_graph
+from tests.support.sites import CALENDAR_STEPS, Site, StaticSite, reachable, site_graph
 
-ROOT = Path(__file__).resolve().parent
-CACHE = ROOT / ".cache"
+CACHE = Path(__file__).resolve().parent / ".cache"
 FRACTIONS = (0.01, 0.10, 0.25, 0.50)
 ORDERS = ("opic", "default", "bfs")
 DOCS = {
@@ -53,40 +61,28 @@ def log(msg: str) -> None:
 
 def ensure_docs(package: str, subdir: str) -> Path:
     """Unpack a Debian documentation package into the cache (download it if needed)."""
-    root = CACHE / package
-    html = root / subdir
-    if html.exists():
-        return html
-    CACHE.mkdir(parents=True, exist_ok=True)
-    debs = list(CACHE.glob(f"{package}_*.deb"))
-    if not debs:
-        cmd = ["apt-get", "download", package]
-        if subprocess.run(cmd, cwd=CACHE, capture_output=True).returncode:
-            subprocess.run(["apt-get", "update", "-qq"], capture_output=True)
-            subprocess.run(cmd, cwd=CACHE, check=True, capture_output=True)
-        debs = list(CACHE.glob(f"{package}_*.deb"))
-    subprocess.run(["dpkg", "-x", str(debs[0]), str(root)], check=True)
-    return html
+    root, cmd = CACHE / package, ["apt-get", "download", package]
+    if not (root / subdir).exists():
+        CACHE.mkdir(parents=True, exist_ok=True)
+        if not list(CACHE.glob(f"{package}_*.deb")) and subprocess.run(cmd, cwd=CACHE).returncode:
+            subprocess.run(["apt-get", "update", "-qq"], check=True)
+            subprocess.run(cmd, cwd=CACHE, check=True)
+        subprocess.run(["dpkg", "-x", next(CACHE.glob(f"{package}_*.deb")), root], check=True)
+    return root / subdir
 
 
-def crawl(start_url: str, order: str, workdir: Path, **settings) -> tuple[list[dict], dict]:
+def crawl(start_url: str, order: str, workdir: Path, **options) -> tuple[list[dict], dict]:
+    """One crawl by ``tests/support/crawl_runner.py`` in a process of its own: its items and
+    final stats. ``options``: Scrapy settings (upper case) and the runner's other config keys
+    (``spider``, by default ``evidence``; ``allowed``)."""
     workdir.mkdir(parents=True, exist_ok=True)
-    settings = {"LOG_LEVEL": "WARNING", "RETRY_TIMES": 2, **settings}
-    items, stats = workdir / "items.jsonl", workdir / "stats.json"
-    cfg = workdir / "config.json"
-    cfg.write_text(
-        json.dumps(
-            {
-                "start_url": start_url,
-                "order": order,
-                "spider": "evidence",
-                "settings": settings,
-                "items": str(items),
-                "stats": str(stats),
-            }
-        )
-    )
-    subprocess.run([sys.executable, str(RUNNER), str(cfg)], cwd=workdir, check=True)
+    items, stats, config = (workdir / f for f in ("items.jsonl", "stats.json", "config.json"))
+    settings = {"LOG_LEVEL": "WARNING", "RETRY_TIMES": 2}
+    settings |= {k: v for k, v in options.items() if k.isupper()}
+    keys = {"spider": "evidence"} | {k: v for k, v in options.items() if not k.isupper()}
+    keys |= {"start_url": start_url, "order": order, "items": str(items), "stats": str(stats)}
+    config.write_text(json.dumps({**keys, "settings": settings}))
+    subprocess.run([sys.executable, str(RUNNER), str(config)], cwd=workdir, check=True)
     rows = [json.loads(line) for line in items.read_text().splitlines()]
     return rows, json.loads(stats.read_text())
 
@@ -98,357 +94,190 @@ def crawled_graph(
     is to a page (its URL without the fragment, as the request fingerprint sees it), once.
     ``redirects`` (URL -> URL) adds redirects the crawls could not see: a crawl records one
     only when it follows it, not when its target was fetched already."""
-    node: dict[str, int] = {}
-    pages = 0  # dense ids: aliases share their page's id
-    for rows in crawls:
-        for r in rows:
-            if r["url"] not in node:
-                node[r["url"]] = pages
-                pages += 1
-            i = node[r["url"]]
-            for alias in r["aliases"]:
-                node.setdefault(alias, i)
+    pages: dict[str, int] = {}  # dense ids, in the order of the first fetch
+    for r in (r for rows in crawls for r in rows):
+        pages.setdefault(r["url"], len(pages))
+    node = dict(pages)  # and the aliases, with their page's id
+    for r in (r for rows in crawls for r in rows):
+        for alias in r["aliases"]:
+            node.setdefault(alias, pages[r["url"]])
     for source, target in (redirects or {}).items():
         if target in node:
             node.setdefault(source, node[target])
-    src, dst = [], []
-    for r in crawls[0]:
-        i = node[r["url"]]
-        for url in r["links"]:
-            j = node.get(urldefrag(url)[0])
-            if j is not None:
-                src.append(i)
-                dst.append(j)
-    return from_edges(np.array(src, dtype=np.int64), np.array(dst, dtype=np.int64), pages), node
+    links = ((node[r["url"]], node.get(urldefrag(u)[0])) for r in crawls[0] for u in r["links"])
+    src, dst = np.array([e for e in links if e[1] is not None], dtype=np.int64).reshape(-1, 2).T
+    return from_edges(src, dst, len(pages)), node
 
 
 def shares(order: list[int], pr: np.ndarray, fractions=FRACTIONS) -> list[float]:
     """Share of total PageRank held by the first x% of the fetches, for x in ``fractions``."""
-    n = len(pr)
-    out = []
-    seen = np.array(order[:n])
-    for f in fractions:
-        k = max(1, int(round(f * n)))
-        out.append(float(pr[seen[:k]].sum()))
-    return out
+    seen = np.array(order[: len(pr)])
+    return [float(pr[seen[: max(1, round(f * len(pr)))]].sum()) for f in fractions]
 
 
-def ordering_experiment(name: str, start_url: str, work: Path, **settings) -> dict:
-    crawls = {}
-    for order in ORDERS:
-        t0 = time.perf_counter()
-        rows, stats = crawl(start_url, order, work / order, **settings)
-        crawls[order] = rows
-        log(f"  {name}, {order}: {len(rows)} pages in {time.perf_counter() - t0:.1f} s")
-    graph, node = crawled_graph([crawls["opic"], crawls["default"], crawls["bfs"]])
+def order_shares(graph: Graph, pages: dict[str, list[int]], fractions=FRACTIONS) -> dict:
+    """The graph's size and the shares of each order (``pages``: the pages each fetched)."""
     pr = pagerank(graph, 0.85)
-    result = {"pages": graph.n, "links": graph.n_edges, "shares": {}}
-    for order, rows in crawls.items():
-        seq, seen = [], set()
-        for r in rows:
-            i = node[r["url"]]
-            if i not in seen:
-                seen.add(i)
-                seq.append(i)
-        result["shares"][order] = shares(seq, pr)
-    result["shares"]["omniscient"] = shares(list(np.argsort(-pr)), pr)
-    return result
+    out = {order: shares(seq, pr, fractions) for order, seq in pages.items()}
+    out["omniscient"] = shares(list(np.argsort(-pr)), pr, fractions)
+    return {"pages": graph.n, "links": graph.n_edges, "fractions": fractions, "shares": out}
+
+
+def ordering_experiment(start_url: str, work: Path) -> dict:
+    crawls = {order: crawl(start_url, order, work / order)[0] for order in ORDERS}
+    graph, node = crawled_graph(list(crawls.values()))
+    # (A page's first fetch: a start URL fetched again, or an alias, is no new page.)
+    pages = {o: list(dict.fromkeys(node[r["url"]] for r in rows)) for o, rows in crawls.items()}
+    log(f"  {start_url}: {graph.n} pages")
+    return order_shares(graph, pages)
 
 
 def real_graph_experiment(path: Path, work: Path, fraction: float) -> dict:
-    """The cnr-2000 web graph served one page per node; each order crawls ``fraction`` of it
-    from one seed; shares of the whole graph's PageRank at 1%, 10%, 25% of its pages."""
-    from scrapy_opic.opic.graph import load_edge_list
-
     graph = load_edge_list(path)
-    pr = pagerank(graph, 0.85)
-    seed = seed_node(graph, pr)
-    limit = int(fraction * graph.n)
-    fractions = [f for f in FRACTIONS if f <= fraction]
-    result = {
-        "pages": graph.n,
-        "links": graph.n_edges,
-        "crawled": limit,
-        "shares": {},
-        "fractions": fractions,
-        "seed": seed,
-    }
+    by_pagerank = [int(s) for s in np.argsort(-pagerank(graph, 0.85))]
+    # A crawl started elsewhere (node 0 of cnr-2000) may see only a few hundred pages.
+    seed = next(s for s in by_pagerank if len(reachable(graph, s)) >= 0.9 * graph.n)
+    stop, pages = int(fraction * graph.n), {}
+    settings = {"CLOSESPIDER_PAGECOUNT": stop, "LOG_LEVEL": "ERROR"}
     with Site(graph) as site:
         for order in ORDERS:
-            t0 = time.perf_counter()
-            rows, _ = crawl(
-                site.url(seed),
-                order,
-                work / f"real-{order}",
-                CLOSESPIDER_PAGECOUNT=limit,
-                LOG_LEVEL="ERROR",
-            )
-            seq = [int(r["url"].rsplit("/", 1)[1].removesuffix(".html")) for r in rows]
-            result["shares"][order] = shares(seq, pr, fractions)
-            log(f"  cnr-2000, {order}: {len(rows)} pages in {time.perf_counter() - t0:.0f} s")
-    result["shares"]["omniscient"] = shares(list(np.argsort(-pr)), pr, fractions)
-    return result
+            rows, _ = crawl(site.url(seed), order, work / f"real-{order}", **settings)
+            ids = (int(r["url"].rsplit("/", 1)[1].removesuffix(".html")) for r in rows)
+            pages[order] = list(dict.fromkeys(ids))  # (a start URL may be fetched again)
+    fractions = [f for f in FRACTIONS if f <= fraction]
+    return {"seed": seed, "stop": stop, **order_shares(graph, pages, fractions)}
 
 
-def seed_node(graph: Graph, pr: np.ndarray) -> int:
-    """The most important page from which at least 90% of the graph is reachable (a crawl
-    started elsewhere, e.g. at node 0 of cnr-2000, may see only a few hundred pages)."""
-    for s in np.argsort(-pr)[:50]:
-        seen = np.zeros(graph.n, dtype=bool)
-        seen[s] = True
-        frontier = np.array([s])
-        while frontier.size:
-            _, kids = graph.gather(frontier)
-            kids = np.unique(kids)
-            frontier = kids[~seen[kids]]
-            seen[frontier] = True
-        if seen.sum() >= 0.9 * graph.n:
-            return int(s)
-    return int(np.argmax(pr))
-
-
-def trap_pagerank_share(graph: Graph, days: int = 3000, first: int = 1000) -> float:
-    """The omniscient order on the trap site: the share of calendar pages among the ``first``
-    pages by true PageRank of the site plus its calendar cut at ``days`` days (every real page
-    links to day 0, as the served site does). The calendar has no link back to the site: it is a
-    PageRank sink, so a PageRank-first order enters it too."""
-    from tests.support.sites import CALENDAR_STEPS
-
-    n = graph.n
-    src, dst = [graph.sources(), np.arange(n)], [graph.indices, np.full(n, n)]
-    d = np.arange(days)
-    for k in CALENDAR_STEPS:
-        ok = d + k < days
-        src.append(n + d[ok])
-        dst.append(n + d[ok] + k)
-    full = from_edges(np.concatenate(src), np.concatenate(dst), n + days)
-    pr = pagerank(full, 0.85)
-    return float((np.argsort(-pr, kind="stable")[:first] >= n).mean())
-
-
-def trap_experiment(work: Path, n: int) -> dict:
+def trap_experiment(work: Path, n: int, days: int = 3000) -> dict[str, float]:
     graph = site_graph(n, seed=3)
-    out = {"omniscient (PageRank, calendar cut at 3,000 days)": trap_pagerank_share(graph)}
-    log(f"  trap, omniscient: {out['omniscient (PageRank, calendar cut at 3,000 days)']:.1%}")
+    # The site plus its calendar cut at ``days`` (every page links to day 0, as served).
+    src, dst, d = [graph.sources(), np.arange(n)], [graph.indices, np.full(n, n)], np.arange(days)
+    for k in CALENDAR_STEPS:
+        src.append(n + d[d + k < days])
+        dst.append(n + d[d + k < days] + k)
+    pr = pagerank(from_edges(np.concatenate(src), np.concatenate(dst), n + days), 0.85)
+    out = {"omniscient": float((np.argsort(-pr, kind="stable")[:1000] >= n).mean())}
     with Site(graph, trap=True) as site:
         for order in ORDERS:
             rows, _ = crawl(site.url(0), order, work / f"trap-{order}", CLOSESPIDER_PAGECOUNT=1000)
-            first = rows[:1000]
-            out[order] = sum("/cal/" in r["url"] for r in first) / max(1, len(first))
-            log(f"  trap, {order}: {out[order]:.1%} of the first {len(first)} fetches")
+            out[order] = np.mean(["/cal/" in r["url"] for r in rows[:1000]])
     return out
 
 
-def continuous_experiment(work: Path, n: int) -> float:
-    from scipy.stats import kendalltau
+def exported(workdir: Path) -> dict[str, float]:
+    """The importance of every page a crawl of the ``evidence`` spider in ``workdir`` knows."""
+    with open_state(workdir / ".scrapy" / "opic" / "evidence.sqlite") as state:
+        return {p.url: p.importance for p in state.pages()}
 
-    from scrapy_opic.export import open_state
 
+def continuous_tau(work: Path, n: int) -> float:
     graph = site_graph(n, seed=4)
     with Site(graph) as site:
-        crawl(
-            site.url(0),
-            "opic",
-            work / "continuous",
-            OPIC_CONTINUOUS=True,
-            CLOSESPIDER_PAGECOUNT=5 * n,
-        )
+        settings = {"OPIC_CONTINUOUS": True, "CLOSESPIDER_PAGECOUNT": 5 * n}
+        crawl(site.url(0), "opic", work / "continuous", **settings)
         urls = [site.url(i) for i in range(n)]
-    state = open_state(work / "continuous" / ".scrapy" / "opic" / "evidence.sqlite")
-    with state:
-        imp = {p.url: p.importance for p in state.pages()}
-    x = np.array([imp.get(u, 0.0) for u in urls])
-    pr = pagerank(graph, 0.85)
+    imp = exported(work / "continuous")
+    x, pr = np.array([imp.get(u, 0.0) for u in urls]), pagerank(graph, 0.85)
     linked = graph.in_degree > 0
     return float(kendalltau(x[linked], pr[linked]).statistic)
 
 
-def scheduler_overhead(n: int, work: Path) -> dict:
-    """Requests per second through enqueue + pop, ours against Scrapy's, same run."""
-    from scrapy import Request, Spider
-    from scrapy.utils.httpobj import urlparse_cached
-    from scrapy.utils.misc import load_object
-    from scrapy.utils.test import get_crawler
-
-    def run(path: str, jobdir: str | None) -> float:
-        # Nothing completes here, so every slot must be able to hold all its requests: the
-        # politeness check still runs on every pop, it just never says no.
-        settings = {"SCHEDULER": path, "LOG_ENABLED": False, "CONCURRENT_REQUESTS_PER_DOMAIN": n}
-        if jobdir:
-            settings["JOBDIR"] = jobdir
-        crawler = get_crawler(Spider, settings)
-        crawler.engine = SimpleNamespace(  # what the schedulers read of the engine
-            downloader=SimpleNamespace(get_slot_key=lambda r: urlparse_cached(r).hostname, slots={})
-        )
-        spider = Spider.from_crawler(crawler, name="overhead")
-        crawler.spider = spider
-        scheduler = load_object(path).from_crawler(crawler)
-        scheduler.open(spider)
-        requests = [Request(f"http://host{i % 50}.example/page/{i}") for i in range(n)]
-        t0 = time.perf_counter()
-        for r in requests:
-            scheduler.enqueue_request(r)
-        popped = 0
-        while scheduler.next_request() is not None:
-            popped += 1
-        dt = time.perf_counter() - t0
-        scheduler.close("finished")
-        assert popped == n, (path, popped)
-        return n / dt
-
-    def timed(path: str, jobdir: str | None) -> float:
-        # Each run in a directory of its own: a JOBDIR remembers what it has seen.
-        import os
-
-        cwd = os.getcwd()
-        with tempfile.TemporaryDirectory(dir=work) as tmp:
-            os.chdir(tmp)
-            try:
-                return run(path, jobdir)
-            finally:
-                os.chdir(cwd)
-
-    out = {}
-    for label, jobdir in (("in memory", None), ("JOBDIR", "job")):
-        rates = {}
-        for name, path in (
-            ("scrapy", "scrapy.core.scheduler.Scheduler"),
-            ("opic", "scrapy_opic.OpicScheduler"),
-        ):
-            rates[name] = max(timed(path, jobdir) for _ in range(2))
-        out[label] = rates
-        log(
-            f"  scheduler overhead, {label}: scrapy {rates['scrapy']:,.0f}/s, "
-            f"opic {rates['opic']:,.0f}/s ({rates['opic'] / rates['scrapy']:.2f}x)"
-        )
-    return out
-
-
-def table(result: dict) -> str:
-    fractions = result.get("fractions", FRACTIONS)
-    head = "| order | " + " | ".join(f"{int(f * 100)}%" for f in fractions) + " |\n"
-    head += "|---|" + "---|" * len(fractions) + "\n"
-    return head + "".join(
-        f"| {order} | " + " | ".join(f"{x:.3f}" for x in s) + " |\n"
-        for order, s in result["shares"].items()
+def scheduler_rate(path: str, n: int, jobdir: bool, work: Path) -> float:
+    """Requests per second through ``n`` enqueues then pops of the scheduler at ``path``, its
+    files in a new directory of ``work`` (a JOBDIR remembers what it has seen)."""
+    # Nothing completes here, so every slot must be able to hold all its requests: the
+    # politeness check still runs on every pop, it just never says no.
+    settings = {"SCHEDULER": path, "LOG_ENABLED": False, "CONCURRENT_REQUESTS_PER_DOMAIN": n}
+    tmp = tempfile.mkdtemp(dir=work)
+    settings |= {"OPIC_STATE_PATH": f"{tmp}/state.sqlite"} | ({"JOBDIR": tmp} if jobdir else {})
+    crawler = get_crawler(Spider, settings)
+    crawler.engine = SimpleNamespace(  # what the schedulers read of the engine
+        downloader=SimpleNamespace(get_slot_key=lambda r: urlparse_cached(r).hostname, slots={})
     )
+    crawler.spider = spider = Spider.from_crawler(crawler, name="overhead")
+    scheduler = load_object(path).from_crawler(crawler)
+    scheduler.open(spider)
+    requests = [Request(f"http://host{i % 50}.example/page/{i}") for i in range(n)]
+    t0 = time.perf_counter()
+    for r in requests:
+        scheduler.enqueue_request(r)
+    popped = sum(1 for _ in iter(scheduler.next_request, None))
+    rate = n / (time.perf_counter() - t0)
+    scheduler.close("finished")
+    assert popped == n, (path, popped)
+    return rate
 
 
-def ratios(result: dict) -> str:
-    s = result["shares"]
-    at = 1  # index of 10%
-    return (
-        f"At 10%: OPIC / omniscient = {s['opic'][at] / s['omniscient'][at]:.2f}, "
-        f"OPIC / breadth-first = {s['opic'][at] / s['bfs'][at]:.2f}, "
-        f"OPIC / Scrapy default = {s['opic'][at] / s['default'][at]:.2f}. The ceilings (no "
-        f"order beats omniscient): omniscient / breadth-first = "
-        f"{s['omniscient'][at] / s['bfs'][at]:.2f}, omniscient / Scrapy default = "
-        f"{s['omniscient'][at] / s['default'][at]:.2f}.\n"
-    )
+def measure(args: argparse.Namespace, work: Path) -> dict:
+    """Every experiment of a run without ``--only-real``."""
+    sites, name = {}, f"Generated power-law site ({args.pages} pages)"
+    with Site(site_graph(args.pages, seed=1)) as site:
+        sites[name] = ordering_experiment(site.url(0), work / "gen")
+    for name, (package, subdir) in {} if args.skip_docs else DOCS.items():
+        with StaticSite(ensure_docs(package, subdir)) as site:
+            sites[name] = ordering_experiment(site.url("index.html"), work / package)
+    paths = {"scrapy": "scrapy.core.scheduler.Scheduler", "opic": "scrapy_opic.OpicScheduler"}
+
+    def best(path: str, jobdir: bool) -> float:
+        return max(scheduler_rate(path, args.overhead_requests, jobdir, work) for _ in range(2))
+
+    modes = {"in memory": False, "JOBDIR": True}
+    overhead = {m: {k: best(p, jobdir) for k, p in paths.items()} for m, jobdir in modes.items()}
+    return {
+        "sites": sites,
+        "trap": trap_experiment(work, min(args.pages, 1000)),
+        "continuous_tau": continuous_tau(work, 300),
+        "scheduler_overhead": overhead,
+    }
+
+
+def shares_table(result: dict) -> str:
+    fractions = result["fractions"]
+    at, opic = fractions.index(0.10), result["shares"]["opic"]
+    header = ["order", *(f"{f:.0%}" for f in fractions), "OPIC / order at 10%"]
+    return table(header, [[o, *s, opic[at] / s[at]] for o, s in result["shares"].items()])
+
+
+def render(data: dict) -> str:
+    sites, overhead = data["sites"].items(), data["scheduler_overhead"]
+    sections = [
+        "Share of the site's PageRank held by the first pages each order fetched (omniscient: "
+        "by decreasing true PageRank, which no crawler has); the last column divides OPIC's "
+        "share at 10% by the order's. The method is in the module's docstring.",
+        table(["site", "pages fetched", "links"], [[k, r["pages"], r["links"]] for k, r in sites]),
+    ]
+    for name, result in sites:
+        sections += [f"## {name}", shares_table(result)]
+    trap = [[order, f"{share:.1%}"] for order, share in data["trap"].items()]
+    sections += ["## Spider trap", table(["order", "first 1,000 fetches in the trap"], trap)]
+    tau = table(["pages", "fetches", "Kendall tau"], [[300, 5 * 300, data["continuous_tau"]]])
+    sections += ["## Continuous crawl", tau]
+    head = ["mode", "Scrapy requests/s", "OPIC requests/s", "OPIC / Scrapy"]
+    rows = [[m, r["scrapy"], r["opic"], r["opic"] / r["scrapy"]] for m, r in overhead.items()]
+    sections += ["## Scheduler overhead", table(head, rows)]
+    return page("Crawl-ordering evidence", *sections)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", type=Path, default=ROOT / "results")
+    ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--pages", type=int, default=2000, help="pages of the generated site")
-    ap.add_argument("--skip-docs", action="store_true")
+    ap.add_argument("--skip-docs", action="store_true", help="no real manuals")
     ap.add_argument("--overhead-requests", type=int, default=20_000)
-    ap.add_argument("--real-graph", type=Path, help="also crawl this edge list (cnr-2000)")
+    ap.add_argument("--only-real", action="store_true", help="crawl --real-graph only")
+    ap.add_argument("--real-graph", type=Path, help="an edge list (cnr-2000)")
     ap.add_argument("--real-fraction", type=float, default=0.25)
-    ap.add_argument("--only-real", action="store_true", help="run only the real-graph crawls")
     args = ap.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
-    data: dict = {}
-    report = [
-        "# Crawl-ordering evidence\n",
-        "Generated by `python -m benchmarks.crawl_evidence`. Shares of the site's total "
-        "PageRank (damping 0.85) held by the first 1%, 10%, 25% and 50% of the pages each "
-        "order fetched; omniscient = pages by decreasing true PageRank. Default Scrapy "
-        "settings otherwise (16 concurrent requests, 8 per host).\n",
-    ]
-    t_start = time.perf_counter()
-    if args.only_real:
-        with tempfile.TemporaryDirectory() as tmp:
-            result = real_graph_experiment(args.real_graph, Path(tmp), args.real_fraction)
-        write_results("crawl_evidence_cnr2000", result, None, args.out)
-        (args.out / "crawl_evidence_cnr2000.md").write_text(
-            "# cnr-2000 served as pages\n\nGenerated by `python -m benchmarks.crawl_evidence "
-            f"--only-real --real-graph {args.real_graph.name} --real-fraction "
-            f"{args.real_fraction}`. {result['pages']:,} pages, {result['links']:,} links "
-            "(self-links dropped), one page per node on 127.0.0.1, every order starting from "
-            f"page id {result['seed']} (the most important page that reaches 90% of the graph) "
-            f"and stopped after {result['crawled']:,} pages. Shares of the whole graph's "
-            "PageRank held by the first 1%, 10%, 25% of its pages:\n\n"
-            + table(result)
-            + "\n"
-            + ratios(result)
-            + f"\n_Total time: {time.perf_counter() - t_start:.0f} s._\n"
-        )
-        log("wrote cnr-2000 results")
-        return 0
     with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
-        sites = []
-        graph = site_graph(args.pages, seed=1)
-        with Site(graph) as site:
-            log(f"generated site: {graph.n} pages")
-            sites.append(
-                (
-                    f"Generated power-law site ({graph.n} pages)",
-                    ordering_experiment("generated", site.url(0), work / "gen"),
-                )
-            )
-        if not args.skip_docs:
-            for name, (package, subdir) in DOCS.items():
-                html = ensure_docs(package, subdir)
-                with StaticSite(html) as site:
-                    log(f"{name}: {html}")
-                    sites.append(
-                        (name, ordering_experiment(name, site.url("index.html"), work / package))
-                    )
-        for name, result in sites:
-            data[name] = result
-            report.append(
-                f"## {name}\n\n{result['pages']:,} pages fetched, {result['links']:,} "
-                f"distinct in-site links.\n\n" + table(result) + "\n" + ratios(result)
-            )
-        log("spider trap")
-        trap = trap_experiment(work, min(args.pages, 1000))
-        data["trap"] = trap
-        report.append(
-            "## Spider trap\n\nThe generated site (1,000 pages) with an endless calendar "
-            "(every day links to the next days and months) linked from every page. Share of the "
-            "first 1,000 fetches spent inside the calendar. The calendar links only to itself "
-            "(a PageRank sink): the omniscient row is the share of calendar pages among the "
-            "first 1,000 pages by true PageRank of the site plus the calendar cut at 3,000 "
-            "days.\n\n| order | share in the trap |\n"
-            "|---|---|\n" + "".join(f"| {k} | {v:.1%} |\n" for k, v in trap.items())
-        )
-        log("continuous crawl")
-        tau = continuous_experiment(work, 300)
-        data["continuous_tau"] = tau
-        report.append(
-            "## Continuous crawl\n\nA 300-page generated site crawled for 5N fetches with "
-            "`OPIC_CONTINUOUS=True` and default settings (window interpolation:30): Kendall "
-            f"tau of the exported importance against PageRank, pages with in-links: "
-            f"**{tau:.3f}**.\n"
-        )
-        log("scheduler overhead")
-        overhead = scheduler_overhead(args.overhead_requests, work)
-        data["scheduler_overhead"] = overhead
-        report.append(
-            f"## Scheduler overhead\n\nEnqueue then pop {args.overhead_requests:,} distinct "
-            "requests over 50 hosts (best of 2), same run:\n\n| mode | Scrapy Scheduler | "
-            "OpicScheduler | ratio |\n|---|---|---|---|\n"
-            + "".join(
-                f"| {mode} | {r['scrapy']:,.0f}/s | {r['opic']:,.0f}/s | "
-                f"{r['opic'] / r['scrapy']:.2f}x |\n"
-                for mode, r in overhead.items()
-            )
-        )
-    report.append(f"\n_Total time: {time.perf_counter() - t_start:.0f} s._\n")
-    write_results("crawl_evidence", data, "\n".join(report), args.out)
-    log(f"wrote {args.out / 'crawl_evidence.md'}")
+        if args.only_real:
+            r = real_graph_experiment(args.real_graph, Path(tmp), args.real_fraction)
+            head = ["pages", "links", "seed page", "stopped after (pages)"]
+            summary = table(head, [[r["pages"], r["links"], r["seed"], r["stop"]]])
+            text = page("cnr-2000 served as pages", summary, shares_table(r))
+            write_results("crawl_evidence_cnr2000", r, text, args.out)
+        else:
+            data = measure(args, Path(tmp))
+            write_results("crawl_evidence", data, render(data), args.out)
     return 0
 
 

@@ -1,17 +1,17 @@
-"""Speed and memory of the engine at one million pages.
+"""Speed and memory of the engine at a million pages, each speed beside a baseline measured in
+the same run (machines are shared and noisy), best of 3.
 
-    python -m benchmarks.engine_perf [--nodes 1000000] [--out benchmarks/results/engine_perf.md]
+    python -m benchmarks.engine_perf [--nodes 1000000] [--events 100000] [--out DIR]
 
-Figures are printed beside a baseline measured in the same run (machines are shared and noisy):
-
-* simulator (batch path): visits per second on a power-law graph, and the same work expressed
-  against one off-line power-iteration sweep of the graph (a sweep "visits" N pages);
-* per-event path (what the Scrapy scheduler calls): pop + visit with 5 out-links + push per
-  second with GreedySelection, against a plain ``heapq`` greedy with lazy invalidation (push a
-  new tuple on every credit, skip stale tuples on pop) over the same engine;
-* memory: bytes per page held by the engine's arrays (at exact capacity), checked against
-  tracemalloc, for each window policy, and the selection structures; plus what a Python dict
-  from 20-byte fingerprints to ids costs per page (the Scrapy layer's key map).
+* Simulator (batch path): Greedy's visits per second on a power-law graph, and the time of N
+  visits over that of one off-line power-iteration sweep (which "visits" N pages).
+* Per-event path (what the Scrapy scheduler calls): pop + visit with 5 out-links + push, per
+  second, with GreedySelection and with SlottedGreedySelection (100 hosts, 2 of them at their
+  concurrency limit: CONCURRENT_REQUESTS 16 over 8 per domain fills at most 2), against a
+  ``heapq`` greedy with lazy invalidation over the same engine (a new entry on every credit,
+  stale ones skipped on pop); entries per page: the queue's size at the end over the pages.
+* Memory: bytes per page of the engine's arrays (at exact capacity) by window, and what
+  tracemalloc saw the engine allocate.
 """
 
 from __future__ import annotations
@@ -26,13 +26,14 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks._harness import best_of
+from benchmarks._harness import RESULTS, best_of, page, table, write_results
 from scrapy_opic.opic import GreedySelection, OpicEngine, SlottedGreedySelection
 from scrapy_opic.opic.graph import power_law_graph
 from scrapy_opic.opic.pagerank import PowerIteration
 from scrapy_opic.simulator.simulation import Simulation
 
-ROOT = Path(__file__).resolve().parent
+WINDOWS = ("unbounded", "unbounded:lemma", "interpolation:10", "interpolation:86400:wall")
+WINDOWS += ("variable:8",)
 
 
 def uniform_engine(n: int, window: str | None = None) -> OpicEngine:
@@ -43,46 +44,37 @@ def uniform_engine(n: int, window: str | None = None) -> OpicEngine:
     return e
 
 
-def simulator_speed(n: int, lines: list[str]) -> None:
-    t0 = time.perf_counter()
+def simulator(n: int) -> list[list]:
+    """Rows: run, visits per second, time of N visits over one power-iteration sweep."""
     graph = power_law_graph(n, seed=1)
-    lines.append(
-        f"Graph: {graph.n:,} nodes, {graph.n_edges:,} links (power law, generated in "
-        f"{time.perf_counter() - t0:.1f} s).\n"
-    )
-    it = PowerIteration(graph, 0.85)
-    x = np.full(graph.n, 1.0 / graph.n)
+    it, x = PowerIteration(graph, 0.85), np.full(n, 1.0 / n)
     sweep = best_of(lambda: it.step(x))
-    lines.append("| run | visits/s | time per N visits / one power-iteration sweep |")
-    lines.append("|---|---|---|")
-    lines.append(f"| off-line power iteration (baseline) | {graph.n / sweep:,.0f} | 1.00 |")
+    rows = [["off-line power iteration (baseline)", n / sweep, 1.0]]
     for frac in (100, 300, 1000):
-        b = graph.n // frac
-        sim = Simulation(graph, "greedy", 0.15, batch=b)
-        sim.run(graph.n)  # warm up: first pass
-        dt = best_of(lambda sim=sim: sim.run(graph.n))
-        lines.append(
-            f"| greedy, batch {b:,} ({100 / frac:.2g}% of N) | {graph.n / dt:,.0f} | "
-            f"{dt / sweep:.2f} |"
-        )
-    lines.append("")
+        sim = Simulation(graph, "greedy", 0.15, batch=n // frac)
+        sim.run(n)  # warm up: the first pass
+        dt = best_of(lambda sim=sim: sim.run(n))
+        rows.append([f"Greedy, batch {n // frac:,} ({100 / frac:.2g}% of N)", n / dt, dt / sweep])
+    return rows
 
 
-def per_event_speed(n: int, lines: list[str], events: int = 100_000) -> None:
-    rng = np.random.default_rng(0)
-    kids = rng.integers(0, n, size=(events, 5)).tolist()
+def per_event(n: int, events: int) -> list[list]:
+    """Rows: queue, events per second, ratio to the heapq baseline, entries per page."""
+    kids = np.random.default_rng(0).integers(0, n, size=(events, 5)).tolist()
 
-    def opic() -> float:
+    def selection(hosts: int) -> tuple[float, int]:
         e = uniform_engine(n)
-        sel = GreedySelection(e)
+        sel = SlottedGreedySelection(e) if hosts else GreedySelection(e)
+        push = (lambda i: sel.push(i, i % hosts)) if hosts else sel.push
+        pop = (lambda: sel.pop(lambda slot: slot > 1)) if hosts else sel.pop  # slots 0, 1 full
         for i in range(n):
-            sel.push(i)
+            push(i)
         t0 = time.perf_counter()
         for k in range(events):
-            i = sel.pop()
+            i = pop()
             e.visit(i, kids[k])
-            sel.push(i)
-        return time.perf_counter() - t0
+            push(i)
+        return time.perf_counter() - t0, len(sel)
 
     def lazy_heapq() -> tuple[float, int]:
         e = uniform_engine(n)
@@ -95,120 +87,54 @@ def per_event_speed(n: int, lines: list[str], events: int = 100_000) -> None:
             while True:
                 negc, i = heapq.heappop(heap)
                 if -negc == key[i]:
-                    break  # fresh entry; otherwise a stale one left by an earlier credit
+                    break  # a fresh entry; otherwise a stale one, left by an earlier credit
             e.visit(i, kids[k])
-            heapq.heappush(heap, (-key[i], i))
-            for j in kids[k]:
+            for j in (i, *kids[k]):
                 heapq.heappush(heap, (-key[j], j))
         return time.perf_counter() - t0, len(heap)
 
-    def slotted(n_slots: int = 100) -> float:
-        e = uniform_engine(n)
-        sel = SlottedGreedySelection(e)
-        for i in range(n):
-            sel.push(i, i % n_slots)
-        # Two hosts at their concurrency limit: Scrapy's CONCURRENT_REQUESTS (16) over
-        # CONCURRENT_REQUESTS_PER_DOMAIN (8) bounds how many slots can be full at once.
-        busy = {0, 1}
-        t0 = time.perf_counter()
-        for k in range(events):
-            i = sel.pop(lambda slot: slot not in busy)
-            e.visit(i, kids[k])
-            sel.push(i, i % n_slots)
-        return time.perf_counter() - t0
-
-    t_opic = opic()
-    t_slotted = slotted()
-    t_heapq, heap_len = lazy_heapq()
-    lines.append("| per-event greedy (pop + visit with 5 links + push) | events/s | ratio |")
-    lines.append("|---|---|---|")
-    lines.append(
-        f"| heapq with lazy invalidation (baseline; heap grew to {heap_len:,} entries for "
-        f"{n:,} pages) | {events / t_heapq:,.0f} | 1.00 |"
-    )
-    lines.append(
-        f"| GreedySelection (indexed heaps, one entry per page) | {events / t_opic:,.0f} | "
-        f"{t_heapq / t_opic:.2f} |"
-    )
-    lines.append(
-        f"| SlottedGreedySelection (100 hosts, 2 of them full) | {events / t_slotted:,.0f} | "
-        f"{t_heapq / t_slotted:.2f} |"
-    )
-    lines.append("")
+    base, size = lazy_heapq()
+    rows = [["heapq with lazy invalidation (baseline)", events / base, 1.0, size / n]]
+    for name, hosts in (("GreedySelection", 0), ("SlottedGreedySelection, 100 hosts", 100)):
+        t, size = selection(hosts)
+        rows.append([name, events / t, base / t, size / n])
+    return rows
 
 
-def memory(n: int, lines: list[str]) -> None:
-    lines.append("| structure | bytes per page (arrays) | tracemalloc, bytes per page |")
-    lines.append("|---|---|---|")
-    for spec in (
-        "unbounded",
-        "unbounded:lemma",
-        "interpolation:10",
-        "interpolation:86400:wall",
-        "variable:8",
-    ):
+def memory(n: int) -> list[list]:
+    """Rows: window, bytes per page of the engine's arrays, and that tracemalloc saw."""
+    rows = []
+    for spec in WINDOWS:
         tracemalloc.start()
         e = uniform_engine(n, spec)
-        traced = tracemalloc.get_traced_memory()[0]
+        rows.append([spec, e.nbytes() / n, tracemalloc.get_traced_memory()[0] / n])
         tracemalloc.stop()
-        lines.append(f"| engine, window {spec} | {e.nbytes() / n:.1f} | {traced / n:.1f} |")
-        del e
-    e = uniform_engine(n)
-    tracemalloc.start()
-    sel = GreedySelection(e)
-    for i in range(n):
-        sel.push(i)
-    traced = tracemalloc.get_traced_memory()[0]
-    tracemalloc.stop()
-    lines.append(
-        f"| GreedySelection, all pages candidates | {sel.nbytes() / n:.1f} | {traced / n:.1f} |"
-    )
-    e2 = uniform_engine(n)
-    tracemalloc.start()
-    slotted_sel = SlottedGreedySelection(e2)
-    for i in range(n):
-        slotted_sel.push(i, i % 1000)
-    traced = tracemalloc.get_traced_memory()[0]
-    tracemalloc.stop()
-    lines.append(
-        f"| SlottedGreedySelection, 1,000 hosts | {slotted_sel.nbytes() / n:.1f} | "
-        f"{traced / n:.1f} |"
-    )
-    del e2, slotted_sel
-    keys = [os.urandom(20) for _ in range(min(n, 1_000_000))]
-    tracemalloc.start()
-    index = {k: i for i, k in enumerate(keys)}
-    traced = tracemalloc.get_traced_memory()[0]
-    tracemalloc.stop()
-    lines.append(
-        f"| dict fingerprint -> id (Scrapy layer, not engine; keys' own 53 bytes excluded) | "
-        f"- | {traced / len(index):.1f} |"
-    )
-    lines.append("")
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--nodes", type=int, default=1_000_000)
     ap.add_argument("--events", type=int, default=100_000)
-    ap.add_argument("--out", type=Path, default=ROOT / "results" / "engine_perf.md")
+    ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
-    lines = [
-        "# Engine speed and memory\n",
-        f"Generated by `python -m benchmarks.engine_perf --nodes {args.nodes}` "
-        f"({os.cpu_count()} cores). Speeds are best of 3; ratios are against baselines "
-        "measured in the same run.\n",
-        "## Simulator (batch path)\n",
-    ]
-    simulator_speed(args.nodes, lines)
-    lines.append("## Per-event path (the scheduler's)\n")
-    per_event_speed(args.nodes, lines, args.events)
-    lines.append(f"## Memory at {args.nodes:,} pages\n")
-    memory(args.nodes, lines)
-    text = "\n".join(lines)
-    print(text)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
+    n = args.nodes
+    data = {"simulator": simulator(n), "per event": per_event(n, args.events), "memory": memory(n)}
+    markdown = page(
+        "Engine speed and memory",
+        f"Speeds on {os.cpu_count()} cores, each beside a baseline of the same run; memory per "
+        "page of the engine's capacity. The docstring of `benchmarks/engine_perf.py` says how.",
+        f"## Simulator (batch path), {n:,} pages",
+        table(["run", "visits/s", "time of N visits / one sweep"], data["simulator"]),
+        "## Per-event path (the scheduler's): pop + visit with 5 links + push",
+        table(["queue", "events/s", "ratio", "entries per page"], data["per event"]),
+        f"## Memory at {n:,} pages",
+        table(
+            ["engine, window", "bytes per page (arrays)", "bytes per page (tracemalloc)"],
+            data["memory"],
+        ),
+    )
+    write_results("engine_perf", data, markdown, args.out)
     return 0
 
 

@@ -33,7 +33,7 @@ importance estimates:
 It is computed by power iteration from the importance (a start close to the answer) until the
 L1 change is below :data:`PAGERANK_TOL`: for that moment about 10 bytes per link over the
 state's load with scipy, 26 with numpy alone, 47 while building the graph of a crawl in which
-a page redirected (a sort of all links); ``benchmarks/links_perf.py`` measures it. A state
+a page redirected (a sort of all links); ``benchmarks/export_perf.py`` measures it. A state
 without kept links has no such column.
 """
 

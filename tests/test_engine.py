@@ -649,7 +649,7 @@ def test_rebasing_keeps_the_cash_precise_over_a_long_crawl():
     bench = _precision_benchmark()
     graph = power_law_graph(12, seed=1)
     runs = {"never": None, "at 4": 4.0}
-    result = bench.run(graph, 1_000, runs, direct64=False, log=lambda *a: None)
+    result = bench.run(graph, 1_000, runs)
     never, forced = result["never"][1_000], result["at 4"][1_000]
     assert never["rebases"] == 0 and forced["rebases"] > 100
     bound = 1e-13
