@@ -60,12 +60,6 @@ def peak_rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def children_cpu() -> float:
-    """CPU seconds (user and system) of the finished child processes of this one."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
 class CoreMeter:
     """The machine's busy cores (``/proc/stat``), sampled every 0.2 s on the monotonic clock
     while in the ``with`` block: :meth:`busy` over a span of it."""

@@ -3,18 +3,18 @@ the exact PageRank (damping 0.85) of the site before and after the change.
 
     python -m benchmarks.changing_site [--windows W ...] [--seeds 1 2 3] [--out DIR]
 
-The Django manual's link graph (N pages), served by ``tests.support.sites.ChangingSite``, changes at
-the 3N-th page request as the seed draws: a tenth of the pages removed (a third answer 410, the
-others 404; half the links to them taken out, the others left broken), N/10 new pages linked from
-the home page, a fifth of the other links moved (to pages drawn by in-degree + 1). A crawl per
-window and seed (continuous, 8 concurrent requests, 7N fetches); at each commit (every N/50 visits),
-Kendall tau (pages with in-links) of the state's importance (0 for a page not known yet) against the
-PageRank of the old graph and of the new one (removed pages are no pages, broken links no links).
-*to 0.85*: fetches after the change (the server's count) until tau against the new graph is 0.85,
-beside the engine alone (``Simulation``, every page known, no HTTP: the lag that is the window's).
-From the server's log: the removed pages' requests after the change (and after their 404/410), the
-fetches until the first new page and every new page were asked for; from the final state: the
-removed pages' status, the most cash one holds, their importance.
+The Django manual's link graph (N pages), served by ``tests.support.sites.ChangingSite``,
+changes at the 3N-th page request as the seed draws: a tenth of the pages removed (a third answer
+410, the others 404; half the links to them taken out, the others left broken), N/10 new pages
+linked from the home page, a fifth of the other links moved (to pages drawn by in-degree + 1). A
+crawl per window and seed (continuous, 8 concurrent requests, 7N fetches); at each commit (every
+N/50 visits), Kendall tau (pages with in-links) of the state's importance (0 for a page not known
+yet) against the PageRank of the old graph and of the new one (removed pages are no pages, broken
+links no links). *to 0.85*: fetches after the change (the server's count) until tau against the
+new graph is 0.85, beside the engine alone (``Simulation``, every page known, no HTTP: the lag
+that is the window's). From the server's log: the removed pages' requests after the change (and
+after their 404/410), the fetches until the first and the last new page were asked for; from the
+final state: the removed pages' status, the most cash one holds, their importance.
 """
 
 from __future__ import annotations
@@ -39,8 +39,7 @@ from scrapy_opic.simulator.simulation import Simulation
 from tests.support.sites import ChangingSite, StaticSite
 
 GOAL, BEFORE, AFTER = 0.85, 3, 4  # (fetches before and after the change: N times)
-RANK = ("window", "seed", "tau old at the change", "tau new at the change", "to 0.85")
-RANK += ("engine alone to 0.85",)
+RANK = ("window", "seed", "tau old at the change", "tau new", "to 0.85", "engine alone to 0.85")
 GONE = ("window", "seed", "removed asked for 0 / 1 / 2+ times", "after their 404/410")
 GONE += ("status 404 / 410 / ok", "max cash", "importance at the change", "at the end")
 GONE += ("new pages asked: first", "all")
@@ -61,9 +60,7 @@ def django_graph(work: Path) -> tuple[Graph, int]:
 def change(graph: Graph, home: int, seed: int) -> dict:
     """The site before and after the change on the same ids (the old pages, then the new
     section: its index page, then its pages), and the references of tau."""
-    rng = np.random.default_rng(seed)
-    n = graph.n
-    total = n + round(0.1 * n)
+    rng, n, total = np.random.default_rng(seed), graph.n, graph.n + round(0.1 * graph.n)
     removed = np.sort(rng.choice(np.setdiff1d(np.arange(n), [home]), total - n, replace=False))
     gone_410 = removed[rng.random(removed.size) < 1 / 3]
     dead = np.isin(np.arange(total), removed)
@@ -110,22 +107,19 @@ def node(url: str) -> int:
 
 
 def track(path: Path, c: dict, site: ChangingSite, points: list, stop: threading.Event) -> None:
-    """Reads the crawl's state at every new commit until ``stop``: a point per snapshot."""
-    while not stop.wait(0.05):
-        with suppress(StoreError, OSError):  # (not written yet, or being replaced)
-            snapshot(path, c, site, points)
-
-
-def snapshot(path: Path, c: dict, site: ChangingSite, points: list[dict]) -> None:
-    fetches = len(site.log)  # (the server's count: at least the fetches the state holds)
-    with open_state(path) as state:
-        if points and state.engine.visit_count == points[-1]["visits"]:
+    """A point per commit of the crawl's state, read until ``stop`` and then once more."""
+    while True:
+        last = stop.wait(0.05)
+        fetches = len(site.log)  # (the server's count: at least the fetches the state holds)
+        with suppress(StoreError, OSError), open_state(path) as state:  # (written yet, replaced?)
+            visits, x = state.engine.visit_count, np.zeros(c["total"])
+            if not points or visits != points[-1]["visits"]:
+                for p in state.pages():
+                    x[node(p.url)] = p.importance
+                point = {"fetches": fetches, "visits": visits, "removed": x[c["removed"]].sum()}
+                points.append(point | {k: tau(x, c[f"{k}_ref"]) for k in ("old", "new")})
+        if last:
             return
-        visits, x = state.engine.visit_count, np.zeros(c["total"])
-        for p in state.pages():
-            x[node(p.url)] = p.importance
-    point = {"fetches": fetches, "visits": visits, "removed": x[c["removed"]].sum()}
-    points.append(point | {k: tau(x, c[f"{k}_ref"]) for k in ("old", "new")})
 
 
 def crawl_changing(c: dict, window: str, work: Path) -> dict:
@@ -133,15 +127,14 @@ def crawl_changing(c: dict, window: str, work: Path) -> dict:
     n, switch, points, stop = c["n"], BEFORE * c["n"], [], threading.Event()
     removed, new = set(c["removed"].tolist()), set(c["new"].tolist())
     path = work / ".scrapy" / "opic" / "evidence.sqlite"
+    settings = {"OPIC_CONTINUOUS": True, "OPIC_WINDOW": window, "CONCURRENT_REQUESTS": 8}
+    settings |= {"OPIC_COMMIT_VISITS": max(5, n // 50), "OPIC_COMMIT_SECONDS": 1.0}
+    settings["CLOSESPIDER_PAGECOUNT"] = (BEFORE + AFTER) * n
     with ChangingSite(c["before"], c["after"], switch, new, removed, set(c["gone_410"])) as site:
         (tracker := threading.Thread(target=track, args=(path, c, site, points, stop))).start()
-        settings = {"OPIC_CONTINUOUS": True, "OPIC_WINDOW": window, "CONCURRENT_REQUESTS": 8}
-        settings |= {"OPIC_COMMIT_VISITS": max(5, n // 50), "OPIC_COMMIT_SECONDS": 1.0}
-        settings["CLOSESPIDER_PAGECOUNT"] = (BEFORE + AFTER) * n
         crawl(site.url(c["home"]), "opic", work, **settings)
         stop.set()
-        tracker.join()
-        snapshot(path, c, site, points)  # the state the crawl closed with
+        tracker.join()  # (its last point: the state the crawl closed with)
     at = [p for p in points if p["fetches"] <= switch][-1]
     asked = Counter(i for k, i, _ in site.log if k > switch and i in removed).values()
     gone_at = {i: k for k, i, s in reversed(site.log) if i in removed and s in (404, 410)}
@@ -196,8 +189,7 @@ def plot(rows: list[dict], n: int, path: Path) -> None:
         ax.plot(xs, ys, "--", lw=0.8, color=colour, label=f"engine alone, {label}")
     ax.axhline(GOAL, color="grey", lw=0.8)
     ax.axvline(0, color="black", lw=0.8)
-    ax.set(xlabel=f"fetches after the change (N = {n})", ylim=(0.4, 1.0))
-    ax.set(ylabel="Kendall tau against the site's PageRank (pages with in-links)")
+    ax.set(xlabel=f"fetches after the change (N = {n})", ylabel="Kendall tau", ylim=(0.4, 1.0))
     ax.legend(fontsize=6, loc="lower right", ncol=2)
     save_figure(fig, path)
 
@@ -216,8 +208,6 @@ def main(argv: list[str] | None = None) -> int:
             log(f"crawl {k + 1}: {window}, seed {seed}")
             figures = crawl_changing(changes[seed], window, Path(tmp) / f"run-{k}")
             rows.append({"window": window, "seed": seed, **figures})
-    args.out.mkdir(parents=True, exist_ok=True)
-    plot(rows, graph.n, args.out / "changing_site.png")
     c = changes[args.seeds[0]]
     text = page(
         "A changing site",
@@ -228,6 +218,7 @@ def main(argv: list[str] | None = None) -> int:
         *(table(cols, [[r.get(x) for x in cols] for r in rows]) for cols in (RANK, GONE)),
     )
     write_results("changing_site", {"N": graph.n, "crawls": rows}, text, args.out)
+    plot(rows, graph.n, args.out / "changing_site.png")
     return 0
 
 

@@ -4,29 +4,23 @@ engine, against exact PageRank (damping 1 - epsilon, epsilon = 0.15).
     python -m benchmarks.paper_figures                    # about 7 minutes; cnr-2000: REAL_GRAPH
     python -m benchmarks.paper_figures --nodes 5000 --skip-real --out /tmp/figs   # a smoke run
 
-* Fig. 2 / Fig. 3: the error after each pass of N visits (N: the graph's pages; a pass costs
-  one power-iteration sweep) of Greedy, Cycle, Random and the off-line power iteration, on a
-  generated graph (in-degrees drawn from P(I = k) ~ k^-2.1, each in-link from a random page)
-  and on the web graph cnr-2000 (without self-links, which the engine ignores). Greedy runs
-  with each estimator (default: the blend of *lemma*, the credit received H + C, to which the
-  paper's (H + C) / (G + 1) normalises, and *regression*, its slope over G-time) and batch size
-  (the pages with the most cash visited together, as a crawler fetches many at once; 1% of N
-  unless named; 1: per event, the paper's algorithm).
-* Greedy's mean cash at visit, times n. The paper argues that it converges to 2/n (a page's cash
-  grows linearly until Greedy reads it); so it does when cash arrives in small lumps (50
-  out-links per page). With 5 out-links per page it arrives in lumps of about
-  (1 - eps) * 2.5/5 = 0.4/n and settles at 2/n plus the mean lump.
+* Fig. 2 / Fig. 3: the error after each pass of N visits (N: the graph's pages) of Greedy,
+  Cycle, Random and the off-line power iteration, on a generated graph (in-degrees drawn from
+  P(I = k) ~ k^-2.1) and on the web graph cnr-2000. Greedy runs with each estimator (default:
+  the blend of *lemma*, the credit received, and *regression*, its slope over G-time) and batch
+  size (the pages with the most cash visited together; 1% of N unless named; 1: per event).
+* Greedy's mean cash at visit, times n: it converges to 2/n, as the paper argues, when cash
+  arrives in small lumps (50 out-links per page), to 2/n plus the mean lump with 5 (0.4/n).
 * Fig. 4-6: Greedy (batch 1%) crawls 10N pages while, every N/10 visits, pages get their
-  in-degree halved or doubled (the change rate: the share of pages changed per N visits); the
-  error is measured at the end against the graph as it is then. Windows are in G-time: T = 4
-  passes is 4 times the G that a pass of N visits adds. Fig. 5: the measures a page's estimate
-  uses, on the static graph.
+  in-degree halved or doubled (the change rate: pages changed per N visits); the error at the
+  end, against the graph then. Windows are in G-time (T = 4 passes: 4 times a pass's G).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from itertools import islice
 from pathlib import Path
 
 import numpy as np
@@ -68,10 +62,8 @@ def convergence(graph: Graph, batches: tuple[int, ...], passes: int) -> dict[str
         for _ in range(passes):
             sim.run(graph.n)
             out[name].append(compare_to_pagerank(sim.importance(), pr, graph))
-    it = PowerIteration(graph, 1 - EPS).iterate()
-    out["off-line power iteration"] = [
-        compare_to_pagerank(next(it), pr, graph) for _ in range(passes)
-    ]
+    it = islice(PowerIteration(graph, 1 - EPS).iterate(), passes)
+    out["off-line power iteration"] = [compare_to_pagerank(v, pr, graph) for v in it]
     return out
 
 
@@ -110,15 +102,13 @@ def windows(graph: Graph, passes: int) -> dict:
     g0 = sim.engine.G
     sim.run(5 * n)
     g = (sim.engine.G - g0) / 5  # the G-time of a pass
-    fig4 = {f"Variable Window {k}": f"variable:{k}" for k in (4, 8, 16)}
-    fig4["Interpolation (4 passes)"] = f"interpolation:{4 * g:g}"
+    interpolation = {"Interpolation (4 passes)": f"interpolation:{4 * g:g}"}
+    fig4 = {f"Variable Window {k}": f"variable:{k}" for k in (4, 8, 16)} | interpolation
     fig6 = {"Unbounded (static OPIC)": "unbounded", "Variable Window 8": "variable:8"}
     fig6["Fixed Window (8 passes)"] = f"fixed:{8 * g:g}"
-    fig6["Improved Fixed Window (4 passes, min 3)"] = f"improved:{4 * g:g}:3"
-    fig6["Interpolation (4 passes)"] = fig4["Interpolation (4 passes)"]
-    out = {}
+    fig6 |= {"Improved Fixed Window (4 passes, min 3)": f"improved:{4 * g:g}:3"} | interpolation
+    out = {name: {} for name in fig4 | fig6}
     for name, spec in (fig4 | fig6).items():
-        out[name] = {}
         for rate in RATES:
             rng, g = np.random.default_rng(11), graph
             sim = Simulation(graph, "greedy", EPS, window=spec, batch=b, seed=1)
@@ -131,70 +121,53 @@ def windows(graph: Graph, passes: int) -> dict:
     return {"Fig. 4": list(fig4), "Fig. 6": list(fig6), "runs": out}
 
 
-def plot(series: dict, xlabel: str, title: str, path: Path, log: bool = True) -> None:
-    """A PNG of a line per named ``(xs, errors)`` series."""
-    import matplotlib
+def plot(lines: dict, xs: list, xlabel: str, title: str, out: Path, stem: str, yscale="log") -> str:
+    """``out/STEM.png``, a line of errors per name over ``xs``; its Markdown."""
+    from matplotlib import colormaps
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    ax.set_prop_cycle(color=plt.get_cmap("tab20").colors)
-    for name, (xs, ys) in series.items():
+    ax = Figure(figsize=(7, 4.2), layout="tight").subplots()
+    ax.set_prop_cycle(color=colormaps["tab20"].colors)
+    for name, ys in lines.items():
         ax.plot(xs, ys, marker="o", ms=3, label=name)
-    ax.set(xlabel=xlabel, ylabel="mean relative error (%)", title=title)
-    ax.set_yscale("log" if log else "linear")
+    ax.set(xlabel=xlabel, ylabel="mean relative error (%)", title=title, yscale=yscale)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    save_figure(fig, path)
-    plt.close(fig)
+    save_figure(ax.figure, out / f"{stem}.png")
+    return f"![{stem}]({stem}.png)"
 
 
 def render(data: dict, out: Path) -> str:
     """The results page of ``data`` (see :func:`main`); the plots are written to ``out``."""
     sections = []
-    for graph, plots in PLOTS.items():
-        if graph not in data:
-            continue
-        runs = data[graph]
-        cols = [c for c in PASSES if c <= len(runs["off-line power iteration"])]
-        sections.append(f"## {graph}")
+    for graph in [g for g in PLOTS if g in data]:
+        runs, xs = data[graph], range(1, len(data[graph]["off-line power iteration"]) + 1)
+        cols, sections = [c for c in PASSES if c in xs], [*sections, f"## {graph}"]
         for metric, label in METRICS.items():
             rows = [[k, *(r[c - 1][metric] for c in cols)] for k, r in runs.items()]
             rows.append(["target", *(TARGETS[metric].get(c) for c in cols)])
-            head = ["run", *(f"{c}N" for c in cols)]
-            sections += [f"### {label}", table(head, rows)]
-        for metric, stem in plots.items():
-            series = {k: (range(1, len(r) + 1), [x[metric] for x in r]) for k, r in runs.items()}
-            plot(series, "passes of N visits", f"{METRICS[metric]}, {graph}", out / f"{stem}.png")
-            sections.append(f"![{stem}]({stem}.png)")
-    win, names = data["windows"], list(data["windows"]["runs"])
+            sections += [f"### {label}", table(["run", *(f"{c}N" for c in cols)], rows)]
+        for metric, stem in PLOTS[graph].items():
+            lines, title = {k: [x[metric] for x in r] for k, r in runs.items()}, METRICS[metric]
+            sections.append(plot(lines, xs, "passes of N visits", f"{title}, {graph}", out, stem))
+    win, head = data["windows"]["runs"], ["window", *(f"{100 * r:g}%" for r in RATES)]
     sections.append("## A changing graph (Fig. 4-6)")
     for metric, label in ERRORS.items():
-        rows = [[k, *(win["runs"][k][r][metric] for r in RATES)] for k in names]
-        head = ["window", *(f"{100 * r:g}%" for r in RATES)]
+        rows = [[k, *(r[rate][metric] for rate in RATES)] for k, r in win.items()]
         sections += [f"### Fig. 4, Fig. 6: {label}", table(head, rows)]
     for fig, stem in (("Fig. 4", "fig4_window_sizes"), ("Fig. 6", "fig6_window_policies")):
-        xs = [100 * r for r in RATES]
-        series = {k: (xs, [win["runs"][k][r]["error_all"] for r in RATES]) for k in win[fig]}
+        lines = {k: [win[k][r]["error_all"] for r in RATES] for k in data["windows"][fig]}
         xlabel, title = "change rate (% of pages per N visits)", f"{fig}: {ERRORS['error_all']}"
-        plot(series, xlabel, title, out / f"{stem}.png", log=False)
-        sections.append(f"![{fig}]({stem}.png)")
-    sections.append("### Fig. 5: measures per page (static graph)")
-    sections.append(
-        table(["window", "measures"], [[k, win["runs"][k][0.0]["measures"]] for k in names])
-    )
+        sections.append(plot(lines, [100 * r for r in RATES], xlabel, title, out, stem, "linear"))
+    fig5 = table(["window", "measures"], [[k, r[0.0]["measures"]] for k, r in win.items()])
+    sections += ["### Fig. 5: measures per page (static graph)", fig5]
     cols = (*PASSES, 20)
-    cash = [
-        [g, *(v[c - 1] if c <= len(v) else None for c in cols)] for g, v in data["cash"].items()
-    ]
+    cash = [[g, *((v + [None] * 20)[c - 1] for c in cols)] for g, v in data["cash"].items()]
     return page(
         "The paper's experiments, regenerated",
         "The importance of each crawl against exact PageRank after N visits and more (N: the "
         "graph's pages): the error is 100 x mean |X - PR| / PR over all pages or over the top 10% "
-        "by PageRank; tau is Kendall's tau over the pages with in-links. The docstring of "
-        "`benchmarks/paper_figures.py` says how each experiment runs.",
+        "by PageRank; tau is Kendall's tau over the pages with in-links.",
         *sections,
         "## Greedy's cash at visit time (x n), per event",
         table(["graph", *(f"pass {c}" for c in cols)], cash),

@@ -1,37 +1,27 @@
 """Scale: the OPIC scheduler against Scrapy's own as the frontier grows.
 
     python -m benchmarks.scale crawl [--pages 10000] [--links 100] [--back 0] [--concurrency 32]
-        [--repeats 3] [--log-level ERROR] [--out benchmarks/results]
+        [--repeats 3] [--out benchmarks/results]
+    python -m benchmarks.scale frontier [--urls 1000000,10000000] [--links 100] [--kill-after 4]
+        [--workdir /work/tmp-scale] [--out benchmarks/results]
 
-``crawl``: real Scrapy crawls of an in-process web (a download handler makes every page on the
-spot, no sockets) where every page links to ``--links`` new URLs (and back to ``--back`` of its
-ancestors, all duplicates): 10,000 pages make 1,000,000 URLs known. Each crawl runs in a fresh
-process with a JOBDIR of its own, under Scrapy's default scheduler (disk queues, LIFO) or OPIC
-(the README's four settings lines), alternating. Measured in that process: pages/s from the
-engine's start to its stop (the scheduler's close, which writes the JOBDIR, included) and in
-each tenth of the pages; the URLs the scheduler knows (``scheduler/enqueued``: Scrapy's
-dupefilter refuses the repeats; ``opic/pages``); peak RSS, and the RSS grown from before the
-crawl to its last page per known URL; the JOBDIR's bytes on disk.
+``crawl``: Scrapy crawls, each in a fresh process with a JOBDIR, under Scrapy's default scheduler
+and OPIC (the README's four settings lines) alternating, of an in-process web (no sockets) where
+each page links to ``--links`` new URLs and ``--back`` of its ancestors. Measured: pages/s from
+the engine's start to its stop (the scheduler's close included) and per tenth of the pages; the
+URLs the scheduler knows (``scheduler/enqueued``, ``opic/pages``); peak RSS, RSS grown to the
+last page per known URL; the JOBDIR's size on disk.
 
-    python -m benchmarks.scale frontier [--urls 1000000,10000000] [--links 100] [--inflight 16]
-        [--no-kill] [--kill-after 4] [--workdir /work/tmp-scale] [--out benchmarks/results]
-
-``frontier``: the embedded store, no Scrapy engine. A child process opens the frontier as the
-scheduler does with a JOBDIR (``open_frontier``, OPIC's defaults) and makes the scheduler's
-calls until it knows ``--urls`` URLs: it holds up to ``--inflight`` leases (one download slot's
-limit) and visits the oldest, whose ``--links`` new URLs the visit pays; then each request is
-filed by a ``schedule`` call of its own, as ``enqueue_request`` files it (a due checkpoint waits
-for them: the scheduler's ``ready``), and the upkeep tick runs every ``maintain_interval``. RSS
-is read after ``gc.collect()`` and glibc's ``malloc_trim(0)``, every baseline with Scrapy,
-Twisted and the scheduler imported. Reported: RSS per known URL (and the engine arrays' share);
-visits/s, and the last tenth's over the second's (1: no slowdown as the frontier grows); what a
-checkpoint writes (``SqliteStore.last_commit``) and what its call costs, periodic ones (the
-store's own thread writes the rows) against the last ``BLOCKING`` (``commit(wait=True)``); two
-drivers at the smallest size sent SIGKILL (by themselves, after ``--kill-after`` full
-checkpoints: halfway to the next or as it is issued), and the visits lost; the resume of each
-state in a fresh process to its first lease (total cash, a request row for every pending page);
-the CSV export and ``top(25)`` in a fresh process each. The states live under ``--workdir``,
-removed at the end.
+``frontier``: the embedded store alone, opened as the scheduler opens it with a JOBDIR and given
+the scheduler's calls until it knows ``--urls`` URLs: ``INFLIGHT`` leases held, the oldest
+visited paying ``--links`` new URLs, each request then filed by a ``schedule`` call of its own
+(a due checkpoint waits for them), the upkeep tick every ``maintain_interval``. RSS is read
+after ``malloc_trim``, with Scrapy, Twisted and the scheduler imported. Reported: RSS per known
+URL; visits/s, and the last tenth's over the second's; what a checkpoint writes and its call
+costs, periodic (the store's thread writes the rows) and the last ``BLOCKING``; two drivers at
+the smallest size killed by SIGKILL after ``--kill-after`` full checkpoints (halfway to the
+next, or as it is issued) and the visits lost; each state's resume to its first lease (total
+cash, a request row per pending page); the CSV export and ``top(25)``. Each in a fresh process.
 
 Each mode writes its section of ``scale.md`` (the other one's is kept) and ``scale_MODE.json``.
 """
@@ -43,10 +33,8 @@ import ctypes
 import gc
 import hashlib
 import json
-import os
 import pickle
 import re
-import shlex
 import shutil
 import signal
 import sqlite3
@@ -55,7 +43,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from functools import partial
 from pathlib import Path
 
 from benchmarks._harness import RESULTS, child_env, peak_rss, table, write_results
@@ -63,13 +50,10 @@ from benchmarks._harness import RESULTS, child_env, peak_rss, table, write_resul
 HOST, SPIDER, SCHEDULERS = "web.test", "fanout", ("scrapy", "opic")
 #: The last checkpoints before the frontier's target are blocking (``commit(wait=True)``).
 BLOCKING = 3
+INFLIGHT = 16
 MB = 1024 * 1024
-TENTHS = [f"{k}0%" for k in range(1, 11)]
 TITLE = "# Scale: the OPIC scheduler as the frontier grows"
-SECTIONS = {
-    "crawl": "Fan-out crawl",
-    "frontier": "Frontier at scale: the embedded store driven as the scheduler drives it",
-}
+SECTIONS = {"crawl": "Fan-out crawl", "frontier": "Frontier at scale: the embedded store alone"}
 _HREF = re.compile(rb'href="([^"]+)"')
 
 
@@ -78,23 +62,18 @@ def page_url(k: int) -> str:
 
 
 def page_body(k: int, links: int, back: int) -> bytes:
-    """Page ``k`` of a tree: links to the ``links`` new pages ``k*links+1`` ..
-    ``k*links+links`` (no other page links to them), then ``back`` links to its ancestors
-    (parent, grandparent... up to the root: fetched already, every back link a duplicate)."""
+    """Page ``k`` of a tree: links to its ``links`` children ``k*links+1`` .. (no other page
+    links to them), then to ``back`` of its ancestors up to the root (each a duplicate)."""
     hrefs = [page_url(i) for i in range(k * links + 1, k * links + links + 1)]
-    up = k
-    for _ in range(back):
-        if up == 0:
-            break
-        up = (up - 1) // links
-        hrefs.append(page_url(up))
+    while k and len(hrefs) < links + back:
+        k = (k - 1) // links
+        hrefs.append(page_url(k))
     inner = "".join(f'<a href="{h}">{h[-6:]}</a>\n' for h in hrefs)
-    return f"<html><head><title>{k}</title></head><body>\n{inner}</body></html>".encode()
+    return f"<html><body>\n{inner}</body></html>".encode()
 
 
 def rss(trim: bool = True) -> int:
-    """This process's resident bytes now (``VmRSS``); with ``trim``, once the heap's free memory
-    is handed back to the system, so that it counts what is held, not what malloc kept."""
+    """Resident bytes now; with ``trim``, of what is held, not what malloc kept."""
     if trim:
         gc.collect()
         ctypes.CDLL("libc.so.6").malloc_trim(0)
@@ -107,9 +86,8 @@ def disk_mb(path: Path) -> float:
     return sum(p.stat().st_blocks * 512 for p in path.rglob("*") if p.is_file()) / MB
 
 
-def rows_table(rows: list[dict]) -> str:
-    """A table of ``rows``, its header their keys (each row has the same keys)."""
-    return table(list(rows[0]), [list(row.values()) for row in rows])
+def rows_table(rows: list[dict]) -> str:  # (each row has the same keys)
+    return table(list(rows[0]), [list(row.values()) for row in rows]) if rows else "(not run)"
 
 
 # -- the children, each in a fresh process: their results are rows of the tables ---------------
@@ -148,15 +126,9 @@ def crawl_child(p: dict) -> dict:
             for m in _HREF.finditer(response.body):
                 yield scrapy.Request(m.group(1).decode("ascii"))
 
-    settings = {
-        "JOBDIR": p["jobdir"],
-        "CONCURRENT_REQUESTS": p["concurrency"],
-        "CLOSESPIDER_PAGECOUNT": pages,
-        "LOG_LEVEL": p["log_level"],
-        "DOWNLOAD_HANDLERS": {"http": Web},
-        "ROBOTSTXT_OBEY": False,
-        "TELNETCONSOLE_ENABLED": False,
-    }
+    settings = {"JOBDIR": p["jobdir"], "CONCURRENT_REQUESTS": p["concurrency"]}
+    settings |= {"CLOSESPIDER_PAGECOUNT": pages, "DOWNLOAD_HANDLERS": {"http": Web}}
+    settings |= {"ROBOTSTXT_OBEY": False, "TELNETCONSOLE_ENABLED": False, "LOG_LEVEL": "ERROR"}
     if opic:  # the README's four settings lines (the scheduler imported before the baseline)
         from tests.support.crawl_runner import OPIC
 
@@ -169,21 +141,23 @@ def crawl_child(p: dict) -> dict:
     t0 = time.perf_counter()
     process.start()
     wall = time.perf_counter() - t0
+    done = crawler.spider.parsed
     known = crawler.stats.get_value("opic/pages" if opic else "scheduler/enqueued")
-    return {
-        "pages": crawler.spider.parsed,
-        "pages/s": crawler.spider.parsed / wall,
+    run = {
+        "pages": done,
+        "pages/s": done / wall,
         "known URLs": known,
         "peak RSS MB": peak_rss() / MB,
-        "RSS grown B/URL": (rss_end[0] - baseline) / known,
-        "JOBDIR MB": disk_mb(Path(p["jobdir"])),
-        "tenths": [(marks[i] - marks[i - 1]) / (times[i] - times[i - 1]) for i in range(1, 11)],
     }
+    run |= {"RSS grown B/URL": (rss_end[0] - baseline) / known}
+    run |= {"JOBDIR MB": disk_mb(Path(p["jobdir"]))}
+    rates = [(marks[i] - marks[i - 1]) / (times[i] - times[i - 1]) for i in range(1, 11)]
+    return run | {"tenths": {f"{k}0%": rate for k, rate in enumerate(rates, 1)}}
 
 
 def open_frontier(jobdir: Path):
-    """The frontier exactly as the scheduler opens it with a JOBDIR (resumed if it holds one),
-    in a process that has imported what a Scrapy crawl with OPIC has."""
+    """The frontier as the scheduler opens it with a JOBDIR (resumed if it holds one), with
+    what a Scrapy crawl with OPIC imports imported."""
     import scrapy.crawler  # noqa: F401
     import twisted.internet.reactor  # noqa: F401
 
@@ -194,15 +168,13 @@ def open_frontier(jobdir: Path):
     settings = OpicSettings.from_settings({"JOBDIR": str(jobdir)})
     meta = {"spider": SPIDER, "settings": settings.as_dict()}
     # (each request pickled whole: larger rows than the scheduler's own encode_request)
-    return settings, open_frontier(settings, SPIDER, partial(pickle.dumps, protocol=4), meta)
+    return settings, open_frontier(settings, SPIDER, lambda r: pickle.dumps(r, protocol=4), meta)
 
 
 def drive_child(p: dict) -> dict:
-    """A fresh frontier driven until it knows ``p["urls"]`` URLs: the scheduler's calls in the
-    scheduler's order. With ``p["kill"]``, the driver writes the visits done and sends itself
-    SIGKILL after ``p["after"]`` full-interval checkpoints: as the next one is issued
-    (``"commit"``: its rows still being written by the store's thread) or halfway to it
-    (``"mid"``)."""
+    """A fresh frontier driven to ``p["urls"]`` URLs. With ``p["kill"]``, SIGKILL after
+    ``p["after"]`` full-interval checkpoints: as the next is issued (``"commit"``: its rows still
+    being written by the store's thread) or halfway to it (``"mid"``)."""
     import scrapy
 
     from scrapy_opic.opic.frontier import Entry, Link
@@ -220,9 +192,9 @@ def drive_child(p: dict) -> dict:
 
     def die() -> None:
         died = {"visits done": engine.visit_count, "last checkpoint at": full[-1]}
-        died["on disk at"] = landed[-1]
-        Path(p["result"]).write_text(json.dumps(died | {"commit interval": interval}))
-        os.kill(os.getpid(), signal.SIGKILL)
+        died |= {"on disk at": landed[-1], "commit interval": interval}
+        Path(p["result"]).write_text(json.dumps(died))
+        signal.raise_signal(signal.SIGKILL)
 
     def timed_commit(wait: bool = False) -> None:
         n, blocking = engine.n, wait or engine.n >= blocking_from
@@ -243,17 +215,14 @@ def drive_child(p: dict) -> dict:
     unfiled = 0  # the requests of the last visit's links not filed yet
     frontier.ready = lambda: not unfiled
     rss_before = rss()
-    marks = [-(-target * k // 10) for k in range(1, 11)]
-    deciles: list[tuple[float, int]] = [(0.0, 0)]  # (seconds, visits) at each tenth of the URLs
+    deciles = [(0.0, 0)]  # (seconds, visits) as the URLs known reach each tenth of the target
     held: list = []
-
-    def sha1(url: str) -> bytes:  # a page's key: 20 bytes, as Scrapy's request fingerprints
-        return hashlib.sha1(url.encode()).digest()
-
     t_start = last_tick = time.perf_counter()
-    frontier.schedule([Entry(sha1(page_url(0)), page_url(0), 0, HOST, template)])
+    frontier.schedule(
+        [Entry(hashlib.sha1(page_url(0).encode()).digest(), page_url(0), 0, HOST, template)]
+    )
     while engine.n < target:
-        while len(held) < p["inflight"] and (lease := frontier.pop(())) is not None:
+        while len(held) < INFLIGHT and (lease := frontier.pop(())) is not None:
             held.append(lease)
         if not held:
             break
@@ -261,7 +230,7 @@ def drive_child(p: dict) -> dict:
         request = pickle.loads(lease.payload) if isinstance(lease.payload, bytes) else lease.payload
         k, meta = int(request["url"].rsplit("/", 1)[1]), {"depth": request["meta"]["depth"] + 1}
         urls = [page_url(j) for j in range(k * links + 1, k * links + links + 1)]
-        keys = [sha1(u) for u in urls]
+        keys = [hashlib.sha1(u.encode()).digest() for u in urls]  # (as Scrapy's fingerprints)
         # The visit pays the links (no payload: each code NEEDS_PAYLOAD), then each request is
         # filed on its own as it reaches the scheduler's enqueue_request.
         frontier.visit(lease, [Link(key, u) for key, u in zip(keys, urls)])
@@ -278,13 +247,11 @@ def drive_child(p: dict) -> dict:
             frontier.figures()
             frontier.top_page()
             last_tick = now
-        while len(deciles) <= 10 and engine.n >= marks[len(deciles) - 1]:
-            deciles.append((now - t_start, visits))
+        deciles += [(now - t_start, visits)] * (min(engine.n * 10 // target, 10) + 1 - len(deciles))
     wall = time.perf_counter() - t_start
     rss_end, n = rss(), engine.n
     rates = [(v1 - v0) / max(t1 - t0, 1e-9) for (t0, v0), (t1, v1) in zip(deciles, deciles[1:])]
-    checkpoints = []
-    blocking = [c for c in commits if c["blocking"]]
+    checkpoints, blocking = [], [c for c in commits if c["blocking"]]
     periodic = [c for c in commits if not c["blocking"] and c["n"] >= target / 2]
     for kind, group in (("periodic", periodic), ("blocking", blocking)):
         if group:
@@ -295,19 +262,12 @@ def drive_child(p: dict) -> dict:
                 | {"page MB": mean["page_bytes"] / MB, "build s": mean["seconds"]}
                 | {"call wall s": mean["wall"]}
             )
-    memory = {
-        "URLs known": n,
-        "visits": engine.visit_count,
-        "visits/s": engine.visit_count / wall,
-        "last tenth / second tenth visits/s": rates[-1] / rates[1],
-        "RSS before first page MB": rss_before / MB,
-        "RSS at end MB": rss_end / MB,
-        "peak RSS MB": peak_rss() / MB,
-        "B/URL at end": rss_end / n,
-        "B/URL grown": (rss_end - rss_before) / n,
-        # (its arrays grow by np.zeros: the room past the pages known is not resident)
-        "of which the engine's B/URL": engine.nbytes() / engine.capacity,
-    }
+    memory = {"URLs known": n, "visits": engine.visit_count, "visits/s": engine.visit_count / wall}
+    memory |= {"last tenth / second tenth visits/s": rates[-1] / rates[1]}
+    memory |= {"peak RSS MB": peak_rss() / MB, "B/URL at end": rss_end / n}
+    # (the engine's arrays grow by np.zeros: the room past the pages known is not resident)
+    memory |= {"B/URL grown": (rss_end - rss_before) / n}
+    memory |= {"of which the engine's B/URL": engine.nbytes() / engine.capacity}
     frontier.close(held)
     memory["JOBDIR MB"] = disk_mb(Path(p["jobdir"]))
     return {"memory": memory, "checkpoints": checkpoints}
@@ -323,20 +283,12 @@ def resume_child(p: dict) -> dict:
     _settings, frontier = open_frontier(path.parent)
     lease = frontier.pop(())
     seconds = time.perf_counter() - t0
-    state = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    state = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)  # (closed at exit)
     _, pending, in_flight, _ = frontier.counts  # (discovered, pending, in flight, visited)
-    result = {
-        "state MB": path.stat().st_size / MB,
-        "resume s": seconds,
-        "RSS after MB": rss() / MB,
-        "URLs known": frontier.engine.n,
-        "visits": frontier.engine.visit_count,
-        "pending": pending,
-        "in flight": in_flight,
-        "request rows": state.execute(f'SELECT count(*) FROM "{REQUESTS_TABLE}"').fetchone()[0],
-        "abs(cash - 1)": abs(frontier.total_cash() - 1),
-    }
-    state.close()
+    rows = state.execute(f'SELECT count(*) FROM "{REQUESTS_TABLE}"').fetchone()[0]
+    result = {"resume s": seconds, "RSS after MB": rss() / MB, "URLs known": frontier.engine.n}
+    result |= {"visits": frontier.engine.visit_count, "pending": pending, "in flight": in_flight}
+    result |= {"request rows": rows, "abs(cash - 1)": abs(frontier.total_cash() - 1)}
     frontier.close([lease])
     return result
 
@@ -355,9 +307,6 @@ def export_child(p: dict) -> dict:
     return {f"{what} s": s, f"{what} rows": rows, f"{what} peak MB": over}
 
 
-CHILDREN = dict(crawl=crawl_child, drive=drive_child, resume=resume_child, export=export_child)
-
-
 def run_child(child: str, work: Path, **params: object) -> dict:
     """A child process, run in ``work``: its result (it must exit 0, or be killed if told to)."""
     result = work / f"{child}.json"
@@ -368,30 +317,20 @@ def run_child(child: str, work: Path, **params: object) -> dict:
     return json.loads(result.read_text())
 
 
-def kill_trial(urls: int, options: dict, work: Path, when: str) -> tuple[dict, dict]:
-    """A driver killed (``when``: see :func:`drive_child`), its state resumed: their rows."""
-    jobdir = work / f"kill-{when}"
-    jobdir.mkdir()
-    died = run_child("drive", work, urls=urls, jobdir=str(jobdir), kill=when, **options)
-    back = run_child("resume", work, jobdir=str(jobdir))
-    shutil.rmtree(jobdir)
-    lost = died["visits done"] - back["visits"]
-    return {"trial": when, **died, "visits resumed": back["visits"], "lost": lost}, back
-
-
 # -- the modes, and the page ----------------------------------------------------------------
-def write_section(out: Path, mode: str, body: str, data: dict) -> None:
+def write_section(out: Path, mode: str, command: str, prose: str, *tables: str, **data) -> int:
     """``mode``'s section of ``out/scale.md`` (the other mode's kept), ``out/scale_<mode>.json``."""
     path = out / "scale.md"
     old = path.read_text().split("\n## ")[1:] if path.exists() else []
     sections = {s.split("\n", 1)[0]: s.strip() for s in old}  # (a new one replaces its old one)
-    sections |= {SECTIONS[mode]: f"{SECTIONS[mode]}\n\n{body}"}
+    sections[SECTIONS[mode]] = "\n\n".join([SECTIONS[mode], f"`{command}`", prose, *tables])
     write_results(f"scale_{mode}", data, None, out)
     path.write_text("\n\n## ".join([TITLE, *sections.values()]) + "\n")
+    return 0
 
 
 def run_crawl(args: argparse.Namespace, command: str) -> int:
-    options = {k: getattr(args, k) for k in ("pages", "links", "back", "concurrency", "log_level")}
+    options = {k: getattr(args, k) for k in ("pages", "links", "back", "concurrency")}
     runs, tenths = [], []
     for repeat in range(1, args.repeats + 1):
         for name in SCHEDULERS:
@@ -399,87 +338,69 @@ def run_crawl(args: argparse.Namespace, command: str) -> int:
                 jobdir = str(Path(tmp) / "jobdir")
                 run = run_child("crawl", Path(tmp), scheduler=name, jobdir=jobdir, **options)
             print(f"[{repeat}] {name}: {run['pages/s']:.1f} pages/s", file=sys.stderr)
-            rates = run.pop("tenths")
-            tenths.append({"#": repeat, "scheduler": name} | dict(zip(TENTHS, rates)))
+            tenths.append({"#": repeat, "scheduler": name} | run.pop("tenths"))
             # (the crawl before an OPIC one is Scrapy's of the same repeat)
             ratio = run["pages/s"] / runs[-1]["pages/s"] if name == "opic" else None
             runs.append({"#": repeat, "scheduler": name, **run, "OPIC / Scrapy": ratio})
-    medians = []
-    for name in SCHEDULERS:
-        mine = [list(r.values())[2:] for r in runs if r["scheduler"] == name]
-        values = [None if None in c else statistics.median(c) for c in zip(*mine)]
-        medians.append(dict(zip(runs[0], ["median", name, *values])))
-    body = [
-        f"`{command}`",
-        f"Every page links to {args.links} new URLs and back to {args.back} of its ancestors; "
-        f"{args.concurrency} concurrent requests, JOBDIR set, each crawl a fresh process, the "
-        "two schedulers alternating. Pages/s: engine start to stop, the scheduler's close "
-        "included; RSS grown: from before the crawl to its last page, per URL it knows.",
-        rows_table(runs + (medians if args.repeats > 1 else [])),
-        "Pages/s in each tenth of the crawl (the first includes the start):",
-        rows_table(tenths),
-    ]
-    write_section(args.out, "crawl", "\n\n".join(body), {"runs": runs, "tenths": tenths})
-    return 0
+    prose = (
+        f"Every page links to {args.links} new URLs and back to {args.back} of its ancestors, "
+        f"{args.concurrency} concurrent requests. RSS grown: from before the crawl to its last "
+        "page, per URL the scheduler knows. Then pages/s in each tenth of the crawl."
+    )
+    tables = rows_table(runs), rows_table(tenths)
+    return write_section(args.out, "crawl", command, prose, *tables, runs=runs, tenths=tenths)
 
 
 def run_frontier(args: argparse.Namespace, command: str) -> int:
     urls = sorted(int(x) for x in args.urls.replace("_", "").split(","))
-    options = {"links": args.links, "inflight": args.inflight}
     args.workdir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="frontier-", dir=args.workdir))
-    jobdir = work / "jobdir"
     memory, checkpoints, resumes, exports, kills = [], [], [], [], []
+    trials = [(n, None) for n in urls] + [(urls[0], "mid"), (urls[0], "commit")]
     try:
-        for n in urls:
+        for n, kill in trials:  # each size driven, then two drivers killed at the smallest
+            jobdir = work / "jobdir"
             jobdir.mkdir()
-            drive = run_child("drive", work, urls=n, jobdir=str(jobdir), **options)
-            memory.append(drive["memory"])
-            checkpoints += drive["checkpoints"]
+            params = {"kill": kill, "after": args.kill_after} if kill else {}
+            drive = run_child("drive", work, urls=n, jobdir=str(jobdir), links=args.links, **params)
             back = run_child("resume", work, jobdir=str(jobdir))
-            resumes.append({"state": f"{n:,} URLs", **back})
-            row = {"URLs known": drive["memory"]["URLs known"]}
-            for kind in ("CSV", "top(25)"):
-                out = str(work / "export.csv")
-                row |= run_child("export", work, kind=kind, jobdir=str(jobdir), out=out)
-            exports.append(row)
+            resumes.append({"state": f"kill -9 ({kill})" if kill else f"{n:,} URLs", **back})
+            if kill:
+                lost = drive["visits done"] - back["visits"]
+                kills.append(
+                    {"trial": kill, **drive, "visits resumed": back["visits"], "lost": lost}
+                )
+            else:
+                memory.append(drive["memory"])
+                checkpoints += drive["checkpoints"]
+                exports.append({"URLs known": drive["memory"]["URLs known"]})
+                for kind in ("CSV", "top(25)"):
+                    out = str(work / "export.csv")
+                    exports[-1] |= run_child("export", work, kind=kind, jobdir=str(jobdir), out=out)
             shutil.rmtree(jobdir)
-            print(f"{n:,} URLs: {drive['memory']['visits/s']:.0f} visits/s", file=sys.stderr)
-            if args.kill and n == urls[0]:
-                for when in ("mid", "commit"):
-                    kill, back = kill_trial(n, options | {"after": args.kill_after}, work, when)
-                    kills.append(kill)
-                    resumes.append({"state": f"kill -9 ({when})", **back})
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    body = [
-        f"`{command}`",
-        f"Each visit links {args.links} new URLs, up to {args.inflight} leases held; the last "
-        f"{BLOCKING} checkpoints before the target are blocking, the others periodic. B/URL: "
-        "bytes of RSS per known URL; grown: over the RSS before the first page. Resumes, "
-        "exports (peak: RSS over the process's baseline) and kills each in a fresh process.",
-        "### Memory and speed",
-        rows_table(memory),
-        "### Checkpoints (means; periodic: the non-blocking ones past half the URLs)",
-        rows_table(checkpoints),
-        f"### kill -9 at {urls[0]:,} URLs",
-        rows_table(kills) if kills else "(not run)",
-        "### Resume to the first lease (a fresh process)",
-        rows_table(resumes),
-        "### Export",
-        rows_table(exports),
-    ]
+    prose = (
+        f"Each visit links {args.links} new URLs, up to {INFLIGHT} leases held. B/URL: bytes "
+        "of RSS per known URL; grown: over the RSS before the first page. Checkpoints: means; "
+        "periodic: the non-blocking ones past half the URLs. Export peak: RSS over the baseline."
+    )
+    tables = [
+        "### Memory and speed", rows_table(memory),
+        "### Checkpoints", rows_table(checkpoints),
+        f"### kill -9 at {urls[0]:,} URLs", rows_table(kills),
+        "### Resume to the first lease", rows_table(resumes),
+        "### Export", rows_table(exports),
+    ]  # fmt: skip
     data = {"memory": memory, "checkpoints": checkpoints, "kills": kills, "resumes": resumes}
-    write_section(args.out, "frontier", "\n\n".join(body), data | {"exports": exports})
-    return 0
+    return write_section(args.out, "frontier", command, prose, *tables, **data, exports=exports)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["_child"]:  # one measurement, in a fresh process
         params = json.loads(argv[2])
-        result = CHILDREN[argv[1]](params)
-        Path(params["result"]).write_text(json.dumps(result))
+        Path(params["result"]).write_text(json.dumps(globals()[f"{argv[1]}_child"](params)))
         return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="mode", required=True)
@@ -488,18 +409,15 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--back", type=int, default=0, help="links back to each page's ancestors")
     c.add_argument("--concurrency", type=int, default=32, help="CONCURRENT_REQUESTS")
     c.add_argument("--repeats", type=int, default=3)
-    c.add_argument("--log-level", default="ERROR")
     f = sub.add_parser("frontier", help="the embedded frontier driven directly, at scale")
     f.add_argument("--urls", default="1000000,10000000", help="URLs known at the end, per run")
-    f.add_argument("--inflight", type=int, default=16, help="leases held at a time")
-    f.add_argument("--no-kill", dest="kill", action="store_false", help="skip the kill -9 trial")
     f.add_argument("--kill-after", type=int, default=4, help="full checkpoints before a kill")
     f.add_argument("--workdir", type=Path, default=Path("/work/tmp-scale"), help="states here")
     for mode in (c, f):
         mode.add_argument("--links", type=int, default=100, help="new URLs linked by each page")
         mode.add_argument("--out", type=Path, default=RESULTS, help="the results directory")
     args = ap.parse_args(argv)
-    command = "python -m benchmarks.scale " + shlex.join(argv)
+    command = "python -m benchmarks.scale " + " ".join(argv)
     return (run_frontier if args.mode == "frontier" else run_crawl)(args, command)
 
 

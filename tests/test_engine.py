@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from scrapy_opic.opic import OpicEngine, parse_window
 from scrapy_opic.opic.constants import CLOSED
 from scrapy_opic.opic.engine import FETCHED
+from tests.support import float_reference
 
 TOL = 1e-9
 
@@ -633,31 +634,26 @@ def test_a_saved_state_keeps_the_rebase_scalars():
     assert _teleport(back)[j] == back.acc_credit + back.credit_base
 
 
-def _precision_benchmark():
-    from benchmarks import precision
-
-    return precision
-
-
 def test_rebasing_keeps_the_cash_precise_over_a_long_crawl():
     # 1,000 passes over 12 pages, against the same crawl with every value stored directly in
-    # long doubles (benchmarks.precision): without a rebase the cash is off by about 1e-12
-    # on average (the accumulators reach about 400 times the total cash); rebasing whenever
-    # they pass 4 keeps it near 1e-15, what a float does when it stores cash directly.
+    # long doubles (tests.support.float_reference): without a rebase the cash is off by about
+    # 1e-12 on average (the accumulators reach about 400 times the total cash); rebasing
+    # whenever they pass 4 keeps it near 1e-15, what a float does when it stores cash directly.
+    # Importance is a ratio of values that drift together: within 1e-14 either way.
     from scrapy_opic.opic.graph import power_law_graph
 
-    bench = _precision_benchmark()
     graph = power_law_graph(12, seed=1)
     runs = {"never": None, "at 4": 4.0}
-    result = bench.run(graph, 1_000, runs)
+    result = float_reference.run(graph, 1_000, runs)
     never, forced = result["never"][1_000], result["at 4"][1_000]
     assert never["rebases"] == 0 and forced["rebases"] > 100
     bound = 1e-13
     for name in ("cash", "teleport"):
-        assert never["errors"][name][1] > bound, name  # mean relative error over pages
-        assert forced["errors"][name][1] < bound / 10, name
-    assert abs(never["errors"]["total"][0]) > bound
-    assert abs(forced["errors"]["total"][0]) < bound / 10
+        assert never[name][1] > bound, name  # mean relative error over pages
+        assert forced[name][1] < bound / 10, name
+    assert never["total"] > bound
+    assert forced["total"] < bound / 10
+    assert never["importance"][0] < bound / 10 and forced["importance"][0] < bound / 10
 
 
 @pytest.mark.parametrize(
@@ -668,8 +664,7 @@ def test_a_crawl_from_one_seed_rebases_once_it_knows_a_thousand_pages(refresh):
     # The seed alone gets the endowment at the first payout: the accumulator holds 1 while 4,000
     # pages hold about 1/4,000 each. The default threshold rebases once, at about 1,000 pages;
     # without it the total cash drifts 15 times as far in two passes.
-    bench = _precision_benchmark()
-    plain = bench.growing_crawl(4_000, None, refresh)
-    rebased = bench.growing_crawl(4_000, OpicEngine.REBASE_AT, refresh)
+    plain = float_reference.growing_crawl(4_000, None, refresh)
+    rebased = float_reference.growing_crawl(4_000, OpicEngine.REBASE_AT, refresh)
     assert plain["rebases"] == 0 and rebased["rebases"] == 1
     assert plain["total"] > 2e-12 > rebased["total"]

@@ -89,11 +89,8 @@ times the pages as a crawl grows after its first payouts (the endowment is paid 
 alone: a crawl from one seed holds ``acc_all = 1`` while its pages hold about ``1 / n``). A
 page's cash is then a small difference of two large numbers, and the rounding of each payout's
 addition to ``acc_all`` moves the cash of every live page at once: the total cash by up to
-``acc_all * live`` float epsilons per payout. Measured (``benchmarks/results/precision.md``):
-after 10,000 passes over 200 pages the total cash is off by 7e-11 and a page's cash by 7e-11 on
-average, against 5e-14 for the same crawl with cash stored directly in floats (the error grows
-about as passes^1.5); a crawl from one seed to 20,000 pages is off by 2e-10 after two passes.
-Importance is not affected (its errors stay at the direct model's, 1e-13 at most).
+``acc_all * live`` float epsilons per payout, an error that grows with the passes (faster than
+their number). Importance, a ratio of values that drift together, is not affected.
 
 :meth:`OpicEngine.rebase` folds the accumulators into the per-page values (``s += offset``,
 ``cb -= acc_credit``) and restarts them at 0: no true value changes (cash bit for bit), and a
@@ -103,15 +100,13 @@ n_unfetched`` or ``acc_credit`` passes ``rebase_at`` (default 2^10: a payout's r
 the total cash by at most about 1e-13). That is every 2,500 passes or so over a fixed site, or
 once a crawl knows about a thousand times as many pages as it had seeds, and never in the
 short sequences of the differential test (56 at most); it costs two multiplications per payout
-and, per rebase, O(n) vectorised (1 ms for a million pages). With it the figures above are
-7e-12 and 5e-13; a lower ``rebase_at`` buys more (16: within 2x of the direct model on
-average) at the price of rebases in short crawls.
+and, per rebase, O(n) vectorised. A lower ``rebase_at`` keeps the cash closer to what floats
+storing it directly would hold, at the price of rebases in short crawls. (``tests/test_engine.py``
+compares the engine with the same crawl stored in long doubles, with and without rebases.)
 
 ``G`` is not rebased: it is the clock (it never decreases) and the time of the received-credit
 moments. ``G - last_g`` (what G-clock windows read) loses bits as ``G`` grows (log2 of the
-passes) however the values are stored: 7e-11 after 10,000 passes, as in the direct model. The
-Redis frontier's script has no rebase (left for later): the engines of the two frontiers stay bit
-for bit equal as long as the embedded one has not rebased.
+passes) however the values are stored, as it would in a model storing them directly.
 
 Two paths share that state and these formulas: :meth:`OpicEngine.visit` applies one event in pure
 Python (the Scrapy scheduler), :meth:`OpicEngine.visit_batch` visits many pages at once with numpy
