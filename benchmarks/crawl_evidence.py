@@ -1,7 +1,7 @@
 """Crawl-ordering evidence on sites served on 127.0.0.1, and the scheduler's overhead.
 
     python -m benchmarks.crawl_evidence [--pages 2000] [--skip-docs] [--out DIR]
-    python -m benchmarks.crawl_evidence --only-real --real-graph EDGES [--real-fraction 0.25]
+    python -m benchmarks.crawl_evidence --only-real [--real-graph EDGES] [--real-fraction 0.25]
 
 * Orders: the share of the PageRank (damping 0.85) of the graph the crawls saw (fetched pages,
   their in-site links, redirects folded in) held by the first 1%, 10%, 25%, 50% of the pages
@@ -40,6 +40,7 @@ from scrapy.utils.misc import load_object
 from scrapy.utils.test import get_crawler
 
 from benchmarks._harness import RESULTS, page, table, write_results
+from benchmarks.paper_figures import REAL_GRAPH
 from scrapy_opic.export import open_state
 from scrapy_opic.opic.graph import Graph, from_edges, load_edge_list
 from scrapy_opic.opic.pagerank import pagerank
@@ -250,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pages", type=int, default=2000, help="pages of the generated site")
     ap.add_argument("--skip-docs", action="store_true", help="no real manuals")
     ap.add_argument("--only-real", action="store_true", help="crawl --real-graph only")
-    ap.add_argument("--real-graph", type=Path, help="an edge list (cnr-2000)")
+    ap.add_argument("--real-graph", type=Path, default=REAL_GRAPH, help="an edge list")
     ap.add_argument("--real-fraction", type=float, default=0.25)
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
