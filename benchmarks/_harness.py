@@ -55,6 +55,12 @@ def best_of(fn: Callable[[], object], repeat: int = 3) -> float:
     return best
 
 
+def rss_now() -> int:
+    """This process's resident bytes now (``/proc/self/statm``: Linux)."""
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
 def peak_rss() -> int:
     """This process's peak resident bytes so far (``ru_maxrss``, KiB on Linux)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks._harness import RESULTS, best_of, page, table, write_results
+from benchmarks._harness import RESULTS, best_of, page, rss_now, table, write_results
 from scrapy_opic.opic import GreedySelection, OpicEngine, SlottedGreedySelection
 from scrapy_opic.opic.graph import power_law_graph
 from scrapy_opic.opic.pagerank import PowerIteration
@@ -98,12 +98,6 @@ def per_event(n: int, events: int) -> list[list]:
         t, size = selection(hosts)
         rows.append([name, events / t, base / t, size / n])
     return rows
-
-
-def rss_now() -> int:
-    """This process's resident bytes now."""
-    with open("/proc/self/statm") as fh:
-        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def memory(n: int) -> list[list]:

@@ -45,7 +45,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks._harness import RESULTS, child_env, peak_rss, table, write_results
+from benchmarks._harness import RESULTS, child_env, peak_rss, rss_now, table, write_results
 
 HOST, SPIDER, SCHEDULERS = "web.test", "fanout", ("scrapy", "opic")
 #: The last checkpoints before the frontier's target are blocking (``commit(wait=True)``).
@@ -77,8 +77,7 @@ def rss(trim: bool = True) -> int:
     if trim:
         gc.collect()
         ctypes.CDLL("libc.so.6").malloc_trim(0)
-    with open("/proc/self/status") as fh:
-        return next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmRSS:"))
+    return rss_now()
 
 
 def disk_mb(path: Path) -> float:
