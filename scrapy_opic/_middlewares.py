@@ -193,19 +193,26 @@ class OpicSpiderMiddleware:
         spider = self.crawler.spider
         assert spider is not None  # (a response is parsed: the spider is open)
         should_follow = self._offsite.should_follow
-        follows: dict[str | None, bool] = {}
+        # Host and answer per URL origin (``scheme://netloc``, of which the host name is a
+        # function), so that a page's many links to a few hosts parse a few URLs, not all.
+        # (OffsiteMiddleware.should_follow reads the request's host name alone.)
+        origins: dict[str, tuple[str | None, bool]] = {}
         for o in out:
             if not isinstance(o, Request):
                 continue
-            host = urlparse_cached(o).hostname
-            if o.dont_filter or o.meta.get("allow_offsite"):
-                yield o, host, True
-                continue
-            # (OffsiteMiddleware.should_follow reads the request's host name alone.)
-            known = follows.get(host)
+            url = o.url
+            start = url.find("://") + 3
+            end = start + _netloc_length(url, start) if start > 2 else 0
+            known = origins.get(url[:end]) if end else None
             if known is None:
-                known = follows[host] = should_follow(o, spider)
-            yield o, host, known
+                host = urlparse_cached(o).hostname
+                known = (host, should_follow(o, spider))
+                if end:
+                    origins[url[:end]] = known
+            if o.dont_filter or o.meta.get("allow_offsite"):
+                yield o, known[0], True
+            else:
+                yield o, known[0], known[1]
 
     def _stamp(self, out: list[Any], importance: float) -> None:
         """``OPIC_ITEM_FIELD``: the page's importance (just after its visit) into its items."""
@@ -229,6 +236,17 @@ class OpicSpiderMiddleware:
                         type(exc).__name__,
                         exc,
                     )
+
+
+def _netloc_length(url: str, start: int) -> int:
+    """The length of the network location of ``url`` that begins at ``start`` (it ends at
+    the first ``/``, ``?`` or ``#`` after it, as ``urllib.parse.urlsplit`` reads it)."""
+    end = len(url)
+    for mark in "/?#":
+        i = url.find(mark, start, end)
+        if i >= 0:
+            end = i
+    return end - start
 
 
 def _http_time(value: bytes | None) -> float | None:

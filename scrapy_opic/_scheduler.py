@@ -879,12 +879,15 @@ class OpicScheduler(BaseScheduler):
             return True
         if self._unfiled:
             self._unfiled.discard(request)
-        lease = self._held(request)  # a retry or redirect of a page in flight here?
-        self.detach(request)
-        if lease is not None:
-            return self._follow_up(request, lease)
-        again = self._again(request)
+        # A link a visit filed has its code, and settle_visit detached it: neither a follow-up
+        # nor a lease to take out (the common case, so asked first).
         code = self._codes.pop(request, None) if self._codes else None
+        if code is None:
+            lease = self._held(request)  # a retry or redirect of a page in flight here?
+            self.detach(request)
+            if lease is not None:
+                return self._follow_up(request, lease)
+        again = self._again(request)
         if code is None or code == NEEDS_PAYLOAD:  # not filed by a visit: file it now
             code = self.frontier.schedule([self._entry(request)], again=again)[0]
         if code in (SCHEDULED, FORWARDED):

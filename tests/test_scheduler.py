@@ -772,3 +772,55 @@ def test_a_typical_request_is_stored_in_a_few_bytes():
         decode_request(data, None, spider)
     with pytest.raises(ValueError, match="not a stored request"):
         decode_request(b"\x07junk", url, spider)
+
+
+ORIGINS = [
+    "http://a.example",
+    "http://A.Example:8080",
+    "https://a.example",
+    "http://user:pw@a.example",
+    "http://user@b.example:81",
+    "http://sub.a.example",
+    "http://[::1]:8000",
+    "http://b.example",
+    "http://elsewhere.example",
+]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(ORIGINS),
+            st.sampled_from(["", "/", "/p/1.html", "?q=/x", "#top/y", "/a?b#c"]),
+            st.booleans(),
+        ),
+        max_size=12,
+    )
+)
+def test_the_middleware_answers_each_link_as_offsite_and_urlparse_would(links):
+    """The spider middleware reads a link's host and OffsiteMiddleware's answer once per URL
+    origin: each link gets what parsing it alone would give."""
+    from scrapy.downloadermiddlewares.offsite import OffsiteMiddleware
+
+    from scrapy_opic._middlewares import OpicSpiderMiddleware
+
+    class Allowed(Spider):
+        name = "allowed"
+        allowed_domains = ["a.example", "[::1]"]
+
+    crawler = get_crawler(Allowed)
+    crawler.spider = spider = Allowed.from_crawler(crawler)
+    mw = OpicSpiderMiddleware.from_crawler(crawler)
+    mw._offsite.spider_opened(spider)
+    judge = OffsiteMiddleware(crawler.stats)
+    judge.spider_opened(spider)
+    out: list = [{"item": 1}]
+    for origin, rest, dont_filter in links:
+        out.append(Request(origin + rest, dont_filter=dont_filter))
+    got = list(mw._requests(out))
+    requests = [o for o in out if isinstance(o, Request)]
+    assert [g[0] for g in got] == requests
+    for o, host, follows in got:
+        assert host == urlparse_cached(Request(o.url)).hostname
+        assert follows == (o.dont_filter or judge.should_follow(Request(o.url), spider))
