@@ -160,7 +160,7 @@ class OpicSpiderMiddleware:
         followed: list[Request] = []
         weights: list[float] = []
         refused: list[tuple[Request, float]] = []
-        page_host = urlparse_cached(response).hostname
+        page_host = None if plain else urlparse_cached(response).hostname
         for o, host, ok in self._requests(out):
             if plain:
                 if ok:
