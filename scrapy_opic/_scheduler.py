@@ -1063,11 +1063,14 @@ class OpicScheduler(BaseScheduler):
         Returns the page's importance just after the visit if ``OPIC_ITEM_FIELD`` asks for it
         (else, or if the page was not in flight here, ``None``). ``failed``: the callback raised
         after yielding them, the page's outcome is ``spider_error``."""
-        for o in followed:
-            # A copy of the page's own request (pagination by response.request.replace) must
-            # not pass for a retry or redirect of it, nor carry the errback wrapper.
-            self.detach(o)
+        # The page's lease first: the callback may yield its own request object again (to
+        # fetch the page once more), and detaching it takes the lease out of its meta.
         lease = self._held(request)
+        for o in followed:
+            # A copy of the page's own request (pagination by response.request.replace), or
+            # that request itself, must not pass for a retry or redirect of it, nor carry the
+            # errback wrapper.
+            self.detach(o)
         if lease is None:
             return None
         links, owners, repeats = self._links_of(followed, weights, boosts)

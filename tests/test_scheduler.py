@@ -207,6 +207,24 @@ def test_a_copy_of_the_popped_request_is_a_request_of_its_own(schedulers):
     assert total_cash(s) == pytest.approx(1.0, abs=1e-12)
 
 
+@pytest.mark.parametrize("dont_filter", [False, True])
+def test_a_callback_that_yields_its_own_request_again(schedulers, dont_filter):
+    """``yield response.request`` (the very object, to fetch the page once more): the page's
+    visit is settled all the same, its lease ends, and the request is then a link like any
+    other: refused as a duplicate, or (``dont_filter``) fetched once more, as Scrapy does."""
+    s = schedulers.make()
+    s.enqueue_request(Request(URLS[0], callback=s.spider.parse, dont_filter=dont_filter))
+    page = s.next_request()
+    other = Request(URLS[1])
+    visit(s, page, [page, other])
+    assert s.counts["opic/visits"] == 1 and not s._leases
+    assert s.enqueue_request(page) is dont_filter
+    assert s.enqueue_request(other)
+    fetched = {s.next_request().url for _ in range(1 + dont_filter)}
+    assert fetched == {URLS[1], URLS[0]} if dont_filter else fetched == {URLS[1]}
+    assert total_cash(s) == pytest.approx(1.0, abs=1e-12)
+
+
 def test_a_continuous_crawl_accepts_a_visited_page_again(schedulers):
     s = schedulers.make(OPIC_CONTINUOUS=True)
     s.enqueue_request(Request(URLS[0]))
