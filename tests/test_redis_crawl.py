@@ -419,8 +419,10 @@ def test_a_continuous_crawl_refetching_by_change_survives_a_kill(tmp_path, redis
     procs: dict[str, subprocess.Popen] = {}
     try:
         with Site(g, host_of=lambda i: HOSTS[i % 6], addresses=HOSTS) as site:
-            for name in ("a", "b"):
-                procs[name] = start_worker(tmp_path, name, site.url(0), more, HOSTS)
+            # (No page count for the process to kill: it must still be crawling when killed.)
+            unbounded = {**more, "CLOSESPIDER_PAGECOUNT": 0}
+            procs["a"] = start_worker(tmp_path, "a", site.url(0), unbounded, HOSTS)
+            procs["b"] = start_worker(tmp_path, "b", site.url(0), more, HOSTS)
             wait_for(lambda: len(site.hits) >= 250, "250 fetches")
             procs["a"].send_signal(signal.SIGKILL)
             assert procs.pop("a").wait(timeout=30) == -signal.SIGKILL
