@@ -84,9 +84,9 @@ class RewriteMiddleware:
 
 class CpuMeter:
     """An extension for the benchmarks: the CPU time of this process (all its threads) from the
-    first response to the spider's close, in the stats as ``cpu/crawl_seconds`` (a crawl's
-    cost without the start-up and shutdown of the process, and less sensitive than wall time
-    to other work on the machine)."""
+    first response to the spider's close (0 without a response), in the stats as
+    ``cpu/crawl_seconds`` (a crawl's cost without the start-up and shutdown of the process, and
+    less sensitive than wall time to other work on the machine)."""
 
     def __init__(self, crawler) -> None:
         import time
@@ -106,8 +106,10 @@ class CpuMeter:
             self.start = self.clock()
 
     def spider_closed(self, spider, reason) -> None:
-        if self.start is not None:
-            self.crawler.stats.set_value("cpu/crawl_seconds", self.clock() - self.start)
+        # (A process of a fleet may get no response at all: its crawl cost nothing, and every
+        # reader of the stats finds the figure.)
+        spent = 0.0 if self.start is None else self.clock() - self.start
+        self.crawler.stats.set_value("cpu/crawl_seconds", spent)
 
 
 class SiteSpider(scrapy.Spider):
