@@ -295,7 +295,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "OPIC_WINDOW",
         None,
-        "history window spec; None = 'unbounded' (one-pass) or 'interpolation:30' (continuous)",
+        "history window spec; None = 'unbounded' (one-pass) or 'adaptive:30' (continuous)",
         _optional(_window),
     ),
     Setting(
@@ -540,7 +540,7 @@ def _resolve(values: dict[str, Any]) -> None:
     if values["refresh"] is None:
         values["refresh"] = 1.0 if continuous else 0.0
     if values["window"] is None:
-        values["window"] = "interpolation:30" if continuous else "unbounded"
+        values["window"] = "adaptive:30" if continuous else "unbounded"
     if not continuous:
         values["refetch"] = "cash"  # (a one-pass crawl refetches nothing)
     elif values["refetch"] == "freshness" and values["store"] != "redis":

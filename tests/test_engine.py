@@ -21,6 +21,7 @@ WINDOWS = [
     "unbounded:regression",
     "unbounded:blend",
     "interpolation:0.5",
+    "adaptive:0.5:0.1",
     "variable:3",
     "fixed:0.7",
     "improved:0.7:2",
@@ -281,6 +282,8 @@ def test_batch_path_of_size_one_matches_event_path(g, order, window, refresh):
         b.visit_batch(
             np.array([i]), np.array([0, len(adj[i])]), np.array(adj[i], dtype=int), np.array(w)
         )
+        for e in (a, b):  # (the site's links move now and then: an adaptive window adapts)
+            e.links_changed(float(r % 3 == 0))
     np.testing.assert_allclose(a.cash(), b.cash(), rtol=1e-9, atol=1e-13)
     np.testing.assert_allclose(a.hist[:n], b.hist[:n], rtol=1e-9, atol=1e-13)
     np.testing.assert_allclose(a.importance(), b.importance(), rtol=1e-7, atol=1e-12)
@@ -352,7 +355,10 @@ def test_window_spec_parsing():
     assert parse_window(None).spec() == "unbounded"
     assert parse_window("unbounded").estimator == "blend"
     assert parse_window("unbounded:lemma").spec() == "unbounded:lemma"
-    for bad in ("", "nope", "interpolation", "interpolation:-1", "variable:0", "unbounded:x"):
+    assert parse_window("adaptive:30").T_min == 5 and parse_window("adaptive:30:wall").T_min == 5
+    assert parse_window("adaptive:30:2:wall").spec() == "adaptive:30:2:wall"
+    bad_ones = ("", "nope", "interpolation", "interpolation:-1", "variable:0", "unbounded:x")
+    for bad in (*bad_ones, "adaptive", "adaptive:30:40", "adaptive:30:0", "adaptive:30:1:2"):
         with pytest.raises(ValueError):
             parse_window(bad)
 

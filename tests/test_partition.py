@@ -483,7 +483,7 @@ def test_a_journal_of_refetches_by_change_replays_bit_for_bit():
     partition loaded from its checkpoint and journal is the live one, rates and links too."""
     pages, links = site()
     clock = Clock()
-    fs = fleets(2, True, 1.0, False, "freshness", time_fn=clock, window="interpolation:30")
+    fs = fleets(2, True, 1.0, False, "freshness", time_fn=clock, window="adaptive:30")
     for f in fs:
         f.discovery = 0.3
     bus = Bus(fs)
@@ -509,6 +509,8 @@ def test_a_journal_of_refetches_by_change_replays_bit_for_bit():
             for name, arr in a.page_arrays().items():
                 assert np.array_equal(arr[: a.n], b.page_arrays()[name][: b.n]), (k, name)
             assert a.header()["scalars"] == b.header()["scalars"], k
+            # (The adaptive window's watch on the links is fed by records too.)
+            assert a.header()["window"] == b.header()["window"], k
             ra, rb = live.frontier.refresher, again.frontier.refresher
             # (Each page's period follows the plans, which are the fleet's and not records:
             # a new owner plans again. The change observations are records.)
@@ -519,6 +521,8 @@ def test_a_journal_of_refetches_by_change_replays_bit_for_bit():
                 (i, x.ids.tolist()) for i, x in rb.kept()
             ]
             assert live.remote_kept == again.remote_kept
+    seen = [p.frontier.engine.window.changed_at for f in fs for p in f.parts.values()]
+    assert any(at is not None for at in seen)  # (links dropped, pages gone: changes seen)
 
 
 def test_kept_links_to_other_partitions_get_their_share_of_unchanged_and_settle_visits():

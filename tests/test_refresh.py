@@ -517,3 +517,46 @@ def test_plans_take_at_most_a_twentieth_of_the_crawls_time():
     assert not r.planner.due(1, clock())
     clock.t += 1.5
     assert r.planner.due(1, clock())
+
+
+def test_a_revisit_tells_the_engine_how_far_the_page_links_moved():
+    """What the adaptive window watches: at each parsed revisit, the share of the page's
+    links (to other pages) new or gone since its last parsed visit; a page gone counts 1."""
+    clock = Clock()
+    engine = OpicEngine(epsilon=EPS, refresh=1.0, window="adaptive:30")
+    f = MemoryFrontier(engine, "greedy", True, refresher=Refresher(Planner(), wall=clock))
+    told: list[tuple[int, float]] = []
+    last: list[int] = []
+
+    def observe(share: float, now: float) -> None:
+        told.append((last[-1], share))
+
+    engine.window.observe_change = observe  # type: ignore[method-assign]
+    links = {0: [1, 2], 1: [], 2: [], 3: []}
+
+    def lease_of(i: int):
+        """Pops (visiting the other pages over their links) until page ``i`` comes out."""
+        for _ in range(50):
+            clock.t += 1.0
+            lease = f.pop()
+            if lease is None:
+                f.schedule([entry(i)], again=True)
+                continue
+            last.append(idx(f, lease))
+            if last[-1] == i:
+                return lease
+            f.visit(lease, [link(j) for j in links[last[-1]]])
+        raise AssertionError(f"page {i} never popped")
+
+    f.schedule([entry(0)])
+    f.visit(lease_of(0), [link(1), link(2)])
+    assert told == []  # a first visit: nothing to compare with
+    f.visit(lease_of(1), [])
+    f.visit(lease_of(0), [link(1), link(2)])
+    assert told[-1] == (0, 0.0)  # the same links
+    links[0] = [2, 0, 3, 3]
+    f.visit(lease_of(0), [link(j) for j in links[0]])
+    assert told[-1] == (0, pytest.approx(2 / 3))  # 1 gone, 3 new, of 1, 2, 3 (self, repeat: none)
+    f.visit(lease_of(3), [])
+    assert f.fail(lease_of(3), 404)  # fetched before, now gone
+    assert told[-1] == (3, 1.0)

@@ -33,7 +33,7 @@ def test_defaults_depend_on_the_crawl_mode():
     one_pass = OpicSettings.from_settings({})
     assert (one_pass.refresh, one_pass.window) == (0.0, "unbounded")
     continuous = OpicSettings.from_settings({"OPIC_CONTINUOUS": "true"})
-    assert continuous.refresh == 1.0 and continuous.window == "interpolation:30"
+    assert continuous.refresh == 1.0 and continuous.window == "adaptive:30"
     explicit = OpicSettings.from_settings({"OPIC_REFRESH": "0.3", "OPIC_WINDOW": "Fixed:10"})
     assert explicit.refresh == 0.3 and explicit.window == "fixed:10"
 

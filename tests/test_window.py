@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from scrapy_opic.opic import (
+    AdaptiveInterpolation,
     FixedWindow,
     ImprovedFixedWindow,
     Interpolation,
@@ -173,3 +174,94 @@ def test_fixed_default_history_is_used_as_given():
     e = OpicEngine(window="interpolation:10", default_history=0.25)
     j = e.add_page()
     assert e.hist[j] == pytest.approx(2.5)
+
+
+def changed(w: AdaptiveInterpolation, share: float, now: float, visits: int) -> None:
+    for _ in range(visits):
+        w.observe_change(share, now)
+
+
+def test_the_adaptive_window_is_interpolation_until_the_links_change():
+    a, b = engine_with("adaptive:10", n=3), engine_with("interpolation:10", n=3)
+    for e in (a, b):
+        e.init_uniform()
+        for i in (0, 1, 2, 0, 2, 1, 0):
+            e.visit(i, [(i + 1) % 3, (i + 2) % 3])
+            e.links_changed(0.0)  # (revisits whose links are the same: no change)
+    np.testing.assert_array_equal(a.hist[:3], b.hist[:3])
+    np.testing.assert_array_equal(a.importance(), b.importance())
+    assert a.window.window(a.G) == 10 and a.window.spec() == "adaptive:10"
+
+
+def test_the_adaptive_window_shrinks_at_a_change_and_grows_back_with_the_time_since():
+    w = AdaptiveInterpolation(30)
+    assert w.T_min == 5 and w.window(100.0) == 30
+    changed(w, 1.0, 10.0, 3)  # one page that moved all its links: noise, not a change
+    assert w.changed_at is None
+    changed(w, 0.3, 12.0, 20)  # a third of the links of page after page: a change
+    assert w.changed_at == 12.0 and w.changing
+    assert w.window(12.0) == 5 and w.window(20.0) == 8 and w.window(50.0) == 30
+    changed(w, 0.3, 14.0, 200)  # the change goes on: it started at 12
+    assert w.changed_at == 12.0 and w.window(22.0) == 10
+    changed(w, 0.0, 16.0, 400)  # quiet, then a new change starts
+    assert not w.changing
+    changed(w, 0.5, 40.0, 20)
+    assert w.changed_at == 40.0 and w.window(41.0) == 5
+
+
+def test_a_site_whose_links_churn_steadily_gets_its_long_window_back():
+    w = AdaptiveInterpolation(30, 3)
+    for k in range(5000):  # a tenth of every page's links rotate, visit after visit
+        w.observe_change(0.1, k / 100)
+    assert w.changed_at is not None and w.changed_at < 1 and w.window(50.0) == 30
+
+
+@pytest.mark.parametrize("scalar", [False, True])
+def test_the_adaptive_formula_reads_the_history_over_the_window_of_the_moment(scalar):
+    w = AdaptiveInterpolation(10, 2)
+    e = engine_with(w)
+    changed(w, 1.0, 5.0, 10)  # window(8) = 3
+    e.hist[0], e.last_g[0] = 4.0, 6.0
+    # The history stands for a rate of 4 / 10. Over the window of 3: 1.2, of which the
+    # paper's update keeps (3 - 2) / 3 and adds the cash: 0.4 + 1.5 = 1.9, a rate of 1.9 / 3,
+    # stored as that rate times T.
+    assert w.estimate_one(0, 1.5, 8.0) == pytest.approx(1.9 / 3)
+    if scalar:
+        w.absorb_one(e.hist, 0, 1.5, 8.0, e.last_g[0])
+    else:
+        w.absorb(e.hist, ONE, np.array([1.5]), 8.0, e.last_g[ONE])
+    assert e.hist[0] == pytest.approx(1.9 / 3 * 10)
+    e.hist[0] = 4.0  # outside the window of 3 (dt = 4): C * T / dt
+    if scalar:
+        w.absorb_one(e.hist, 0, 1.5, 8.0, 4.0)
+    else:
+        w.absorb(e.hist, ONE, np.array([1.5]), 8.0, np.array([4.0]))
+    assert e.hist[0] == pytest.approx(1.5 * 10 / 4)
+
+
+def test_the_adaptive_window_keeps_its_watch_through_a_saved_state_and_a_clock_shift():
+    e = engine_with("adaptive:20:4:wall", time_fn=lambda: 100.0)
+    changed(e.window, 0.4, 90.0, 30)
+    again = OpicEngine.from_header(e.header())
+    assert again.window.spec() == "adaptive:20:4:wall"
+    assert again.window.scalars() == e.window.scalars() and again.window.window(96.0) == 6
+    assert OpicEngine.from_state(e.state_dict()).window.scalars() == e.window.scalars()
+    g = engine_with("adaptive:20")
+    changed(g.window, 1.0, 3.0, 10)
+    g.shift_clock(2.0)
+    assert g.window.changed_at == 5.0
+    parts = [{"changed_at": None}, {"changed_at": 7.0, "level": 0.2}, {"changed_at": 5.0}]
+    assert AdaptiveInterpolation.merge_scalars(parts)["changed_at"] == 7.0
+
+
+def test_an_engine_tells_its_window_of_a_gone_page_but_not_of_a_forbidden_one():
+    e = engine_with("adaptive:10", n=40)
+    e.init_uniform()
+    for i in range(20):
+        e.visit(i, [])
+    for i in range(20, 40):  # never fetched: robots.txt, offsite
+        e.close_page(i)
+    assert e.window.level == 0
+    for i in range(20):  # 404 after a fetch
+        e.close_page(i)
+    assert e.window.changed_at == e.G

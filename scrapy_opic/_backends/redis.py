@@ -1400,7 +1400,10 @@ class RedisSnapshot:
             "window": meta["window"],
             "self_links": False,
         }
-        window = engines[0].window.scalars() if engines else {}
+        # (One window for the crawl's pages: a policy that learns per partition says what of
+        # the partitions' learning stands for all, on the one clock set above.)
+        parts = [e.window.scalars() for e in engines]
+        window = engines[0].window.merge_scalars(parts) if engines else {}
         self._header = {"params": params, "scalars": self._scalars(clock), "window": window}
 
     def _gather_pages(self) -> None:

@@ -27,6 +27,7 @@ from .selection import (
     make_selection,
 )
 from .window import (
+    AdaptiveInterpolation,
     FixedWindow,
     ImprovedFixedWindow,
     Interpolation,
@@ -39,6 +40,7 @@ from .window import (
 __all__ = [
     "FETCHED",
     "INITIAL",
+    "AdaptiveInterpolation",
     "CycleSelection",
     "Entry",
     "FixedWindow",

@@ -67,8 +67,17 @@ VISIT_DECAY = 0.999
 #: Decay per first visit of the learned default history (cash rate of newly visited pages).
 RATE_DECAY = 0.99
 
+#: The adaptive window's watch on the site's link structure: decay per observed visit of the
+#: running mean of the share of a page's links that changed since its last parsed visit (about
+#: the last 64 visits, so that one page that rotates its links is noise, not a change) ...
+CHANGE_DECAY = 1.0 - 1.0 / 64
+#: ... and the mean above which the site is changing: the window then reaches back no further.
+CHANGE_LEVEL = 0.05
+
 __all__ = [
     "BLEND_LEMMA",
+    "CHANGE_DECAY",
+    "CHANGE_LEVEL",
     "CODES",
     "DAMAGED",
     "CLOSED",

@@ -1006,7 +1006,9 @@ class MemoryFrontier:
             self.link_changes[i] = children
         r = self.refresher
         if r is not None:  # (a parse that failed part-way paid its links all the same)
-            r.keep(i, paid, weights, boosts, virtual_weight)
+            share = r.keep(i, paid, weights, boosts, virtual_weight)
+            if share is not None:  # (a revisit: how far the site's links moved)
+                self.engine.links_changed(share)
             r.observed(i, changed, since=modified)
         self._settled(i, outcome)
         if outcome != OK:

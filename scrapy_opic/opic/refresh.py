@@ -231,11 +231,13 @@ class Refresher:
         weights: Sequence[float] | None,
         boosts: Sequence[float] | None,
         virtual_weight: float,
-    ) -> None:
+    ) -> float | None:
         """Page ``i`` was parsed and paid these links: they are the ones a 304 or a settle
         visit pays later. A page that no kept link leads to any more (the last page that
         linked to it dropped the link) is due for a refetch at once: a page removed from a
-        site loses its links first, and the crawl learns that it is gone only by asking."""
+        site loses its links first, and the crawl learns that it is gone only by asking.
+        Returns the share of the page's links (to other pages) that are new or gone since its
+        links were last kept, of all of them then and now (None: none were kept)."""
         new = np.asarray(ids, np.int32)
         old = self.links_of(i)
         if weights is None and boosts is None and not virtual_weight:
@@ -250,7 +252,7 @@ class Refresher:
                     float(virtual_weight),
                 ),
             )
-        self._count_links(i, None if old is None else old.ids, new)
+        return self._count_links(i, None if old is None else old.ids, new)
 
     def _put(self, i: int, kept: bytes | KeptLinks | None) -> None:
         links = self._links
@@ -258,19 +260,22 @@ class Refresher:
             links.extend([None] * (max(i + 1, 2 * len(links)) - len(links)))
         links[i] = kept
 
-    def _count_links(self, i: int, old: np.ndarray | None, new: np.ndarray) -> None:
+    def _count_links(self, i: int, old: np.ndarray | None, new: np.ndarray) -> float | None:
         """Keep :attr:`indegree` (kept links to each page from other pages, once per page)
-        and expedite the pages it drops to 0."""
+        and expedite the pages it drops to 0; returns what :meth:`keep` does."""
         if old is not None and old.size == new.size and (old == new).all():
-            return  # (the same links: most changed pages)
+            return 0.0  # (the same links: most changed pages)
         # (Python sets: a page's links are tens, where numpy's set operations cost more.)
         added = set(new.tolist())
         added.discard(i)
         lost: set[int] = set()
+        share = None
         if old is not None:
             lost = set(old.tolist())
             lost.discard(i)
+            union = len(lost | added)
             lost, added = lost - added, added - lost
+            share = (len(lost) + len(added)) / union if union else 0.0
         top = max(added) + 1 if added else 0
         deg = self.indegree
         if top > len(deg):
@@ -285,6 +290,7 @@ class Refresher:
             if not deg[j]:
                 now = self.wall() if now is None else now
                 self.schedule.expedite(j, now)
+        return share
 
     def links_of(self, i: int) -> KeptLinks | None:
         """Page ``i``'s kept links (None: it was never parsed, or it was closed since)."""

@@ -16,6 +16,9 @@ over which a page's history is kept. Each policy here implements one of them:
         H <- H * (T - (G - G[i])) / T + C     if G - G[i] < T
         H <- C * T / (G - G[i])               otherwise
 
+``AdaptiveInterpolation(T, T_min)``
+    Interpolation whose window never reaches back before the last change of the link structure
+    the crawl saw (down to ``T_min``): the window the issue of change asks for, not the paper's.
 ``VariableWindow(k)``
     The last ``k`` measures ``(C, G)`` of every page.
 ``FixedWindow(T)``
@@ -41,11 +44,12 @@ own arrays; it reads the engine through its public attributes.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import numpy as np
 
-from .constants import BLEND_LEMMA, ESTIMATORS, SLOPE_NOISE
+from .constants import BLEND_LEMMA, CHANGE_DECAY, CHANGE_LEVEL, ESTIMATORS, SLOPE_NOISE
 
 
 class EngineView(Protocol):
@@ -141,6 +145,11 @@ class WindowPolicy:
         """The sum of :meth:`estimate` over all pages in O(1), or ``None`` if unknown."""
         return None
 
+    def observe_change(self, share: float, now: float) -> None:
+        """The crawl saw a page whose links changed by ``share`` (0 to 1: the share of its
+        links that are new or gone since its last parsed visit; 1 for a page that is gone).
+        Only a policy that adapts its window to change uses it."""
+
     def measures_per_page(self, now: float) -> float:
         """Average number of measures a page's estimate currently uses (the paper's Fig. 5)."""
         raise NotImplementedError
@@ -170,6 +179,12 @@ class WindowPolicy:
 
     def load_scalars(self, scalars: dict) -> None:
         """Restore what :meth:`scalars` gave."""
+
+    @staticmethod
+    def merge_scalars(parts: Sequence[dict]) -> dict:
+        """The scalars of one policy standing for several engines' (their :meth:`scalars`,
+        clocks made one): the first's, for a policy whose scalars are per-engine learning."""
+        return parts[0] if parts else {}
 
     def spec(self) -> str:
         return self.name
@@ -295,7 +310,7 @@ class Interpolation(WindowPolicy):
         hist[ids] = rate * self.T
 
     @staticmethod
-    def _window_cash(h: np.ndarray, dt: np.ndarray, cash: np.ndarray, T: float) -> np.ndarray:
+    def _window_cash(h: np.ndarray, dt: np.ndarray, cash: np.ndarray, T: Any) -> np.ndarray:
         """The paper's formula, both cases, vectorised."""
         inside = dt < T
         # For dt >= T the first branch is unused; guard the division for dt == 0 (never inside).
@@ -324,6 +339,107 @@ class Interpolation(WindowPolicy):
 
     def spec(self) -> str:
         return f"interpolation:{self.T:g}" + (":wall" if self.clock == "wall" else "")
+
+
+class AdaptiveInterpolation(Interpolation):
+    """Interpolation whose window shrinks when the site's link structure changes and grows
+    back with the time since::
+
+        T(now) = min(T, max(T_min, now - changed_at))
+
+    A long window averages out the lumps in which credit arrives (a steadier ranking); once the
+    links move, what a page received before the move is the old graph's PageRank, which a long
+    window keeps for ``T``. The crawl reports what it sees (:meth:`observe_change`): at each
+    parsed revisit the share of the page's links that changed since its last parsed visit, and
+    1 for a page that is gone. A change starts when their running mean
+    (:data:`~.constants.CHANGE_DECAY`) rises above :data:`~.constants.CHANGE_LEVEL` and ends
+    when it falls below half of it: ``changed_at`` is the start of the last change, so a site
+    whose links keep changing at a steady rate gets its long window back, and a new change
+    needs a quiet spell first.
+
+    ``engine.hist[i]`` holds ``T`` times the rate the page's interpolated history stood for at
+    its last visit; a visit and an estimate read it over the window of the moment (the rate
+    kept when the window changes), so a change of window costs nothing per page. With no change
+    seen, every formula is :class:`Interpolation`'s.
+    """
+
+    name = "adaptive"
+
+    def __init__(self, T: float, minimum: float | None = None, clock: str = "g") -> None:
+        super().__init__(T, clock)
+        self.T_min = self.T / 6 if minimum is None else float(minimum)
+        if not 0 < self.T_min <= self.T:
+            raise ValueError("the adaptive window's minimum must be > 0 and at most T")
+        self.level = 0.0  #: running mean of the share of links changed per observed visit
+        self.changed_at: float | None = None  #: when the last change started
+        self.changing = False  #: whether the level is above the change threshold
+
+    def window(self, now: float) -> float:
+        """The window's length at ``now``."""
+        if self.changed_at is None:
+            return self.T
+        return min(self.T, max(self.T_min, now - self.changed_at))
+
+    def observe_change(self, share: float, now: float) -> None:
+        self.level = CHANGE_DECAY * self.level + (1.0 - CHANGE_DECAY) * share
+        if not self.changing and self.level > CHANGE_LEVEL:
+            self.changing, self.changed_at = True, now
+        elif self.changing and self.level < CHANGE_LEVEL / 2:
+            self.changing = False
+
+    def on_new(self, hist: np.ndarray, ids: np.ndarray, now: float, rate: float) -> None:
+        hist[ids] = rate * self.T
+
+    def absorb(
+        self, hist: np.ndarray, ids: np.ndarray, cash: np.ndarray, now: float, last: np.ndarray
+    ) -> None:
+        w = self.window(now)
+        got = self._window_cash(hist[ids] * (w / self.T), now - last, cash, w)
+        hist[ids] = got * (self.T / w)
+
+    def absorb_one(self, hist: Any, i: int, cash: float, now: float, last: float) -> None:
+        w, dt, T = self.window(now), now - last, self.T
+        if dt < w:
+            hist[i] = hist[i] * (w - dt) / w + cash * (T / w)  # (T / w: 1 with no change)
+        else:
+            hist[i] = cash * T / dt
+
+    def estimate(self, ids: np.ndarray, cash: np.ndarray, now: float) -> np.ndarray:
+        w = self.window(now)
+        dt = now - self._last()[ids]
+        return self._window_cash(self._bound().hist[ids] * (w / self.T), dt, cash, w) / w
+
+    def shift(self, delta: float, n: int) -> None:
+        if self.clock == "g" and self.changed_at is not None:
+            self.changed_at += delta
+
+    def scalars(self) -> dict:
+        return {"level": self.level, "changed_at": self.changed_at, "changing": self.changing}
+
+    def state_dict(self, n: int) -> dict:
+        return self.scalars()
+
+    def load_state(self, state: dict, n: int) -> None:
+        self.load_scalars(state)
+
+    def load_scalars(self, scalars: dict) -> None:
+        self.level = float(scalars.get("level", 0.0))
+        at = scalars.get("changed_at")
+        self.changed_at = None if at is None else float(at)
+        self.changing = bool(scalars.get("changing", False))
+
+    @staticmethod
+    def merge_scalars(parts: Sequence[dict]) -> dict:
+        """The latest change any part saw (the shortest window): what a view of several
+        engines' pages on one clock estimates them with."""
+        seen = [p for p in parts if p.get("changed_at") is not None]
+        return max(seen, key=lambda p: p["changed_at"]) if seen else (parts[0] if parts else {})
+
+    def spec(self) -> str:
+        base = f"adaptive:{self.T:g}"
+        if self.T_min != self.T / 6:
+            base += f":{self.T_min:g}"
+        return base + (":wall" if self.clock == "wall" else "")
 
 
 class _MeasureWindow(WindowPolicy):
@@ -545,12 +661,13 @@ class ImprovedFixedWindow(FixedWindow):
 WINDOW_FORMS = {
     "unbounded": "unbounded[:blend|lemma|paper|regression]",
     "interpolation": "interpolation:T[:wall]",
+    "adaptive": "adaptive:T[:MIN][:wall]",
     "variable": "variable:K[:wall]",
     "fixed": "fixed:T[:wall]",
     "improved": "improved:T[:M][:wall]",
 }
 _ARITY = {"unbounded": (0, 1), "interpolation": (1, 1), "variable": (1, 1), "fixed": (1, 1)}
-_ARITY["improved"] = (1, 2)
+_ARITY["improved"] = _ARITY["adaptive"] = (1, 2)
 
 
 def parse_window(spec: str | WindowPolicy | None) -> WindowPolicy:
@@ -591,6 +708,9 @@ def parse_window(spec: str | WindowPolicy | None) -> WindowPolicy:
             return UnboundedHistory(estimator=args[0]) if args else UnboundedHistory()
         if kind == "interpolation":
             return Interpolation(number(args[0]), clock=clock)
+        if kind == "adaptive":
+            low_t = number(args[1]) if len(args) > 1 else None
+            return AdaptiveInterpolation(number(args[0]), low_t, clock)
         if kind == "variable":
             return VariableWindow(int(args[0]), clock=clock)
         if kind == "fixed":
@@ -602,6 +722,7 @@ def parse_window(spec: str | WindowPolicy | None) -> WindowPolicy:
 
 
 __all__ = [
+    "AdaptiveInterpolation",
     "EngineView",
     "FixedWindow",
     "ImprovedFixedWindow",

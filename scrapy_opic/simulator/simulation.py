@@ -115,6 +115,8 @@ class Simulation:
         self.rng = np.random.default_rng(seed)
         self.visits = 0
         self._cursor = 0  # Cycle's position in the fixed order (node ids) on the batch path
+        self._before: Graph | None = None  # the graph before the last set_graph
+        self._stale: np.ndarray | None = None  # pages not visited since then
         self.selection = None
         if self.batch == 1:
             self.selection = make_selection(strategy, self.engine, seed)
@@ -122,10 +124,25 @@ class Simulation:
                 self.selection.push(i)
 
     def set_graph(self, graph: Graph) -> None:
-        """Swap in a changed graph on the same nodes (dynamic-graph experiments)."""
+        """Swap in a changed graph on the same nodes (dynamic-graph experiments). As a crawl
+        does, each page's next visit tells the engine the share of its links that changed
+        (:meth:`OpicEngine.links_changed`), against the graph before this swap."""
         if graph.n != self.graph.n:
             raise ValueError("the node set must not change")
-        self.graph = graph
+        self._before, self.graph = self.graph, graph
+        self._stale = np.ones(graph.n, dtype=bool)
+
+    def _tell_changes(self, ids: Sequence[int]) -> None:
+        """The visits of ``ids`` just made, for the pages not visited since the last swap."""
+        old, new, stale = self._before, self.graph, self._stale
+        assert old is not None and stale is not None
+        for i in ids:
+            if stale[i]:
+                stale[i] = False
+                a = set(old.indices[old.indptr[i] : old.indptr[i + 1]].tolist())
+                b = set(new.indices[new.indptr[i] : new.indptr[i + 1]].tolist())
+                union = len(a | b)
+                self.engine.links_changed(len(a ^ b) / union if union else 0.0)
 
     def run(self, visits: int) -> None:
         """Perform ``visits`` more visits."""
@@ -147,6 +164,8 @@ class Simulation:
             i = sel.pop()
             assert i is not None  # (every page is a candidate again after its visit)
             e.visit(i, indices[indptr[i] : indptr[i + 1]].tolist())
+            if self._stale is not None:
+                self._tell_changes((i,))
             sel.push(i)
 
     def _select(self, k: int) -> np.ndarray:
@@ -167,6 +186,8 @@ class Simulation:
         ids = self._select(k)
         offsets, children = self.graph.gather(ids)
         self.engine.visit_batch(ids, offsets, children)
+        if self._stale is not None:
+            self._tell_changes(ids.tolist())
 
     def importance(self) -> np.ndarray:
         return self.engine.importance()
