@@ -560,3 +560,9 @@ def test_a_revisit_tells_the_engine_how_far_the_page_links_moved():
     f.visit(lease_of(3), [])
     assert f.fail(lease_of(3), 404)  # fetched before, now gone
     assert told[-1] == (3, 1.0)
+    count = len(told)
+    f.schedule([entry(4)])
+    assert f.fail(lease_of(4), 404)  # a broken link met at the first fetch: no news
+    assert f.fail(lease_of(0), 503)  # (a failure that is not final: no news either)
+    # (the pages visited on the way over the same links: no change either)
+    assert all(share == 0.0 for _, share in told[count:]) and 4 not in {i for i, _ in told}

@@ -252,16 +252,3 @@ def test_the_adaptive_window_keeps_its_watch_through_a_saved_state_and_a_clock_s
     assert g.window.changed_at == 5.0
     parts = [{"changed_at": None}, {"changed_at": 7.0, "level": 0.2}, {"changed_at": 5.0}]
     assert AdaptiveInterpolation.merge_scalars(parts)["changed_at"] == 7.0
-
-
-def test_an_engine_tells_its_window_of_a_gone_page_but_not_of_a_forbidden_one():
-    e = engine_with("adaptive:10", n=40)
-    e.init_uniform()
-    for i in range(20):
-        e.visit(i, [])
-    for i in range(20, 40):  # never fetched: robots.txt, offsite
-        e.close_page(i)
-    assert e.window.level == 0
-    for i in range(20):  # 404 after a fetch
-        e.close_page(i)
-    assert e.window.changed_at == e.G

@@ -1008,8 +1008,6 @@ class OpicEngine:
         fl = self._flags_mv[i]
         if fl & CLOSED:
             return 0.0
-        if fl & FETCHED:  # gone: the site changed (a window that adapts to change learns it)
-            self.window.observe_change(1.0, self._now())
         c = self.forfeit(i)
         self._s_mv[i] = 0.0  # a closed page's stored cash is its cash: no accumulator applies
         self._flags_mv[i] = fl | CLOSED
@@ -1020,8 +1018,9 @@ class OpicEngine:
 
     def links_changed(self, share: float) -> None:
         """A page was visited again and ``share`` of its links (0 to 1: new or gone, of all its
-        links then and now) changed since its last parsed visit: told to the window policy,
-        which may adapt to the site's change (:class:`~.window.AdaptiveInterpolation`)."""
+        links then and now) changed since its last parsed visit (1: the page is gone): told to
+        the window policy, which may adapt to the site's change
+        (:class:`~.window.AdaptiveInterpolation`)."""
         self.window.observe_change(share, self._now())
 
     def reopen_page(self, i: int) -> None:

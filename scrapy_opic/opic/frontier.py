@@ -1031,6 +1031,7 @@ class MemoryFrontier:
         i = self._held(lease)
         if i is None:
             return False
+        again = self._fetched(i)  # (fetched before: its answer is news of the site)
         self.engine.visit(i, ())
         self._settled(i, outcome)
         self.failed_visits += 1
@@ -1043,6 +1044,8 @@ class MemoryFrontier:
         else:
             self._retire(i)
             self._close(i)
+            if again and self.refresher is not None:  # a page gone: all its links with it
+                self.engine.links_changed(1.0)
         self._visited(i)
         return True
 
