@@ -1044,7 +1044,7 @@ class MemoryFrontier:
         else:
             self._retire(i)
             self._close(i)
-            if again and self.refresher is not None:  # a page gone: all its links with it
+            if again:  # a page gone: all its links with it
                 self.engine.links_changed(1.0)
         self._visited(i)
         return True
