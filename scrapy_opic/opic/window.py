@@ -96,6 +96,8 @@ class WindowPolicy:
     name = "window"
     clock = "g"
     windowed = True
+    #: Whether :meth:`observe_change` does anything (a driver may skip measuring change).
+    watches_change = False
 
     def __init__(self) -> None:
         self.engine: EngineView | None = None
@@ -364,6 +366,7 @@ class AdaptiveInterpolation(Interpolation):
     """
 
     name = "adaptive"
+    watches_change = True
 
     def __init__(self, T: float, minimum: float | None = None, clock: str = "g") -> None:
         super().__init__(T, clock)

@@ -126,11 +126,13 @@ class Simulation:
     def set_graph(self, graph: Graph) -> None:
         """Swap in a changed graph on the same nodes (dynamic-graph experiments). As a crawl
         does, each page's next visit tells the engine the share of its links that changed
-        (:meth:`OpicEngine.links_changed`), against the graph before this swap."""
+        (:meth:`OpicEngine.links_changed`), against the graph before this swap, if the
+        engine's window policy watches change."""
         if graph.n != self.graph.n:
             raise ValueError("the node set must not change")
         self._before, self.graph = self.graph, graph
-        self._stale = np.ones(graph.n, dtype=bool)
+        if self.engine.window.watches_change:
+            self._stale = np.ones(graph.n, dtype=bool)
 
     def _tell_changes(self, ids: Sequence[int]) -> None:
         """The visits of ``ids`` just made, for the pages not visited since the last swap."""
