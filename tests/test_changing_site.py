@@ -70,6 +70,11 @@ def test_a_site_that_changes_mid_crawl(tmp_path):
     assert stats["opic/total_cash"] == pytest.approx(1.0, abs=1e-9)
     with open_state(tmp_path / ".scrapy" / "opic" / "site.sqlite") as state:
         pages = {node(p.url): p for p in state.pages()}
+        window = state.engine.window
+    # The continuous default window saw the links move and shrank: it is growing back with
+    # the time since.
+    assert window.spec() == "adaptive:30" and window.changed_at is not None
+    assert window.T_min <= window.window(state.engine.G) < window.T
     for i in REMOVED_404:
         assert pages[i].status == "http_404" and pages[i].cash == 0.0 and not pages[i].fetched
     for i in REMOVED_410:
