@@ -427,6 +427,11 @@ def test_kept_links_export_the_crawled_graphs_exact_pagerank(tmp_path, graph, co
         # (A continuous crawl refetches by freshness: change columns after these.)
         assert state.page_columns[: len(PAGERANK_COLUMNS)] == PAGERANK_COLUMNS
         write_export(state, str(out))
+        # A site that stands still: its 404, forbidden pages and redirects are no change to
+        # the continuous default window (it keeps its full length).
+        window = state.engine.window
+        if continuous:
+            assert window.spec() == "adaptive:30" and window.changed_at is None
     with open(out, newline="") as fh:
         rows = {node(r["url"]): r for r in csv.DictReader(fh)}
     assert sorted(rows) == list(range(graph.n))  # every page known, no offsite one
