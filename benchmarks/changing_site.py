@@ -1,7 +1,7 @@
 """A changing site: continuous Scrapy crawls of a site that changes under them, judged against
 the exact PageRank (damping 0.85) of the site before and after the change.
 
-    python -m benchmarks.changing_site [--windows W ...] [--seeds 1 2 3] [--out DIR]
+    python -m benchmarks.changing_site [--windows W ...] [--seeds 1 2 3] [--repeats R] [--out DIR]
 
 The Django manual's link graph (N pages), served by ``tests.support.sites.ChangingSite``,
 changes at the 3N-th page request as the seed draws: a tenth of the pages removed (a third answer
@@ -40,9 +40,9 @@ from scrapy_opic.simulator.simulation import Simulation
 from tests.support.sites import ChangingSite, StaticSite
 
 GOAL, BEFORE, AFTER = 0.85, 3, 4  # (fetches before and after the change: N times)
-RANK = ("window", "seed", "tau old at the change", "tau new", "at 2N", "to 0.85")
+RANK = ("window", "seed", "run", "tau old at the change", "tau new", "at 2N", "to 0.85")
 RANK += ("engine alone to 0.85",)
-GONE = ("window", "seed", "removed asked for 0 / 1 / 2+ times", "after their 404/410")
+GONE = ("window", "seed", "run", "removed asked for 0 / 1 / 2+ times", "after their 404/410")
 GONE += ("status 404 / 410 / ok", "max cash", "importance at the change", "at the end")
 GONE += ("new pages asked: first", "all")
 
@@ -155,7 +155,7 @@ def crawl_changing(c: dict, window: str, work: Path) -> dict:
     figures += [max((p.cash for p in pages if p.status != "ok"), default=0.0)]
     figures += [at["removed"], points[-1]["removed"], min(new_at.values(), default=None)]
     figures += [max(new_at.values()) if len(new_at) == len(new) else None]
-    return dict(zip(RANK[2:] + GONE[2:], figures)) | {"curve": curve, "engine": engine}
+    return dict(zip(RANK[3:] + GONE[3:], figures)) | {"curve": curve, "engine": engine}
 
 
 def engine_alone(c: dict, window: str) -> list[tuple[int, float]]:
@@ -186,11 +186,14 @@ def plot(rows: list[dict], n: int, path: Path) -> None:
     ax = (fig := Figure(figsize=(8.5, 5), layout="tight")).subplots()
     windows = list(dict.fromkeys(r["window"] for r in rows))
     for r in rows:
-        colour, label = f"C{windows.index(r['window'])}", f"{r['window']}, seed {r['seed']}"
+        colour = f"C{windows.index(r['window'])}"
+        label = f"{r['window']}, seed {r['seed']}, run {r['run']}"
         xs, ys = zip(*[(f / n, old if f <= 0 else new) for f, old, new in r["curve"]])
         ax.plot(xs, ys, lw=1, color=colour, label=f"crawl, {label}")
-        xs, ys = zip(*[(f / n, t) for f, t in r["engine"]])
-        ax.plot(xs, ys, "--", lw=0.8, color=colour, label=f"engine alone, {label}")
+        if r["run"] == 1:  # (the engine alone is the same every run)
+            xs, ys = zip(*[(f / n, t) for f, t in r["engine"]])
+            label = f"{r['window']}, seed {r['seed']}"
+            ax.plot(xs, ys, "--", lw=0.8, color=colour, label=f"engine alone, {label}")
     ax.axhline(GOAL, color="grey", lw=0.8)
     ax.axvline(0, color="black", lw=0.8)
     ax.set(xlabel=f"fetches after the change (N = {n})", ylabel="Kendall tau", ylim=(0.4, 1.0))
@@ -203,16 +206,18 @@ def main(argv: list[str] | None = None) -> int:
     windows = ["adaptive:30", "interpolation:30"]
     ap.add_argument("--windows", nargs="+", default=windows, help="OPIC_WINDOW")
     ap.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
+    ap.add_argument("--repeats", type=int, default=1, help="crawls per window and seed")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         graph, home = django_graph(Path(tmp))
         changes = {s: change(graph, home, s) for s in args.seeds}
-        for k, (window, seed) in enumerate((w, s) for w in args.windows for s in args.seeds):
-            log(f"crawl {k + 1}: {window}, seed {seed}")
+        runs = [(w, s, r) for w in args.windows for s in args.seeds for r in range(args.repeats)]
+        for k, (window, seed, run) in enumerate(runs):
+            log(f"crawl {k + 1}: {window}, seed {seed}, run {run + 1}")
             figures = crawl_changing(changes[seed], window, Path(tmp) / f"run-{k}")
-            rows.append({"window": window, "seed": seed, **figures})
+            rows.append({"window": window, "seed": seed, "run": run + 1, **figures})
     c = changes[args.seeds[0]]
     text = page(
         "A changing site",
