@@ -74,6 +74,35 @@ def test_a_checkpoint_round_trips_and_resumes(tmp_path):
     g.close([])
 
 
+def test_the_adaptive_window_resumes_where_a_kill_left_it(tmp_path):
+    """The adaptive window's watch (the change it saw, its running mean) is saved with each
+    commit: a crawl killed after a change resumes with the window it had, not a full one."""
+    path = tmp_path / "s.sqlite"
+    f = SqliteFrontier.open(
+        path,
+        resume=False,
+        epsilon=0.15,
+        refresh=1.0,
+        window="adaptive:30",
+        continuous=True,
+        persist_requests=True,
+        encode=lambda payload: payload,
+    )
+    f.schedule([entry(0)])
+    crawl_some(f, 40)
+    for _ in range(20):
+        f.engine.links_changed(0.5)
+    crawl_some(f, 10, seed=1)
+    f.commit(wait=True)
+    watch, importance = f.engine.window.scalars(), f.engine.importance()
+    assert watch["changed_at"] is not None
+    crash(f)
+    g = frontier_at(path, resume=True)
+    assert g.engine.window.spec() == "adaptive:30" and g.engine.window.scalars() == watch
+    np.testing.assert_allclose(g.engine.importance(), importance)
+    g.close([])
+
+
 def test_uncommitted_changes_are_not_in_the_file(tmp_path):
     path = tmp_path / "s.sqlite"
     f = frontier_at(path)
