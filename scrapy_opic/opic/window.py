@@ -17,8 +17,9 @@ over which a page's history is kept. Each policy here implements one of them:
         H <- C * T / (G - G[i])               otherwise
 
 ``AdaptiveInterpolation(T, T_min)``
-    Interpolation whose window never reaches back before the last change of the link structure
-    the crawl saw (down to ``T_min``): the window the issue of change asks for, not the paper's.
+    Interpolation whose window never reaches back before the start of the last change of the
+    link structure the crawl saw (nor below ``T_min``): not one of the paper's policies, a
+    window for a site that changes.
 ``VariableWindow(k)``
     The last ``k`` measures ``(C, G)`` of every page.
 ``FixedWindow(T)``
