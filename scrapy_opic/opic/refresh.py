@@ -81,6 +81,19 @@ PRIOR_RATE = 1e-3
 COLUMNS = (*ChangeRates.FIELDS, "period")
 
 
+def link_change(i: int, old: Sequence[int], new: Sequence[int]) -> tuple[set[int], set[int], float]:
+    """How page ``i``'s links to other pages moved from ``old`` to ``new``: the pages lost, the
+    pages added, and their share of all the pages linked then and now (0 if there are none),
+    what a window that adapts to change is told (:meth:`OpicEngine.links_changed`)."""
+    # (Python sets: a page's links are tens, where numpy's set operations cost more.)
+    before, after = set(old), set(new)
+    before.discard(i)
+    after.discard(i)
+    union = len(before | after)
+    lost, added = before - after, after - before
+    return lost, added, (len(lost) + len(added)) / union if union else 0.0
+
+
 def pick(
     best: T | None,
     unfetched: bool,
@@ -265,17 +278,7 @@ class Refresher:
         and expedite the pages it drops to 0; returns what :meth:`keep` does."""
         if old is not None and old.size == new.size and (old == new).all():
             return 0.0  # (the same links: most changed pages)
-        # (Python sets: a page's links are tens, where numpy's set operations cost more.)
-        added = set(new.tolist())
-        added.discard(i)
-        lost: set[int] = set()
-        share = None
-        if old is not None:
-            lost = set(old.tolist())
-            lost.discard(i)
-            union = len(lost | added)
-            lost, added = lost - added, added - lost
-            share = (len(lost) + len(added)) / union if union else 0.0
+        lost, added, share = link_change(i, () if old is None else old.tolist(), new.tolist())
         top = max(added) + 1 if added else 0
         deg = self.indegree
         if top > len(deg):
@@ -290,7 +293,7 @@ class Refresher:
             if not deg[j]:
                 now = self.wall() if now is None else now
                 self.schedule.expedite(j, now)
-        return share
+        return None if old is None else share  # (None: nothing kept to compare with)
 
     def links_of(self, i: int) -> KeptLinks | None:
         """Page ``i``'s kept links (None: it was never parsed, or it was closed since)."""
@@ -434,4 +437,4 @@ class Refresher:
         }
 
 
-__all__ = ["COLUMNS", "PRIOR_RATE", "KeptLinks", "Planner", "Refresher", "pick"]
+__all__ = ["COLUMNS", "PRIOR_RATE", "KeptLinks", "Planner", "Refresher", "link_change", "pick"]

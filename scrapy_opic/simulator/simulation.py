@@ -32,6 +32,7 @@ import numpy as np
 from ..opic.engine import OpicEngine
 from ..opic.graph import Graph, load_edge_list, power_law_graph
 from ..opic.pagerank import pagerank, relative_error, top_mask
+from ..opic.refresh import link_change
 from ..opic.selection import make_selection
 from ..opic.window import WindowPolicy, parse_window
 
@@ -141,10 +142,8 @@ class Simulation:
         for i in ids:
             if stale[i]:
                 stale[i] = False
-                a = set(old.indices[old.indptr[i] : old.indptr[i + 1]].tolist())
-                b = set(new.indices[new.indptr[i] : new.indptr[i + 1]].tolist())
-                union = len(a | b)
-                self.engine.links_changed(len(a ^ b) / union if union else 0.0)
+                was, now = old.children(i).tolist(), new.children(i).tolist()
+                self.engine.links_changed(link_change(i, was, now)[2])
 
     def run(self, visits: int) -> None:
         """Perform ``visits`` more visits."""
