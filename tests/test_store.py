@@ -19,11 +19,13 @@ from scrapy_opic.opic.frontier import Entry, Link
 from tests.support.frontiers import key
 
 
-def frontier_at(path, resume: bool = False, **kw) -> SqliteFrontier:
+def frontier_at(
+    path, resume: bool = False, window: str = "interpolation:5", refresh: float = 0.0, **kw
+) -> SqliteFrontier:
     kw.setdefault("persist_requests", True)
     kw.setdefault("encode", lambda payload: payload)
     return SqliteFrontier.open(
-        path, resume=resume, epsilon=0.15, refresh=0.0, window="interpolation:5", **kw
+        path, resume=resume, epsilon=0.15, refresh=refresh, window=window, **kw
     )
 
 
@@ -78,16 +80,7 @@ def test_the_adaptive_window_resumes_where_a_kill_left_it(tmp_path):
     """The adaptive window's watch (the change it saw, its running mean) is saved with each
     commit: a crawl killed after a change resumes with the window it had, not a full one."""
     path = tmp_path / "s.sqlite"
-    f = SqliteFrontier.open(
-        path,
-        resume=False,
-        epsilon=0.15,
-        refresh=1.0,
-        window="adaptive:30",
-        continuous=True,
-        persist_requests=True,
-        encode=lambda payload: payload,
-    )
+    f = frontier_at(path, window="adaptive:30", refresh=1.0, continuous=True)
     f.schedule([entry(0)])
     crawl_some(f, 40)
     for _ in range(20):
