@@ -172,35 +172,36 @@ class GraphCrawl:
     (:meth:`checkpoint`)."""
 
     def __init__(self, path: Path, graph: Any, urls: Sequence[str], keep_links: bool = False):
-        from scrapy_opic._backends.sqlite import SqliteFrontier
+        from scrapy_opic._backends.sqlite import SqliteStore
+        from scrapy_opic._state import open_crawl
+        from scrapy_opic.opic.config import CrawlConfig
         from scrapy_opic.opic.frontier import Entry
 
         never = 10**12
         self.graph, self.urls = graph, urls
         self.ids = {u: i for i, u in enumerate(urls)}
-        self.frontier = f = SqliteFrontier.open(
-            path,
-            resume=False,
-            epsilon=0.15,
-            refresh=0.0,
-            window="unbounded",
-            meta={"spider": "bench"},
-            keep_links=keep_links,
-            commit_visits=never,
-            commit_seconds=never,
+        store = SqliteStore(path, resume=False)
+        config = CrawlConfig(keep_links=keep_links)
+        meta = {"spider": "bench"}
+        self.frontier = f = open_crawl(
+            store, config, meta, str(path), commit_visits=never, commit_seconds=never
         )
+        pages = f.fleet.parts[0].frontier
         for u in urls:
-            f.page(u, u)
+            pages.page(u, u)
         f.schedule([Entry(urls[0], urls[0], payload="r")])
 
     def visit(self, count: int) -> int:
         """Up to ``count`` visits (fewer if nothing is left to fetch): how many."""
-        from scrapy_opic.opic.frontier import Link
+        from scrapy_opic.opic.constants import NEEDS_PAYLOAD
+        from scrapy_opic.opic.frontier import Entry, Link
 
         f, urls, done = self.frontier, self.urls, 0
         while done < count and (lease := f.pop()) is not None:
             kids = self.graph.children(self.ids[lease.key]).tolist()
-            f.visit(lease, [Link(urls[j], urls[j], payload="r") for j in kids])
+            visit = f.visit(lease, [Link(urls[j], urls[j]) for j in kids])
+            wanted = [j for j, code in zip(kids, visit.codes) if code == NEEDS_PAYLOAD]
+            f.schedule([Entry(urls[j], urls[j], payload="r") for j in wanted])
             done += 1
         return done
 

@@ -77,7 +77,7 @@ def per_event(n: int, events: int) -> list[list]:
 
     def lazy_heapq() -> tuple[float, int]:
         e = uniform_engine(n)
-        key = e._s_mv  # stored cash: true cash minus the payout accumulator (refresh = 1)
+        key = e.stored_mv  # stored cash: true cash minus the payout accumulator (refresh = 1)
         heap = [(-key[i], i) for i in range(n)]
         heapq.heapify(heap)
         t0 = time.perf_counter()

@@ -32,12 +32,12 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks._harness import RESULTS, GraphCrawl, child_env, crawled_state, page, table
-from scrapy_opic._backends.sqlite import LINKS_TABLE
+from scrapy_opic._backends.sqlite_state import LINKS_TABLE
 from scrapy_opic.opic.graph import Graph, from_edges
 
 LOAD = "import sys\nfrom scrapy_opic.export import open_state, write_export\n"
 LOAD += "with open_state(sys.argv[1]) as s:\n    s.importance()\n"
-LINKS = "import sys\nfrom scrapy_opic._backends.sqlite import StateReader\n"
+LINKS = "import sys\nfrom scrapy_opic._backends.sqlite_state import StateReader\n"
 LINKS += "with StateReader(sys.argv[1]) as r:\n    r.links()\n"
 
 

@@ -116,7 +116,7 @@ def windows(graph: Graph, passes: int) -> dict:
                 sim.run(n // 10)
                 sim.set_graph(g := change(g, int(round(rate * n / 10)), rng))
             m = compare_to_pagerank(sim.importance(), pagerank(g, 1 - EPS), g)
-            m["measures"] = sim.engine.window.measures_per_page(sim.engine._now())
+            m["measures"] = sim.engine.window.measures_per_page(sim.engine.now())
             out[name][rate] = m
     return {"Fig. 4": list(fig4), "Fig. 6": list(fig6), "runs": out}
 

@@ -36,8 +36,11 @@ from scrapy import Request, Spider
 
 from benchmarks._harness import RESULTS, CoreMeter, page, table, write_results
 from benchmarks.crawl_evidence import crawl
-from scrapy_opic._backends.redis import RedisFrontier, RedisSnapshot, open_client
+from scrapy_opic._backends.redis import RedisStore, open_client
+from scrapy_opic._backends.redis_state import RedisSnapshot
 from scrapy_opic._scheduler import encode_request
+from scrapy_opic._state import open_crawl
+from scrapy_opic.opic.config import CrawlConfig
 from scrapy_opic.opic.frontier import Entry, Link
 from scrapy_opic.opic.graph import power_law_graph
 from tests.support.sites import RedisServer, Site, site_graph
@@ -81,7 +84,7 @@ def run(args, hosts: list[str], url: str, kind: str, n: int, per_host: int, wd: 
             "redis_cpu_usec_per_page": (redis_cpu(client) - cpu0) * 1e6 / len(times),
             "total_cash": RedisSnapshot(client, key).total_cash(),
         }
-        RedisFrontier(client, key).clear()
+        RedisStore(client, key).clear()
         client.close()
     return row
 
@@ -105,8 +108,9 @@ def memory(n: int, url: str) -> dict:
     node, visits = {fp: k for k, fp in enumerate(fps)}, 0
     used = [client.info("memory")["used_memory"]]
     for step in ("schedule", "visit"):  # each by a frontier of its own, closed as a process is
-        f = RedisFrontier.connect(url, key, encode=lambda r, u: encode_request(r, spider, u))
-        f.open(window="unbounded")
+        store = RedisStore.connect(url, key)
+        encode = lambda r, u: encode_request(r, spider, u)  # noqa: E731
+        f = open_crawl(store, CrawlConfig(partitions=256), {}, key, encode=encode)
         if step == "schedule":
             for lo in range(0, n, 1000):
                 batch = [(fps[k], urls[k]) for k in range(lo, min(n, lo + 1000))]
@@ -122,7 +126,7 @@ def memory(n: int, url: str) -> dict:
                     f.maintain([])
         f.close([])
         used.append(client.info("memory")["used_memory"])
-    RedisFrontier(client, key).clear()
+    RedisStore(client, key).clear()
     client.close()
     pending, visited = ((m - used[0]) / n for m in used[1:])
     out = {"pages": n, "visits": visits}

@@ -167,7 +167,8 @@ def open_frontier(jobdir: Path):
     settings = OpicSettings.from_settings({"JOBDIR": str(jobdir)})
     meta = {"spider": SPIDER, "settings": settings.as_dict()}
     # (each request pickled whole: larger rows than the scheduler's own encode_request)
-    return settings, open_frontier(settings, SPIDER, lambda r: pickle.dumps(r, protocol=4), meta)
+    encode = lambda r, url=None: pickle.dumps(r, protocol=4)  # noqa: E731
+    return settings, open_frontier(settings, SPIDER, encode, meta)
 
 
 def drive_child(p: dict) -> dict:
@@ -182,7 +183,8 @@ def drive_child(p: dict) -> dict:
     # Each request: Request.to_dict() of the fan-out spider's (callback parse).
     template = {**scrapy.Request(page_url(0), meta={"depth": 0}).to_dict(), "callback": "parse"}
     settings, frontier = open_frontier(Path(p["jobdir"]))
-    engine, commit, commits, interval = frontier.engine, frontier.commit, [], settings.commit_visits
+    engine = frontier.fleet.parts[0].frontier.engine
+    commit, commits, interval = frontier.commit, [], settings.commit_visits
     full: list[int] = []  # the visits at each checkpoint past the first ones' doubling ramp
     landed = [0]  # the visits at each blocking checkpoint (on disk when its call returned)
     # A driver to be killed waits for each checkpoint to land but the one its kill catches: what
@@ -204,7 +206,8 @@ def drive_child(p: dict) -> dict:
         if blocking:
             landed.append(engine.visit_count)
         wall = time.perf_counter() - t0
-        commits.append({"n": n, "blocking": blocking, "wall": wall, **frontier.store.last_commit})
+        last = frontier.store.file.last_commit
+        commits.append({"n": n, "blocking": blocking, "wall": wall, **last})
         if engine.visit_count >= interval:
             full.append(engine.visit_count)
             if kill == "commit" and len(full) >= p["after"]:
@@ -274,7 +277,7 @@ def drive_child(p: dict) -> dict:
 
 def resume_child(p: dict) -> dict:
     """A state resumed as the scheduler resumes its JOBDIR, timed to the first lease."""
-    from scrapy_opic._backends.sqlite import REQUESTS_TABLE
+    from scrapy_opic._backends.sqlite_state import REQUESTS_TABLE
 
     path = Path(p["jobdir"]) / "opic.sqlite"
     gc.collect()
@@ -283,10 +286,11 @@ def resume_child(p: dict) -> dict:
     lease = frontier.pop(())
     seconds = time.perf_counter() - t0
     state = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)  # (closed at exit)
-    _, pending, in_flight, _ = frontier.counts  # (discovered, pending, in flight, visited)
+    pages = frontier.fleet.parts[0].frontier
+    _, pending, in_flight, _ = pages.counts  # (discovered, pending, in flight, visited)
     rows = state.execute(f'SELECT count(*) FROM "{REQUESTS_TABLE}"').fetchone()[0]
-    result = {"resume s": seconds, "RSS after MB": rss() / MB, "URLs known": frontier.engine.n}
-    result |= {"visits": frontier.engine.visit_count, "pending": pending, "in flight": in_flight}
+    result = {"resume s": seconds, "RSS after MB": rss() / MB, "URLs known": pages.engine.n}
+    result |= {"visits": pages.engine.visit_count, "pending": pending, "in flight": in_flight}
     result |= {"request rows": rows, "abs(cash - 1)": abs(frontier.total_cash() - 1)}
     frontier.close([lease])
     return result

@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import inspect
 import logging
 import pickle
 import sys
@@ -80,6 +79,7 @@ from twisted.internet import defer, task
 from twisted.internet import error as twisted_error
 
 from ._backends import StoreError, masked_url
+from ._backends.crawl import Crawl
 from ._errors import raise_in_one_line
 from ._settings import OpicSettings, OpicSettingsError
 from ._state import open_frontier
@@ -98,7 +98,7 @@ from .opic.constants import (
     SPIDER_ERROR,
     TIMEOUT,
 )
-from .opic.frontier import Entry, Frontier, Lease, Link
+from .opic.frontier import Entry, Lease, Link
 
 if TYPE_CHECKING:  # pragma: no cover
     from scrapy import Request, Spider
@@ -399,7 +399,7 @@ class OpicScheduler(BaseScheduler):
         self.stats = crawler.stats
         self.fingerprinter = crawler.request_fingerprinter
         self.spider: Spider | None = None
-        self._frontier: Frontier | None = None
+        self._frontier: Crawl | None = None
         #: Counters of the per-request path, added to Scrapy's stats now and then.
         self.counts: defaultdict[str, int] = defaultdict(int)
         self.df: Any = None  # a project's DUPEFILTER_CLASS, when it is not Scrapy's default
@@ -444,7 +444,6 @@ class OpicScheduler(BaseScheduler):
         self._ready: deque[Request] = deque()  # popped and prepared, to hand out first
         self._enqueued_where = self._dequeued_where = ""  # (set by open)
         self._claimed = False  # a prepared scheduler handed to Scrapy's engine
-        self._visit_outcome = True  # the frontier's visit takes an outcome (see open)
         self._handed_over = False  # the frontier hands payloads over (see open, _decode)
         self._failed: str | None = None  # why the frontier's store failed (see _stop)
         self._closing = False
@@ -503,13 +502,10 @@ class OpicScheduler(BaseScheduler):
     def open(self, spider: Spider) -> Any:
         if self._frontier is None:  # (else prepare() opened it before Scrapy's engine existed)
             self._open_frontier(spider)
-        # (A frontier of the contract before visits had an outcome: the Redis backend's Lua
-        # engine, until its rewrite on the Python engine.)
-        self._visit_outcome = "outcome" in inspect.signature(self.frontier.visit).parameters
-        self._handed_over = bool(getattr(self.frontier, "hands_over_payloads", False))
-        if hasattr(self.frontier, "ready"):  # checkpoints wait for the links visits paid
-            unfiled = self._unfiled  # (not self: no cycle through the frontier)
-            self.frontier.ready = lambda: not unfiled
+        # A one-pass crawl hands a request over with its lease (its store keeps none).
+        self._handed_over = not self.frontier.continuous
+        unfiled = self._unfiled  # (not self: no cycle through the frontier)
+        self.frontier.ready = lambda: not unfiled  # (writes wait for the links visits paid)
         s = self.settings
         # Where Scrapy's stats say a request waits: memory, disk (JOBDIR) or redis.
         where = "redis" if self.frontier.shared else "disk" if s.jobdir else "memory"
@@ -568,7 +564,7 @@ class OpicScheduler(BaseScheduler):
             d.addErrback(lambda failure: None)  # (a spider closing already: nothing to do)
 
     @property
-    def frontier(self) -> Frontier:
+    def frontier(self) -> Crawl:
         """The crawl's frontier, once :meth:`open` (or :func:`prepare`) opened it."""
         if self._frontier is None:
             raise RuntimeError("the OPIC scheduler's frontier is not open yet")
@@ -1091,7 +1087,7 @@ class OpicScheduler(BaseScheduler):
         if seen is not None:  # (a crawl that refetches by freshness)
             later = self._next_payload(request, later, seen)
             kw["changed"], kw["modified"] = seen[4], seen[5]
-        if failed and self._visit_outcome:
+        if failed:
             kw["outcome"] = SPIDER_ERROR
         visit = self.frontier.visit(lease, links, virtual_weight, importance, later, **kw)
         if visit is None:  # the lease had expired: another process fetches the page
@@ -1109,11 +1105,9 @@ class OpicScheduler(BaseScheduler):
     ) -> tuple[list[Link], list[Request], list[tuple[Request, int]]]:
         """A visit's links (one per key: the largest weight and boost of its requests), the
         first request of each, and the other requests with their key's link index."""
-        # A shared frontier files the links in the visit's call (one round trip for the visit
-        # and all its new links); an in-process one files each request when it reaches
-        # enqueue_request, so that a request dropped on its way there (by a middleware below
-        # ours, a request_scheduled handler, the project's dupefilter) is never fetched.
-        filed = self.frontier.shared
+        # Each request is filed when it reaches enqueue_request, so that a request dropped on
+        # its way there (by a middleware below ours, a request_scheduled handler, the
+        # project's dupefilter) is never fetched.
         links: list[Link] = []
         owners: list[Request] = []
         first: dict[Hashable, int] = {}  # key -> its link's index
@@ -1132,10 +1126,7 @@ class OpicScheduler(BaseScheduler):
                 continue
             first[key] = len(links)
             owners.append(o)
-            slot = self._slot(o) if filed else ""
-            links.append(
-                Link(key, _url(o), w, b, self._again(o), o.priority, slot, o if filed else None)
-            )
+            links.append(Link(key, _url(o), w, b, self._again(o)))
         return links, owners, repeats
 
     def _note_codes(

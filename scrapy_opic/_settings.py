@@ -19,6 +19,7 @@ This module imports no backend and no Scrapy: reading settings loads nothing els
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import logging
 import math
@@ -26,12 +27,15 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from weakref import WeakKeyDictionary
 
 from ._backends import REDIS_SCHEMES, masked_url
 from ._formats import output_format
 from .opic.window import WINDOW_FORMS, parse_window
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .opic.config import CrawlConfig
 
 logger = logging.getLogger("scrapy_opic")
 
@@ -500,6 +504,29 @@ class OpicSettings:
             for line in unknown_settings(crawler.settings):
                 logger.warning("%s", line)
         return cached
+
+    @functools.cached_property
+    def crawl(self) -> CrawlConfig:
+        """The crawl's parameters (:class:`~scrapy_opic.opic.config.CrawlConfig`)."""
+        from .opic.config import CrawlConfig
+
+        redis = self.store == "redis"
+        return CrawlConfig(
+            epsilon=self.epsilon,
+            refresh=self.refresh,
+            window=self.window,
+            continuous=self.continuous,
+            strategy=self.strategy,
+            seed=self.seed,
+            discovery=self.discovery,
+            refetch=self.refetch,
+            backoff=self.backoff,
+            backoff_max=self.backoff_max,
+            closed_links_virtual=self.refused_links == "virtual",
+            keep_links=self.keep_links,
+            partitions=self.redis_partitions if redis else 1,
+            by=("key" if self.redis_partition == "url" else "host") if redis else "host",
+        )
 
     def as_dict(self) -> dict[str, Any]:
         """Plain values (kept in the state, shown in reports); never a password."""

@@ -1,4 +1,4 @@
-"""Where a spider's OPIC state lives, and opening the frontier backend the settings ask for.
+"""Where a spider's OPIC state lives, and opening its crawl: one way for every store.
 
 The scheduler and the export commands find a crawl's state by the same rules:
 
@@ -11,21 +11,23 @@ The scheduler and the export commands find a crawl's state by the same rules:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ._backends import StoreError, masked_url
+from ._backends.crawl import Crawl
+from ._backends.store import MemoryStore, Store
 from ._settings import OpicSettings
-from .opic.frontier import Frontier
-from .opic.refresh import Refresher
+from .opic.config import CrawlConfig
 
 logger = logging.getLogger(__name__)
 
 
 def state_path(settings: OpicSettings, spider_name: str, create: bool = True) -> Path:
-    """The state file of a spider's embedded frontier. ``create=False`` (readers) creates no
+    """The state file of a spider's embedded crawl. ``create=False`` (readers) creates no
     directory on the way."""
     if settings.jobdir:
         if create:
@@ -63,76 +65,33 @@ def _project_data_dir() -> Path:
     return Path(scrapy_cfg).parent.resolve() / ".scrapy" if scrapy_cfg else Path(".scrapy")
 
 
-def open_frontier(
-    settings: OpicSettings,
-    spider_name: str,
-    encode: Callable[[Any], bytes | None],
-    meta: dict[str, Any],
-    in_memory: bool = False,
-) -> Frontier:
-    """Open the frontier of a spider's crawl as ``settings`` say: the embedded one (resumed from
-    its JOBDIR state, or started afresh) or the crawl in Redis (created or joined).
-    ``encode`` turns a payload into bytes for a backend that stores it; ``meta`` is kept with
-    the state for its readers. ``in_memory``: a frontier of this process's memory alone, with
-    the same parameters, that reads and writes no state (a run that is not a crawl)."""
-    if in_memory:
-        return _open_memory(settings)
-    if settings.store == "redis":
-        return _open_redis(settings, spider_name, encode, meta)
-    return _open_sqlite(settings, spider_name, encode, meta)
-
-
-def _refresher(settings: OpicSettings) -> Refresher | None:
-    """A continuous crawl's refresher, when it refetches by change."""
-    return Refresher() if settings.continuous and settings.refetch == "freshness" else None
-
-
-def _open_memory(settings: OpicSettings) -> Frontier:
-    from .opic.engine import OpicEngine
-    from .opic.frontier import MemoryFrontier
-    from .opic.window import parse_window
-
-    engine = OpicEngine(
-        epsilon=settings.epsilon, refresh=settings.refresh, window=parse_window(settings.window)
-    )
-    engine.closed_links_virtual = settings.refused_links == "virtual"
-    frontier = MemoryFrontier(
-        engine,
-        settings.strategy,
-        settings.continuous,
-        settings.seed,
-        discovery=settings.discovery,
-        refresher=_refresher(settings),
-    )
-    frontier.backoff, frontier.backoff_max = settings.backoff, settings.backoff_max
-    return frontier
-
-
-#: The settings a saved crawl must be resumed with: they are the formulas its numbers were
-#: computed by, or (``OPIC_KEEP_LINKS``) what its state holds: the links of every page fetched
-#: so far, or none (the others, such as link weights, boosts or the strategy, apply from now on).
+#: The parameters a saved crawl must be resumed with: the formulas its numbers were computed
+#: by, or what its state holds (the links of every page fetched so far, or none; the change
+#: rates of a crawl that refetched by change). The others (link weights, boosts, the strategy)
+#: apply from now on.
 RESUME_SETTINGS = {
     "epsilon": "OPIC_EPSILON",
     "continuous": "OPIC_CONTINUOUS",
     "refresh": "OPIC_REFRESH",
     "window": "OPIC_WINDOW",
+    "refetch": "OPIC_REFETCH",
     "keep_links": "OPIC_KEEP_LINKS",
 }
 
 
 def check_resume(
-    settings: OpicSettings, spider_name: str, meta: dict[str, Any], where: str
+    config: CrawlConfig, spider_name: str | None, meta: dict[str, Any], where: str
 ) -> None:
     """Refuse (:class:`StoreError`, one line) to resume the saved crawl at ``where`` for another
     spider, or with other values of :data:`RESUME_SETTINGS` than it was made with."""
     saved_spider = meta.get("spider")
-    if saved_spider is not None and saved_spider != spider_name:
+    if saved_spider is not None and spider_name is not None and saved_spider != spider_name:
         raise StoreError(
             f"{where} holds the crawl of spider {saved_spider!r}, not {spider_name!r}: give this "
             "spider its own (another JOBDIR, OPIC_STATE_PATH or OPIC_REDIS_KEY)"
         )
-    saved = meta.get("settings") or {}
-    mine = settings.as_dict()
+    saved = meta.get("crawl") or {}
+    mine = dataclasses.asdict(config)
     differ = [
         f"{name}={saved[field]!r} there, {mine[field]!r} here"
         for field, name in RESUME_SETTINGS.items()
@@ -146,39 +105,68 @@ def check_resume(
         )
 
 
+def open_frontier(
+    settings: OpicSettings,
+    spider_name: str,
+    encode: Callable[[Any, str | None], bytes | None],
+    meta: dict[str, Any],
+    in_memory: bool = False,
+) -> Crawl:
+    """Open the crawl of a spider as ``settings`` say: in its embedded store (resumed from its
+    JOBDIR state, or started afresh) or in Redis (created or joined). ``encode`` turns a
+    request into bytes for a store that keeps or shares them; ``meta`` is kept with the state
+    for its readers. ``in_memory``: a crawl of this process's memory alone, with the same
+    parameters, that reads and writes no state (a run that is not a crawl)."""
+    if in_memory:
+        config = settings.crawl.replace(partitions=1)
+        return open_crawl(MemoryStore(), config, meta, "", **_crawl_options(settings, encode))
+    if settings.store == "redis":
+        return _open_redis(settings, spider_name, encode, meta)
+    return _open_sqlite(settings, spider_name, encode, meta)
+
+
+def _crawl_options(settings: OpicSettings, encode: Callable) -> dict[str, Any]:
+    return {
+        "encode": encode,
+        "lease": settings.redis_lease,
+        "commit_visits": settings.commit_visits,
+        "commit_seconds": settings.commit_seconds,
+    }
+
+
+def open_crawl(
+    store: Store, config: CrawlConfig, meta: dict[str, Any], where: str, **options: Any
+) -> Crawl:
+    """The crawl kept in ``store``, created, or resumed (or joined) after the one check of what
+    it holds (:func:`check_resume`; ``where`` names the store in its error). ``meta``: what the
+    crawl records for its readers (the spider's name...). ``options``: see
+    :class:`~scrapy_opic._backends.crawl.Crawl`."""
+    crawl = Crawl(store, config, **options)
+    saved = store.saved()
+    if saved is not None:
+        check_resume(config, meta.get("spider"), saved, where)
+    crawl.open({**meta, "crawl": dataclasses.asdict(config)})
+    return crawl
+
+
 def _open_sqlite(
     settings: OpicSettings, spider_name: str, encode: Callable, meta: dict[str, Any]
-) -> Frontier:
-    from ._backends.sqlite import SqliteFrontier, StateInUse
+) -> Crawl:
+    from ._backends.sqlite import SqliteStore
+    from ._backends.sqlite_state import StateInUse
 
     path = state_path(settings, spider_name)
     resumable = settings.jobdir is not None
     where = f"JOBDIR {settings.jobdir}" if resumable else str(path)
-
-    def accept(saved_meta: dict[str, Any]) -> None:
-        check_resume(settings, spider_name, saved_meta, where)
-
     first, k = path, 1
     while True:
         try:
-            frontier = SqliteFrontier.open(
+            store = SqliteStore(
                 path,
                 resume=resumable,
-                epsilon=settings.epsilon,
-                refresh=settings.refresh,
-                window=settings.window,
-                accept=accept,
-                strategy=settings.strategy,
-                continuous=settings.continuous,
-                seed=settings.seed,
                 persist_requests=resumable,
                 memory_requests=settings.memory_requests,
-                encode=encode,
-                commit_visits=settings.commit_visits,
-                commit_seconds=settings.commit_seconds,
-                meta=meta,
-                keep_links=settings.keep_links,
-                refresher=_refresher(settings),
+                encode=lambda request: encode(request, None),
             )
         except StateInUse:
             if resumable:
@@ -191,89 +179,74 @@ def _open_sqlite(
             k += 1
             path = first.with_name(f"{first.stem}-{k}{first.suffix}")
             continue
-        frontier.discovery = settings.discovery
-        frontier.backoff, frontier.backoff_max = settings.backoff, settings.backoff_max
-        frontier.engine.closed_links_virtual = settings.refused_links == "virtual"
-        if path != first:
-            logger.warning(
-                "OPIC state %s is in use by another running crawl; this crawl keeps its state "
-                "in %s (set OPIC_STATE_PATH or JOBDIR per crawl to choose)",
-                first,
-                path,
-            )
-        return frontier
+        break
+    try:
+        config = settings.crawl.replace(partitions=1)
+        crawl = open_crawl(store, config, meta, where, **_crawl_options(settings, encode))
+    except BaseException:
+        store.close(discard=True)
+        raise
+    if path != first:
+        logger.warning(
+            "OPIC state %s is in use by another running crawl; this crawl keeps its state "
+            "in %s (set OPIC_STATE_PATH or JOBDIR per crawl to choose)",
+            first,
+            path,
+        )
+    return crawl
 
 
 def _open_redis(
     settings: OpicSettings, spider_name: str, encode: Callable, meta: dict[str, Any]
-) -> Frontier:
+) -> Crawl:
     try:
         import redis
     except ImportError:
         raise StoreError(
             "OPIC_STORE='redis' needs the redis package: pip install 'scrapy-opic[redis]'"
         ) from None
-    from ._backends.redis import RedisFrontier
+    from ._backends.redis import RedisStore
 
     key = settings.redis_crawl_key(spider_name)
     shown = masked_url(settings.redis_url)
-    frontier = None
+    store = None
     try:
         # (Connecting asks the server whether it is a cluster node: it can fail already.)
-        frontier = RedisFrontier.connect(
-            settings.redis_url,
-            key,
-            lease=settings.redis_lease,
-            encode=encode,
-            series_seconds=settings.commit_seconds,
-        )
+        store = RedisStore.connect(settings.redis_url, key, lease=settings.redis_lease)
         if settings.redis_reset:
-            n = frontier.clear()
+            n = store.clear()
             logger.info("OPIC_REDIS_RESET: deleted the %d keys of the crawl %r", n, key)
-        if frontier.exists():
-            check_resume(
-                settings, spider_name, frontier.meta(), f"the crawl {key!r} on Redis {shown}"
-            )
-        frontier.discovery = settings.discovery
-        frontier.backoff, frontier.backoff_max = settings.backoff, settings.backoff_max
-        frontier.closed_links_virtual = settings.refused_links == "virtual"
-        created = frontier.open(
-            epsilon=settings.epsilon,
-            refresh=settings.refresh,
-            continuous=settings.continuous,
-            window=settings.window,
-            partitions=settings.redis_partitions,
-            by="key" if settings.redis_partition == "url" else "host",
-            meta=meta,
-            refetch=settings.refetch,
-        )
+        where = f"the crawl {key!r} on Redis {shown}"
+        crawl = open_crawl(store, settings.crawl, meta, where, **_crawl_options(settings, encode))
     except (redis.RedisError, redis.RedisClusterException) as exc:
-        if frontier is not None:
-            frontier.client.close()
+        if store is not None:
+            store.client.close()
         detail = " ".join(str(exc).split())
         raise StoreError(
             f"OPIC_STORE='redis': cannot use the Redis server OPIC_REDIS_URL={shown!r} ({detail})"
         ) from None
-    except ValueError as exc:
-        if frontier is not None:
-            frontier.client.close()
-        raise StoreError(str(exc)) from None
     except BaseException:
-        if frontier is not None:
-            frontier.client.close()
+        if store is not None:
+            store.client.close()
         raise
-    f = frontier.figures()
+    f = crawl.figures()
     logger.info(
-        "OPIC crawl %r on Redis %s, process %s: %s; %d pages known, %d pending, %d processes",
+        "OPIC crawl %r on Redis %s, process %s: %d pages known, %d pending, %d processes",
         key,
         shown,
-        frontier.worker,
-        "started the crawl" if created else "joined the crawl",
+        store.worker,
         f["pages"],
         f["pending"],
         f["workers"],
     )
-    return frontier
+    return crawl
 
 
-__all__ = ["RESUME_SETTINGS", "check_resume", "open_frontier", "state_location", "state_path"]
+__all__ = [
+    "RESUME_SETTINGS",
+    "check_resume",
+    "open_crawl",
+    "open_frontier",
+    "state_location",
+    "state_path",
+]

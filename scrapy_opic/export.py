@@ -58,7 +58,7 @@ from typing import IO, Any, NamedTuple
 import numpy as np
 
 from ._backends import StoreError, is_redis_location, masked_url, split_location
-from ._backends.sqlite import StateReader
+from ._backends.sqlite_state import StateReader
 from ._formats import output_format
 from ._series import Series
 from .opic.change import SUMS, ChangeRates
@@ -247,7 +247,7 @@ class OpicState:
             e = OpicEngine.from_header(header, time_fn=self._clock)
             for name, a in e.page_arrays().items():
                 a[:k] = cols[name]
-            est = e.window.estimate(np.arange(k), e._lc[:k], e._now())
+            est = e.window.estimate(np.arange(k), e.held_credit[:k], e.now())
             try:
                 yield lo, cols, e, est
             finally:
@@ -596,7 +596,7 @@ def read_redis_crawl(location: str, read: Callable[[Any, str], Any]) -> Any:
 
 
 def _redis_snapshot(location: str) -> Any:
-    from ._backends.redis import RedisSnapshot
+    from ._backends.redis_state import RedisSnapshot
 
     return read_redis_crawl(location, RedisSnapshot)
 

@@ -204,7 +204,7 @@ CORPUS = """
 import json, shutil, sys, time
 from pathlib import Path
 from scrapy_opic._backends import StoreError
-from scrapy_opic._backends.sqlite import SqliteFrontier
+from tests.support.frontiers import one, sqlite_crawl
 
 src, work = Path(sys.argv[1]), Path(sys.argv[2])
 size = src.stat().st_size
@@ -222,13 +222,12 @@ for name, offset, length in variants:
     before = path.read_bytes()
     t0 = time.monotonic()
     try:
-        f = SqliteFrontier.open(path, resume=True, epsilon=0.15, refresh=0.0, window="unbounded",
-                                persist_requests=True)
+        f = sqlite_crawl(path, True, persist_requests=True)
     except StoreError as exc:
         out = {"refused": str(exc), "unchanged": path.read_bytes() == before,
                "others": sorted(p.name for p in work.iterdir() if p != path)}
     else:
-        out = {"opened": f.engine.n, "cash": f.total_cash(), "pending": len(f)}
+        out = {"opened": one(f).engine.n, "cash": f.total_cash(), "pending": len(f)}
         f.close([])
     out.update(name=name, seconds=time.monotonic() - t0)
     print(json.dumps(out), flush=True)
@@ -287,7 +286,7 @@ class SqliteFrontierOf:
         import shutil
         import tempfile
 
-        from scrapy_opic._backends.sqlite import StateReader
+        from scrapy_opic._backends.sqlite_state import StateReader
 
         with tempfile.TemporaryDirectory() as d:
             copy = shutil.copyfile(self.path, f"{d}/s.sqlite")
@@ -326,7 +325,7 @@ def hold(path):
         [
             sys.executable,
             "-c",
-            "import time; from scrapy_opic._backends.sqlite import StateLock;"
+            "import time; from scrapy_opic._backends.sqlite_state import StateLock;"
             f"lock = StateLock({str(path)!r}); print('held', flush=True); time.sleep(120)",
         ],
         stdout=subprocess.PIPE,

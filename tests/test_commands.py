@@ -177,13 +177,13 @@ def test_no_command_prints_a_password(tmp_path):
 
 @pytest.mark.filterwarnings("error")  # (nor a warning for a crawl without a visit yet)
 def test_the_report_header_masks_a_redis_password(tmp_path):
-    from scrapy_opic._backends.sqlite import SqliteFrontier
     from scrapy_opic._report import build_report
     from scrapy_opic.export import open_state
     from scrapy_opic.opic.frontier import Entry
+    from tests.support.frontiers import sqlite_crawl
 
     path = tmp_path / "s.sqlite"
-    f = SqliteFrontier.open(path, resume=False, epsilon=0.15, refresh=0.0, window="unbounded")
+    f = sqlite_crawl(path)
     f.schedule([Entry(b"k", "http://h/", 0, "h", b"req")])
     f.close([])
     with open_state(path) as state:

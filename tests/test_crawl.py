@@ -503,14 +503,15 @@ def test_a_request_dropped_with_no_outcome_closes_its_page_and_the_crawl_ends(
     if store == "redis":
         import redis
 
-        from scrapy_opic._backends.redis import RedisFrontier, read_figures
+        from scrapy_opic._backends.redis import RedisStore
+        from scrapy_opic._backends.redis_state import read_figures
         from tests.test_redis import check
 
         client = redis.Redis.from_url(location.split("#")[0])
         try:
             assert read_figures(client, key)["in_flight"] == 0 and check(client, key) == []
         finally:
-            RedisFrontier(client, key).clear()
+            RedisStore(client, key).clear()
             client.close()
 
 

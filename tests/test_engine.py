@@ -95,7 +95,7 @@ def _lemma_rhs(e: OpicEngine, n: int, adj: list[list[int]]) -> np.ndarray:
     for i, kids in enumerate(adj):
         kids = [j for j in kids if j != i]
         for j in kids:
-            rhs[j] += (1 - e.epsilon) * (e._cb[i] + e.credit_base + e.hist[i]) / len(kids)
+            rhs[j] += (1 - e.epsilon) * (e.baseline[i] + e.credit_base + e.hist[i]) / len(kids)
     return rhs
 
 
@@ -434,7 +434,7 @@ def test_regression_moments_match_an_explicit_record_of_received_credit(g, ops, 
 def _teleport(e: OpicEngine) -> np.ndarray:
     """The teleport credit each page holds (what its next visit passes on, with its link
     credit)."""
-    return e.acc_credit - e._cb[: e.n]
+    return e.acc_credit - e.baseline[: e.n]
 
 
 def _true_values(e: OpicEngine) -> dict[str, np.ndarray]:

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import scrapy
 
-from scrapy_opic._backends.sqlite import CHUNK, SqliteFrontier, StateReader
+from scrapy_opic._backends.sqlite_state import CHUNK, StateReader
 from scrapy_opic.export import (
     CHANGE_COLUMNS,
     PAGE_COLUMNS,
@@ -29,7 +29,8 @@ from scrapy_opic.export import (
     write_export,
 )
 from scrapy_opic.opic import FETCHED
-from scrapy_opic.opic.frontier import Entry, Link
+from scrapy_opic.opic.frontier import Entry
+from tests.support.frontiers import L, one, sqlite_crawl, visit
 from tests.support.sites import Site
 from tests.test_crawl import RUNNER, crawl, graph  # noqa: F401  (graph is a fixture)
 
@@ -60,23 +61,16 @@ def synthetic(tmp_path_factory) -> tuple[Path, list[str]]:
     n = CHUNK + 900  # two chunks of page rows
     urls = [f"{HOSTS[k % len(HOSTS)]}/page/{k}" for k in range(n)]
     path = tmp_path_factory.mktemp("synthetic") / "s.sqlite"
-    f = SqliteFrontier.open(
-        path,
-        resume=False,
-        epsilon=0.15,
-        refresh=1.0,
-        window="unbounded",
-        meta={"spider": "synthetic"},
-    )
+    f = sqlite_crawl(path, refresh=1.0, meta={"spider": "synthetic"})
     for k in range(n):
-        f.page(f"k{k}", urls[k])
+        one(f).page(f"k{k}", urls[k])
     f.schedule([Entry("k0", urls[0], payload="r")])
     for _ in range(1500):
         lease = f.pop()
         if lease is None:
             break
         kids = [int(k) for k in rng.integers(0, n, 6)]
-        f.visit(lease, [Link(f"k{k}", urls[k], payload="r") for k in kids])
+        visit(f, lease, [L(f"k{k}", urls[k], payload="r") for k in kids])
     f.close([])
     return path, urls
 
@@ -410,12 +404,10 @@ def test_urls_that_need_quoting_round_trip(tmp_path):
         "http://a.example/back\\slash",
         "http://b.example/caf\u00e9/\u65e5\u672c",
     ]
-    f = SqliteFrontier.open(
-        tmp_path / "q.sqlite", resume=False, epsilon=0.15, refresh=1.0, window="unbounded"
-    )
+    f = sqlite_crawl(tmp_path / "q.sqlite", refresh=1.0)
     f.schedule([Entry(f"k{k}", url, payload="r") for k, url in enumerate(urls)])
     lease = f.pop()
-    f.visit(lease, [Link(f"k{k}", urls[k]) for k in (1, 2, 3)])
+    visit(f, lease, [L(f"k{k}", urls[k]) for k in (1, 2, 3)])
     f.close([])
     with open_state(tmp_path / "q.sqlite") as state:
         write_export(state, str(tmp_path / "q.csv"))
@@ -538,19 +530,14 @@ def test_the_change_columns_are_written_and_read_back_in_both_formats(tmp_path):
     """A crawl that refetched by freshness: its change columns (a rate for every page, a
     last change for a page seen to change, none for the others) take the fast row paths and
     read back as the pages say; a URL that needs quoting takes the general writers."""
-    from scrapy_opic.opic.refresh import Refresher
-
     t = [1_700_000_000.0]
-    r = Refresher(wall=lambda: t[0])
-    f = SqliteFrontier.open(
+    f = sqlite_crawl(
         tmp_path / "c.sqlite",
-        resume=False,
-        epsilon=0.15,
         refresh=1.0,
-        window="unbounded",
         continuous=True,
         keep_links=True,
-        refresher=r,
+        refetch="freshness",
+        time_fn=lambda: t[0],
     )
     urls = ["http://a.example/", "http://a.example/b", 'http://a.example/q?x="1",y']
     f.schedule([Entry(f"k{k}", url, payload="r") for k, url in enumerate(urls)])
@@ -559,7 +546,7 @@ def test_the_change_columns_are_written_and_read_back_in_both_formats(tmp_path):
             lease = f.pop()
             t[0] += 3600.0
             k = int(lease.key[1:])
-            f.visit(lease, [Link("k0", urls[0])], changed=None if changed is None else k == 1)
+            visit(f, lease, [L("k0", urls[0])], changed=None if changed is None else k == 1)
     f.close([])
     with open_state(tmp_path / "c.sqlite") as state:
         assert state.page_columns == CHANGE_COLUMNS

@@ -11,10 +11,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from scrapy_opic._backends.crawl import Crawl
+from scrapy_opic._backends.store import MemoryStore
+from scrapy_opic.opic.config import CrawlConfig
 from scrapy_opic.opic.engine import OpicEngine
-from scrapy_opic.opic.frontier import Entry, Link, MemoryFrontier
+from scrapy_opic.opic.frontier import Entry
 from scrapy_opic.opic.graph import Graph, from_edges, power_law_graph
 from scrapy_opic.opic.pagerank import pagerank
+from tests.support.frontiers import L, visit
 
 WINDOWS = (
     "unbounded",
@@ -38,17 +42,19 @@ def seeded_graph(n: int = 300, kids: int = 25, seed: int = 1) -> tuple[Graph, np
 
 
 def crawl(g: Graph, seed: int, window: str, continuous: bool) -> np.ndarray:
-    """The Scrapy scheduler's path without Scrapy: a greedy frontier that discovers the graph
+    """The Scrapy scheduler's path without Scrapy: a crawl in memory that discovers the graph
     from ``seed`` (5N fetches if continuous); the importance of every node."""
-    engine = OpicEngine(epsilon=0.15, refresh=1.0 if continuous else 0.0, window=window)
-    frontier = MemoryFrontier(engine, "greedy", continuous)
+    config = CrawlConfig(refresh=1.0 if continuous else 0.0, window=window, continuous=continuous)
+    frontier = Crawl(MemoryStore(), config)
+    frontier.open({})
+    engine = frontier.fleet.parts[0].frontier.engine
     frontier.schedule([Entry(seed, str(seed), payload=True)])
     for _ in range(5 * g.n if continuous else 2 * g.n):
         lease = frontier.pop()
         if lease is None:
             break
-        links = [Link(int(j), str(j), payload=True) for j in g.children(lease.key)]
-        frontier.visit(lease, links)
+        links = [L(int(j), str(j), payload=True) for j in g.children(lease.key)]
+        visit(frontier, lease, links)
     assert frontier.total_cash() == pytest.approx(1.0, abs=1e-9)
     x = engine.importance()
     return np.array([x[engine.id_of(i)] if i in engine else 0.0 for i in range(g.n)])

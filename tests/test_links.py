@@ -15,12 +15,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scrapy_opic._backends import StoreError
-from scrapy_opic._backends.sqlite import LINKS_TABLE, SqliteFrontier, StateReader
+from scrapy_opic._backends.crawl import Crawl
+from scrapy_opic._backends.sqlite_state import LINKS_TABLE, StateReader
 from scrapy_opic.opic.constants import CLOSED
-from scrapy_opic.opic.frontier import Entry, Link
+from scrapy_opic.opic.frontier import Entry
 from scrapy_opic.opic.graph import from_edges
 from scrapy_opic.opic.links import crawl_graph, decode_links, encode_links
-from tests.support.frontiers import key
+from tests.support.frontiers import L, key, one, sqlite_crawl, visit
 
 
 # -- the codec ---------------------------------------------------------------------------------
@@ -83,13 +84,10 @@ def test_the_crawl_graph_follows_the_engines_rules():
 
 
 # -- the sqlite rows ---------------------------------------------------------------------------
-def frontier_at(path, resume: bool = False, **kw) -> SqliteFrontier:
+def frontier_at(path, resume: bool = False, **kw) -> Crawl:
     kw.setdefault("persist_requests", True)
-    kw.setdefault("encode", lambda payload: payload)
     kw.setdefault("keep_links", True)
-    return SqliteFrontier.open(
-        path, resume=resume, epsilon=0.15, refresh=0.0, window="unbounded", **kw
-    )
+    return sqlite_crawl(path, resume, **kw)
 
 
 def kept(path) -> dict[int, list[int] | tuple[str, int]]:
@@ -102,7 +100,7 @@ def kept(path) -> dict[int, list[int] | tuple[str, int]]:
     return out
 
 
-def expected(f: SqliteFrontier, last: dict) -> dict:
+def expected(f: Crawl, last: dict) -> dict:
     return {
         i: v if isinstance(v, tuple) else sorted(set(v) - {i})
         for i, v in last.items()
@@ -110,7 +108,7 @@ def expected(f: SqliteFrontier, last: dict) -> dict:
     }
 
 
-def visit_all(f: SqliteFrontier, steps: int, last: dict, seed: int = 0) -> None:
+def visit_all(f: Crawl, steps: int, last: dict, seed: int = 0) -> None:
     """Pop and visit, each page linking to 4 random pages (recorded in ``last`` by id)."""
     rng = np.random.default_rng(seed)
     for _ in range(steps):
@@ -118,8 +116,8 @@ def visit_all(f: SqliteFrontier, steps: int, last: dict, seed: int = 0) -> None:
         if lease is None:
             return
         targets = rng.integers(0, 60, 4).tolist()
-        f.visit(lease, [Link(key(k), f"http://h/{k}", payload=b"r%d" % k) for k in targets])
-        last[f.engine.id_of(lease.key)] = [f.engine.id_of(key(k)) for k in targets]
+        visit(f, lease, [L(key(k), f"http://h/{k}", payload=b"r%d" % k) for k in targets])
+        last[one(f).engine.id_of(lease.key)] = [one(f).engine.id_of(key(k)) for k in targets]
 
 
 def test_links_round_trip_through_commit_and_resume(tmp_path):
@@ -147,28 +145,28 @@ def test_a_refetch_replaces_the_links_and_a_closed_page_has_none(tmp_path):
     f = frontier_at(path, continuous=True)
     f.schedule([Entry(key(k), f"http://h/{k}", 0, "", b"r") for k in range(3)])
     lease = f.pop()
-    i = f.engine.id_of(lease.key)
-    f.visit(lease, [Link(key(k), f"http://h/{k}") for k in (10, 11, 12)])
+    i = one(f).engine.id_of(lease.key)
+    visit(f, lease, [L(key(k), f"http://h/{k}") for k in (10, 11, 12)])
     f.commit(wait=True)
-    assert kept(path)[i] == sorted(f.engine.id_of(key(k)) for k in (10, 11, 12))
+    assert kept(path)[i] == sorted(one(f).engine.id_of(key(k)) for k in (10, 11, 12))
     while (lease := f.pop()).key != key(i):  # the others first (their cash is higher)
-        f.visit(lease, [])
-    f.visit(lease, [Link(key(13), "http://h/13")])
+        visit(f, lease, [])
+    visit(f, lease, [L(key(13), "http://h/13")])
     f.commit(wait=True)
-    assert kept(path)[i] == [f.engine.id_of(key(13))]
+    assert kept(path)[i] == [one(f).engine.id_of(key(13))]
     # A failure that does not close the page keeps the last parsed visit's links...
     while (lease := f.pop()).key != key(i):
-        f.visit(lease, [])
+        visit(f, lease, [])
     f.fail(lease, 503)
     f.commit(wait=True)
-    assert kept(path)[i] == [f.engine.id_of(key(13))]
+    assert kept(path)[i] == [one(f).engine.id_of(key(13))]
     # ...a final one (404) closes it: its links go.
     while (lease := f.pop()).key != key(i):
-        f.visit(lease, [])
+        visit(f, lease, [])
     f.fail(lease, 404)
     f.commit(wait=True)
     assert i not in kept(path)
-    assert f.engine.flags[i] & CLOSED
+    assert one(f).engine.flags[i] & CLOSED
     f.close([])
 
 
@@ -177,11 +175,11 @@ def test_two_visits_between_commits_keep_the_second(tmp_path):
     f = frontier_at(path, continuous=True, commit_visits=10**6, commit_seconds=3600)
     f.ready = lambda: False  # no checkpoint until close
     f.schedule([Entry(key(0), "http://h/0", 0, "", b"r")])
-    f.visit(f.pop(), [Link(key(1), "http://h/1")])
+    visit(f, f.pop(), [L(key(1), "http://h/1")])
     while (lease := f.pop()).key != key(0):
-        f.visit(lease, [])
-    f.visit(lease, [Link(key(2), "http://h/2")])
-    assert f.engine.visits[0] == 2
+        visit(f, lease, [])
+    visit(f, lease, [L(key(2), "http://h/2")])
+    assert one(f).engine.visits[0] == 2
     f.close([])
     assert kept(path)[0] == [2]
 
@@ -196,12 +194,12 @@ def test_links_and_snapshot_are_committed_in_one_transaction(tmp_path):
     f.ready = lambda: False  # no checkpoint but those asked for here
     f.schedule([Entry(key(k), f"http://h/{k}", 0, "", b"r") for k in range(5)])
     f.commit(wait=True)
-    conn = f.store.db.conn
+    conn = f.store.file.db.conn
     asked: list = []
     real = conn.execute
     conn.execute = lambda req, *a, **kw: (asked.append(req), real(req, *a, **kw))[1]
     for _ in range(3):
-        f.visit(f.pop(), [Link(key(9), "http://h/9")])
+        visit(f, f.pop(), [L(key(9), "http://h/9")])
     f.commit(wait=False)
     f.commit(wait=True)  # nothing changed since: no links row
     conn.execute = real
@@ -228,14 +226,14 @@ def test_a_commit_writes_only_the_pages_whose_links_changed(tmp_path):
     f = frontier_at(path, commit_visits=10**6, commit_seconds=3600)
     f.schedule([Entry(key(k), f"http://h/{k}", 0, "", b"r") for k in range(200)])
     for _ in range(150):
-        f.visit(f.pop(), [Link(key(k), f"http://h/{k}") for k in range(5)])
+        visit(f, f.pop(), [L(key(k), f"http://h/{k}") for k in range(5)])
     f.commit(wait=True)
     writes: list = []
-    conn = f.store.db.conn
+    conn = f.store.file.db.conn
     real = conn.execute
     conn.execute = lambda req, *a, **kw: (writes.append(req), real(req, *a, **kw))[1]
     for _ in range(3):
-        f.visit(f.pop(), [Link(key(7), "http://h/7")])
+        visit(f, f.pop(), [L(key(7), "http://h/7")])
     f.commit(wait=True)
     conn.execute = real
     assert sum(LINKS_TABLE in w and "INSERT" in w for w in writes) == 3
@@ -250,7 +248,7 @@ def test_a_resume_with_another_keep_links_is_refused_and_changes_nothing(tmp_pat
     visit_all(f, 5, {})
     f.close([])
     before = path.read_bytes()
-    with pytest.raises(StoreError, match="OPIC_KEEP_LINKS=False, resumed with True"):
+    with pytest.raises(StoreError, match="OPIC_KEEP_LINKS=False there, True here"):
         frontier_at(path, resume=True, keep_links=True)
     assert path.read_bytes() == before
     g = frontier_at(path, keep_links=True)  # afresh: fine
@@ -304,21 +302,20 @@ def test_kill_9_leaves_links_that_agree_with_the_snapshot(tmp_path):
     script = textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {os.getcwd()!r})
-        from scrapy_opic._backends.sqlite import SqliteFrontier
         from scrapy_opic.opic.frontier import Entry, Link
-        f = SqliteFrontier.open({str(path)!r}, resume=False, epsilon=0.15, refresh=1.0,
-                                window="unbounded", continuous=True, commit_visits=37,
-                                keep_links=True)
+        from tests.support.frontiers import one, sqlite_crawl
+        f = sqlite_crawl({str(path)!r}, refresh=1.0, continuous=True, commit_visits=37,
+                         keep_links=True)
         f.schedule([Entry(b"p0", "u", 0, "", b"req")])
         while True:
             lease = f.pop()
             p = int(lease.key[1:])
-            v = int(f.engine.visits[f.engine.id_of(lease.key)]) + 1
-            links = [Link(b"p%d" % t, "u", payload=b"req")
+            v = int(one(f).engine.visits[one(f).engine.id_of(lease.key)]) + 1
+            links = [Link(b"p%d" % t, "u")
                      for t in [(p * 7919 + v * 104729 + j * 31) % 3000 for j in range(5)]]
             f.visit(lease, links)
             f.schedule([Entry(link.key, "u", 0, "", b"req") for link in links])
-            if f.engine.visit_count == 300:
+            if one(f).engine.visit_count == 300:
                 f.commit(wait=True)
                 print("committed", flush=True)
     """)
@@ -401,7 +398,7 @@ def test_the_pagerank_column_is_the_crawled_graphs_pagerank(tmp_path, fmt):
             f.redirect(lease, Entry(key(redirects[u]), f"http://h/{redirects[u]}", 0, "", b"r"))
         else:
             children = graph.children(u).tolist()
-            f.visit(lease, [Link(key(v), f"http://h/{v}", payload=b"r") for v in children])
+            visit(f, lease, [L(key(v), f"http://h/{v}", payload=b"r") for v in children])
             fetched.add(u)
     f.close([])
     ref = reference_pagerank(graph.n, site_edges(graph, fetched, gone, redirects))

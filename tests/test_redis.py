@@ -1,4 +1,4 @@
-"""The Redis backend against a real server: processes (here, several RedisFrontier objects in
+"""The Redis backend against a real server: processes (here, several Crawl objects in
 one Python process) share a crawl's partitions through leases; a write of a process that lost
 its partition is refused; a process that dies is taken over and the crawl goes on with total
 cash 1; a crawl of another layout, partition count or parameters is refused in one line; an
@@ -14,10 +14,13 @@ import uuid
 import pytest
 
 from scrapy_opic._backends import StoreError
-from scrapy_opic._backends.redis import RedisFrontier, RedisSnapshot, fleet_status
-from scrapy_opic.opic.frontier import Entry, Link
-from scrapy_opic.opic.partition import POOL, partition_of
+from scrapy_opic._backends.crawl import Crawl
+from scrapy_opic._backends.redis_state import RedisSnapshot, fleet_status, member_key, unpack
+from scrapy_opic.opic.frontier import Entry
+from scrapy_opic.opic.messages import POOL
+from scrapy_opic.opic.routing import partition_of
 from tests.support.fleet import key, partition_problems, sequence_problems
+from tests.support.frontiers import L, redis_crawl, visit
 
 redis = pytest.importorskip("redis")
 
@@ -39,13 +42,10 @@ def crawl(redis_url, request):
     every process is closed and the keys deleted after. Each test runs twice: with the
     atomic flush of a plain Redis, and with a script per member as on a Redis Cluster."""
     name = f"opic:test:{uuid.uuid4().hex}"
-    made: list[RedisFrontier] = []
+    made: list[Crawl] = []
 
-    def make(lease: float = 30.0, **kw) -> RedisFrontier:
-        kw.setdefault("partitions", 16)
-        f = RedisFrontier.connect(redis_url, name, lease=lease)
-        f.atomic = request.param == "atomic"
-        f.open(**kw)
+    def make(lease: float = 30.0, **kw) -> Crawl:
+        f = redis_crawl(redis_url, name, lease=lease, atomic=request.param == "atomic", **kw)
         made.append(f)
         return f
 
@@ -55,23 +55,23 @@ def crawl(redis_url, request):
     for f in made:
         if f.held:
             for k in list(f.held):  # (closing would write: just let go)
-                f.client.delete(f._k(k, "lease"))
-        f.clear()
-        f.client.close()
+                f.store.client.delete(member_key(name, k, "lease"))
+        f.store.clear()
+        f.store.client.close()
 
 
-def step(f: RedisFrontier) -> int | None:
+def step(f: Crawl) -> int | None:
     """Pop and visit one page of ``f``; its number."""
     lease = f.pop()
     if lease is None:
         return None
     i = int(lease.url.rsplit("/p", 1)[1])
-    links = [Link(key(url(j)), url(j), payload=b"r%d" % j) for j in links_of(i)]
-    assert f.visit(lease, links) is not None
+    links = [L(key(url(j)), url(j), payload=b"r%d" % j) for j in links_of(i)]
+    assert visit(f, lease, links) is not None
     return i
 
 
-def run(fleet: list[RedisFrontier], until_idle: bool = True, steps: int = 10_000) -> list[int]:
+def run(fleet: list[Crawl], until_idle: bool = True, steps: int = 10_000) -> list[int]:
     """Crawl with every process in turn, each flushing (and rebalancing) as its scheduler's
     upkeep would; returns the pages visited, in order."""
     done = []
@@ -109,10 +109,7 @@ def check(client, name: str) -> list[str]:
     moving = [m for mem in members.values() for m in mem.box.unconfirmed.values()]
     for k in members:
         for _id, fields in client.xrange(f"{{{name}:{'pool' if k == POOL else k}}}:in"):
-            from scrapy_opic._backends.redis import _unpack
-            from scrapy_opic.opic.partition import Message
-
-            moving += [Message(*raw) for raw in _unpack(fields[b"m"])[0]]
+            moving += unpack(fields[b"m"])[0]
     return out + sequence_problems(members, moving)
 
 
@@ -123,7 +120,7 @@ def test_a_crawl_alone_owns_every_partition_it_meets_and_ends_with_cash_one(craw
     assert sorted(set(done)) == sorted(set(done) | {0}) and len(done) == len(set(done))
     assert len(done) == f.figures()["visited"] and f.figures()["pending"] == 0
     f.commit()
-    assert check(f.client, crawl.key) == []
+    assert check(f.store.client, crawl.key) == []
     owned = set(f.held)
     assert POOL in owned and owned - {POOL} == {partition_of(url(i), key(url(i)), 16) for i in done}
 
@@ -148,9 +145,10 @@ def test_processes_share_the_partitions_and_every_page_is_fetched_once(crawl):
     assert {0} | {j for i in done for j in links_of(i)} <= set(done)  # every page found
     for f in fleet:
         f.commit()
-    assert check(a.client, crawl.key) == []
+    assert check(a.store.client, crawl.key) == []
     assert (
-        sum(1 for f in fleet if any(p.frontier.engine.visit_count for p in f.parts.values())) >= 2
+        sum(1 for f in fleet if any(p.frontier.engine.visit_count for p in f.fleet.parts.values()))
+        >= 2
     )
 
 
@@ -164,11 +162,11 @@ def test_a_process_that_lost_its_partition_cannot_write_it(crawl):
     b = crawl()
     assert b._claim(k)  # b takes the partition over, from what a wrote
     assert b.pop().url == url(0)  # and fetches the page again
-    assert a.visit(lease, []) is not None  # (a does not know yet)
+    assert visit(a, lease, []) is not None  # (a does not know yet)
     a.flush()  # its write is refused: a lets the partition go
-    assert k not in a.parts and k in b.parts
+    assert k not in a.fleet.parts and k in b.fleet.parts
     b.commit()
-    assert check(b.client, crawl.key) == []
+    assert check(b.store.client, crawl.key) == []
 
 
 def test_a_process_that_lost_one_partition_lets_all_go(crawl):
@@ -183,24 +181,26 @@ def test_a_process_that_lost_one_partition_lets_all_go(crawl):
     k = partition_of(url(0), key(url(0)), 16)
     lease = a.pop()
     for j in links_of(0):  # (alone, a owns the partitions of the page's links)
-        a.owner_of(partition_of(url(j), key(url(j)), 16))
-    assert len(a.parts) > 1
-    a.client.delete(a._k(k, "lease"))  # a's lease of k lapsed while it stalled
+        a.fleet.owner_of(partition_of(url(j), key(url(j)), 16))
+    assert len(a.fleet.parts) > 1
+    a.store.client.delete(
+        member_key(crawl.key, k, "lease")
+    )  # a's lease of k lapsed while it stalled
     b = crawl()
     assert b._claim(k)
-    links = [Link(key(url(j)), url(j), payload=b"r") for j in links_of(0)]
-    assert a.visit(lease, links) is not None  # (a does not know: its links are paid at once)
+    links = [L(key(url(j)), url(j), payload=b"r") for j in links_of(0)]
+    assert visit(a, lease, links) is not None  # (a does not know: its links are paid at once)
     a.flush()
-    if a.atomic:
-        assert not a.held and not a.parts
+    if a.store.atomic:
+        assert not a.held and not a.fleet.parts
     else:
-        assert k not in a.held and a.parts
+        assert k not in a.held and a.fleet.parts
     a.close([])
     b._next_rebalance = 0.0
     done = run([b])
     assert 0 in done  # fetched again by b
     b.commit()
-    assert check(b.client, crawl.key) == []
+    assert check(b.store.client, crawl.key) == []
 
 
 def test_a_process_killed_at_any_moment_is_taken_over_and_the_crawl_finishes(crawl):
@@ -218,7 +218,7 @@ def test_a_process_killed_at_any_moment_is_taken_over_and_the_crawl_finishes(cra
         if i is not None:
             fetched.append(i)
     victim = set(a.held)
-    a.client.close()  # killed: no close(), no more writes
+    a.store.client.close()  # killed: no close(), no more writes
     deadline = time.monotonic() + 0.6
     while time.monotonic() < deadline:  # (b goes on: its upkeep renews its own leases)
         b.maintain([])
@@ -231,7 +231,7 @@ def test_a_process_killed_at_any_moment_is_taken_over_and_the_crawl_finishes(cra
     assert {0} | {j for i in fetched for j in links_of(i)} <= set(fetched)
     assert max(fetched.count(i) for i in set(fetched)) <= 2
     b.commit()
-    assert check(b.client, crawl.key) == []
+    assert check(b.store.client, crawl.key) == []
 
 
 def test_an_inbox_entry_goes_only_with_the_write_of_what_applied_it(crawl):
@@ -245,17 +245,17 @@ def test_an_inbox_entry_goes_only_with_the_write_of_what_applied_it(crawl):
     assert b._claim(k0) and a._claim(kt)
     b.schedule([Entry(key(url(0)), url(0), 0, "", b"seed")])
     lease = b.pop()
-    assert b.visit(lease, [Link(key(url(j)), url(j), payload=b"r")]) is not None
+    assert visit(b, lease, [L(key(url(j)), url(j), payload=b"r")]) is not None
     b.flush()
     b.flush()  # (member by member, the message leaves once its record is written)
     a.flush()
     assert a.held[kt].consumed  # applied, not written
-    a.client.close()  # killed
+    a.store.client.close()  # killed
     time.sleep(0.4)
     assert b._claim(kt)
     b.commit()
     assert b.status_of(key(url(j))) == "pending"
-    assert check(b.client, crawl.key) == []
+    assert check(b.store.client, crawl.key) == []
 
 
 def test_a_write_whose_reply_was_lost_is_not_made_twice(crawl):
@@ -264,14 +264,14 @@ def test_a_write_whose_reply_was_lost_is_not_made_twice(crawl):
     f = crawl()
     f.schedule([Entry(key(url(i)), url(i), 0, "", b"r") for i in range(0, 60, 6)])
     f.commit()
-    k = next(iter(f.parts))
+    k = next(iter(f.fleet.parts))
     held = f.held[k]
     other = crawl()  # (owns a partition f's links lead to: f's messages go through Redis)
     assert other._claim(partition_of(url(1), key(url(1)), 16))
     f._rebalance()
     for _ in range(3):
         step(f)
-    pipeline = f.client.pipeline
+    pipeline = f.store.client.pipeline
 
     def lost_reply(*args, **kw):
         pipe = pipeline(*args, **kw)
@@ -284,32 +284,30 @@ def test_a_write_whose_reply_was_lost_is_not_made_twice(crawl):
         pipe.execute = run_then_fail
         return pipe
 
-    f.client.pipeline = lost_reply
+    f.store.client.pipeline = lost_reply
     with pytest.raises(redis.ConnectionError):
         f.flush()
-    f.client.pipeline = pipeline
+    f.store.client.pipeline = pipeline
     step(f)
     f.commit()
-    assert k in f.parts and held.log == f.client.llen(f._k(k, "log"))
+    assert k in f.fleet.parts and held.log == f.store.client.llen(member_key(crawl.key, k, "log"))
     other.flush()
     other.commit()
-    assert check(f.client, crawl.key) == []
+    assert check(f.store.client, crawl.key) == []
 
 
 def test_a_crawl_of_other_parameters_partitions_or_layout_is_refused(crawl, redis_url):
     a = crawl(epsilon=0.15)
-    with pytest.raises(ValueError, match=r"other settings \(OPIC_EPSILON: crawl 0.15, here 0.3\)"):
+    with pytest.raises(StoreError, match=r"other settings \(OPIC_EPSILON=0.15 there, 0.3 here\)"):
         crawl(epsilon=0.3)
-    with pytest.raises(ValueError, match="has 16 partitions by host, not 32 by host"):
+    with pytest.raises(StoreError, match="has 16 partitions by host, not 32 by host"):
         crawl(partitions=32)
     client = redis.Redis.from_url(redis_url)
     old = f"opic:old:{uuid.uuid4().hex}"
     client.hset("{" + old + "}:meta", "layout", "20261124")  # (an earlier layout)
     try:
-        f = RedisFrontier.connect(redis_url, old)
-        with pytest.raises(ValueError, match="made by another version of scrapy-opic"):
-            f.open()
-        f.client.close()
+        with pytest.raises(StoreError, match="made by another version of scrapy-opic"):
+            redis_crawl(redis_url, old)
     finally:
         client.delete("{" + old + "}:meta")
         client.close()
@@ -318,14 +316,12 @@ def test_a_crawl_of_other_parameters_partitions_or_layout_is_refused(crawl, redi
 
 def test_a_crawl_with_impossible_parameters_is_never_created(crawl, redis_url):
     name = f"opic:never:{uuid.uuid4().hex}"
-    f = RedisFrontier.connect(redis_url, name)
-    try:
-        for kw in ({"epsilon": 2.0}, {"epsilon": 0.0}, {"refresh": 5.0}):
-            with pytest.raises(ValueError, match="must be in"):
-                f.open(**kw)
-        assert not f.exists()
-    finally:
-        f.client.close()
+    for kw in ({"epsilon": 2.0}, {"epsilon": 0.0}, {"refresh": 5.0}):
+        with pytest.raises(ValueError, match="must be in"):
+            redis_crawl(redis_url, name, **kw)
+    client = redis.Redis.from_url(redis_url)
+    assert not client.exists("{" + name + "}:meta")
+    client.close()
 
 
 @pytest.mark.slow  # (starts a Redis server of its own)
@@ -335,16 +331,15 @@ def test_an_emptied_redis_stops_the_crawl(tmp_path):
     from tests.support.sites import RedisServer
 
     with RedisServer(tmp_path) as server_url:
-        f = RedisFrontier.connect(server_url, "opic:emptied", lease=5.0)
-        f.open(partitions=16)
+        f = redis_crawl(server_url, "opic:emptied", lease=5.0)
         f.schedule([Entry(key(url(0)), url(0), 0, "", b"seed")])
         f.commit()
-        f.client.flushdb()
+        f.store.client.flushdb()
         f._next_rebalance = 0.0
         with pytest.raises(StoreError, match="is gone from Redis"):
             f.maintain([])
-        assert f.client.dbsize() == 0  # nothing written back
-        f.client.close()
+        assert f.store.client.dbsize() == 0  # nothing written back
+        f.store.client.close()
 
 
 def test_the_status_of_a_fleet_counts_its_processes_and_partitions(crawl):
@@ -355,7 +350,7 @@ def test_the_status_of_a_fleet_counts_its_processes_and_partitions(crawl):
         f.maintain([])
     a.commit()
     b.commit()
-    status = fleet_status(a.client, crawl.key)
+    status = fleet_status(a.store.client, crawl.key)
     assert status["pages"] == 12 and status["pending"] == 12
     assert status["workers"] == 2 and status["partitions"] == len(
         {partition_of(url(i), key(url(i)), 16) for i in range(12)}
@@ -366,7 +361,7 @@ def test_the_status_of_a_fleet_counts_its_processes_and_partitions(crawl):
     run([a, b], steps=4, until_idle=False)
     a.commit()
     b.commit()
-    status = fleet_status(a.client, crawl.key)
+    status = fleet_status(a.store.client, crawl.key)
     assert 0 < status["G_low"] <= status["G"]  # (the slowest partition's clock, the fastest)
     assert "partition clocks within" in status_line(status)
 
@@ -422,13 +417,12 @@ def test_a_redis_restarted_with_its_keys_is_waited_for_with_one_warning(tmp_path
 
     server = RedisServer(tmp_path, persist=True)
     with server as server_url:
-        f = RedisFrontier.connect(server_url, "opic:restarted", lease=30.0)
+        f = redis_crawl(server_url, "opic:restarted", lease=30.0)
         try:
-            f.open(partitions=16)
             f.schedule([Entry(key(url(0)), url(0), 0, "", b"seed")])
             before = run([f], until_idle=False, steps=4)
             assert before and f.has_pending()
-            with caplog.at_level("INFO", logger="scrapy_opic._backends.redis"):
+            with caplog.at_level("INFO", logger="scrapy_opic._backends.crawl"):
                 server.stop()
                 for _ in range(3):
                     f._next_rebalance = f._last_flush = 0.0
@@ -442,10 +436,10 @@ def test_a_redis_restarted_with_its_keys_is_waited_for_with_one_warning(tmp_path
             assert any("answers again" in r.getMessage() for r in caplog.records)
             assert len(before + after) == len(set(before + after)) == 240
             f.commit()
-            assert check(f.client, "opic:restarted") == []
+            assert check(f.store.client, "opic:restarted") == []
         finally:
-            f.clear()
-            f.client.close()
+            f.store.clear()
+            f.store.client.close()
 
 
 @pytest.mark.slow  # (starts a Redis server of its own)
@@ -454,8 +448,7 @@ def test_a_redis_that_does_not_come_back_stops_the_crawl_in_one_line(tmp_path):
 
     server = RedisServer(tmp_path)
     with server as server_url:
-        f = RedisFrontier.connect(server_url, "opic:gone", lease=30.0)
-        f.open(partitions=16)
+        f = redis_crawl(server_url, "opic:gone", lease=30.0)
         f.schedule([Entry(key(url(0)), url(0), 0, "", b"seed")])
         f.commit()
         server.stop()
@@ -480,8 +473,7 @@ def test_the_report_of_a_long_crawl_plots_its_series_and_never_shows_the_passwor
     from tests.support.sites import RedisServer
 
     with RedisServer(tmp_path, password="s3cret-pw") as server_url:
-        f = RedisFrontier.connect(server_url, "opic:long", lease=30.0, series_seconds=0.0)
-        f.open(partitions=16)
+        f = redis_crawl(server_url, "opic:long", lease=30.0, commit_seconds=0.0)
         f.schedule([Entry(key(url(0)), url(0), 0, "", b"seed")])
         done: list[int] = []
         while f.has_pending():
@@ -498,18 +490,13 @@ def test_the_report_of_a_long_crawl_plots_its_series_and_never_shows_the_passwor
 
 
 def test_a_crawl_joined_with_another_refetch_policy_is_refused_in_one_line(redis_url):
-    from scrapy_opic._backends.redis import RedisFrontier
-
     key = f"opic:refetch:{uuid.uuid4().hex}"
-    first = RedisFrontier.connect(redis_url, key)
+    first = redis_crawl(redis_url, key, continuous=True, refetch="cash")
     try:
-        first.open(continuous=True, refetch="cash")
-        other = RedisFrontier.connect(redis_url, key)
-        with pytest.raises(ValueError) as got:
-            other.open(continuous=True, refetch="freshness")
+        with pytest.raises(StoreError) as got:
+            redis_crawl(redis_url, key, continuous=True, refetch="freshness")
         message = str(got.value)
-        assert "\n" not in message and "OPIC_REFETCH: crawl cash, here freshness" in message
-        other.client.close()
+        assert "\n" not in message and "OPIC_REFETCH='cash' there, 'freshness' here" in message
     finally:
-        first.clear()
-        first.client.close()
+        first.store.clear()
+        first.store.client.close()

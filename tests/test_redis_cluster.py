@@ -11,8 +11,8 @@ import uuid
 
 import pytest
 
-from scrapy_opic._backends.redis import RedisFrontier
 from scrapy_opic.opic.frontier import Entry
+from tests.support.frontiers import redis_crawl
 from tests.test_redis import check, key, run, url
 
 pytestmark = pytest.mark.slow  # (starts a Redis Cluster)
@@ -32,14 +32,13 @@ def cluster(redis_cluster_url):
 def crawled(redis_cluster_url):
     """A crawl of 240 pages on six hosts made by one process through the cluster."""
     name = f"opic:cluster:{uuid.uuid4().hex}"
-    f = RedisFrontier.connect(redis_cluster_url, name)
-    f.open(partitions=16)
+    f = redis_crawl(redis_cluster_url, name)
     f.schedule([Entry(key(url(0)), url(0), 0, "", b"seed")])
     run([f])
     f.commit()
     yield f, name
-    f.clear()
-    f.client.close()
+    f.store.clear()
+    f.store.client.close()
 
 
 def test_any_node_of_a_cluster_gets_a_cluster_client_and_a_server_a_plain_one(cluster, redis_url):
@@ -71,7 +70,7 @@ def test_a_crawl_through_a_cluster_reads_back_whole(crawled, redis_cluster_url):
     from scrapy_opic.export import open_state
 
     f, name = crawled
-    assert check(f.client, name) == []
+    assert check(f.store.client, name) == []
     with open_state(f"{redis_cluster_url}#{name}") as state:
         assert state.n == f.figures()["pages"] and state.pending == 0
         assert state.total_cash() == pytest.approx(1.0, abs=1e-9)

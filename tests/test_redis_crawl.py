@@ -187,9 +187,9 @@ def test_four_processes_keep_each_hosts_politeness_with_a_cpu_hog(tmp_path, redi
     try:
         assert check(client, key) == []
     finally:
-        from scrapy_opic._backends.redis import RedisFrontier
+        from scrapy_opic._backends.redis import RedisStore
 
-        RedisFrontier(client, key).clear()
+        RedisStore(client, key).clear()
         client.close()
 
 
@@ -242,9 +242,9 @@ def test_four_processes_find_pagerank_as_one_process_does(tmp_path, redis_url):
         # to 0.055 from run to run; the bound fails a fleet that loses track of PageRank.)
         assert fleet_error <= 1.5 * one_error + 0.03, (fleet_error, one_error)
     finally:
-        from scrapy_opic._backends.redis import RedisFrontier
+        from scrapy_opic._backends.redis import RedisStore
 
-        RedisFrontier(client, key).clear()
+        RedisStore(client, key).clear()
         client.close()
 
 
@@ -307,9 +307,9 @@ def test_processes_killed_at_random_moments_and_replaced_lose_nothing(tmp_path, 
         assert check(client, key) == []
         assert max(joined) < 10.0  # every process got work within 10 s of its start
     finally:
-        from scrapy_opic._backends.redis import RedisFrontier
+        from scrapy_opic._backends.redis import RedisStore
 
-        RedisFrontier(client, key).clear()
+        RedisStore(client, key).clear()
         client.close()
 
 
@@ -319,14 +319,14 @@ def redis_crawl(redis_url):
     key = f"opic:crawl:{uuid.uuid4().hex}"
     client = redis.Redis.from_url(redis_url)
     yield settings_for(redis_url, key), client, key
-    from scrapy_opic._backends.redis import RedisFrontier
+    from scrapy_opic._backends.redis import RedisStore
 
-    RedisFrontier(client, key).clear()
+    RedisStore(client, key).clear()
     client.close()
 
 
 def test_redirects_errors_offsite_and_callback_errors_keep_cash_at_one(tmp_path, redis_crawl):
-    from scrapy_opic._backends.redis import read_figures
+    from scrapy_opic._backends.redis_state import read_figures
     from tests.test_crawl import crawl, node
 
     settings, client, key = redis_crawl
@@ -357,7 +357,7 @@ def test_redirects_errors_offsite_and_callback_errors_keep_cash_at_one(tmp_path,
 
 
 def test_a_process_that_leaves_hands_its_pages_back(tmp_path, redis_crawl):
-    from scrapy_opic._backends.redis import RedisSnapshot, read_figures
+    from scrapy_opic._backends.redis_state import RedisSnapshot, read_figures
     from tests.test_crawl import crawl, node
 
     settings, client, key = redis_crawl
@@ -384,7 +384,7 @@ def test_a_process_that_leaves_hands_its_pages_back(tmp_path, redis_crawl):
 
 
 def test_a_continuous_crawl_on_redis_revisits_pages_and_keeps_cash(tmp_path, redis_crawl):
-    from scrapy_opic._backends.redis import read_figures
+    from scrapy_opic._backends.redis_state import read_figures
     from tests.test_crawl import crawl
 
     settings, client, key = redis_crawl
@@ -469,7 +469,7 @@ def test_two_processes_crawl_a_site_through_a_redis_cluster(tmp_path, redis_clus
     """The crawl on a Redis Cluster: the settings name one node, each process finds the
     cluster from it, the crawl fetches every page once with cash 1, and the export command
     reads it back from the cluster."""
-    from scrapy_opic._backends.redis import RedisFrontier, open_client
+    from scrapy_opic._backends.redis import RedisStore, open_client
 
     g = site_graph(240, seed=12)
     pages = reachable(g)
@@ -498,7 +498,7 @@ def test_two_processes_crawl_a_site_through_a_redis_cluster(tmp_path, redis_clus
         assert export.returncode == 0, export.stderr
         assert len(out.read_text().splitlines()) == len(pages) + 1
     finally:
-        RedisFrontier(client, key).clear()
+        RedisStore(client, key).clear()
         client.close()
 
 

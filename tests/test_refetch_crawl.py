@@ -15,7 +15,7 @@ import pytest
 
 from scrapy_opic._report import build_report
 from scrapy_opic.export import open_state, write_export
-from scrapy_opic.opic.partition import partition_of
+from scrapy_opic.opic.routing import partition_of
 from tests.test_crawl import crawl
 
 pytestmark = pytest.mark.slow  # (crawls in a subprocess)
@@ -282,8 +282,9 @@ def test_a_304_to_a_request_that_sent_no_validator_is_a_failed_fetch(tmp_path):
     def bogus(k: int, headers: dict[str, str]) -> tuple[int, int, dict[str, str]]:
         return (304, 0, {}) if k == 0 else (200, 0, {"ETag": '"v0"'})
 
+    # (The crawl's 80 responses take 0.4 s at least: /a's backoff of 0.2 s is over before.)
     with ScriptedSite({"/": honest(), "/a": bogus}) as site:
-        items, stats = run(tmp_path, site, 80, OPIC_BACKOFF=0.2)
+        items, stats = run(tmp_path, site, 80, OPIC_BACKOFF=0.2, DOWNLOAD_DELAY=0.01)
     hits = site.of("/a")
     assert hits[0].status == 304 and hits[0].inm is None
     assert hits[1].status == 200  # fetched again (not a final outcome), then parsed once

@@ -9,14 +9,16 @@ import random
 import numpy as np
 import pytest
 
-from scrapy_opic._backends.sqlite import SqliteFrontier
-from scrapy_opic.opic import OpicEngine
+from scrapy_opic._backends import StoreError
+from scrapy_opic._backends.crawl import Crawl
+from scrapy_opic._backends.store import MemoryStore
 from scrapy_opic.opic.change import ChangeRates
+from scrapy_opic.opic.config import CrawlConfig
 from scrapy_opic.opic.constants import ERROR, FORBIDDEN, IN_FLIGHT, OK, PENDING
-from scrapy_opic.opic.frontier import Entry, Link, MemoryFrontier
+from scrapy_opic.opic.frontier import Entry
 from scrapy_opic.opic.refetch import DISCARDED, POPPED, WAITING
 from scrapy_opic.opic.refresh import Planner, Refresher
-from tests.support.frontiers import key
+from tests.support.frontiers import L, key, one, sqlite_crawl, take, visit
 
 TOL = 1e-9
 EPS = 0.2
@@ -36,28 +38,35 @@ def entry(i: int, slot: str = "s") -> Entry:
     return Entry(key(i), f"http://h/{i}", 0, slot, b"req%d" % i)
 
 
-def link(i: int, slot: str = "s", **kw) -> Link:
-    return Link(key(i), f"http://h/{i}", slot=slot, payload=b"req%d" % i, **kw)
+def link(i: int, slot: str = "s", **kw) -> L:
+    return L(key(i), f"http://h/{i}", slot=slot, payload=b"req%d" % i, **kw)
 
 
 def make(
     clock: Clock, discovery: float = 0.0, keep_links: bool = False, **kw
-) -> tuple[MemoryFrontier, Refresher]:
-    """A continuous in-memory frontier that refetches by change, on ``clock``."""
-    r = Refresher(Planner(**kw), wall=clock)
-    engine = OpicEngine(epsilon=EPS, refresh=1.0)
-    f = MemoryFrontier(
-        engine, "greedy", True, discovery=discovery, keep_links=keep_links, refresher=r
+) -> tuple[Crawl, Refresher]:
+    """A continuous crawl in memory that refetches by change, on ``clock``."""
+    config = CrawlConfig(
+        epsilon=EPS,
+        refresh=1.0,
+        continuous=True,
+        refetch="freshness",
+        discovery=discovery,
+        keep_links=keep_links,
     )
-    assert f.refresher is r
+    f = Crawl(MemoryStore(), config, time_fn=clock)
+    f.fleet.planner = Planner(**kw)
+    f.open({})
+    r = one(f).refresher
+    assert r is not None and r.planner is f.fleet.planner
     return f, r
 
 
-def idx(f: MemoryFrontier, lease) -> int:
-    return f.engine.id_of(lease.key)
+def idx(f: Crawl, lease) -> int:
+    return one(f).engine.id_of(lease.key)
 
 
-def ring(f: MemoryFrontier, r: Refresher, clock: Clock, n: int, pops: int, **visit) -> None:
+def ring(f: Crawl, r: Refresher, clock: Clock, n: int, pops: int, **kw) -> None:
     """Seed pages ``0..n-1`` (each links to the next two) and crawl ``pops`` pops, one second
     apart, every page visited over its links."""
     f.schedule([entry(i) for i in range(n)])
@@ -65,7 +74,7 @@ def ring(f: MemoryFrontier, r: Refresher, clock: Clock, n: int, pops: int, **vis
         clock.t += 1.0
         lease = f.pop()
         i = idx(f, lease)
-        f.visit(lease, [link((i + 1) % n), link((i + 2) % n)], **visit)
+        visit(f, lease, [link((i + 1) % n), link((i + 2) % n)], **kw)
 
 
 # -- 1. money ----------------------------------------------------------------------------------
@@ -104,7 +113,7 @@ def test_cash_is_conserved_on_every_path_of_a_crawl_that_refetches_by_change():
                     links[0] = links[0]._replace(boost=2.0)
                 changed = rng.choice((True, False, None))
                 vw = rng.choice((0.0, 0.0, 1.5))
-                assert f.visit(lease, links, virtual_weight=vw, changed=changed) is not None
+                assert visit(f, lease, links, virtual_weight=vw, changed=changed) is not None
                 kind = f"visit-{changed}"
             elif kind == "unchanged":
                 assert f.unchanged(lease) is not None
@@ -122,16 +131,16 @@ def test_cash_is_conserved_on_every_path_of_a_crawl_that_refetches_by_change():
                 assert f.forfeit(lease, FORBIDDEN)
             done[kind] = done.get(kind, 0) + 1
             if rng.random() < 0.2:  # a second outcome under a settled lease changes nothing
-                before = f.engine.cash()
-                assert f.unchanged(lease) is None and f.visit(lease, []) is None
-                np.testing.assert_array_equal(f.engine.cash(), before)
+                before = one(f).engine.cash()
+                assert f.unchanged(lease) is None and visit(f, lease, []) is None
+                np.testing.assert_array_equal(one(f).engine.cash(), before)
         assert f.total_cash() == pytest.approx(1.0, abs=TOL), (step, done)
     for lease in held:
         assert f.status_of(lease.key) == "in_flight"
     expected = {"visit-True", "visit-False", "visit-None", "unchanged", "error", "404"}
     assert expected | {"release", "retry", "forfeit"} <= set(done)
-    assert r.planner.plans > 0 and r.settles > 0, r.figures()  # (the refetch paths were taken)
-    assert f.engine.importance().sum() == pytest.approx(1.0, abs=TOL)
+    assert r.planner.plans > 0 and r.relays > 0, r.figures()  # (the refetch paths were taken)
+    assert one(f).engine.importance().sum() == pytest.approx(1.0, abs=TOL)
 
 
 # -- 2. a 304: a visit over the kept links ----------------------------------------------------
@@ -140,11 +149,11 @@ def test_cash_is_conserved_on_every_path_of_a_crawl_that_refetches_by_change():
 def test_unchanged_pays_over_the_links_kept_at_the_last_parsed_visit_and_observes_a_rate():
     clock = Clock()
     f, r = make(clock)
-    e = f.engine
+    e = one(f).engine
     f.schedule([entry(0), entry(3)])  # (ids 0 and 1; the links' pages get 2 and 3)
-    lease = f.take(0)
+    lease = take(f, 0)
     links = [link(1, weight=1.0), link(2, weight=3.0)]
-    assert f.visit(lease, links, virtual_weight=1.0, changed=None) is not None
+    assert visit(f, lease, links, virtual_weight=1.0, changed=None) is not None
     assert [e.id_of(key(k)) for k in (0, 3, 1, 2)] == [0, 1, 2, 3]
     kept = r.links_of(0)
     assert kept.ids.tolist() == [2, 3] and kept.weights.tolist() == [1.0, 3.0]
@@ -154,7 +163,7 @@ def test_unchanged_pays_over_the_links_kept_at_the_last_parsed_visit_and_observe
     c0, cb, cc, v = e.cash_of(0), e.cash_of(b), e.cash_of(c), e.virtual_cash
     assert c0 > 0
     clock.t += 100.0
-    lease = f.take(0)
+    lease = take(f, 0)
     got = f.unchanged(lease)
     assert got is not None and got.codes == []  # (the links are not filed again)
     rest = (1.0 - EPS) * c0  # over weights 1 and 3, and 1 of links not followed
@@ -166,7 +175,7 @@ def test_unchanged_pays_over_the_links_kept_at_the_last_parsed_visit_and_observe
     a = r.rates.a
     assert (a["u"][0], a["n_u"][0], a["n_c"][0], a["last"][0]) == (100.0, 1.0, 0.0, clock.t)
     assert r.schedule.last[0] == clock.t and r.schedule.state[0] == WAITING
-    assert f.status_of(key(0)) == "pending" and f.outcome[0] == OK
+    assert f.status_of(key(0)) == "pending" and one(f).outcome[0] == OK
     assert f.total_cash() == pytest.approx(1.0, abs=TOL)
 
     # A stale lease: nothing moves, nothing is observed.
@@ -180,7 +189,7 @@ def test_unchanged_pays_over_the_links_kept_at_the_last_parsed_visit_and_observe
     assert r.links_of(never) is None
     cn, cb, cc, v = e.cash_of(never), e.cash_of(b), e.cash_of(c), e.virtual_cash
     assert cn > 0
-    assert f.unchanged(f.take(never)) is not None
+    assert f.unchanged(take(f, never)) is not None
     assert e.virtual_cash - v == pytest.approx(cn, rel=1e-9)
     assert (e.cash_of(b), e.cash_of(c)) == (cb, cc)
     assert a["n_u"][never] == 0 and a["last"][never] == clock.t  # (a first look)
@@ -217,9 +226,9 @@ def test_important_pages_that_change_are_refetched_more_and_static_ones_at_the_f
             f.unchanged(lease)
             continue
         changed = None if first else (i == hot or bool(rng.random() < 0.3))
-        f.visit(lease, [link(hot), link((i + 1) % n)], changed=changed)
+        visit(f, lease, [link(hot), link((i + 1) % n)], changed=changed)
     assert r.planner.plans >= 10 and r.planner.budget == pytest.approx(1.0)  # (a pop a second)
-    importance = f.engine.importance()
+    importance = one(f).engine.importance()
     assert importance[hot] == importance.max()
     rates = r.rates.rates(np.arange(n))
     assert rates[hot] > 100 * rates[static]
@@ -239,17 +248,17 @@ def test_discovery_gets_its_share_of_the_pops_while_pages_were_never_fetched(sha
     clock = Clock()
     f, r = make(clock, discovery=share, plan_every=10**6, plan_seconds=1e12)
     ring(f, r, clock, 4, 40)
-    f.replan(clock.t)
+    f.fleet.replan(clock.t)
     assert r.planner.plans == 1 and len(r.schedule) == 4
-    f.discovery_debt = 0.0
+    f.fleet.discovery_debt = 0.0
     f.schedule([entry(100 + k) for k in range(30)])
     new = 0
     for _ in range(20):
         clock.t += 1000.0  # (every planned page overdue)
         lease = f.pop()
         i = idx(f, lease)
-        new += not f.engine.fetched([i])[0]
-        f.visit(lease, [link((i + 1) % 4)] if i < 4 else [])
+        new += not one(f).engine.fetched([i])[0]
+        visit(f, lease, [link((i + 1) % 4)] if i < 4 else [])
     assert new == round(20 * share)
 
 
@@ -262,30 +271,30 @@ def test_a_closed_page_leaves_the_schedule_and_importance_follows_closed_pages()
     ring(f, r, clock, 6, 40)
     assert r.planner.plans > 0
     # A failure that leaves the page open keeps its kept links and its place.
-    lease = f.take(1)
+    lease = take(f, 1)
     assert f.fail(lease, ERROR)
     assert r.links_of(1) is not None and r.schedule.state[1] == WAITING
     # 404: closed, out of the schedule, its links gone.
     gone = 2
     assert r.schedule.state[gone] == WAITING and np.isfinite(r.schedule.due[gone])
     live = len(r.schedule)
-    assert f.fail(f.take(gone), 404)
+    assert f.fail(take(f, gone), 404)
     assert r.schedule.state[gone] == DISCARDED and len(r.schedule) == live - 1
-    assert r.links_of(gone) is None and f.link_changes[gone] is None
+    assert r.links_of(gone) is None and one(f).link_changes[gone] is None
     assert f.status_of(key(gone)) == "visited"
     # A page never fetched, given up (robots.txt): closed too.
     f.schedule([entry(50)])
-    robots = f.engine.id_of(key(50))
-    assert f.forfeit(f.take(robots), FORBIDDEN)
+    robots = one(f).engine.id_of(key(50))
+    assert f.forfeit(take(f, robots), FORBIDDEN)
     for _ in range(40):
         clock.t += 1.0
         lease = f.pop()
         i = idx(f, lease)
         assert i not in (gone, robots)
-        f.visit(lease, [link((i + 1) % 6), link((i + 2) % 6), link(50)], changed=False)
-    f.replan(clock.t)  # (a re-plan leaves it out too)
+        visit(f, lease, [link((i + 1) % 6), link((i + 2) % 6), link(50)], changed=False)
+    f.fleet.replan(clock.t)  # (a re-plan leaves it out too)
     assert r.schedule.state[gone] == DISCARDED and r.links_of(gone) is None
-    e = f.engine
+    e = one(f).engine
     importance = e.importance()
     assert importance[gone] == 0.0
     kept = e.n - 1  # (the pages not gone)
@@ -297,62 +306,62 @@ def test_a_closed_page_leaves_the_schedule_and_importance_follows_closed_pages()
 # -- 5. settle visits -------------------------------------------------------------------------
 
 
-def test_settle_visits_move_the_richest_waiting_page_never_one_in_flight():
+def test_relay_visits_move_the_richest_waiting_page_never_one_in_flight():
     clock = Clock()
     f, r = make(clock, plan_every=16)
     n = 6
     ring(f, r, clock, n, 30)
-    assert r.planner.plans > 0 and r.settles > 0
-    e = f.engine
+    assert r.planner.plans > 0 and r.relays > 0
+    e = one(f).engine
     # The richest fetched page, held in flight: it keeps gaining cash, and is never settled.
     x = int(np.argmax(e.cash(np.arange(n))))
-    held = f.take(x)
+    held = take(f, x)
     visits_x = int(e.visits[x])
-    start = r.settles
+    start = r.relays
     for _ in range(40):
         clock.t += 1.0
         before = e.visits[:n].copy()
-        settles = r.settles
+        relays = r.relays
         lease = f.pop()
         i = idx(f, lease)
         settled = np.flatnonzero(e.visits[:n] > before).tolist()
-        assert len(settled) == r.settles - settles <= 1
+        assert len(settled) == r.relays - relays <= 1
         for j in settled:
             assert j not in (x, i)
-            assert f.status[j] == PENDING and j in f.selection
+            assert one(f).status[j] == PENDING and j in one(f).selection
             assert e.cash_of(j) == pytest.approx(0.0, abs=1e-15)  # (paid out)
-        f.visit(lease, [link((i + 1) % n), link((i + 2) % n)], changed=False)
-    assert r.settles - start >= 30
-    assert e.visits[x] == visits_x and f.status[x] == IN_FLIGHT
+        visit(f, lease, [link((i + 1) % n), link((i + 2) % n)], changed=False)
+    assert r.relays - start >= 30
+    assert e.visits[x] == visits_x and one(f).status[x] == IN_FLIGHT
     others = [e.cash_of(j) for j in range(n) if j != x]
     assert e.cash_of(x) > max(others)  # (it would have been the settle's choice)
-    assert f.visit(held, [link((x + 1) % n)], changed=True) is not None
+    assert visit(f, held, [link((x + 1) % n)], changed=True) is not None
     assert f.total_cash() == pytest.approx(1.0, abs=TOL)
 
 
 # -- 6. persistence ---------------------------------------------------------------------------
 
 
-def open_store(path, resume: bool, refresher: Refresher | None) -> SqliteFrontier:
-    return SqliteFrontier.open(
+def open_store(path, resume: bool, clock: Clock, refetch: str = "freshness", **kw) -> Crawl:
+    return sqlite_crawl(
         path,
-        resume=resume,
+        resume,
         epsilon=EPS,
         refresh=1.0,
-        window="unbounded",
         continuous=True,
-        keep_links=True,
+        keep_links=refetch == "freshness",
+        refetch=refetch,
         persist_requests=True,
-        encode=lambda payload: payload,
-        refresher=refresher,
+        time_fn=clock,
+        **kw,
     )
 
 
 def test_a_resumed_crawl_gets_its_rates_periods_links_and_budget_back_and_replans(tmp_path):
     path = tmp_path / "s.sqlite"
     clock = Clock()
-    r = Refresher(Planner(plan_every=16), wall=clock)
-    f = open_store(path, False, r)
+    f = open_store(path, False, clock, planner=Planner(plan_every=16))
+    r = one(f).refresher
     n = 9
     f.schedule([entry(i) for i in range(n)])
     rng = np.random.default_rng(3)
@@ -360,11 +369,11 @@ def test_a_resumed_crawl_gets_its_rates_periods_links_and_budget_back_and_replan
         clock.t += 1.0
         lease = f.pop()
         i = idx(f, lease)
-        if i % 3 == 0 and f.engine.fetched([i])[0]:
+        if i % 3 == 0 and one(f).engine.fetched([i])[0]:
             f.unchanged(lease)
         else:
             targets = {int(j) for j in rng.choice(n, 3, replace=False)} - {i}
-            f.visit(lease, [link(j, weight=2.0) for j in sorted(targets)], changed=i % 3 == 1)
+            visit(f, lease, [link(j, weight=2.0) for j in sorted(targets)], changed=i % 3 == 1)
     assert r.planner.plans > 0 and r.planner.budget > 0
     assert all(kept.weights is not None for _i, kept in r.kept())  # (weighed links)
     f.commit(wait=True)
@@ -375,30 +384,28 @@ def test_a_resumed_crawl_gets_its_rates_periods_links_and_budget_back_and_replan
     f.close([])
 
     clock.t += 50.0
-    g = open_store(path, True, Refresher(wall=clock))
-    s = g.refresher
+    g = open_store(path, True, clock)
+    s = one(g).refresher
     for k in ChangeRates.FIELDS:
         np.testing.assert_array_equal(s.rates.a[k][:n], rates[k], err_msg=k)
     assert np.isfinite(periods).all()
     np.testing.assert_array_equal(s.schedule.last[:n], periods)
-    assert s.planner.budget == budget
+    assert s.planner.budget == pytest.approx(budget, rel=1e-9)
     assert {i: sorted(k.ids.tolist()) for i, k in s.kept()} == links
     for _i, kept in s.kept():  # (weights are not saved: plain links)
         assert kept.weights is None and kept.boosts is None and kept.virtual_weight == 0.0
-    assert s.planner.plans == 1 and len(s.schedule) == n  # replanned: every page waits its turn
-    assert (s.schedule.freq[:n] > 0).all()
     assert g.total_cash() == pytest.approx(1.0, abs=TOL)
-    lease = g.pop()  # (and the crawl goes on)
+    lease = g.pop()  # (and the crawl goes on, replanned first: every page waits its turn)
+    assert s.planner.plans == 1 and len(s.schedule) == n - 1  # (all but the one popped)
+    assert (s.schedule.freq[:n] > 0).all()
     assert g.unchanged(lease) is not None
     g.close([])
 
-    # Without a refresher the saved change columns are ignored.
-    h = open_store(path, True, None)
-    assert h.refresher is None and not any(name.startswith("r.") for name in h.columns())
-    assert h.total_cash() == pytest.approx(1.0, abs=TOL)
-    lease = h.pop()
-    assert h.visit(lease, [link(0)]) is not None
-    h.close([])
+    # A crawl that refetched by change is not resumed by one that does not.
+    before = path.read_bytes()
+    with pytest.raises(StoreError, match="OPIC_REFETCH='freshness' there, 'cash' here"):
+        open_store(path, True, clock, refetch="cash")
+    assert path.read_bytes() == before
 
 
 # -- 7. the schedule's eligibility rule -------------------------------------------------------
@@ -451,7 +458,7 @@ def test_a_pop_skips_a_due_page_whose_slot_is_full_and_keeps_its_place():
         clock.t += 1.0
         lease = f.pop()
         i = idx(f, lease)
-        f.visit(lease, [link(j, "ab"[j % 2]) for j in ((i + 1) % 6, (i + 2) % 6)])
+        visit(f, lease, [link(j, "ab"[j % 2]) for j in ((i + 1) % 6, (i + 2) % 6)])
     assert r.planner.plans > 0
     r.planner.plan_every, r.planner.plan_seconds = (
         10**6,
@@ -465,7 +472,7 @@ def test_a_pop_skips_a_due_page_whose_slot_is_full_and_keeps_its_place():
     assert i != first and "ab"[i % 2] != slot
     # (Its place: first still; its due time too, see the test below.)
     assert r.schedule.peek()[0] == first and r.schedule.state[first] == WAITING
-    f.visit(lease, [])
+    visit(f, lease, [])
     clock.t += 1.0
     assert idx(f, f.pop()) == first  # (its turn, once its slot has room)
 
@@ -523,8 +530,12 @@ def test_a_revisit_tells_the_engine_how_far_the_page_links_moved():
     """What the adaptive window watches: at each parsed revisit, the share of the page's
     links (to other pages) new or gone since its last parsed visit; a page gone counts 1."""
     clock = Clock()
-    engine = OpicEngine(epsilon=EPS, refresh=1.0, window="adaptive:30")
-    f = MemoryFrontier(engine, "greedy", True, refresher=Refresher(Planner(), wall=clock))
+    config = CrawlConfig(
+        epsilon=EPS, refresh=1.0, window="adaptive:30", continuous=True, refetch="freshness"
+    )
+    f = Crawl(MemoryStore(), config, time_fn=clock)
+    f.open({})
+    engine = one(f).engine
     told: list[tuple[int, float]] = []
     last: list[int] = []
 
@@ -545,19 +556,19 @@ def test_a_revisit_tells_the_engine_how_far_the_page_links_moved():
             last.append(idx(f, lease))
             if last[-1] == i:
                 return lease
-            f.visit(lease, [link(j) for j in links[last[-1]]])
+            visit(f, lease, [link(j) for j in links[last[-1]]])
         raise AssertionError(f"page {i} never popped")
 
     f.schedule([entry(0)])
-    f.visit(lease_of(0), [link(1), link(2)])
+    visit(f, lease_of(0), [link(1), link(2)])
     assert told == []  # a first visit: nothing to compare with
-    f.visit(lease_of(1), [])
-    f.visit(lease_of(0), [link(1), link(2)])
+    visit(f, lease_of(1), [])
+    visit(f, lease_of(0), [link(1), link(2)])
     assert told[-1] == (0, 0.0)  # the same links
     links[0] = [2, 0, 3, 3]
-    f.visit(lease_of(0), [link(j) for j in links[0]])
+    visit(f, lease_of(0), [link(j) for j in links[0]])
     assert told[-1] == (0, pytest.approx(2 / 3))  # 1 gone, 3 new, of 1, 2, 3 (self, repeat: none)
-    f.visit(lease_of(3), [])
+    visit(f, lease_of(3), [])
     assert f.fail(lease_of(3), 404)  # fetched before, now gone
     assert told[-1] == (3, 1.0)
     count = len(told)

@@ -9,32 +9,30 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scrapy_opic._backends.sqlite import BLOCK, SqliteFrontier, StateReader
+from scrapy_opic._backends.crawl import Crawl
+from scrapy_opic._backends.sqlite_state import BLOCK, StateReader
 from scrapy_opic.opic.constants import IN_FLIGHT, PENDING
 from scrapy_opic.opic.frontier import Entry, Link
-from tests.support.frontiers import key
+from tests.support.frontiers import L, key, one, sqlite_crawl, visit
 
 
-def open_at(path, resume=False, **kw) -> SqliteFrontier:
+def open_at(path, resume=False, **kw) -> Crawl:
     kw.setdefault("persist_requests", True)
-    kw.setdefault("encode", lambda payload: payload)
     kw.setdefault("memory_requests", 2)
     kw.setdefault("commit_visits", 10**9)  # checkpoints only when a test takes one
     kw.setdefault("commit_seconds", 1e9)
-    return SqliteFrontier.open(
-        path, resume=resume, epsilon=0.15, refresh=0.3, window=kw.pop("window", "unbounded"), **kw
-    )
+    return sqlite_crawl(path, resume, refresh=0.3, **kw)
 
 
-def crash(f: SqliteFrontier) -> None:
+def crash(f: Crawl) -> None:
     """What a kill leaves: no close, no last commit."""
-    f.store.db.close(do_log=False, force=True)
+    f.store.file.db.close(do_log=False, force=True)
     f.store.lock.release()
 
 
-def live_columns(f: SqliteFrontier) -> dict[str, np.ndarray]:
-    n = f.engine.n
-    return {name: np.array(a[:n]) for name, a in f.columns().items()}
+def live_columns(f: Crawl) -> dict[str, np.ndarray]:
+    n = one(f).engine.n
+    return {name: np.array(a[:n]) for name, a in f.store.columns(f.fleet.parts[0]).items()}
 
 
 def saved_columns(path) -> dict[str, np.ndarray]:
@@ -55,8 +53,8 @@ def assert_same(live: dict, saved: dict) -> None:
         assert a.tobytes() == b.tobytes(), name
 
 
-def link(k: int, rng) -> Link:
-    return Link(
+def link(k: int, rng) -> L:
+    return L(
         key(k),
         f"http://h{k % 3}/{k}",
         weight=float(rng.uniform(0.5, 2.0)),
@@ -71,26 +69,19 @@ def test_a_commit_writes_the_blocks_a_visit_touched_and_the_new_pages(tmp_path):
     n = 20 * BLOCK
     f.schedule([Entry(key(k), f"http://h/{k}", 0, "h", b"r") for k in range(n)])
     f.commit(wait=True)
-    assert f.store.last_commit["blocks"] == 20 and f.store.last_commit["pages"] == n
+    assert f.store.file.last_commit["blocks"] == 20 and f.store.file.last_commit["pages"] == n
     # One visit of a page in block 3 that links to pages in blocks 7 and 12, and one new page.
     lease = f.pop()
-    i = f.engine.id_of(lease.key)
-    f.visit(
-        lease,
-        [
-            Link(key(7 * BLOCK + 1), "u"),
-            Link(key(12 * BLOCK), "u"),
-            Link(key(n), "http://h/new", payload=b"r"),
-        ],
-    )
+    i = one(f).engine.id_of(lease.key)
+    f.visit(lease, [Link(key(7 * BLOCK + 1), "u"), Link(key(12 * BLOCK), "u"), Link(key(n), "u")])
     f.commit(wait=True)
     blocks = {i // BLOCK, 7, 12, n // BLOCK}
-    assert f.store.last_commit["blocks"] == len(blocks)
-    assert f.store.last_commit["pages"] == 1
+    assert f.store.file.last_commit["blocks"] == len(blocks)
+    assert f.store.file.last_commit["pages"] == 1
     assert_same(live_columns(f), saved_columns(path))
     # Nothing changed: nothing but the scalars is written.
     f.commit(wait=True)
-    assert f.store.last_commit["blocks"] == 0 and f.store.last_commit["pages"] == 0
+    assert f.store.file.last_commit["blocks"] == 0 and f.store.file.last_commit["pages"] == 0
     f.close([])
 
 
@@ -125,7 +116,7 @@ def test_every_commit_reads_back_as_the_live_state(
             kind = rng.random()
             if kind < 0.6:
                 targets = rng.integers(0, 3 * BLOCK, int(rng.integers(0, 6)))
-                f.visit(lease, [link(int(k), rng) for k in targets])
+                visit(f, lease, [link(int(k), rng) for k in targets])
             elif kind < 0.7:
                 f.fail(lease, 404 if rng.random() < 0.5 else 503)
             elif kind < 0.78:
@@ -148,26 +139,26 @@ def test_every_commit_reads_back_as_the_live_state(
             assert_same(live_columns(f), saved_columns(path))
     f.commit(wait=True)
     assert_same(live_columns(f), saved_columns(path))
-    cash, imp, n = f.engine.cash(), f.engine.importance(), f.engine.n
+    cash, imp, n = one(f).engine.cash(), one(f).engine.importance(), one(f).engine.n
     in_flight = {lease.key for lease in held}
-    urls = [f.url_of(i) for i in range(n)]
+    urls = [one(f).url_of(i) for i in range(n)]
     crash(f)
-    g = open_at(path, resume=True, continuous=continuous)
-    assert g.engine.n == n
-    assert g.engine.cash().tobytes() == cash.tobytes()
-    assert g.engine.importance().tobytes() == imp.tobytes()
-    assert [g.url_of(i) for i in range(n)] == urls
-    assert not g.urls and not g.payloads  # nothing per page in Python objects
+    g = open_at(path, resume=True, continuous=continuous, window=window)
+    assert one(g).engine.n == n
+    assert one(g).engine.cash().tobytes() == cash.tobytes()
+    assert one(g).engine.importance().tobytes() == imp.tobytes()
+    assert [one(g).url_of(i) for i in range(n)] == urls
+    assert not one(g).rows.payloads  # nothing per page in Python objects
     assert g.total_cash() == pytest.approx(1.0, abs=1e-9)
     for k in in_flight:  # in flight when it stopped: pending again
         assert g.status_of(k) == "pending"
-    st_ = np.frombuffer(g.status, np.uint8)[:n]
+    st_ = np.frombuffer(one(g).status, np.uint8)[:n]
     assert not (st_ == IN_FLIGHT).any()
     assert len(g) == int((st_ == PENDING).sum())
     g.close([])
 
 
-def crawl(f: SqliteFrontier, visits: int, graph, rng_seed: int) -> int:
+def crawl(f: Crawl, visits: int, graph, rng_seed: int) -> int:
     """``visits`` pops and visits of a fixed random graph (link weights make every page's cash
     distinct: the greedy order has no ties to break differently)."""
     done = 0
@@ -176,9 +167,10 @@ def crawl(f: SqliteFrontier, visits: int, graph, rng_seed: int) -> int:
         if lease is None:
             break
         i = int(lease.payload[1:])
-        f.visit(
+        visit(
+            f,
             lease,
-            [Link(key(j), f"http://h/{j}", weight=w, payload=b"r%d" % j) for j, w in graph[i]],
+            [L(key(j), f"http://h/{j}", weight=w, payload=b"r%d" % j) for j, w in graph[i]],
         )
         done += 1
     return done
@@ -204,18 +196,16 @@ def site(n: int, seed: int) -> dict[int, list[tuple[int, float]]]:
 def test_a_crawl_stopped_and_resumed_ends_as_an_uninterrupted_one(tmp_path, stop, continuous):
     graph = site(300, 7)
     total = 600 if continuous else 250
-    whole = open_at(tmp_path / "whole.sqlite", continuous=continuous)
-    whole.discovery = 0.5
+    whole = open_at(tmp_path / "whole.sqlite", continuous=continuous, discovery=0.5)
     whole.schedule([Entry(key(0), "http://h/0", 0, "h", b"r0")])
     crawl(whole, total, graph, 0)
-    want_cash, want_imp = whole.engine.cash(), whole.engine.importance()
-    want_status = bytes(whole.status[: whole.engine.n])
+    want_cash, want_imp = one(whole).engine.cash(), one(whole).engine.importance()
+    want_status = bytes(one(whole).status[: one(whole).engine.n])
     whole.close([])
 
     path = tmp_path / "parts.sqlite"
     rng = np.random.default_rng(3)
-    f = open_at(path, continuous=continuous)
-    f.discovery = 0.5
+    f = open_at(path, continuous=continuous, discovery=0.5)
     f.schedule([Entry(key(0), "http://h/0", 0, "h", b"r0")])
     done = 0
     while done < total:
@@ -226,12 +216,11 @@ def test_a_crawl_stopped_and_resumed_ends_as_an_uninterrupted_one(tmp_path, stop
         else:  # a kill just after a checkpoint: nothing after it was done
             f.commit(wait=True)
             crash(f)
-        f = open_at(path, resume=True, continuous=continuous)
-        f.discovery = 0.5
-    assert f.engine.n == len(want_cash)
-    np.testing.assert_array_equal(f.engine.cash(), want_cash)
-    np.testing.assert_array_equal(f.engine.importance(), want_imp)
-    assert bytes(f.status[: f.engine.n]) == want_status
+        f = open_at(path, resume=True, continuous=continuous, discovery=0.5)
+    assert one(f).engine.n == len(want_cash)
+    np.testing.assert_array_equal(one(f).engine.cash(), want_cash)
+    np.testing.assert_array_equal(one(f).engine.importance(), want_imp)
+    assert bytes(one(f).status[: one(f).engine.n]) == want_status
     f.close([])
 
 
@@ -241,7 +230,7 @@ def test_a_large_state_is_checked_table_by_table(tmp_path, monkeypatch):
     import sqlite3
 
     from scrapy_opic._backends import StoreError
-    from scrapy_opic._backends import sqlite as store
+    from scrapy_opic._backends import sqlite_state as store
 
     monkeypatch.setattr(store, "CHECK_WHOLE_BYTES", 0)
     path = tmp_path / "big.sqlite"

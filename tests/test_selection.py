@@ -256,7 +256,7 @@ def reference_best(e, cand, tiers, full, discover):
     selection compares it, ``s + acc_unfetched`` for a page never fetched and ``s`` for one
     fetched (true cash minus ``acc_all``, which every live page has), so that rounding cannot
     make the two disagree; pages of equal cash are all acceptable."""
-    s = e._s
+    s = e.stored
 
     def unfetched(i):
         return not e.flags[i] & FETCHED

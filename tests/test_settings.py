@@ -3,6 +3,7 @@ documents them, and the add-on that installs the components."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import subprocess
 import sys
@@ -196,10 +197,10 @@ def test_keep_links_is_a_boolean_and_a_resume_checks_it():
     assert OpicSettings.from_settings({}).keep_links is False
     on = OpicSettings.from_settings({"OPIC_KEEP_LINKS": "True"})
     assert on.keep_links is True
-    saved = {"spider": "s", "settings": OpicSettings.from_settings({}).as_dict()}
+    saved = {"spider": "s", "crawl": dataclasses.asdict(OpicSettings.from_settings({}).crawl)}
     with pytest.raises(StoreError, match="OPIC_KEEP_LINKS=False there, True here"):
-        check_resume(on, "s", saved, "JOBDIR j")
-    check_resume(OpicSettings.from_settings({}), "s", saved, "JOBDIR j")
+        check_resume(on.crawl, "s", saved, "JOBDIR j")
+    check_resume(OpicSettings.from_settings({}).crawl, "s", saved, "JOBDIR j")
 
 
 def test_a_misspelled_setting_is_named_with_the_closest_one():

@@ -14,19 +14,18 @@ import numpy as np
 import pytest
 
 from scrapy_opic._backends import StoreError
-from scrapy_opic._backends.sqlite import CHUNK, SqliteFrontier, SqliteStore, StateReader
-from scrapy_opic.opic.frontier import Entry, Link
-from tests.support.frontiers import key
+from scrapy_opic._backends.crawl import Crawl
+from scrapy_opic._backends.sqlite import SqliteFile
+from scrapy_opic._backends.sqlite_state import CHUNK, StateReader
+from scrapy_opic.opic.frontier import Entry
+from tests.support.frontiers import L, key, one, sqlite_crawl, visit
 
 
 def frontier_at(
     path, resume: bool = False, window: str = "interpolation:5", refresh: float = 0.0, **kw
-) -> SqliteFrontier:
+) -> Crawl:
     kw.setdefault("persist_requests", True)
-    kw.setdefault("encode", lambda payload: payload)
-    return SqliteFrontier.open(
-        path, resume=resume, epsilon=0.15, refresh=refresh, window=window, **kw
-    )
+    return sqlite_crawl(path, resume, refresh=refresh, window=window, **kw)
 
 
 def entry(i: int) -> Entry:
@@ -39,15 +38,16 @@ def crawl_some(f, steps: int, seed: int = 0) -> None:
         lease = f.pop()
         if lease is None:
             return
-        f.visit(
+        visit(
+            f,
             lease,
-            [Link(key(k), f"http://h/{k}", payload=b"req%d" % k) for k in rng.integers(0, 60, 4)],
+            [L(key(k), f"http://h/{k}", payload=b"req%d" % k) for k in rng.integers(0, 60, 4)],
         )
 
 
-def crash(f: SqliteFrontier) -> None:
+def crash(f: Crawl) -> None:
     """What a kill leaves: no close, no last commit."""
-    f.store.db.close(do_log=False, force=True)
+    f.store.file.db.close(do_log=False, force=True)
     f.store.lock.release()  # (the kernel's part of a kill)
 
 
@@ -58,19 +58,19 @@ def test_a_checkpoint_round_trips_and_resumes(tmp_path):
     crawl_some(f, 30)
     in_flight = f.pop()
     f.commit(wait=True)
-    cash, importance = f.engine.cash(), f.engine.importance()
+    cash, importance = one(f).engine.cash(), one(f).engine.importance()
     pending = len(f)
-    urls = [f.url_of(i) for i in range(f.engine.n)]
+    urls = [one(f).url_of(i) for i in range(one(f).engine.n)]
     crash(f)
 
     g = frontier_at(path, resume=True)
     assert g.total_cash() == pytest.approx(1.0, abs=1e-9)
-    np.testing.assert_allclose(g.engine.cash(), cash)
-    np.testing.assert_allclose(g.engine.importance(), importance)
+    np.testing.assert_allclose(one(g).engine.cash(), cash)
+    np.testing.assert_allclose(one(g).engine.importance(), importance)
     assert g.status_of(in_flight.key) == "pending"  # back in line, cash intact
     assert len(g) == pending + 1
-    assert [g.url_of(i) for i in range(g.engine.n)] == urls
-    assert g.engine.id_of(key(0)) == 0
+    assert [one(g).url_of(i) for i in range(one(g).engine.n)] == urls
+    assert one(g).engine.id_of(key(0)) == 0
     got = {lease.key: lease.payload for lease in iter(g.pop, None)}
     assert got[in_flight.key] == in_flight.payload  # read back from its row
     g.close([])
@@ -84,15 +84,15 @@ def test_the_adaptive_window_resumes_where_a_kill_left_it(tmp_path):
     f.schedule([entry(0)])
     crawl_some(f, 40)
     for _ in range(20):
-        f.engine.links_changed(0.5)
+        one(f).engine.links_changed(0.5)
     crawl_some(f, 10, seed=1)
     f.commit(wait=True)
-    watch, importance = f.engine.window.scalars(), f.engine.importance()
+    watch, importance = one(f).engine.window.scalars(), one(f).engine.importance()
     assert watch["changed_at"] is not None
     crash(f)
-    g = frontier_at(path, resume=True)
-    assert g.engine.window.spec() == "adaptive:30" and g.engine.window.scalars() == watch
-    np.testing.assert_allclose(g.engine.importance(), importance)
+    g = frontier_at(path, resume=True, window="adaptive:30", refresh=1.0, continuous=True)
+    assert one(g).engine.window.spec() == "adaptive:30" and one(g).engine.window.scalars() == watch
+    np.testing.assert_allclose(one(g).engine.importance(), importance)
     g.close([])
 
 
@@ -104,7 +104,7 @@ def test_uncommitted_changes_are_not_in_the_file(tmp_path):
     f.schedule([entry(1)])  # its request row is written, not committed
     crash(f)
     g = frontier_at(path, resume=True)
-    assert g.engine.n == 1 and g.status_of(key(0)) == "pending"
+    assert one(g).engine.n == 1 and g.status_of(key(0)) == "pending"
     with StateReader(path) as reader:
         assert list(reader.requests()) == [(0, key(0), b"req0")]
     g.close([])
@@ -116,11 +116,9 @@ def test_kill_9_mid_crawl_leaves_a_consistent_checkpoint(tmp_path):
         import sys
         import numpy as np
         sys.path.insert(0, {str(os.getcwd())!r})
-        from scrapy_opic._backends.sqlite import SqliteFrontier
         from scrapy_opic.opic.frontier import Entry, Link
-        f = SqliteFrontier.open({str(path)!r}, resume=False, epsilon=0.15, refresh=0.0,
-                                window="unbounded", persist_requests=True, commit_visits=50,
-                                encode=lambda payload: payload)
+        from tests.support.frontiers import one, sqlite_crawl
+        f = sqlite_crawl({str(path)!r}, persist_requests=True, commit_visits=50)
         rng = np.random.default_rng(1)
         step = 0
         while True:
@@ -129,10 +127,11 @@ def test_kill_9_mid_crawl_leaves_a_consistent_checkpoint(tmp_path):
                 f.schedule([Entry(b"fresh%d" % step, "u", 0, "s", b"req")])
                 step += 1
                 continue
-            links = [Link(b"p%d" % k, "u", payload=b"req") for k in rng.integers(0, 5000, 5)]
+            links = [Link(b"p%d" % k, "u") for k in rng.integers(0, 5000, 5)]
             f.visit(lease, links)
+            f.schedule([Entry(link.key, "u", 0, "s", b"req") for link in links])
             step += 1
-            if f.engine.visit_count == 200:  # a checkpoint that waits for the disk
+            if one(f).engine.visit_count == 200:  # a checkpoint that waits for the disk
                 f.commit(wait=True)
                 print("committed", flush=True)
     """)
@@ -140,11 +139,11 @@ def test_kill_9_mid_crawl_leaves_a_consistent_checkpoint(tmp_path):
     assert proc.stdout.readline().strip() == "committed"  # then killed while it goes on
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    f = frontier_at(path, resume=True)
+    f = frontier_at(path, resume=True, window="unbounded")
     assert f.total_cash() == pytest.approx(1.0, abs=1e-9)
-    assert f.engine.visit_count >= 200  # what was committed before the kill is there
+    assert one(f).engine.visit_count >= 200  # what was committed before the kill is there
     # The request rows and the snapshot were committed together: exactly the pending pages.
-    pending = {i for i in range(f.engine.n) if f.status[i] == 1}
+    pending = {i for i in range(one(f).engine.n) if one(f).status[i] == 1}
     with StateReader(path) as reader:
         assert pending == {i for i, _key, _data in reader.requests()}
     assert f.figures()["in_flight"] == 0
@@ -170,12 +169,12 @@ def test_page_rows_are_written_once_and_read_back_in_order(tmp_path):
     for batch in (10, CHUNK, 3, 0):
         for _ in range(batch):
             url = f"http://h/{len(urls)}"
-            f.page(f"k{len(urls)}", url)
+            one(f).page(f"k{len(urls)}", url)
             urls.append(url)
         f.commit(wait=True)
-        assert f.store.last_commit["pages"] == batch
-    assert [f.url_of(i) for i in range(len(urls))] == urls  # read back from their rows
-    assert [f.engine.key_of(i) for i in (0, CHUNK + 2)] == ["k0", f"k{CHUNK + 2}"]
+        assert f.store.file.last_commit["pages"] == batch
+    assert [one(f).url_of(i) for i in range(len(urls))] == urls  # read back from their rows
+    assert [one(f).engine.key_of(i) for i in (0, CHUNK + 2)] == ["k0", f"k{CHUNK + 2}"]
     f.close([])
     with StateReader(path) as reader:
         assert reader.n == len(urls)
@@ -197,7 +196,7 @@ def test_a_reader_sees_one_commit_while_a_writer_goes_on(tmp_path):
     f.commit(wait=True)
     with StateReader(path) as reader:
         for k in range(CHUNK + 5):  # more pages and a new chunk, committed twice
-            f.page(f"b{k}", f"http://h/b{k}")
+            one(f).page(f"b{k}", f"http://h/b{k}")
         f.commit(wait=True)
         f.commit(wait=True)
         assert reader.n == 1
@@ -217,13 +216,13 @@ def test_a_crawl_starting_on_a_state_waits_for_its_reader(tmp_path):
 
     path = tmp_path / "r.sqlite"
     f = frontier_at(path)
-    f.page("a", "http://h/a")
+    one(f).page("a", "http://h/a")
     f.close([])
     reader = StateReader(path)  # a read transaction, open
     opened: list = []
 
     def start_crawl() -> None:
-        store = SqliteStore(path)  # must wait for the reader, then succeed
+        store = SqliteFile(path)  # must wait for the reader, then succeed
         with StateReader(path) as saved:
             opened.append([url for _lo, rows in saved.page_chunks() for _k, url in rows])
         store.close()
@@ -245,36 +244,36 @@ def test_a_failed_background_commit_stops_the_crawl_with_an_error_not_a_hang(tmp
         import os, resource, signal, sys, time
         sys.path.insert(0, {str(os.getcwd())!r})
         from scrapy_opic._backends import StoreError
-        from scrapy_opic._backends.sqlite import SqliteFrontier
-        f = SqliteFrontier.open({str(path)!r}, resume=False, epsilon=0.15, refresh=0.0,
-                                window="unbounded")
-        store = f.store
+        from tests.support.frontiers import one, sqlite_crawl
+        f = sqlite_crawl({str(path)!r})
+        file = f.store.file
         for k in range(50):
-            f.page(f"k{{k}}", "u")
-        store.commit(f, {{}})
+            one(f).page(f"k{{k}}", "u")
+        f.commit(wait=True)
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         limit = os.path.getsize({str(path)!r} + "-wal") + 8192
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
         for k in range(20000):
-            f.page(f"key-{{k}}-" + "x" * 40, "u")
+            one(f).page(f"key-{{k}}-" + "x" * 40, "u")
+        f.store.meta["big"] = "y" * 200000
         early = False
         try:  # (the writer may fail while this call still queues the snapshot's rows)
-            store.commit(f, {{"big": "y" * 200000}}, blocking=False)
+            f.commit(wait=False)
         except StoreError as exc:
             early = True
             print("early", exc)
         deadline = time.monotonic() + 30  # until the writer thread has failed
-        while not early and store.db.conn.is_alive() and not store.db.conn.exception:
+        while not early and file.db.conn.is_alive() and not file.db.conn.exception:
             assert time.monotonic() < deadline
             time.sleep(0.01)
         resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY,) * 2)
-        for call in (lambda: store.get_page(5), lambda: store.get_request(6),
-                     lambda: store.commit(f)):
+        for call in (lambda: file.get_page(5), lambda: file.get_request(6),
+                     lambda: f.commit(wait=True)):
             try:
                 call()
             except StoreError as exc:
                 print("StoreError", exc)
-        store.close()
+        f.store.close()
         print("closed")
     """)
     proc = subprocess.run(
@@ -303,9 +302,9 @@ def test_a_row_changed_on_disk_fails_its_checksum(tmp_path):
             reader.urls_of([0])
     g = frontier_at(path, resume=True)
     with pytest.raises(StoreError, match="damaged row .*checksum"):
-        g.store.get_page(0)
+        g.store.file.get_page(0)
     # Mid-crawl a page's URL is only named (the log, the top page): unknown, said once.
-    assert g.url_of(0) is None and g.figures()["damaged_rows"] == 1
+    assert one(g).url_of(0) is None and g.figures()["damaged_rows"] == 1
     g.close([])
 
 
@@ -332,7 +331,7 @@ def test_a_block_changed_on_disk_is_refused_at_resume(tmp_path):
 def test_a_state_is_locked_against_a_second_writer(tmp_path):
     """Another process holding the state (here: a lock taken in a subprocess) makes the open
     fail at once with StateInUse; a kill -9 of the holder frees it."""
-    from scrapy_opic._backends.sqlite import StateInUse
+    from scrapy_opic._backends.sqlite_state import StateInUse
 
     path = tmp_path / "l.sqlite"
     frontier_at(path).close([])
@@ -341,7 +340,7 @@ def test_a_state_is_locked_against_a_second_writer(tmp_path):
             sys.executable,
             "-c",
             f"import sys, time; sys.path.insert(0, {os.getcwd()!r});"
-            "from scrapy_opic._backends.sqlite import StateLock;"
+            "from scrapy_opic._backends.sqlite_state import StateLock;"
             f"lock = StateLock({str(path)!r}); print('held', flush=True); time.sleep(60)",
         ],
         stdout=subprocess.PIPE,
@@ -372,9 +371,9 @@ def test_a_fresh_crawl_keeps_the_previous_state_until_its_first_commit(tmp_path)
     h = frontier_at(path, persist_requests=False)
     h.schedule([entry(5), entry(6)])
     lease = h.pop()
-    h.visit(lease, [])  # the first visit makes a checkpoint due...
+    visit(h, lease, [])  # the first visit makes a checkpoint due...
     assert h.pop() is not None  # ...taken at the next call, once its links are filed
-    h.store.db.commit(blocking=True)
+    h.store.file.db.commit(blocking=True)
     with StateReader(path) as reader:
         assert reader.n == 2
     h.close([])
@@ -385,8 +384,8 @@ def test_the_first_checkpoints_come_after_1_2_4_visits(tmp_path):
     f.schedule([entry(i) for i in range(40)])
     commits = []
     real = f.commit
-    f.commit = lambda wait=False: (commits.append(f.engine.visit_count), real(wait))
+    f.commit = lambda wait=False: (commits.append(one(f).engine.visit_count), real(wait))
     for _ in range(40):
-        f.visit(f.pop(), [])
+        visit(f, f.pop(), [])
     assert commits == [1, 2, 4, 8, 16, 26, 36]
     f.close([])

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from scrapy_opic._backends.sqlite import StateReader
+from scrapy_opic._backends.sqlite_state import StateReader
 from scrapy_opic.export import open_state
 from tests.support.project import Project
 from tests.support.sites import Site, reachable, site_graph

@@ -16,7 +16,7 @@ from . import StateCommand
 def redis_status(location: str) -> dict[str, Any]:
     """The figures of a crawl in Redis, as its members last wrote them, with its processes
     and partitions: O(partitions), cheap enough to ask every second while it runs."""
-    from .._backends.redis import fleet_status
+    from .._backends.redis_state import fleet_status
 
     return read_redis_crawl(location, fleet_status)
 

@@ -388,10 +388,10 @@ class OpicEngine:
         self.b_total = self.d_total = 0.0
 
         self.capacity = 0
-        self._s = np.zeros(0)
+        self.stored = np.zeros(0)
         self.hist = np.zeros(0)
-        self._cb = np.zeros(0)
-        self._lc = np.zeros(0)
+        self.baseline = np.zeros(0)
+        self.held_credit = np.zeros(0)
         self.last_g = np.zeros(0)
         self.visits = np.zeros(0, dtype=np.uint32)
         self.flags = np.zeros(0, dtype=np.uint8)
@@ -418,13 +418,13 @@ class OpicEngine:
         cap = max(need, step)
         # The views go first: each old array is then freed as soon as its copy is made (the
         # memory a growth takes beyond the arrays is one array's, not all of them).
-        self._s_mv: Any = None
+        self.stored_mv: Any = None
         self._hist_mv: Any = None
-        self._cb_mv: Any = None
-        self._lc_mv: Any = None
+        self.baseline_mv: Any = None
+        self.held_mv: Any = None
         self._last_g_mv: Any = None
         self._visits_mv: Any = None
-        self._flags_mv: Any = None
+        self.flags_mv: Any = None
         self._b_mv: Any = None
         self._d_mv: Any = None
 
@@ -433,10 +433,10 @@ class OpicEngine:
             b[: self.n] = a[: self.n]
             return b
 
-        self._s = grown(self._s)
+        self.stored = grown(self.stored)
         self.hist = grown(self.hist)
-        self._cb = grown(self._cb)
-        self._lc = grown(self._lc)
+        self.baseline = grown(self.baseline)
+        self.held_credit = grown(self.held_credit)
         self.last_g = grown(self.last_g)
         self.visits = grown(self.visits)
         self.flags = grown(self.flags)
@@ -449,17 +449,24 @@ class OpicEngine:
             self._d_mv = _view(self._d)
         self.capacity = cap
         # memoryviews give the per-event path Python floats/ints without numpy scalar overhead.
-        self._s_mv = _view(self._s)
+        self.stored_mv = _view(self.stored)
         self._hist_mv = _view(self.hist)
-        self._cb_mv = _view(self._cb)
-        self._lc_mv = _view(self._lc)
+        self.baseline_mv = _view(self.baseline)
+        self.held_mv = _view(self.held_credit)
         self._last_g_mv = _view(self.last_g)
         self._visits_mv = _view(self.visits)
-        self._flags_mv = _view(self.flags)
+        self.flags_mv = _view(self.flags)
         if self.window.engine is self:
             self.window.grow(cap)
         for obs in self._observers:
             obs.grow(cap)
+
+    def reserve(self, n: int) -> None:
+        """Room for ``n`` pages (a store about to fill the rows of ``n`` saved pages)."""
+        self._grow(n)
+
+    def is_closed(self, i: int) -> bool:
+        return bool(self.flags_mv[i] & CLOSED)
 
     def add_observer(self, obs: CashObserver) -> None:
         obs.grow(self.capacity)
@@ -469,13 +476,21 @@ class OpicEngine:
         """Bytes held by the per-page arrays (engine + window policy), at current capacity."""
         own = sum(
             a.nbytes
-            for a in (self._s, self.hist, self._cb, self._lc, self.last_g, self.visits, self.flags)
+            for a in (
+                self.stored,
+                self.hist,
+                self.baseline,
+                self.held_credit,
+                self.last_g,
+                self.visits,
+                self.flags,
+            )
         )
         own += self._b.nbytes + self._d.nbytes
         return own + (self.last_t.nbytes if self._wall else 0) + self.window.nbytes()
 
     # ------------------------------------------------------------------ pages
-    def _now(self) -> float:
+    def now(self) -> float:
         return self.time_fn() if self._wall else self.G
 
     def add_pages(self, count: int) -> np.ndarray:
@@ -483,17 +498,19 @@ class OpicEngine:
         start = self.n
         self._grow(start + count)
         ids = np.arange(start, start + count)
-        self._s[ids] = -(self.acc_all + self.acc_unfetched)
+        self.stored[ids] = -(self.acc_all + self.acc_unfetched)
         if self._moments:
             self._b[ids] = 0.0
             self._d[ids] = 0.0
         self.hist[ids] = 0.0
-        self._cb[ids] = -self.credit_base  # back pay: the teleport credit given before it joined
-        self._lc[ids] = 0.0
+        self.baseline[
+            ids
+        ] = -self.credit_base  # back pay: the teleport credit given before it joined
+        self.held_credit[ids] = 0.0
         self.last_g[ids] = self.G
         self.visits[ids] = 0
         self.flags[ids] = 0
-        now = self._now()
+        now = self.now()
         if self._wall:
             self.last_t[ids] = now
         self.n += count
@@ -506,20 +523,20 @@ class OpicEngine:
         i = self.n
         if i >= self.capacity:
             self._grow(i + 1)
-        self._s_mv[i] = -(self.acc_all + self.acc_unfetched)
+        self.stored_mv[i] = -(self.acc_all + self.acc_unfetched)
         if self._moments:
             self._b_mv[i] = 0.0
             self._d_mv[i] = 0.0
         self._hist_mv[i] = 0.0
-        self._cb_mv[i] = -self.credit_base  # back pay: all teleport credit given before
-        self._lc_mv[i] = 0.0
+        self.baseline_mv[i] = -self.credit_base  # back pay: all teleport credit given before
+        self.held_mv[i] = 0.0
         self._last_g_mv[i] = self.G
         self._visits_mv[i] = 0
-        self._flags_mv[i] = 0
+        self.flags_mv[i] = 0
         self.n = i + 1
         self.n_unfetched += 1
         if self._windowed:
-            now = self._now()
+            now = self.now()
             if self._wall:
                 self.last_t[i] = now
             self.window.on_new(self.hist, np.array([i]), now, self.default_rate)
@@ -553,7 +570,7 @@ class OpicEngine:
             raise RuntimeError("init_uniform() needs pages and can only be called once")
         n = self.n
         self.c0 = self.virtual_cash / n
-        self._s[:n] += self.c0
+        self.stored[:n] += self.c0
         self.flags[:n] |= INITIAL
         self.n_initial = n
         self.acc_credit += self.virtual_cash  # the endowment as every page's prior credit
@@ -568,7 +585,7 @@ class OpicEngine:
     def cash(self, ids: np.ndarray | Sequence[int] | None = None) -> np.ndarray:
         """True cash of ``ids`` (all pages if ``None``)."""
         ids = np.arange(self.n) if ids is None else np.asarray(ids, dtype=np.int64)
-        return self._s[ids] + self._offsets(ids)
+        return self.stored[ids] + self._offsets(ids)
 
     def _offset(self, fl: int) -> float:
         """What the accumulators add to the stored cash of a page with flags ``fl``."""
@@ -577,7 +594,7 @@ class OpicEngine:
         return self.acc_all if fl & FETCHED else self.acc_all + self.acc_unfetched
 
     def cash_of(self, i: int) -> float:
-        return self._s_mv[i] + self._offset(self._flags_mv[i])
+        return self.stored_mv[i] + self._offset(self.flags_mv[i])
 
     def initial_cash(self, ids: np.ndarray) -> np.ndarray:
         """``C0`` of each page (the uniform initial cash, or 0)."""
@@ -599,7 +616,7 @@ class OpicEngine:
         """Link credit each page received since its last visit (what the window policy will
         absorb at the next one)."""
         ids = np.arange(self.n) if ids is None else np.asarray(ids, dtype=np.int64)
-        return self._lc[ids]
+        return self.held_credit[ids]
 
     def teleport_share(self) -> float:
         """PageRank's uniform share ``a = eps + (1 - eps) * D`` (``D``: the share of the credit
@@ -634,17 +651,17 @@ class OpicEngine:
     # ------------------------------------------------------------------ cash movements
     def _take(self, i: int) -> float:
         """Take all of page ``i``'s cash (resetting it to 0) and mark it fetched."""
-        fl = self._flags_mv[i]
+        fl = self.flags_mv[i]
         if fl & CLOSED:  # fetched all the same (a dont_filter request): open again first
             self.reopen_page(i)
-            fl = self._flags_mv[i]
+            fl = self.flags_mv[i]
         if fl & FETCHED:
-            c = self._s_mv[i] + self.acc_all
+            c = self.stored_mv[i] + self.acc_all
         else:
-            c = self._s_mv[i] + self.acc_all + self.acc_unfetched
-            self._flags_mv[i] = fl | FETCHED
+            c = self.stored_mv[i] + self.acc_all + self.acc_unfetched
+            self.flags_mv[i] = fl | FETCHED
             self.n_unfetched -= 1
-        self._s_mv[i] = -self.acc_all
+        self.stored_mv[i] = -self.acc_all
         return c
 
     def visit(
@@ -696,11 +713,11 @@ class OpicEngine:
         virtual_weight: float,
         outside: Sequence[tuple[float, float]],
     ) -> tuple[float, list[tuple[float, float]]]:
-        first = not (self._flags_mv[i] & FETCHED)
+        first = not (self.flags_mv[i] & FETCHED)
         c = self._take(i)
         for obs in self._observers:
             obs.taken((i,))
-        now = self._now()
+        now = self.now()
         last = self._last_g_mv[i] if not self._wall else float(self.last_t[i])
         received, k = self._take_credit(i)  # the window absorbs what the links brought
         self.window.absorb_one(self._hist_mv, i, received, now, last)
@@ -719,10 +736,10 @@ class OpicEngine:
         """Take all of page ``i``'s credit: returns the link credit it received since its last
         visit and the credit it holds (that, plus its teleport credit since its last visit, or
         since the start for a new page: back pay)."""
-        received = self._lc_mv[i]
-        k = self.acc_credit - self._cb_mv[i] + received
-        self._cb_mv[i] = self.acc_credit
-        self._lc_mv[i] = 0.0
+        received = self.held_mv[i]
+        k = self.acc_credit - self.baseline_mv[i] + received
+        self.baseline_mv[i] = self.acc_credit
+        self.held_mv[i] = 0.0
         return received, k
 
     def _live_links(
@@ -737,10 +754,10 @@ class OpicEngine:
         links (a closed page is no page), unless ``closed_links_virtual``, where a link to a
         closed page gives its share to the virtual page instead, as a refused link does."""
         if (self.self_links or i not in children) and not (
-            self.n_closed and any(self._flags_mv[j] & CLOSED for j in children)
+            self.n_closed and any(self.flags_mv[j] & CLOSED for j in children)
         ):
             return children, weights, boosts, virtual_weight
-        fl, own = self._flags_mv, -1 if self.self_links else i
+        fl, own = self.flags_mv, -1 if self.self_links else i
         keep = [m for m, j in enumerate(children) if j != own and not fl[j] & CLOSED]
         if self.closed_links_virtual:
             for m, j in enumerate(children):
@@ -835,7 +852,7 @@ class OpicEngine:
         """Add cash taken from elsewhere (the caller books the debit) and, with ``credits``,
         link credit. Observers hear about each credit right after it, so a heap sifts one
         changed key at a time."""
-        s, observers = self._s_mv, self._observers
+        s, observers = self.stored_mv, self._observers
         if credits is None:
             for j, x in zip(ids, amounts):
                 s[j] += x
@@ -843,7 +860,7 @@ class OpicEngine:
                     obs.raised(j)
             return
         # One pass per link (the per-visit hot path).
-        lc = self._lc_mv
+        lc = self.held_mv
         total = 0.0
         if not self._moments:
             for j, x, y in zip(ids, amounts, credits):
@@ -919,15 +936,15 @@ class OpicEngine:
                 self.reopen_page(i)
         flags = self.flags[ids]
         first = (flags & FETCHED) == 0
-        c = self._s[ids] + self.acc_all + self.acc_unfetched * first
+        c = self.stored[ids] + self.acc_all + self.acc_unfetched * first
         self.flags[ids] = flags | FETCHED
         self.n_unfetched -= int(first.sum())
-        self._s[ids] = -self.acc_all
-        received = self._lc[ids]
-        k = self.acc_credit - self._cb[ids] + received
-        self._cb[ids] = self.acc_credit
-        self._lc[ids] = 0.0
-        now = self._now()
+        self.stored[ids] = -self.acc_all
+        received = self.held_credit[ids]
+        k = self.acc_credit - self.baseline[ids] + received
+        self.baseline[ids] = self.acc_credit
+        self.held_credit[ids] = 0.0
+        now = self.now()
         last = (self.last_t if self._wall else self.last_g)[ids]
         self.window.absorb(self.hist, ids, received, now, last)
         self.last_g[ids] = self.G
@@ -970,11 +987,11 @@ class OpicEngine:
     def _credit_batch(self, children: np.ndarray, share: np.ndarray, got: np.ndarray) -> None:
         """Credit cash ``share`` and link credit ``got`` to ``children`` (repeats summed)."""
         if children.size * 8 < self.n:
-            np.add.at(self._s, children, share)
-            np.add.at(self._lc, children, got)
+            np.add.at(self.stored, children, share)
+            np.add.at(self.held_credit, children, got)
         else:
-            self._s[: self.n] += np.bincount(children, weights=share, minlength=self.n)
-            self._lc[: self.n] += np.bincount(children, weights=got, minlength=self.n)
+            self.stored[: self.n] += np.bincount(children, weights=share, minlength=self.n)
+            self.held_credit[: self.n] += np.bincount(children, weights=got, minlength=self.n)
         paid = float(got.sum())
         self.credit_total += paid
         if self._moments:
@@ -991,9 +1008,9 @@ class OpicEngine:
     def forfeit(self, i: int) -> float:
         """Send page ``i``'s cash to the virtual page without a visit (no history, no clock):
         a page given up before it could be fetched. Returns the amount."""
-        off = self._offset(self._flags_mv[i])
-        c = self._s_mv[i] + off
-        self._s_mv[i] = -off
+        off = self._offset(self.flags_mv[i])
+        c = self.stored_mv[i] + off
+        self.stored_mv[i] = -off
         self.virtual_cash += c
         for obs in self._observers:
             obs.taken((i,))
@@ -1005,12 +1022,12 @@ class OpicEngine:
         leaves it out of its out-degree, as a link to no page) nor from the virtual page's
         payouts (which go to the live pages only): a closed page never piles up cash. Its
         history and credit stay (what it earned before). Returns the cash moved."""
-        fl = self._flags_mv[i]
+        fl = self.flags_mv[i]
         if fl & CLOSED:
             return 0.0
         c = self.forfeit(i)
-        self._s_mv[i] = 0.0  # a closed page's stored cash is its cash: no accumulator applies
-        self._flags_mv[i] = fl | CLOSED
+        self.stored_mv[i] = 0.0  # a closed page's stored cash is its cash: no accumulator applies
+        self.flags_mv[i] = fl | CLOSED
         self.n_closed += 1
         if not fl & FETCHED:
             self.n_unfetched -= 1
@@ -1021,19 +1038,19 @@ class OpicEngine:
         links then and now) changed since its last parsed visit (1: the page is gone): told to
         the window policy, which may adapt to the site's change
         (:class:`~.window.AdaptiveInterpolation`)."""
-        self.window.observe_change(share, self._now())
+        self.window.observe_change(share, self.now())
 
     def reopen_page(self, i: int) -> None:
         """Open a closed page again (asked for once more), with no cash."""
-        fl = self._flags_mv[i]
+        fl = self.flags_mv[i]
         if not fl & CLOSED:
             return
         fl &= ~CLOSED
-        self._flags_mv[i] = fl
+        self.flags_mv[i] = fl
         self.n_closed -= 1
         if not fl & FETCHED:
             self.n_unfetched += 1
-        self._s_mv[i] = -self._offset(fl)
+        self.stored_mv[i] = -self._offset(fl)
 
     def transfer(self, src: int, dst: int) -> float:
         """Move all of ``src``'s cash to ``dst`` (a redirect: same money, new page). ``src`` was
@@ -1061,7 +1078,7 @@ class OpicEngine:
         """Page ``i`` receives ``cash`` and link ``credit`` taken elsewhere (:meth:`take_out`,
         or a share of a page of another partition: see :meth:`visit_out`). A closed page is no
         page: the cash goes to the virtual page, the credit is spent."""
-        if self._flags_mv[i] & CLOSED:
+        if self.flags_mv[i] & CLOSED:
             self.virtual_cash += cash
             return
         self._credit((i,), (cash,), (credit,))
@@ -1175,7 +1192,7 @@ class OpicEngine:
         self.g_others += delta
         self.last_g[:n] += delta
         if self._moments:
-            received = self.hist[:n] + self._lc[:n]  # (what each page received: sum a)
+            received = self.hist[:n] + self.held_credit[:n]  # (what each page received: sum a)
             self._d[:n] += 2.0 * delta * self._b[:n] + delta * delta * received
             self._b[:n] += delta * received
             self.d_total += 2.0 * delta * self.b_total + delta * delta * self.credit_total
@@ -1203,8 +1220,8 @@ class OpicEngine:
             off = np.where(fl & FETCHED, self.acc_all, self.acc_all + self.acc_unfetched)
             if self.n_closed:
                 off[(fl & CLOSED) != 0] = 0.0
-            self._s[:n] += off
-            self._cb[:n] -= self.acc_credit
+            self.stored[:n] += off
+            self.baseline[:n] -= self.acc_credit
         self.credit_base += self.acc_credit
         self.acc_all = self.acc_unfetched = self.acc_credit = 0.0
         self.rebases += 1
@@ -1243,10 +1260,10 @@ class OpicEngine:
 
     def _arrays(self) -> dict[str, np.ndarray]:
         out: dict[str, np.ndarray] = {
-            "s": self._s,
+            "s": self.stored,
             "hist": self.hist,
-            "cb": self._cb,
-            "lc": self._lc,
+            "cb": self.baseline,
+            "lc": self.held_credit,
             "last_g": self.last_g,
             "visits": self.visits,
             "flags": self.flags,
@@ -1368,7 +1385,7 @@ class OpicEngine:
         """The window's estimate of every page's share of the history (not normalised: the
         link credit part of :meth:`importance`; comparable between the engines of one crawl's
         partitions, whose clocks are one)."""
-        return self.window.estimate(np.arange(self.n), self._lc[: self.n], self._now())
+        return self.window.estimate(np.arange(self.n), self.held_credit[: self.n], self.now())
 
     def estimate_total(self) -> float:
         """The sum of the window's estimates over all pages (the normaliser of
@@ -1377,11 +1394,13 @@ class OpicEngine:
         total = self.window.normaliser()
         if total is not None:
             return float(total)
-        now = self._now()
+        now = self.now()
         total = 0.0
         for lo in range(0, self.n, SCAN):
             hi = min(self.n, lo + SCAN)
-            total += float(self.window.estimate(np.arange(lo, hi), self._lc[lo:hi], now).sum())
+            total += float(
+                self.window.estimate(np.arange(lo, hi), self.held_credit[lo:hi], now).sum()
+            )
         return total
 
     def best_page(self) -> tuple[int, float] | None:
@@ -1390,11 +1409,11 @@ class OpicEngine:
         n = self.n
         if not n:
             return None
-        now = self._now()
+        now = self.now()
         best, best_est, total = 0, -np.inf, 0.0
         for lo in range(0, n, SCAN):
             hi = min(n, lo + SCAN)
-            est = self.window.estimate(np.arange(lo, hi), self._lc[lo:hi], now)
+            est = self.window.estimate(np.arange(lo, hi), self.held_credit[lo:hi], now)
             est[(self.flags[lo:hi] & CLOSED) != 0] = 0.0  # (closed: no importance of its own)
             total += float(est.sum())
             k = int(est.argmax())
@@ -1407,9 +1426,9 @@ class OpicEngine:
     def importance_of(self, i: int) -> float:
         """Importance of one page. O(1) for the unbounded history; windowed policies reuse a
         normaliser that is refreshed whenever the clock or the page count moved by 1%."""
-        now = self._now()
-        est = self.window.estimate_one(i, self._lc_mv[i], now)
-        total = self._normaliser(now)
+        now = self.now()
+        est = self.window.estimate_one(i, self.held_mv[i], now)
+        total = self.normaliser()
         n = self.n if self.view is None else self.view.n
         return self._mix(est, total) if total > 0 else 1.0 / n
 
@@ -1419,7 +1438,10 @@ class OpicEngine:
         a = self.teleport_share()
         return a / (self.n if self.view is None else self.view.n) + (1.0 - a) / total * est
 
-    def _normaliser(self, now: float) -> float:
+    def normaliser(self) -> float:
+        """The sum of the window's estimates (the normaliser of importance): the window's,
+        the crawl's as its :attr:`view` tells, or this engine's, cached until the clock or the
+        page count moves by 1%."""
         w = self.window
         total = w.normaliser()
         if total is not None:

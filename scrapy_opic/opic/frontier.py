@@ -1,15 +1,9 @@
-"""The crawl frontier: the contract every backend implements, and the in-memory frontier.
+"""The crawl frontier: the contract the Scrapy scheduler drives, and the pages of one partition.
 
 A frontier is an OPIC engine (cash, history, the clock G, the virtual page) plus every page's
-place in the crawl and what to fetch it with. The Scrapy scheduler drives any frontier through
-the :class:`Frontier` contract below; two backends implement it:
-
-* :class:`MemoryFrontier` (here): the pages in this process's memory, as numpy arrays. The
-  embedded store, :class:`~scrapy_opic._backends.sqlite.SqliteFrontier`, is this frontier with
-  its state checkpointed to a sqlite file.
-* :class:`~scrapy_opic._backends.redis.RedisFrontier`: a crawl over partitions
-  (:mod:`scrapy_opic.opic.partition`), each a :class:`MemoryFrontier` owned by one process,
-  stored and carried between processes by Redis.
+place in the crawl and what to fetch it with. The scheduler drives a crawl through the
+:class:`Frontier` contract below (:class:`~scrapy_opic._backends.crawl.Crawl` implements it over
+any store); each partition of the crawl keeps its pages in a :class:`MemoryFrontier`.
 
 Pages and their life cycle
 --------------------------
@@ -20,14 +14,18 @@ A page is a *key* (in Scrapy, a request fingerprint: bytes) with a URL. It lives
                                 +------retry------+   (continuous crawl) --+
 
 * ``DISCOVERED``: known (a link paid it cash) but nothing asked to fetch it yet.
-* ``PENDING``: a *payload* (the request, opaque to the frontier) waits; :meth:`Frontier.pop`
-  may hand it out.
+* ``PENDING``: a *payload* (the request, opaque to the frontier) waits; a pop may hand it out.
 * ``IN_FLIGHT``: popped, not answered yet. Never popped again meanwhile; its cash keeps growing
   and the visit takes all of it at that moment.
 * ``VISITED``: fetched, or given up. In a one-pass crawl a visited page is never scheduled again
   (a new link to it still pays it cash: the money stays, the fetch is not repeated) unless a
   schedule says ``again``; in a continuous crawl a visited page is pending again at once, with
   the same payload, and waits until its cash makes it the best choice.
+
+A visit pays its links but files none of them: its answer says, per link, whether a request for
+that page would be filed (:data:`NEEDS_PAYLOAD`) or not (:data:`DUPLICATE`), and the caller
+files the requests it has (:meth:`Frontier.schedule`). A request dropped on its way (by a
+middleware, a project's dupefilter) is then never fetched, and its page keeps its cash.
 
 Money on every path
 -------------------
@@ -50,79 +48,62 @@ included, stays 1 (:meth:`Frontier.total_cash`):
 =======================  =========================================================================
 
 Every outcome is recorded per page (``o``, a code of :data:`~.constants.OUTCOMES`, or an HTTP
-status): the export's ``status``. A *closed* page (``OpicEngine.close_page``) receives nothing from
-then on: later links to it are no links (left out of the linking page's out-degree) and the
+status): the export's ``status``. A *closed* page (``OpicEngine.close_page``) receives nothing
+from then on: later links to it are no links (left out of the linking page's out-degree) and the
 virtual page's payouts skip it, so a page that cannot be fetched never piles up cash; it is
 never scheduled again unless a request asks for it explicitly (``again``: ``dont_filter``),
-which opens it again with no cash.
+which opens it again with no cash. A page whose payload was lost (a request row gone or
+damaged) is given up when a pop reaches it.
 
 Leases
 ------
-:meth:`Frontier.pop` hands a page out under a :class:`Lease`; every outcome names the lease it
-settles. An outcome under a lease that is no longer current (already settled, or, in a shared
-frontier, expired and handed to another process) changes nothing: the method returns ``None``
-or ``False`` ("stale"). A lease is settled exactly once: by ``visit``, ``fail``, ``forfeit``,
-``retry``, ``redirect`` or ``release``.
+A pop hands a page out under a :class:`Lease`; every outcome names the lease it settles. An
+outcome under a lease that is no longer current (already settled, or expired and handed to
+another process) changes nothing: the method returns ``None`` or ``False`` ("stale"). A lease
+is settled exactly once: by ``visit``, ``fail``, ``forfeit``, ``retry``, ``redirect`` or
+``release``.
 
 Selection
 ---------
-``pop`` pays the virtual page's cash out first (O(1): accumulators, see
+A pop pays the virtual page's cash out first (O(1): accumulators, see
 :class:`~scrapy_opic.opic.engine.OpicEngine`), then hands out the pending page with the most cash
-(Greedy) among those of the highest priority whose download slot is not full. A tie between
-pages with the same cash may go either way; backends need not break ties alike. In a continuous
-crawl with a *discovery share* the pages never fetched get at least that share of the pops while
-there are any (:func:`discovery_step`): else the pages already fetched, paid again and again by
-the links between them, would outbid the new ones found at the edge of the crawl for a long time.
-
-With a :class:`~scrapy_opic.opic.refresh.Refresher` (a continuous crawl that refetches by
-change), the pops that discovery does not take go to the refetch due first in its schedule
-(earliest due first among the slots with room; the richest page until a first plan), and each
-refetch comes with a *settle visit* of the richest waiting page over its kept links (see
-:mod:`~scrapy_opic.opic.refresh`).
+(Greedy) among those of the highest priority whose download slot is not full
+(:meth:`MemoryFrontier.peek` and :meth:`MemoryFrontier.take`; the crawl's pop over its
+partitions is :class:`~scrapy_opic.opic.fleet.Fleet`'s). In a continuous crawl with a *discovery
+share* the pages never fetched get at least that share of the pops while there are any
+(:func:`discovery_step`); a crawl that refetches by change takes the refetch due first with the
+other pops (:meth:`MemoryFrontier.due_page`), each followed by a *relay visit* of the richest
+waiting page over its kept links (see :mod:`~scrapy_opic.opic.refresh`).
 
 In a continuous crawl a priority orders a page's first fetch only: a page fetched once waits for
 its refetches at priority 0, by cash alone. (Every fetched page is pending again at once, so a
 tier of refetches above 0 would never empty: its pages would be fetched in a loop, and those
-below 0 never.) The page keeps its request's priority for a fetch it never had; from its first
-fetch on it is filed (and saved, by a backend that saves pending pages) at priority 0.
-
-Backoff
--------
-In a continuous crawl a page whose fetch failed (an outcome not in ``FINAL_OUTCOMES``: a
-download error, a 5xx) waits again, and would be fetched again as soon as its links have paid
-it enough: a host that never answers would be asked again and again. So a failed page is
-*parked*: pending, but no candidate for a pop, for :attr:`MemoryFrontier.backoff` seconds,
-doubled at each failure in a row (up to ``backoff_max``); and a download slot (a host) whose
-fetches failed :data:`SLOT_FAILURES` times in a row, with no fetch between that answered, is
-skipped by every pop for as long (the count of failures past that threshold doubles it). Any
-answer resets both. The clock is the frontier's (``clock``); the backoff is not saved: a
-resumed crawl starts without one. :attr:`MemoryFrontier.wake_in` says when the next parked
-page or slot comes due, for a caller whose pop found nothing.
+below 0 never.)
 
 Kept links
 ----------
 With ``keep_links`` a frontier also records, for each page, the ids of the pages its last
-parsed visit linked to (:attr:`MemoryFrontier.link_changes`, drained by a backend that stores
-them: the export computes the crawl graph's exact PageRank from them, see
-:mod:`~scrapy_opic.opic.links`). A later visit replaces the list; a page that is closed has
-none; a page that redirected is recorded as its target's alias. A failure that does not close
-the page (a continuous crawl's retry) keeps the links of its last parsed visit.
+parsed visit linked to (:attr:`MemoryFrontier.link_changes`, taken by a store that saves them:
+the export computes the crawl graph's exact PageRank from them, see
+:mod:`~scrapy_opic.opic.links`). A later visit replaces the list; a page that is closed has none;
+a page that redirected is recorded as its target's alias.
 
-Nothing here knows Scrapy or does I/O: payloads are opaque objects, download slots opaque keys.
+Nothing here knows Scrapy or does I/O: payloads are opaque objects, download slots opaque keys,
+and a store decides where URLs and payloads live (:class:`PageRows`).
 """
 
 from __future__ import annotations
 
-import heapq
-import time
 from array import array
 from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
+from .backoff import Backoff
 from .constants import (
     CLOSED,
+    DAMAGED,
     DISCOVERED,
     DUPLICATE,
     ERROR,
@@ -141,7 +122,7 @@ from .constants import (
     VISITED,
 )
 from .engine import OpicEngine
-from .refresh import Refresher, pick
+from .refresh import Refresher
 from .selection import Selection, TieredSelection, Tiers, make_selection
 
 
@@ -159,23 +140,19 @@ class Entry(NamedTuple):
 class Link(NamedTuple):
     """A link that a visited page follows. ``weight`` sets its share of the page's cash (shares
     are proportional to weights); ``boost`` asks for that many times its share *extra*, from the
-    virtual page; ``again`` schedules it even if visited (Scrapy's ``dont_filter``). With a
-    ``payload`` the visit also schedules the page (the code says how it went)."""
+    virtual page; ``again``: a request for it would be filed even if the page was visited
+    (Scrapy's ``dont_filter``)."""
 
     key: Hashable
     url: str
     weight: float = 1.0
     boost: float = 0.0
     again: bool = False
-    priority: int = 0
-    slot: Hashable = ""
-    payload: Any = None
 
 
 class Lease(NamedTuple):
-    """A page handed out by :meth:`Frontier.pop`: its key, the lease's token, its payload and
-    download slot. A payload that the backend keeps serialized comes back as ``bytes``, with
-    the page's ``url`` (a serialized payload need not hold the URL: the page keeps it)."""
+    """A page handed out by a pop: its key, the lease's token, its payload and download slot,
+    and its URL (a payload kept as bytes need not hold it)."""
 
     key: Hashable
     token: Any
@@ -185,9 +162,9 @@ class Lease(NamedTuple):
 
 
 class Visit(NamedTuple):
-    """What a visit answers: a schedule code per link (:data:`SCHEDULED`, :data:`DUPLICATE`,
-    :data:`NEEDS_PAYLOAD`...) and, if asked, the page's importance just after the visit
-    (``None`` if the backend cannot tell it cheaply)."""
+    """What a visit answers: a code per link, :data:`NEEDS_PAYLOAD` (a request for it would be
+    filed: :meth:`Frontier.schedule` it) or :data:`DUPLICATE`, and, if asked, the page's
+    importance just after the visit."""
 
     codes: list[int]
     importance: float | None
@@ -199,25 +176,14 @@ class Frontier(Protocol):
 
     #: Visited pages wait again at once (a refresh crawl) instead of being fetched once.
     continuous: bool
-    #: Other processes use this frontier too: payloads must travel as bytes, and a page in
-    #: flight may belong to another process.
-    shared: bool
-    #: Where a reader finds this frontier's state (a file path, ``redis://...#key``), or None.
-    location: str | None
-    #: Seconds between two calls of :meth:`maintain` that the backend needs.
-    maintain_interval: float
-    #: Requests this process sent to the frontier's server (0 for an in-process frontier).
-    round_trips: int
-    #: Seconds a shared frontier waits after a partition's last outcome in this process before
-    #: it hands the partition to another (its hosts' download delay; set by the scheduler).
-    quiet: float
 
     def schedule(self, entries: Sequence[Entry], again: bool = False) -> list[int]:
         """Ask for each page to be fetched with its entry's payload; a code per entry:
         :data:`SCHEDULED`, :data:`DUPLICATE` (pending or in flight, or visited in a one-pass
         crawl and not ``again``: its cash stays), :data:`NEEDS_PAYLOAD` (schedulable but the
-        entry has no payload) or, from a shared frontier, :data:`LOCAL` (a payload it cannot
-        encode: fetch it in this process). A new key becomes a page, cash 0."""
+        entry has no payload), :data:`FORWARDED` (sent to the process that holds its page) or
+        :data:`LOCAL` (a payload the crawl cannot share: fetch it in this process). A new key
+        becomes a page, cash 0."""
         ...
 
     def pop(self, full_slots: Collection[Hashable] = ()) -> Lease | None:
@@ -237,23 +203,21 @@ class Frontier(Protocol):
         modified: float | None = None,
     ) -> Visit | None:
         """The page was fetched and parsed, and follows ``links`` (self-links are not paid):
-        its cash moves into its history and is paid out, ``epsilon`` to the virtual page and
-        the rest over the links by weight, with ``virtual_weight`` the total weight of links
-        that will not be followed (their share goes to the virtual page). Links with a payload
-        are scheduled in the same step. In a continuous crawl a ``payload`` replaces the one
-        the page was leased with for its later fetches (a retry's or redirect's request is
-        for one fetch). ``outcome``: how the fetch ended, ``ok`` unless the parse failed
-        part-way (``spider_error``: the links found before the failure are paid all the
-        same). ``changed``: whether its content changed since its last parsed visit (None:
-        unknown), and ``modified``: its last change as a trusted ``Last-Modified`` dates it
-        (seconds since the epoch), for a frontier that learns change rates."""
+        its cash moves into its history and is paid out, ``epsilon`` to the virtual page and the
+        rest over the links by weight, with ``virtual_weight`` the total weight of links that
+        will not be followed (their share goes to the virtual page). In a continuous crawl a
+        ``payload`` replaces the one the page was leased with for its later fetches (a retry's
+        or redirect's request is for one fetch). ``outcome``: ``ok`` unless the parse failed
+        part-way (``spider_error``: the links found before the failure are paid all the same).
+        ``changed``: whether its content changed since its last parsed visit (None: unknown),
+        and ``modified``: its last change as a trusted ``Last-Modified`` dates it (seconds since
+        the epoch), for a crawl that learns change rates."""
         ...
 
     def unchanged(self, lease: Lease, payload: Any = None) -> Visit | None:
         """The page was refetched and is unchanged (a 304, or the content of its last parsed
         visit): a visit over the links of that visit (a page with none kept is dangling: its
-        cash goes to the virtual page), and an observation of its change rate. Only a frontier
-        that refetches by change keeps links for it (:mod:`~scrapy_opic.opic.refresh`)."""
+        cash goes to the virtual page), and an observation of its change rate."""
         ...
 
     def fail(self, lease: Lease, outcome: int = ERROR, payload: Any = None) -> bool:
@@ -271,14 +235,13 @@ class Frontier(Protocol):
     def drop(self, key: Hashable, outcome: int = FILTERED, url: str | None = None) -> bool:
         """A page not in flight (discovered or pending) is given up before its fetch: its cash
         goes to the virtual page; closed. False if the page is unknown, in flight or visited.
-        ``url``, the page's, tells a partitioned frontier where the page lives."""
+        ``url``, the page's, tells a crawl over partitions where the page lives."""
         ...
 
     def retry(self, lease: Lease, entry: Entry) -> int | None:
         """Pending again with ``entry``'s payload (required: :class:`ValueError` without one),
-        priority and slot (same key: no money moves). :data:`SCHEDULED`, or :data:`LOCAL` from
-        a shared frontier that cannot encode the payload (the page is then forfeited: fetch it
-        in this process)."""
+        priority and slot (same key: no money moves). :data:`SCHEDULED`, or :data:`LOCAL` if
+        the payload cannot be shared (the page is then forfeited: fetch it in this process)."""
         ...
 
     def redirect(self, lease: Lease, entry: Entry, permanent: bool = False) -> int | None:
@@ -296,8 +259,7 @@ class Frontier(Protocol):
         ...
 
     def maintain(self, leases: Collection[Lease]) -> None:
-        """Periodic upkeep, every :attr:`maintain_interval` seconds, with the leases this process
-        holds: renew them (a shared frontier), write a checkpoint that is due..."""
+        """Periodic upkeep with the leases this process holds: renew them, write what is due."""
         ...
 
     def close(self, leases: Collection[Lease]) -> None:
@@ -305,18 +267,17 @@ class Frontier(Protocol):
         ...
 
     def has_pending(self) -> bool:
-        """Is any page pending (or, in a shared frontier, in flight in any process)?"""
+        """Is any page pending (or in flight in another process of the crawl)?"""
         ...
 
     def __len__(self) -> int:
-        """Pages pending (a shared frontier may answer from its last figures)."""
+        """Pages pending (as last known)."""
         ...
 
     def figures(self) -> dict[str, float]:
-        """The frontier's figures: pages, fetched (pages whose last fetch was parsed: status
-        ``ok``, the export's ``fetched``), visits (a failed fetch is a visit too),
-        failed_visits, G, error_factor, virtual_cash, cash_at_visit_x_n, and the pages per
-        status (discovered, pending, in_flight, visited)."""
+        """The crawl's figures: pages, fetched (pages whose last fetch was parsed: status
+        ``ok``), visits (a failed fetch is a visit too), failed_visits, G, error_factor,
+        virtual_cash, and the pages per status (discovered, pending, in_flight, visited)."""
         ...
 
     def status_of(self, key: Hashable) -> str | None:
@@ -332,8 +293,7 @@ class Frontier(Protocol):
         ...
 
     def top_page(self) -> tuple[str, float] | None:
-        """The URL and importance of the most important page (None if unknown or too costly to
-        tell). O(pages)."""
+        """The URL and importance of the most important page (None if none). O(pages)."""
         ...
 
 
@@ -355,19 +315,8 @@ def boosted_weight(weight: float, boost: float) -> float:
     return weight * (1.0 + boost)
 
 
-#: Fetches of one download slot that fail in a row before the slot itself backs off (one
-#: failing page of a host that answers otherwise is that page's backoff alone).
-SLOT_FAILURES = 3
-
-
-def backoff_delay(failures: int, base: float, cap: float) -> float:
-    """Seconds to wait after the ``failures``-th failure in a row (1, 2...): ``base`` doubled
-    at each one, at most ``cap``."""
-    return min(cap, base * 2.0 ** min(failures - 1, 60))
-
-
 def discovery_step(debt: float, share: float, fetched: bool) -> float:
-    """The discovery debt after a pop (a continuous crawl's rule, the same in every backend).
+    """The discovery debt after a pop (a continuous crawl's rule).
 
     Each pop adds ``share`` to the debt, capped at 1; a pop of a page never fetched pays 1 back
     (floored at 0). A pop made while the debt is 1 or more prefers the best page never fetched
@@ -379,53 +328,97 @@ def discovery_step(debt: float, share: float, fetched: bool) -> float:
     return debt if fetched else max(debt - 1.0, 0.0)
 
 
-def _room(full_slots: Collection[Hashable]) -> Callable[[Hashable], bool] | None:
-    """A selection's ``has_room`` for the download slots ``full_slots`` (None: all have room)."""
-    return (lambda slot: slot not in full_slots) if full_slots else None
+#: The payload a store hands out for a page whose request is lost (a restart without stored
+#: requests, a row gone) or damaged (a row that fails its checksum): the page is given up.
+LOST = "opic:lost"
+DAMAGED_PAYLOAD = "opic:damaged"
 
 
-def _one_link_per_page(
-    ids: list[int], weights: list[float] | None, boosts: list[float] | None
-) -> tuple[list[int], list[float] | None, list[float] | None]:
-    """A page links to another page once (after aliases: a link to the old URL and one to the
-    new are one link): repeated ids merged, in order of first appearance, each with the largest
-    of its weights and boosts."""
-    merged: dict[int, list[float]] = {}
-    for k, j in enumerate(ids):
-        w = 1.0 if weights is None else weights[k]
-        b = 0.0 if boosts is None else boosts[k]
-        m = merged.get(j)
-        if m is None:
-            merged[j] = [w, b]
-        else:
-            m[0], m[1] = max(m[0], w), max(m[1], b)
-    return (
-        list(merged),
-        None if weights is None else [m[0] for m in merged.values()],
-        None if boosts is None else [m[1] for m in merged.values()],
-    )
+class PageRows(Protocol):
+    """Where a frontier keeps its pages' URLs and the payloads of the pages that wait (in
+    memory, or rows of a store's file). Page ids are the engine's."""
+
+    def added(self, i: int, url: str | None) -> None:
+        """Page ``i`` is new, with ``url``."""
+
+    def url_of(self, i: int) -> str | None:
+        """The URL of page ``i`` (None if never given)."""
+
+    def keep(self, i: int, key: Hashable, payload: Any, new: bool) -> None:
+        """Page ``i`` waits with ``payload`` (``new``: it had none)."""
+
+    def lease(
+        self, i: int, kept: bool, key_of: Callable[[int], Hashable]
+    ) -> tuple[Hashable, Any, str | None]:
+        """The key, payload and URL of page ``i``, handed out (``kept``: the frontier keeps it
+        for a later fetch, else it is the caller's; ``key_of``: the engine's, if the rows do
+        not keep the key). The payload is :data:`LOST` or :data:`DAMAGED_PAYLOAD` if gone; the
+        URL may be None where the payload holds it."""
+
+    def give_back(self, i: int, key: Hashable, payload: Any) -> None:
+        """Page ``i`` waits again with the payload it was handed out with (a release)."""
+
+    def forget(self, i: int) -> None:
+        """Page ``i`` will not be fetched again: its payload can go."""
+
+    def clear(self) -> None:
+        """The frontier is closed: the payloads can go at once."""
+
+
+class MemoryRows:
+    """:class:`PageRows` in this process's memory: a list of URLs, a dict of payloads."""
+
+    def __init__(self) -> None:
+        #: The URL of each page, and the payload of each pending or in-flight page, by id.
+        self.urls: list[str | None] = []
+        self.payloads: dict[int, Any] = {}
+
+    def added(self, i: int, url: str | None) -> None:
+        urls = self.urls
+        if len(urls) < i:
+            urls.extend([None] * (i - len(urls)))
+        urls.append(url)
+
+    def url_of(self, i: int) -> str | None:
+        return self.urls[i] if i < len(self.urls) else None
+
+    def keep(self, i: int, key: Hashable, payload: Any, new: bool) -> None:
+        self.payloads[i] = payload
+
+    def lease(
+        self, i: int, kept: bool, key_of: Callable[[int], Hashable]
+    ) -> tuple[Hashable, Any, str | None]:
+        return key_of(i), self.payloads.get(i, LOST), self.url_of(i)
+
+    def give_back(self, i: int, key: Hashable, payload: Any) -> None:
+        if payload is not None:
+            self.payloads.setdefault(i, payload)
+
+    def forget(self, i: int) -> None:
+        self.payloads.pop(i, None)
+
+    def clear(self) -> None:
+        self.payloads.clear()
+
+
+class PageObserver(Protocol):
+    """Something that must hear when a page's place in the crawl changes (a store that writes
+    the pages changed since its last checkpoint)."""
+
+    def touched(self, i: int) -> None: ...
 
 
 class MemoryFrontier:
-    """A :class:`Frontier` whose pages live in this process's memory (see the module docstring).
+    """The pages of one partition in this process's memory, as numpy arrays and arrays of the
+    standard library (see the module docstring).
 
     :param engine: the OPIC engine holding cash and history (keys: the pages' keys).
     :param strategy: ``greedy`` (the page with the most cash among slots with room, by
         priority), ``random`` or ``cycle`` (those two ignore priorities and slots).
     :param continuous: re-pend every visited page (a refresh crawl).
     :param keep_links: record each page's out-links in :attr:`link_changes`.
-
-    Subclasses that keep payloads elsewhere (the sqlite backend: on disk) override
-    :meth:`_keep`, :meth:`_payload` and :meth:`_forget`.
+    :param rows: where URLs and payloads live (:class:`MemoryRows` by default).
     """
-
-    shared = False
-    location: str | None = None
-    maintain_interval = 10.0
-    round_trips = 0
-    quiet = 0.0
-    #: Leases carry the page's URL (payloads kept as bytes without it: a partition's).
-    lease_urls = False
 
     def __init__(
         self,
@@ -433,10 +426,10 @@ class MemoryFrontier:
         strategy: str = "greedy",
         continuous: bool = False,
         seed: int | None = None,
-        discovery: float = 0.0,
         keep_links: bool = False,
-        clock: Callable[[], float] = time.monotonic,
         refresher: Refresher | None = None,
+        rows: PageRows | None = None,
+        backoff: Backoff | None = None,
     ) -> None:
         self.engine = engine
         #: A continuous crawl that refetches by change (:mod:`~scrapy_opic.opic.refresh`):
@@ -444,33 +437,19 @@ class MemoryFrontier:
         self.refresher = refresher if continuous else None
         self.continuous = continuous
         self.keep_links = keep_links
-        #: A continuous crawl's backoff (see the module docstring): seconds a page waits after
-        #: its first failed fetch in a row (0: no backoff), and the longest wait.
-        self.backoff = 0.0
-        self.backoff_max = 600.0
-        self.clock = clock
-        self._fails: dict[int, int] = {}  # page -> its failed fetches in a row
-        self._parked: list[tuple[float, int]] = []  # (due, page): a heap
-        self._parked_ids: set[int] = set()
-        self._slot_fails: dict[Hashable, int] = {}  # slot -> its failed fetches in a row
-        self._slot_until: dict[Hashable, float] = {}  # slot -> the end of its backoff
-        #: With ``keep_links``: the pages whose links changed since a backend last took them
+        self.rows: PageRows = MemoryRows() if rows is None else rows
+        self.backoff = Backoff() if backoff is None else backoff
+        self.observers: list[PageObserver] = []
+        #: With ``keep_links``: the pages whose links changed since a store last took them
         #: (:meth:`take_link_changes`), by id: the target ids of the page's last parsed visit
         #: (a list, as the visit got it: self-links and repeats are the encoder's to drop), the
         #: id of the page it redirected to (an int), or None (closed: no links).
         self.link_changes: dict[int, list[int] | int | None] = {}
-        #: The share of pops owed to pages never fetched (see :func:`discovery_step`).
-        self.discovery = discovery
-        self.discovery_debt = 0.0
         self.status = bytearray()
         #: How each page's last fetch ended (an outcome code of :mod:`.constants`), by id.
         self.outcome = array("H")
-        #: The URL of each page, by id.
-        self.urls: list[str | None] = []
-        #: The payload of each pending or in-flight page, by id.
-        self.payloads: dict[int, Any] = {}
         #: The ``(priority, download slot)`` pairs in use, interned to small codes, and the
-        #: code of each pending or in-flight page, by id (0: none).
+        #: code of each pending or in-flight page, by id (0: none: no payload).
         self.tiers = Tiers()
         self.tier = array("I")
         #: page -> the page it permanently redirects to (see :meth:`redirect`), by id.
@@ -491,7 +470,6 @@ class MemoryFrontier:
         self.failed_visits = 0
         engine.add_observer(self)
         self.counts[DISCOVERED] = engine.n
-        self._grow_urls()
 
     # -- engine observer: only growth matters here ----------------------------------------
     def grow(self, capacity: int) -> None:
@@ -514,50 +492,25 @@ class MemoryFrontier:
     def rebased(self) -> None:
         pass
 
-    # -- payloads (overridden by backends that keep them elsewhere) ---------------------------
-    def _keep(self, i: int, payload: Any, key: Hashable = None) -> None:
-        """Page ``i`` (whose key is ``key``, if the caller has it at hand) waits with
-        ``payload`` (new, or replacing its previous one)."""
-        self.payloads[i] = payload
-
-    def _has_payload(self, i: int) -> bool:
-        """Whether page ``i`` has a payload (it is pending or in flight)."""
-        return i in self.payloads
-
-    def _lease_parts(self, i: int) -> tuple[Hashable, Any]:
-        """The key and payload of page ``i``, which is being handed out."""
-        return self.engine.key_of(i), self.payloads[i]
-
-    def _forget(self, i: int) -> None:
-        """Page ``i`` will not be fetched again: its payload can go."""
-        self.payloads.pop(i, None)
-
     # -- pages --------------------------------------------------------------------------------
-    def _grow_urls(self) -> None:
-        if len(self.urls) < self.engine.n:
-            self.urls.extend([None] * (self.engine.n - len(self.urls)))
-
     def page(self, key: Hashable, url: str | None = None) -> int:
         """The id of the page with ``key``, created (``DISCOVERED``, no cash) if new."""
         engine = self.engine
         n = engine.n
         i = engine.page(key)
         if engine.n != n:
-            self._added(i, url)
+            self.rows.added(i, url)
             self.counts[DISCOVERED] += 1
         return i
 
-    def _added(self, i: int, url: str | None) -> None:
-        """Page ``i`` was just added, with ``url`` (a backend that keeps URLs elsewhere
-        overrides this and :meth:`url_of`)."""
-        self._grow_urls()
-        self.urls[i] = url
-
     def url_of(self, i: int) -> str | None:
         """The URL of page ``i`` (None if it was never given)."""
-        return self.urls[i] if i < len(self.urls) else None
+        return self.rows.url_of(i)
 
-    def _settled(self, i: int, outcome: int) -> None:
+    def fetched(self, i: int) -> bool:
+        return bool(self.engine.flags_mv[i] & FETCHED)
+
+    def _record_outcome(self, i: int, outcome: int) -> None:
         """Page ``i``'s last fetch ended with ``outcome`` (and :attr:`n_ok` follows)."""
         self.n_ok += (outcome == OK) - (self.outcome[i] == OK)
         self.outcome[i] = outcome
@@ -566,6 +519,13 @@ class MemoryFrontier:
         self.counts[self.status[i]] -= 1
         self.status[i] = status
         self.counts[status] += 1
+        for obs in self.observers:
+            obs.touched(i)
+
+    def slot_of(self, i: int) -> Hashable:
+        """Page ``i``'s download slot (``""`` if it has none)."""
+        code = self.tier[i]
+        return self.tiers.slot(code) if code else ""
 
     def tier_of(self, i: int) -> tuple[int, Hashable]:
         """The ``(priority, download slot)`` page ``i`` waits with (``(0, "")`` if none)."""
@@ -580,7 +540,7 @@ class MemoryFrontier:
             self._tiered
             and self.continuous
             and code
-            and self.engine._flags_mv[i] & FETCHED
+            and self.engine.flags_mv[i] & FETCHED
             and self.tiers.priority(code)
         ):
             self.tier[i] = self.tiers.code(0, self.tiers.slot(code))
@@ -589,32 +549,23 @@ class MemoryFrontier:
         self._refetch_tier(i)
         self.selection.push(i)
 
-    def _schedulable(self, i: int, again: bool) -> bool:
+    def schedulable(self, i: int, again: bool) -> bool:
+        """Whether a request for page ``i`` would be filed (``again``: ``dont_filter``)."""
         st = self.status[i]
         if st in (PENDING, IN_FLIGHT):
             return False
-        if self.engine._flags_mv[i] & CLOSED:  # closed for good: only asked for explicitly
+        if self.engine.flags_mv[i] & CLOSED:  # closed for good: only asked for explicitly
             return again
         return st != VISITED or self.continuous or again
-
-    def _file(
-        self, i: int, payload: Any, priority: int, slot: Hashable, again: bool, key: Hashable
-    ) -> int:
-        """Schedule page ``i`` if it may be (the schedule code of the contract)."""
-        if not self._schedulable(i, again):
-            return DUPLICATE
-        if payload is None:
-            return NEEDS_PAYLOAD
-        self._pend(i, payload, priority, slot, key)
-        return SCHEDULED
 
     def _pend(
         self, i: int, payload: Any, priority: int, slot: Hashable, key: Hashable = None
     ) -> None:
         self.engine.reopen_page(i)  # (a closed page asked for again: open, with no cash)
+        new = not self.tier[i]
         self.tier[i] = self.tiers.code(priority, slot)
         self._refetch_tier(i)
-        self._keep(i, payload, key)
+        self.rows.keep(i, self.engine.key_of(i) if key is None else key, payload, new)
         self._set(i, PENDING)
         self._push(i)
 
@@ -630,325 +581,107 @@ class MemoryFrontier:
     ) -> None:
         """After a visit: pending again (continuous crawl; with ``payload`` instead of its
         previous one if given; parked until ``due`` if given), else visited for good."""
-        if self.continuous and self._has_payload(i):
+        if self.continuous and self.tier[i]:
             self._refetch_tier(i)
             if payload is not None:
-                self._keep(i, payload, key)
+                self.rows.keep(i, self.engine.key_of(i) if key is None else key, payload, False)
             self._set(i, PENDING)
             if due is None:
                 self._push(i)
             else:
-                heapq.heappush(self._parked, (due, i))
-                self._parked_ids.add(i)
+                self.backoff.park(i, due)
         else:
             self._retire(i)
 
-    # -- backoff (see the module docstring) ---------------------------------------------------
-    def slot_of(self, i: int) -> Hashable:
-        """Page ``i``'s download slot (``""`` if it has none)."""
-        code = self.tier[i]
-        return self.tiers.slot(code) if code else ""
-
-    def wakes(self) -> bool:
-        """Whether pages wait for a time to come (parked, or their slot backing off): then
-        which page a pop takes changes with time alone."""
-        return bool(self._parked_ids or self._slot_until)
-
-    def _failed_fetch(self, i: int) -> float | None:
-        """Page ``i``'s fetch failed and it waits again (a continuous crawl): count the failure
-        for the page and its slot; the time until which the page is parked (None: no backoff)."""
-        if not self.backoff:
-            return None
-        now = self.clock()
-        k = self._fails[i] = self._fails.get(i, 0) + 1
-        slot = self.slot_of(i)
-        if now >= self._slot_until.get(slot, 0.0):  # (failures met while it waits: not again)
-            m = self._slot_fails[slot] = self._slot_fails.get(slot, 0) + 1
-            if m >= SLOT_FAILURES:
-                delay = backoff_delay(m - SLOT_FAILURES + 1, self.backoff, self.backoff_max)
-                self._slot_until[slot] = now + delay
-        return now + backoff_delay(k, self.backoff, self.backoff_max)
-
-    def _answered(self, i: int) -> None:
-        """Page ``i``'s host answered (a visit): no failure in a row any more."""
-        if self._fails:
-            self._fails.pop(i, None)
-        if self._slot_fails:
-            slot = self.slot_of(i)
-            self._slot_fails.pop(slot, None)
-            self._slot_until.pop(slot, None)
-
-    def _unpark(self, now: float) -> None:
-        """The parked pages whose wait is over are candidates again."""
-        parked, ids = self._parked, self._parked_ids
-        while parked and parked[0][0] <= now:
-            _due, i = heapq.heappop(parked)
-            if i in ids:
-                ids.discard(i)
-                if self.status[i] == PENDING:
-                    self._push(i)
+    def _retire(self, i: int) -> None:
+        if self.refresher is not None:
+            self.refresher.closed(i)
+        self.backoff.forget(i)
+        self._set(i, VISITED)
+        if self.tier[i]:
+            self.rows.forget(i)
+            self.tier[i] = 0
 
     def _room_now(self, full_slots: Collection[Hashable]) -> Callable[[Hashable], bool] | None:
         """The selection's ``has_room`` for a pop now (None: every slot has room): no slot of
         ``full_slots``, nor one that backs off; the parked pages whose wait is over are
         candidates again first. (Every way of choosing the next page goes through here.)"""
         blocked: Collection[Hashable] = ()
-        if self._parked_ids or self._slot_until:
-            now = self.clock()
-            self._unpark(now)
-            blocked = self._blocked_slots(now)
+        b = self.backoff
+        if b.parked or b.slots:
+            now = b.clock()
+            for i in b.due(now):
+                if self.status[i] == PENDING:
+                    self._push(i)
+            blocked = b.blocked(now)
         if blocked:
             return lambda slot: slot not in full_slots and slot not in blocked
         if full_slots:
             return lambda slot: slot not in full_slots
         return None
 
-    def _blocked_slots(self, now: float) -> set[Hashable]:
-        ended = [slot for slot, until in self._slot_until.items() if until <= now]
-        for slot in ended:  # (its count stays: a failure now backs it off for longer)
-            del self._slot_until[slot]
-        return set(self._slot_until)
+    def wakes(self) -> bool:
+        """Whether pages wait for a time to come (parked, or their slot backing off): then
+        which page a pop takes changes with time alone."""
+        return self.backoff.wakes()
 
-    @property
-    def wake_in(self) -> float | None:
-        """Seconds until the next parked page or backed-off slot comes due, or None if none
-        waits (a caller whose pop found nothing asks again then)."""
-        if not (self._parked_ids or self._slot_until):
-            return None
-        now = self.clock()
-        dues = [due for due, i in self._parked[:1] if due > now]
-        dues += [until for until in self._slot_until.values() if until > now]
-        return min(dues) - now if dues else None
-
-    def _retire(self, i: int) -> None:
-        if self.refresher is not None:
-            self.refresher.closed(i)
-        if self._fails:
-            self._fails.pop(i, None)
-        self._set(i, VISITED)
-        if self._has_payload(i):
-            self._forget(i)
-            self.tier[i] = 0
-
-    # -- the contract ---------------------------------------------------------------------------
+    # -- schedules and pops --------------------------------------------------------------------
     def schedule(self, entries: Sequence[Entry], again: bool = False) -> list[int]:
-        return [
-            self._file(self.page(key, url), payload, priority, slot, again, key)
-            for key, url, priority, slot, payload in entries
-        ]
-
-    def pop(self, full_slots: Collection[Hashable] = ()) -> Lease | None:
-        # The payout comes first even when no page can be popped (the selection pays out only
-        # when it has candidates): every backend's pop moves the same money.
-        self.engine.payout()
-        sel = self.selection
-        room = self._room_now(full_slots)
-        if self.refresher is not None and isinstance(sel, TieredSelection):
-            i = self._refresh_pop(sel, room)
-        elif isinstance(sel, TieredSelection):
-            share = self.discovery if self.continuous else 0.0
-            i = sel.pop(room, bool(share) and self.discovery_debt + share >= 1.0)
-            if i is not None and share:
-                self.discovery_debt = discovery_step(self.discovery_debt, share, self._fetched(i))
-        else:
-            i = sel.pop()
-        return None if i is None else self._lease(i)
-
-    def _refresh_pop(
-        self, sel: TieredSelection, room: Callable[[Hashable], bool] | None
-    ) -> int | None:
-        """A pop of a crawl that refetches by change (see :mod:`~scrapy_opic.opic.refresh`):
-        discovery's share for pages never fetched, else the refetch due first, else (no plan
-        yet) the richest page; after a refetch, one settle visit."""
-        r = self.refresher
-        assert r is not None
-        now = r.wall()
-        planner = r.planner
-        if planner.due(self.engine.n, now):
-            self.replan(now)
-        best = sel.peek(room, True)
-        unfetched = best is not None and not self._fetched(best[0])
-        share = self.discovery
-        i = pick(
-            None if best is None else best[0],
-            unfetched,
-            bool(share) and self.discovery_debt + share >= 1.0,
-            lambda early: self._due_page(room, early, now),
-            lambda: planner.count_refetch(now),
-        )
-        if i is None:
-            return None
-        sel.discard(i)
-        fetched = self._fetched(i)
-        if share:
-            self.discovery_debt = discovery_step(self.discovery_debt, share, fetched)
-        if fetched:
-            j = self.settle_pick(i)
-            if j is not None:
-                self.settle(j)
-        return i
-
-    def due_page(self, full_slots: Collection[Hashable], early: bool, now: float) -> int | None:
-        """The refetch due first among the pages a pop may take (pending, not parked, open,
-        their slot not in ``full_slots`` nor backing off), out of the schedule (the caller
-        leases it: :meth:`take`); ``early``: one not due yet will do. None if none (or no
-        refresher)."""
-        return self._due_page(self._room_now(full_slots), early, now)
-
-    def _due_page(
-        self, room: Callable[[Hashable], bool] | None, early: bool, now: float
-    ) -> int | None:
-        r = self.refresher
-        sel = self.selection
-        if r is None or not isinstance(sel, TieredSelection):
-            return None
-        status, parked, flags = self.status, self._parked_ids, self.engine._flags_mv
-        tier, slot = self.tier, self.tiers.slot
-
-        def eligible(j: int) -> bool:
-            if status[j] != PENDING or j in parked or flags[j] & CLOSED or j not in sel:
-                return False
-            return room is None or room(slot(tier[j]) if tier[j] else "")
-
-        return r.due(eligible, early, now)
-
-    def settle_pick(self, popped: int) -> int | None:
-        """The page a settle visit after the refetch pop of ``popped`` is for (see
-        :mod:`~scrapy_opic.opic.refresh`): the richest page waiting, if it was fetched and has
-        kept links; else None."""
-        r = self.refresher
-        sel = self.selection
-        if r is None or not isinstance(sel, TieredSelection):
-            return None
-        got = sel.peek(None, False)
-        if got is None or got[0] == popped or not self._fetched(got[0]):
-            return None
-        return got[0] if r.links_of(got[0]) is not None else None
-
-    def settle(
-        self, i: int, outside: Sequence[tuple[float, float]] = ()
-    ) -> list[tuple[float, float]]:
-        """A settle visit of page ``i`` (:meth:`settle_pick`): its cash paid over its kept
-        links, without a download. ``outside``: the ``(weight, boost)`` of its kept links to
-        pages this frontier does not hold, whose shares are returned (see :meth:`visit_out`)."""
-        r = self.refresher
-        kept = None if r is None else r.links_of(i)
-        if r is None or kept is None:
-            raise ValueError(f"page {i} has no kept links to settle over")
-        sel = self.selection
-        waiting = i in sel
-        if waiting:
-            sel.discard(i)
-        shares = self._pay_kept(i, kept, outside)
-        r.settles += 1
-        if waiting:
-            sel.push(i)
-        return shares
-
-    def _pay_kept(
-        self, i: int, kept: Any, outside: Sequence[tuple[float, float]] = ()
-    ) -> list[tuple[float, float]]:
-        """Visit page ``i`` over its kept links (aliases followed as in a visit); the shares
-        of ``outside`` links (see :meth:`visit_out`)."""
-        ids = kept.ids.tolist()
-        paid = [self._target(j) for j in ids] if self.alias else ids
-        weights = None if kept.weights is None else kept.weights.tolist()
-        boosts = None if kept.boosts is None else kept.boosts.tolist()
-        if len(set(paid)) < len(paid):
-            paid, weights, boosts = _one_link_per_page(paid, weights, boosts)
-        if outside:
-            return self.engine.visit_out(i, paid, weights, boosts, kept.virtual_weight, outside)[1]
-        self.engine.visit(i, paid, weights, boosts, kept.virtual_weight)
-        return []
-
-    def replan(self, now: float | None = None) -> None:
-        """Re-plan the refetch frequencies from the importance and the change rates."""
-        r = self.refresher
-        if r is None:
-            return
-        started = time.perf_counter()
-        r.plan(self.engine.importance(), self.refetchable(), now)
-        r.planner.plan_cost = time.perf_counter() - started
-
-    def refetchable(self) -> np.ndarray:
-        """The mask of the pages a refetch plan covers: fetched, open, pending or in flight."""
-        n = self.engine.n
-        st = np.frombuffer(self.status, np.uint8, count=n)
-        flags = self.engine.flags[:n]
-        live = ((st == PENDING) | (st == IN_FLIGHT)) & ((flags & FETCHED) != 0)
-        live &= (flags & CLOSED) == 0
-        return live
-
-    def unchanged(self, lease: Lease, payload: Any = None) -> Visit | None:
-        """The page of ``lease`` was fetched and found unchanged (a 304, or content with the
-        signature of its last parsed visit): a visit over its kept links (none kept: a
-        dangling page, its cash to the virtual page), an "unchanged" observation of its
-        change rate. The links are not filed again (they were at the parsed visit). ``None``
-        if the lease is stale."""
-        got = self.unchanged_out(lease, (), payload)
-        return None if got is None else got[0]
-
-    def unchanged_out(
-        self, lease: Lease, outside: Sequence[tuple[float, float]], payload: Any = None
-    ) -> tuple[Visit, list[tuple[float, float]]] | None:
-        """:meth:`unchanged` of a page whose kept links also lead to pages this frontier does
-        not hold: ``outside``, their ``(weight, boost)``; returns the visit and their shares
-        (see :meth:`visit_out`)."""
-        i = self._held(lease)
-        if i is None:
-            return None
-        r = self.refresher
-        kept = None if r is None else r.links_of(i)
-        shares: list[tuple[float, float]] = []
-        if kept is not None:
-            shares = self._pay_kept(i, kept, outside)
-        elif outside:
-            shares = self.engine.visit_out(i, (), None, None, 0.0, outside)[1]
-        else:
-            self.engine.visit(i, ())
-        if r is not None:
-            r.observed(i, False)
-        if self.outcome[i] != SPIDER_ERROR:  # (its content is the last parse's: so is that)
-            self._settled(i, OK)
-        self._answered(i)
-        del self._tokens[i]
-        self._done(i, payload, lease.key)
-        self._visited(i)
-        return Visit([], None), shares
+        """File each entry's page (the contract's codes: see :class:`Frontier`)."""
+        codes = []
+        for key, url, priority, slot, payload in entries:
+            i = self.page(key, url)
+            if not self.schedulable(i, again):
+                codes.append(DUPLICATE)
+            elif payload is None:
+                codes.append(NEEDS_PAYLOAD)
+            else:
+                self._pend(i, payload, priority, slot, key)
+                codes.append(SCHEDULED)
+        return codes
 
     def peek(
         self, full_slots: Collection[Hashable] = (), discover: bool = False
     ) -> tuple[int, int, float] | None:
         """``(page id, priority, true cash)`` of the page a greedy pop would lease (with
         ``discover``: preferring a page never fetched, see :func:`discovery_step`), left
-        pending; ``None`` if none. For a pooled engine (no payout before a pop): what
-        :meth:`take` then leases, so that a crawl over several frontiers pops the best page
-        of all (:class:`~scrapy_opic.opic.partition.Fleet`)."""
+        pending; ``None`` if none. The caller pays the virtual page out first."""
         sel = self.selection
         if not isinstance(sel, TieredSelection):
             raise TypeError("peek needs the greedy selection")
         return sel.peek(self._room_now(full_slots), discover)
 
-    def take(self, i: int) -> Lease:
+    def take(self, i: int) -> Lease | None:
         """Lease pending page ``i`` (the page :meth:`peek` chose, or the page a replayed outcome
-        names: see :mod:`~scrapy_opic.opic.partition`)."""
+        names); ``None`` if its payload is lost: the page is then given up."""
         self.selection.discard(i)
         return self._lease(i)
 
-    def _fetched(self, i: int) -> bool:
-        return bool(self.engine._flags_mv[i] & FETCHED)
+    def pop(self, full_slots: Collection[Hashable] = ()) -> Lease | None:
+        """The random or cycle strategy's pop (a greedy crawl pops through :meth:`peek` and
+        :meth:`take`), after the virtual page's payout."""
+        self.engine.payout()
+        while (i := self.selection.pop()) is not None:
+            lease = self._lease(i)
+            if lease is not None:
+                return lease
+        return None
 
-    def _lease(self, i: int) -> Lease:
+    def _lease(self, i: int) -> Lease | None:
+        key, payload, url = self.rows.lease(i, self.continuous, self.engine.key_of)
+        if payload is LOST or payload is DAMAGED_PAYLOAD:
+            # Its request did not survive (a restart lost it, its row is gone or damaged):
+            # given up, its cash to the virtual page.
+            self._give_up(i, ERROR if payload is LOST else DAMAGED)
+            return None
         if self.refresher is not None:
             self.refresher.taken(i)
         self._set(i, IN_FLIGHT)
         self._seq += 1
         self._tokens[i] = self._seq
-        code = self.tier[i]
-        slot = self.tiers.slot(code) if code else ""
-        key, payload = self._lease_parts(i)
-        return Lease(key, self._seq, payload, slot, self.url_of(i) if self.lease_urls else None)
+        return Lease(key, self._seq, payload, self.slot_of(i), url)
 
+    # -- outcomes -----------------------------------------------------------------------------
     def visit(
         self,
         lease: Lease,
@@ -977,19 +710,18 @@ class MemoryFrontier:
         changed: bool | None = None,
         modified: float | None = None,
     ) -> tuple[Visit, list[tuple[float, float]]] | None:
-        """:meth:`visit` of a page that also links to pages this frontier does not hold (see
-        :meth:`OpicEngine.visit_out <scrapy_opic.opic.engine.OpicEngine.visit_out>`):
-        ``outside`` gives each such link's ``(weight, boost)``; returns the visit and those
-        links' shares ``(cash, credit)``, to be paid where their pages live. ``changed``:
-        whether the content differs from the page's last parsed visit (None: unknown, a
-        first fetch), an observation of its change rate when a refresher is on; ``modified``:
-        its last change as a trusted ``Last-Modified`` dates it (seconds since the epoch)."""
+        """:meth:`Frontier.visit` of a page that also links to pages this frontier does not
+        hold (see :meth:`OpicEngine.visit_out
+        <scrapy_opic.opic.engine.OpicEngine.visit_out>`): ``outside`` gives each such link's
+        ``(weight, boost)``; returns the visit and those links' shares ``(cash, credit)``, to be
+        paid where their pages live. A page links to another page once (after aliases): repeats
+        are merged, each with the largest of its weights and boosts."""
         i = self._held(lease)
         if i is None:
             return None
         children = [self.page(link.key, link.url) for link in links]
-        paid = [self._target(j) for j in children] if self.alias else children
-        # (Decided on the links as given: the same float operations whatever the backend.)
+        paid = [self.target(j) for j in children] if self.alias else children
+        # (Decided on the links as given: the same float operations whatever the store.)
         weights = boosts = None
         if virtual_weight or any(link.weight != 1.0 for link in links):
             weights = [link.weight for link in links]
@@ -1010,43 +742,68 @@ class MemoryFrontier:
             if share is not None:  # (a revisit: how far the site's links moved)
                 self.engine.links_changed(share)
             r.observed(i, changed, since=modified)
-        self._settled(i, outcome)
+        self._record_outcome(i, outcome)
         if outcome != OK:
             self.failed_visits += 1
-        self._answered(i)
+        self.backoff.answered(i, self.slot_of(i))
         del self._tokens[i]
         self._done(i, payload, lease.key)
         codes = [
-            self._file(j, link.payload, link.priority, link.slot, link.again, link.key)
+            NEEDS_PAYLOAD if self.schedulable(j, link.again) else DUPLICATE
             for link, j in zip(links, children)
         ]
-        visit = Visit(codes, self.engine.importance_of(i) if importance else None)
-        self._visited(i)
-        return visit, shares
+        return Visit(codes, self.engine.importance_of(i) if importance else None), shares
 
-    def _visited(self, i: int) -> None:
-        """Hook: page ``i`` was just visited (a backend counts visits for its checkpoints)."""
+    def unchanged(self, lease: Lease, payload: Any = None) -> Visit | None:
+        got = self.unchanged_out(lease, (), payload)
+        return None if got is None else got[0]
+
+    def unchanged_out(
+        self, lease: Lease, outside: Sequence[tuple[float, float]], payload: Any = None
+    ) -> tuple[Visit, list[tuple[float, float]]] | None:
+        """:meth:`Frontier.unchanged` of a page whose kept links also lead to pages this
+        frontier does not hold: ``outside``, their ``(weight, boost)``; returns the visit and
+        their shares (see :meth:`visit_out`). The links are not filed again."""
+        i = self._held(lease)
+        if i is None:
+            return None
+        r = self.refresher
+        kept = None if r is None else r.links_of(i)
+        shares: list[tuple[float, float]] = []
+        if kept is not None:
+            shares = self._pay_kept(i, kept, outside)
+        elif outside:
+            shares = self.engine.visit_out(i, (), None, None, 0.0, outside)[1]
+        else:
+            self.engine.visit(i, ())
+        if r is not None:
+            r.observed(i, False)
+        if self.outcome[i] != SPIDER_ERROR:  # (its content is the last parse's: so is that)
+            self._record_outcome(i, OK)
+        self.backoff.answered(i, self.slot_of(i))
+        del self._tokens[i]
+        self._done(i, payload, lease.key)
+        return Visit([], None), shares
 
     def fail(self, lease: Lease, outcome: int = ERROR, payload: Any = None) -> bool:
         i = self._held(lease)
         if i is None:
             return False
-        again = self._fetched(i)  # (fetched before: its answer is news of the site)
+        again = self.fetched(i)  # (fetched before: its answer is news of the site)
         self.engine.visit(i, ())
-        self._settled(i, outcome)
+        self._record_outcome(i, outcome)
         self.failed_visits += 1
         del self._tokens[i]
         if self.continuous and outcome not in FINAL_OUTCOMES:
             # Fetched again when its cash says so, after its backoff.
             if self.refresher is not None:
                 self.refresher.failed(i)
-            self._done(i, payload, lease.key, self._failed_fetch(i))
+            self._done(i, payload, lease.key, self.backoff.failed(i, self.slot_of(i)))
         else:
             self._retire(i)
             self._close(i)
             if again:  # a page gone: all its links with it
                 self.engine.links_changed(1.0)
-        self._visited(i)
         return True
 
     def forfeit(self, lease: Lease, outcome: int = FORBIDDEN) -> bool:
@@ -1057,29 +814,26 @@ class MemoryFrontier:
         return True
 
     def _give_up(self, i: int, outcome: int) -> None:
-        """Page ``i``, in flight, is given up unfetched (:meth:`forfeit` by id: a backend
-        gives up a page whose payload it cannot hand out before any lease names it)."""
-        del self._tokens[i]
+        """Page ``i``, in flight, is given up unfetched."""
+        self._tokens.pop(i, None)
         self._retire(i)
-        self._settled(i, outcome)
+        self._record_outcome(i, outcome)
         self._close(i)
 
-    def drop(self, key: Hashable, outcome: int = FILTERED, url: str | None = None) -> bool:
+    def drop(self, key: Hashable, outcome: int = FILTERED) -> bool:
         i = self.engine.id_of(key)
         if i is None or self.status[i] not in (DISCOVERED, PENDING):
             return False
         if self.status[i] == PENDING:
             self.selection.discard(i)
-            self._parked_ids.discard(i)
         self._retire(i)
-        self._settled(i, outcome)
+        self._record_outcome(i, outcome)
         self._close(i)
         return True
 
     def _close(self, i: int) -> None:
-        """Close page ``i`` (see the module docstring); its kept links go (a page fetched
-        before may have some; one never fetched has none to remove)."""
-        if self.keep_links and self.engine._flags_mv[i] & FETCHED:
+        """Close page ``i`` (see the module docstring); its kept links go."""
+        if self.keep_links and self.engine.flags_mv[i] & FETCHED:
             self.link_changes[i] = None
         self.engine.close_page(i)
 
@@ -1110,7 +864,7 @@ class MemoryFrontier:
             return self.retry(lease, entry)
         del self._tokens[i]
         self.engine.transfer(i, j)
-        self._settled(i, REDIRECTED)
+        self._record_outcome(i, REDIRECTED)
         if self.keep_links:
             self.link_changes[i] = j
         self._retire(i)
@@ -1131,7 +885,7 @@ class MemoryFrontier:
             return None
         del self._tokens[i]
         moved = self.engine.take_out(i)
-        self.outcome[i] = REDIRECTED
+        self._record_outcome(i, REDIRECTED)
         if self.keep_links:
             self.link_changes[i] = None
         self._retire(i)
@@ -1140,10 +894,10 @@ class MemoryFrontier:
         self.alias.pop(i, None)
         return moved
 
-    def _target(self, j: int) -> int:
+    def target(self, j: int) -> int:
         """The page a link to page ``j`` pays: ``j``, or the page it permanently redirects to
         while it is closed (a chain of aliases followed up to 8 hops)."""
-        flags = self.engine._flags_mv
+        flags = self.engine.flags_mv
         for _ in range(8):
             k = self.alias.get(j)
             if k is None or not flags[j] & CLOSED:
@@ -1157,6 +911,7 @@ class MemoryFrontier:
             i = self._held(lease)
             if i is not None:
                 del self._tokens[i]
+                self.rows.give_back(i, lease.key, lease.payload)
                 self._set(i, PENDING)
                 self._push(i)
                 if self.refresher is not None:
@@ -1164,45 +919,97 @@ class MemoryFrontier:
                 n += 1
         return n
 
-    def maintain(self, leases: Collection[Lease]) -> None:
-        pass
+    # -- refetches by change (see scrapy_opic.opic.refresh) ----------------------------------
+    def due_page(self, full_slots: Collection[Hashable], early: bool, now: float) -> int | None:
+        """The refetch due first among the pages a pop may take (pending, not parked, open,
+        their slot not in ``full_slots`` nor backing off), out of the schedule (the caller
+        leases it: :meth:`take`); ``early``: one not due yet will do. None if none (or no
+        refresher)."""
+        r = self.refresher
+        sel = self.selection
+        if r is None or not isinstance(sel, TieredSelection):
+            return None
+        room = self._room_now(full_slots)
+        status, parked, flags = self.status, self.backoff.parked, self.engine.flags_mv
+        tier, slot = self.tier, self.tiers.slot
 
-    def close(self, leases: Collection[Lease]) -> None:
-        self.release(leases)
-        self._drop_payloads()
+        def eligible(j: int) -> bool:
+            if status[j] != PENDING or j in parked or flags[j] & CLOSED or j not in sel:
+                return False
+            return room is None or room(slot(tier[j]) if tier[j] else "")
 
-    def _drop_payloads(self) -> None:
-        """The frontier is closed: its payloads (requests) can go at once."""
-        self.payloads.clear()
+        return r.due(eligible, early, now)
 
-    def has_pending(self) -> bool:
-        return self.counts[PENDING] > 0
+    def relay_pick(self, popped: int) -> int | None:
+        """The page a relay visit after the refetch pop of ``popped`` is for (see
+        :mod:`~scrapy_opic.opic.refresh`): the richest page waiting, if it was fetched and has
+        kept links; else None."""
+        r = self.refresher
+        sel = self.selection
+        if r is None or not isinstance(sel, TieredSelection):
+            return None
+        got = sel.peek(None, False)
+        if got is None or got[0] == popped or not self.fetched(got[0]):
+            return None
+        return got[0] if r.links_of(got[0]) is not None else None
 
-    def __len__(self) -> int:
-        return self.counts[PENDING]
+    def relay(
+        self, i: int, outside: Sequence[tuple[float, float]] = ()
+    ) -> list[tuple[float, float]]:
+        """A relay visit of page ``i`` (:meth:`relay_pick`): its cash paid over its kept links,
+        without a download. ``outside``: the ``(weight, boost)`` of its kept links to pages
+        this frontier does not hold, whose shares are returned (see :meth:`visit_out`)."""
+        r = self.refresher
+        kept = None if r is None else r.links_of(i)
+        if r is None or kept is None:
+            raise ValueError(f"page {i} has no kept links to relay over")
+        sel = self.selection
+        waiting = i in sel
+        if waiting:
+            sel.discard(i)
+        shares = self._pay_kept(i, kept, outside)
+        r.relays += 1
+        if waiting:
+            sel.push(i)
+        return shares
 
+    def _pay_kept(
+        self, i: int, kept: Any, outside: Sequence[tuple[float, float]] = ()
+    ) -> list[tuple[float, float]]:
+        """Visit page ``i`` over its kept links (aliases followed as in a visit); the shares
+        of ``outside`` links (see :meth:`visit_out`)."""
+        ids = kept.ids.tolist()
+        paid = [self.target(j) for j in ids] if self.alias else ids
+        weights = None if kept.weights is None else kept.weights.tolist()
+        boosts = None if kept.boosts is None else kept.boosts.tolist()
+        if len(set(paid)) < len(paid):
+            paid, weights, boosts = _one_link_per_page(paid, weights, boosts)
+        if outside:
+            return self.engine.visit_out(i, paid, weights, boosts, kept.virtual_weight, outside)[1]
+        self.engine.visit(i, paid, weights, boosts, kept.virtual_weight)
+        return []
+
+    def refetchable(self) -> np.ndarray:
+        """The mask of the pages a refetch plan covers: fetched, open, pending or in flight."""
+        n = self.engine.n
+        st = np.frombuffer(self.status, np.uint8, count=n)
+        flags = self.engine.flags[:n]
+        live = ((st == PENDING) | (st == IN_FLIGHT)) & ((flags & FETCHED) != 0)
+        live &= (flags & CLOSED) == 0
+        return live
+
+    # -- figures ------------------------------------------------------------------------------
     def figures(self) -> dict[str, float]:
         out = self.engine.stats()
         out["fetched"] = self.n_ok
         out["failed_visits"] = self.failed_visits
         if self.refresher is not None:
             out.update(self.refresher.figures())
-        if self.backoff:
-            out["backed_off_pages"] = len(self._parked_ids)
-            out["backed_off_slots"] = len(self._slot_until)
+        if self.backoff.base:
+            out["backed_off_pages"] = len(self.backoff.parked)
+            out["backed_off_slots"] = len(self.backoff.slots)
         out.update(zip(STATUSES, self.counts))
         return out
-
-    def status_of(self, key: Hashable) -> str | None:
-        i = self.engine.id_of(key)
-        return None if i is None else STATUSES[self.status[i]]
-
-    def cash_of(self, key: Hashable) -> float | None:
-        i = self.engine.id_of(key)
-        return None if i is None else self.engine.cash_of(i)
-
-    def total_cash(self) -> float:
-        return self.engine.total_cash()
 
     def top_page(self) -> tuple[str, float] | None:
         best = self.engine.best_page()
@@ -1219,18 +1026,16 @@ class MemoryFrontier:
         tier: np.ndarray | None = None,
         tiers: Sequence[tuple[int, Hashable]] = (),
         alias: dict[int, int] | None = None,
-        payloads: dict[int, Any] | None = None,
-        urls: Sequence[str | None] | None = None,
+        kept: np.ndarray | None = None,
     ) -> int:
         """Take a saved frontier's per-page arrays over this frontier's (reloaded) engine: the
         statuses, outcomes and tier codes by id (uint8, uint16, uint32), the ``(priority,
-        slot)`` pairs of codes 1, 2..., the aliases and, for a frontier that keeps them in
-        memory, the payloads and URLs. ``payloads`` ``None``: every page with a tier code still
-        has its payload where the backend keeps it (:meth:`_has_payload`); a dict: only the
-        pages in it do. Pages that were in flight are pending again (their fetch may not have
-        happened; their cash is still theirs); a pending page without a payload is given up
-        (cash to the virtual page). Vectorised: no Python step per page but for those given
-        up. Returns how many pages were in flight."""
+        slot)`` pairs of codes 1, 2..., the aliases. ``kept``: the mask of the pages whose
+        payload the rows still have (``None``: every page with a tier code). Pages that were in
+        flight are pending again (their fetch may not have happened; their cash is still
+        theirs); a pending page without a payload is given up (cash to the virtual page).
+        Vectorised: no Python step per page but for those given up. Returns how many pages were
+        in flight."""
         n = len(status)
         self.grow(self.engine.capacity)
         st = np.frombuffer(self.status, np.uint8)[:n]
@@ -1244,16 +1049,11 @@ class MemoryFrontier:
         if tier is not None:
             codes[:] = tier
         self.alias = dict(alias or {})
-        if urls is not None:
-            self.urls = list(urls) + [None] * max(0, n - len(urls))
         back = int((st == IN_FLIGHT).sum())
         st[st == IN_FLIGHT] = PENDING
         waiting = (st == PENDING) & (codes != 0)
-        if payloads is not None:
-            kept = np.zeros(n, bool)
-            kept[np.fromiter(payloads, np.int64, len(payloads))] = True
-            waiting &= kept
-            self.payloads.update((i, payloads[i]) for i in np.flatnonzero(waiting).tolist())
+        if kept is not None:
+            waiting &= kept[:n]
         lost = np.flatnonzero((st == PENDING) & ~waiting)
         st[lost] = VISITED  # nothing to fetch them with: given up
         codes[lost] = 0
@@ -1286,22 +1086,23 @@ class MemoryFrontier:
         del view  # (an exported buffer would keep the array from growing)
 
 
-__all__ = [
-    "DISCOVERED",
-    "DUPLICATE",
-    "IN_FLIGHT",
-    "NEEDS_PAYLOAD",
-    "PENDING",
-    "SCHEDULED",
-    "STATUSES",
-    "VISITED",
-    "Entry",
-    "Frontier",
-    "Lease",
-    "Link",
-    "MemoryFrontier",
-    "Visit",
-    "backoff_delay",
-    "boosted_weight",
-    "require_payload",
-]
+def _one_link_per_page(
+    ids: list[int], weights: list[float] | None, boosts: list[float] | None
+) -> tuple[list[int], list[float] | None, list[float] | None]:
+    """A page links to another page once (after aliases: a link to the old URL and one to the
+    new are one link): repeated ids merged, in order of first appearance, each with the largest
+    of its weights and boosts."""
+    merged: dict[int, list[float]] = {}
+    for k, j in enumerate(ids):
+        w = 1.0 if weights is None else weights[k]
+        b = 0.0 if boosts is None else boosts[k]
+        m = merged.get(j)
+        if m is None:
+            merged[j] = [w, b]
+        else:
+            m[0], m[1] = max(m[0], w), max(m[1], b)
+    return (
+        list(merged),
+        None if weights is None else [m[0] for m in merged.values()],
+        None if boosts is None else [m[1] for m in merged.values()],
+    )

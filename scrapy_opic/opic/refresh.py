@@ -29,12 +29,12 @@ least ``floor_share`` of the mean frequency (a page that never changes is still 
 then: a cheap conditional request), and a page fetched for the first time after a plan gets the
 mean frequency until the next one.
 
-*Settle visits.* OPIC needs every page's cash to move over its links, but refetches are now
+*Relay visits.* OPIC needs every page's cash to move over its links, but refetches are now
 uneven: a page that never changes is fetched once in a long while and would sit on its cash,
 the estimates of the pages it links to starved. So after each refetch pop the frontier visits
 the richest fetched page from its kept links without a download (:meth:`links_of`
 says whether a page can be; the frontier does the visit, which is a plain engine visit: the
-money is accounted for as in any visit). One settle per refetch: the cash moves at least as
+money is accounted for as in any visit). One relay visit per refetch: the cash moves at least as
 often as in a crawl where every fetch is a Greedy visit.
 
 Times are wall-clock seconds (changes happen in real time, and a resumed crawl must compare its
@@ -234,7 +234,7 @@ class Refresher:
         self.planner = planner if planner is not None else Planner()
         self.wall = wall
         #: Counters for the crawl's figures.
-        self.settles = 0
+        self.relays = 0
 
     # -- events -----------------------------------------------------------------------------
     def keep(
@@ -245,7 +245,7 @@ class Refresher:
         boosts: Sequence[float] | None,
         virtual_weight: float,
     ) -> float | None:
-        """Page ``i`` was parsed and paid these links: they are the ones a 304 or a settle
+        """Page ``i`` was parsed and paid these links: they are the ones a 304 or a relay
         visit pays later. A page that no kept link leads to any more (the last page that
         linked to it dropped the link) is due for a refetch at once: a page removed from a
         site loses its links first, and the crawl learns that it is gone only by asking.
@@ -433,7 +433,7 @@ class Refresher:
         return {
             "refetch_budget": self.planner.budget,
             "refetch_plans": self.planner.plans,
-            "settle_visits": self.settles,
+            "relay_visits": self.relays,
         }
 
 

@@ -189,7 +189,7 @@ class GreedySelection(Selection):
         self._pos = array("i")
 
         def keys() -> Sequence[float]:
-            return engine._s_mv
+            return engine.stored_mv
 
         self._heaps = {
             _FETCHED_HEAP: _Heap(self._pos, keys),
@@ -211,7 +211,7 @@ class GreedySelection(Selection):
     def push(self, i: int) -> None:
         if self._where[i] != _NONE:
             return
-        which = _FETCHED_HEAP if self.engine._flags_mv[i] & FETCHED else _UNFETCHED_HEAP
+        which = _FETCHED_HEAP if self.engine.flags_mv[i] & FETCHED else _UNFETCHED_HEAP
         self._where[i] = which
         self._heaps[which].push(i)
 
@@ -250,7 +250,7 @@ class GreedySelection(Selection):
             return u[0] if u else None
         if not u:
             return f[0]
-        s = e._s_mv
+        s = e.stored_mv
         # Compare true cash across the two sets; ties go to the unfetched page (discovery).
         return u[0] if s[u[0]] + e.acc_unfetched >= s[f[0]] else f[0]
 
@@ -313,7 +313,7 @@ class SlottedGreedySelection(Selection):
             self._slots.append(slot)
 
             def keys() -> Sequence[float]:
-                return self.engine._s_mv
+                return self.engine.stored_mv
 
             self._heaps += [_Heap(self._pos, keys), _Heap(self._pos, keys)]
             for st in (0, 1):
@@ -331,7 +331,7 @@ class SlottedGreedySelection(Selection):
                 heads.remove(k)
             keys[k] = float("-inf")
             return
-        key = self.engine._s_mv[heap.items[0]]
+        key = self.engine.stored_mv[heap.items[0]]
         old, keys[k] = keys[k], key
         if not inside:
             heads.push(k)
@@ -344,7 +344,7 @@ class SlottedGreedySelection(Selection):
         """Make ``i`` a candidate in download slot ``slot``."""
         if self._heap_of[i]:
             return
-        st = 0 if self.engine._flags_mv[i] & FETCHED else 1
+        st = 0 if self.engine.flags_mv[i] & FETCHED else 1
         h = 2 * self._slot(slot) + st
         self._heap_of[i] = h + 1
         self._heaps[h].push(i)
@@ -377,7 +377,7 @@ class SlottedGreedySelection(Selection):
         # The page heaps stay valid (see GreedySelection.rebased), but the head heaps hold
         # copies of each slot's top stored cash: read them again. One amount moved every key
         # of a head heap too, so re-reading keeps its order; heapify anyway, O(slots).
-        s = self.engine._s_mv
+        s = self.engine.stored_mv
         for h, heap in enumerate(self._heaps):
             if len(heap):
                 k, st = divmod(h, 2)
@@ -515,7 +515,7 @@ class TieredSelection(Selection):
         self._pos = array("i")
 
         def keys() -> Sequence[float]:
-            return engine._s_mv
+            return engine.stored_mv
 
         self._keys = keys
         # By heap number 2 * code + (0 fetched, 1 unfetched); None for a code not seen yet.
@@ -598,7 +598,7 @@ class TieredSelection(Selection):
                 heads.remove(k)
             keys[k] = float("-inf")
             return
-        key = self.engine._s_mv[heap.items[0]]
+        key = self.engine.stored_mv[heap.items[0]]
         old, keys[k] = keys[k], key
         if not inside:
             heads.push(k)
@@ -615,7 +615,7 @@ class TieredSelection(Selection):
         code = self.codes[i]
         if not code:
             raise ValueError(f"page {i} has no tier code")
-        h = 2 * code + (0 if self.engine._flags_mv[i] & FETCHED else 1)
+        h = 2 * code + (0 if self.engine.flags_mv[i] & FETCHED else 1)
         heaps = self._heaps
         if h >= len(heaps) or heaps[h] is None:
             self._ensure(code)
@@ -670,7 +670,7 @@ class TieredSelection(Selection):
                 ids = np.concatenate([ids] + [a.astype(np.int64) for a in old])
                 h = np.concatenate([h] + [np.full(a.size, t) for t, a in zip(touched, old)])
             del old
-            order = np.argsort(-e._s[ids])  # most cash first
+            order = np.argsort(-e.stored[ids])  # most cash first
             if len(touched) > 1:  # then grouped by heap, keeping the cash order in each
                 small = np.uint16 if touched[-1] < 1 << 16 else np.int64
                 order = order[np.argsort(h[order].astype(small), kind="stable")]
@@ -704,7 +704,7 @@ class TieredSelection(Selection):
         # The page heaps stay valid (one amount moved every key of a heap: see
         # GreedySelection.rebased), but the head heaps hold copies of each code's top stored
         # cash: read them again, then rebuild each head heap, O(codes).
-        s = self.engine._s_mv
+        s = self.engine.stored_mv
         for h, heap in enumerate(self._heaps):
             if heap is not None and len(heap):
                 code, st = divmod(h, 2)
@@ -793,7 +793,7 @@ class TieredSelection(Selection):
                     h = 2 * k + st
                     heap = self._heaps[h]
                     i = heap.items[0]
-                    cash = e._s_mv[i] + e.acc_all + (e.acc_unfetched if st else 0.0)
+                    cash = e.stored_mv[i] + e.acc_all + (e.acc_unfetched if st else 0.0)
                     if take:
                         heap.remove(i)
                         self._count -= 1

@@ -175,7 +175,7 @@ class Simulation:
         if self.strategy == "greedy":
             # With no discovery payout pending, every page has the same offset, so ranking the
             # stored cash is ranking the true cash (and skips building the cash vector).
-            key = e._s[:n] if e.acc_unfetched == 0.0 else e.cash()
+            key = e.stored[:n] if e.acc_unfetched == 0.0 else e.cash()
             return top_k(key, k, self.rng)
         if self.strategy == "random":
             return self.rng.choice(n, size=k, replace=False)

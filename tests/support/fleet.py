@@ -10,17 +10,14 @@ import random
 from collections.abc import Iterable
 
 from scrapy_opic.opic.constants import IN_FLIGHT, PENDING, STATUSES, VISITED
-from scrapy_opic.opic.frontier import Entry, Link
-from scrapy_opic.opic.partition import (
-    POOL,
-    Fleet,
-    Member,
-    Message,
-    Partition,
-    Pool,
-    in_transit,
-    partition_of,
-)
+from scrapy_opic.opic.fleet import Fleet
+from scrapy_opic.opic.frontier import Entry
+from scrapy_opic.opic.journal import Member
+from scrapy_opic.opic.messages import POOL, Message, in_transit
+from scrapy_opic.opic.partition import Partition
+from scrapy_opic.opic.pool import Pool
+from scrapy_opic.opic.routing import partition_of
+from tests.support.frontiers import L, visit
 
 
 def key(url: str) -> bytes:
@@ -47,15 +44,15 @@ class Store:
         self.journals[member.k] = []
         member.durable = member.records
 
-    def load(self, k: int, parts: int, continuous: bool, fleet: Fleet) -> Member:
+    def load(self, k: int, fleet: Fleet) -> Member:
         if k == POOL:
             raw = self.checkpoints.get(k)
             return Pool.from_state(pickle.loads(raw)) if raw else Pool()
         raw = self.checkpoints.get(k)
         if raw is None:
-            part = fleet.new_partition(k)
+            part = Partition.new(k, fleet.config, time_fn=fleet.time_fn)
         else:
-            part = Partition.from_state(pickle.loads(raw), parts, continuous=continuous)
+            part = Partition.from_state(pickle.loads(raw), fleet.config, time_fn=fleet.time_fn)
         part.replay(self.journals.get(k, []))
         return part
 
@@ -145,7 +142,7 @@ class Bus:
     def adopt(self, fleet: Fleet, k: int) -> None:
         """``fleet`` takes member ``k`` over from the store; what it had not known delivered
         goes out again at its next flush."""
-        member = self.store.load(k, fleet.P, fleet.continuous, fleet)
+        member = self.store.load(k, fleet)
         if k == POOL:
             fleet.adopt_pool(member)  # type: ignore[arg-type]
         else:
@@ -184,8 +181,8 @@ def crawl_step(fleet: Fleet, links_of, payload: bytes = b"r") -> bool:
     lease = fleet.pop()
     if lease is None:
         return False
-    links = [Link(key(u), u, payload=payload) for u in links_of(lease.url)]
-    assert fleet.visit(lease, links) is not None
+    links = [L(key(u), u, payload=payload) for u in links_of(lease.url)]
+    assert visit(fleet, lease, links) is not None
     return True
 
 
@@ -211,13 +208,13 @@ def partition_problems(part: Partition) -> list[str]:
     for i in range(n):
         st = fr.status[i]
         counts[st] += 1
-        if st in (PENDING, IN_FLIGHT) and i not in fr.payloads:
+        if st in (PENDING, IN_FLIGHT) and i not in fr.rows.payloads:
             out.append(f"partition {part.k}: page {i} waits without a payload")
         if st == PENDING and i not in fr.selection:
             out.append(f"partition {part.k}: pending page {i} is not a candidate")
         if st == VISITED and i in fr.selection:
             out.append(f"partition {part.k}: visited page {i} is a candidate")
-        url = fr.urls[i]
+        url = fr.url_of(i)
         if url is not None and part.route(url, e.key_of(i)) != part.k:
             out.append(f"partition {part.k}: page {url} belongs to another partition")
     if counts != fr.counts:

@@ -99,7 +99,7 @@ def run(graph: Graph, passes: int, runs: dict[str, float | None]) -> dict[str, d
                 m.visit(i, kids[i])
         done, want = p, ref.values()
         for name, e in engines.items():
-            got = (e.cash(), e.acc_credit - e._cb[:n], e.importance(), e.G - e.last_g[:n])
+            got = (e.cash(), e.acc_credit - e.baseline[:n], e.importance(), e.G - e.last_g[:n])
             got = dict(zip(KEYS, (*got, e.total_cash())))
             out[name][p] = errors(got, want) | {"acc_credit": e.acc_credit, "rebases": e.rebases}
         out.setdefault("direct float64", {})[p] = errors(flat.values(), want)
