@@ -6,8 +6,8 @@ the same run (machines are shared and noisy), best of 3.
 * Simulator (batch path): Greedy's visits per second on a power-law graph, and the time of N
   visits over that of one off-line power-iteration sweep (which "visits" N pages).
 * Per-event path (what the Scrapy scheduler calls): pop + visit with 5 out-links + push, per
-  second, with GreedySelection and with SlottedGreedySelection (100 hosts, 2 of them at their
-  concurrency limit: CONCURRENT_REQUESTS 16 over 8 per domain fills at most 2), against a
+  second, with GreedySelection and with TieredSelection (one priority, 100 hosts, 2 of them at
+  their concurrency limit: CONCURRENT_REQUESTS 16 over 8 per domain fills at most 2), against a
   ``heapq`` greedy with lazy invalidation over the same engine (a new entry on every credit,
   stale ones skipped on pop); entries per page: the queue's size at the end over the pages.
 * Memory: bytes per page of the engine's arrays (at exact capacity) by window, and the process's
@@ -21,12 +21,13 @@ import heapq
 import os
 import sys
 import time
+from array import array
 from pathlib import Path
 
 import numpy as np
 
 from benchmarks._harness import RESULTS, best_of, page, rss_now, table, write_results
-from scrapy_opic.opic import GreedySelection, OpicEngine, SlottedGreedySelection
+from scrapy_opic.opic import GreedySelection, OpicEngine, TieredSelection, Tiers
 from scrapy_opic.opic.graph import power_law_graph
 from scrapy_opic.opic.pagerank import PowerIteration
 from scrapy_opic.simulator.simulation import Simulation
@@ -63,9 +64,15 @@ def per_event(n: int, events: int) -> list[list]:
 
     def selection(hosts: int) -> tuple[float, int]:
         e = uniform_engine(n)
-        sel = SlottedGreedySelection(e) if hosts else GreedySelection(e)
-        push = (lambda i: sel.push(i, i % hosts)) if hosts else sel.push
-        pop = (lambda: sel.pop(lambda slot: slot > 1)) if hosts else sel.pop  # slots 0, 1 full
+        if hosts:  # a tier per host (one priority), as the frontier codes its pages
+            tiers = Tiers()
+            codes = array("I", [tiers.code(0, i % hosts) for i in range(n)])
+            sel = TieredSelection(e, tiers, codes)
+            pop = lambda: sel.pop(lambda slot: slot > 1)  # noqa: E731  (slots 0, 1 full)
+        else:
+            sel = GreedySelection(e)
+            pop = sel.pop
+        push = sel.push
         for i in range(n):
             push(i)
         t0 = time.perf_counter()
@@ -94,7 +101,7 @@ def per_event(n: int, events: int) -> list[list]:
 
     base, size = lazy_heapq()
     rows = [["heapq with lazy invalidation (baseline)", events / base, 1.0, size / n]]
-    for name, hosts in (("GreedySelection", 0), ("SlottedGreedySelection, 100 hosts", 100)):
+    for name, hosts in (("GreedySelection", 0), ("TieredSelection, 100 hosts", 100)):
         t, size = selection(hosts)
         rows.append([name, events / t, base / t, size / n])
     return rows

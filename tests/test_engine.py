@@ -8,7 +8,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scrapy_opic.opic import OpicEngine, parse_window
-from scrapy_opic.opic.constants import CLOSED
 from scrapy_opic.opic.engine import FETCHED
 from tests.support import float_reference
 
@@ -65,7 +64,7 @@ def test_cash_is_conserved_after_every_operation(g, ops, eps, refresh, window):
         elif kind == 1:
             e.visit(i, children, weights=[1.0 + (r >> k) % 3 for k in range(len(children))])
         elif kind == 2:
-            e.visit(i, children, boosts=[x] * len(children), virtual_weight=x)
+            e.visit(i, children, weights=[x + 0.1] * len(children), virtual_weight=x)
         elif kind == 3:
             e.forfeit(i)
         elif kind == 4:
@@ -73,7 +72,7 @@ def test_cash_is_conserved_after_every_operation(g, ops, eps, refresh, window):
         elif kind == 5:
             e.add_pages(1 + r % 3)
         elif kind == 6:
-            e.boost([i], x / 10)
+            e.payout()
         else:
             ids = np.unique(np.array([i, (r // 11) % e.n]))
             kids = [adj[j] if j < n else [] for j in ids]
@@ -182,21 +181,6 @@ def test_self_links_are_dropped_unless_kept():
     k.visit(0, [0, 1])
     k.payout()
     assert k.cash_of(0) == pytest.approx(0.125 + 0.125)
-
-
-def test_boost_takes_extra_cash_from_the_virtual_page_only():
-    e = make_engine(3, epsilon=0.5, refresh=1.0)
-    c = e.cash_of(0)
-    e.visit(0, [1, 2], boosts=[1.0, 0.0])
-    e.payout()
-    # child 1 asked for 1x its share (0.25 c) extra; the virtual page held 0.5 c.
-    assert e.cash_of(1) == pytest.approx(c + 0.25 * c + 0.25 * c + 0.25 * c / 3)
-    assert abs(e.total_cash() - 1.0) < TOL
-    # A boost larger than the virtual page holds is scaled down to what it holds.
-    e2 = make_engine(3, epsilon=0.1)
-    e2.visit(0, [1, 2], boosts=[100.0, 100.0])
-    assert abs(e2.total_cash() - 1.0) < TOL
-    assert e2.cash_of(1) == pytest.approx(e2.cash_of(2))
 
 
 def test_forfeit_and_transfer_move_cash_without_history():
@@ -408,7 +392,7 @@ def test_regression_moments_match_an_explicit_record_of_received_credit(g, ops, 
         if kind == 0:
             e.visit(i, adj[i])
         elif kind == 1:
-            e.visit(i, adj[i], boosts=[0.5] * len(adj[i]))
+            e.visit(i, adj[i], weights=[1.5] * len(adj[i]))
         elif kind == 2:
             e.visit_batch(np.array([i]), np.array([0, len(adj[i])]), np.array(adj[i], dtype=int))
         else:
@@ -488,8 +472,7 @@ def test_a_rebase_changes_no_true_value(g, ops, refresh, window):
             elif kind == 6:
                 e.reopen_page(i)
             elif kind == 7:
-                if not e.flags[i] & CLOSED:  # (a boost to a closed page is lost when it reopens)
-                    e.boost([i], x / 10)
+                e.forfeit(i)
             else:
                 kids = np.array(children, dtype=np.int64)
                 e.visit_batch(np.array([i]), np.array([0, kids.size]), kids)
@@ -509,7 +492,7 @@ def _lockstep_pops(make_selection, slots: int) -> tuple[list[int], list[int]]:
     weights, so that cash rarely ties), pages joining along the way and a discovery share (so
     both accumulators grow); one of them rebases every 7 pops. Checks that every pop returns a
     page with the most true cash among the candidates; returns both pop sequences."""
-    from scrapy_opic.opic.selection import SlottedGreedySelection, TieredSelection
+    from scrapy_opic.opic.selection import TieredSelection
 
     rng = np.random.default_rng(5)
     n_max = 60
@@ -519,18 +502,14 @@ def _lockstep_pops(make_selection, slots: int) -> tuple[list[int], list[int]]:
     for rebase in (False, True):
         e = OpicEngine(epsilon=0.15, refresh=0.4, rebase_at=None)
         sel = make_selection(e)
-        slotted = isinstance(sel, SlottedGreedySelection)
-
         tiered = isinstance(sel, TieredSelection)
 
-        def push(i, sel=sel, slotted=slotted, tiered=tiered):
+        def push(i, sel=sel, tiered=tiered):
             if tiered:  # a tier per slot (codes of (0, slot))
                 if len(sel.codes) <= i:
                     sel.codes.extend([0] * (i + 1 - len(sel.codes)))
                 sel.codes[i] = sel.tiers.code(0, i % slots)
                 sel.push(i)
-            elif slotted:
-                sel.push(i, i % slots)
             else:
                 sel.push(i)
 
@@ -557,7 +536,7 @@ def _lockstep_pops(make_selection, slots: int) -> tuple[list[int], list[int]]:
     return runs[0], runs[1]
 
 
-@pytest.mark.parametrize("kind", ["greedy", "greedy-slots", "greedy-tiers"])
+@pytest.mark.parametrize("kind", ["greedy", "greedy-tiers"])
 def test_greedy_heaps_pop_the_same_pages_after_a_rebase(kind):
     # A rebase moves the stored cash of fetched and never-fetched pages by different amounts:
     # each heap keeps its order, the comparison across the two sets stays a comparison of true
@@ -566,14 +545,12 @@ def test_greedy_heaps_pop_the_same_pages_after_a_rebase(kind):
 
     from scrapy_opic.opic.selection import (
         GreedySelection,
-        SlottedGreedySelection,
         TieredSelection,
         Tiers,
     )
 
     make = {
         "greedy": GreedySelection,
-        "greedy-slots": SlottedGreedySelection,
         "greedy-tiers": lambda e: TieredSelection(e, Tiers(), array("I")),
     }[kind]
     plain, rebased = _lockstep_pops(make, slots=6)

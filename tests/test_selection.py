@@ -13,7 +13,6 @@ from scrapy_opic.opic import (
     GreedySelection,
     OpicEngine,
     RandomSelection,
-    SlottedGreedySelection,
     TieredSelection,
     Tiers,
     make_selection,
@@ -136,6 +135,32 @@ def test_unknown_strategy_is_refused():
         make_selection("best", OpicEngine())
 
 
+class _Slotted:
+    """A :class:`TieredSelection` with one priority, pushed by slot: ``push(i, slot)``."""
+
+    def __init__(self, e):
+        self.sel = TieredSelection(e, Tiers(), array("I"))
+
+    def push(self, i, slot):
+        codes = self.sel.codes
+        codes.extend([0] * (i + 1 - len(codes)))
+        codes[i] = self.sel.tiers.code(0, slot)
+        self.sel.push(i)
+
+    def pop(self, has_room=None):
+        return self.sel.pop(has_room)
+
+    def __contains__(self, i):
+        return i in self.sel
+
+    def __len__(self):
+        return len(self.sel)
+
+
+def _slotted(e):
+    return _Slotted(e)
+
+
 @settings(max_examples=150, deadline=None)
 @given(
     n=st.integers(1, 20),
@@ -144,13 +169,13 @@ def test_unknown_strategy_is_refused():
     steps=st.integers(1, 80),
     slots=st.integers(1, 4),
 )
-def test_slotted_greedy_pops_the_best_candidate_among_slots_with_room(
+def test_greedy_across_slots_pops_the_best_candidate_among_slots_with_room(
     n, seed, refresh, steps, slots
 ):
     rng = np.random.default_rng(seed)
     e = OpicEngine(epsilon=0.3, refresh=refresh)
     e.add_pages(n)
-    sel = SlottedGreedySelection(e)
+    sel = _slotted(e)
     slot = {}
     for i in range(n):
         slot[i] = f"host{rng.integers(0, slots)}"
@@ -190,11 +215,11 @@ def test_slotted_greedy_pops_the_best_candidate_among_slots_with_room(
     assert None not in left and sel.pop() is None
 
 
-def test_slotted_greedy_serves_other_hosts_while_one_is_busy():
+def test_greedy_across_slots_serves_other_hosts_while_one_is_busy():
     e = OpicEngine()
     e.add_pages(6)
     e.init_uniform()
-    sel = SlottedGreedySelection(e)
+    sel = _slotted(e)
     for i in range(3):
         sel.push(i, "big.example")
     for i in range(3, 6):

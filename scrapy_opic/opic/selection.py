@@ -21,10 +21,9 @@ They also observe the engine (``raised``/``taken``/``grow``), so cash moves keep
   O(log n) and the heaps hold exactly one entry per candidate: no stale entries. (Only the engine's
   batch path, which credits many pages at once, makes the heaps rebuild, in O(candidates).)
   About 8.5 bytes per page (position int32, membership byte, heap slot int32).
-* :class:`SlottedGreedySelection`: Greedy across download slots, for politeness: the page with
-  the most cash among the slots (hosts) that have room.
-* :class:`TieredSelection`: priority tiers (``request.priority``) over the slot-aware Greedy,
-  for the frontier: each page's ``(priority, slot)`` is a small code (:class:`Tiers`) in an
+* :class:`TieredSelection`: priority tiers (``request.priority``) over Greedy across download
+  slots (for politeness: the page with the most cash among the slots that have room), for the
+  frontier: each page's ``(priority, slot)`` is a small code (:class:`Tiers`) in an
   array the frontier keeps, and all tiers share one position array: about 8 bytes per page
   whatever the number of tiers, and a numpy bulk load for a resumed crawl.
 * :class:`RandomSelection`: uniform among candidates, O(1) per operation.
@@ -261,167 +260,6 @@ class GreedySelection(Selection):
         return i
 
 
-class SlottedGreedySelection(Selection):
-    """Greedy across download slots (politeness): :meth:`pop` returns the page with the most cash
-    among the slots that have room, so one busy site never blocks the others.
-
-    Each slot (a Scrapy download slot: usually a host) has its own pair of heaps (fetched /
-    unfetched pages, as in :class:`GreedySelection`), and two heaps of slots keyed by the cash of
-    each slot's best page find the best slot in O(log slots). A pop that meets full slots sets
-    them aside until it finds a slot with room, then puts them back: O((f + 1) log slots) for
-    ``f`` full slots met, and in Scrapy ``f`` is at most CONCURRENT_REQUESTS /
-    CONCURRENT_REQUESTS_PER_DOMAIN (2 with the defaults). Push, discard and credit are
-    O(log n + log slots). About 8 bytes per page (position, heap number) plus the heap slots and
-    a few hundred bytes per slot.
-    """
-
-    name = "greedy-slots"
-
-    def __init__(self, engine: OpicEngine) -> None:
-        self._pos = array("i")
-        self._heap_of = array("i")  # 1 + index in self._heaps of the page's heap; 0: absent
-        self._heaps: list[_Heap] = []  # heap 2k: fetched pages of slot k; 2k + 1: unfetched
-        self._slot_index: dict[Hashable, int] = {}
-        self._slots: list[Hashable] = []
-        self._head_key: tuple[list[float], list[float]] = ([], [])
-        self._head_pos = (array("i"), array("i"))
-        self._heads = (
-            _Heap(self._head_pos[0], lambda: self._head_key[0]),
-            _Heap(self._head_pos[1], lambda: self._head_key[1]),
-        )
-        self._count = 0
-        super().__init__(engine)
-
-    def grow(self, capacity: int) -> None:
-        _extend(self._pos, capacity, -1)
-        _extend(self._heap_of, capacity, 0)
-
-    def __contains__(self, i: int) -> bool:
-        return i < len(self._heap_of) and self._heap_of[i] != 0
-
-    def __len__(self) -> int:
-        return self._count
-
-    def nbytes(self) -> int:
-        pages = self._pos.itemsize * len(self._pos) + self._heap_of.itemsize * len(self._heap_of)
-        return pages + sum(h.nbytes() for h in self._heaps) + 200 * len(self._slots)
-
-    def _slot(self, slot: Hashable) -> int:
-        k = self._slot_index.get(slot)
-        if k is None:
-            k = self._slot_index[slot] = len(self._slots)
-            self._slots.append(slot)
-
-            def keys() -> Sequence[float]:
-                return self.engine.stored_mv
-
-            self._heaps += [_Heap(self._pos, keys), _Heap(self._pos, keys)]
-            for st in (0, 1):
-                self._head_key[st].append(float("-inf"))
-                self._head_pos[st].append(-1)
-        return k
-
-    def _refresh_head(self, h: int) -> None:
-        """Bring slot ``h // 2``'s entry in head heap ``h % 2`` in line with its page heap."""
-        k, st = divmod(h, 2)
-        heap, heads, keys = self._heaps[h], self._heads[st], self._head_key[st]
-        inside = self._head_pos[st][k] >= 0
-        if not len(heap):
-            if inside:
-                heads.remove(k)
-            keys[k] = float("-inf")
-            return
-        key = self.engine.stored_mv[heap.items[0]]
-        old, keys[k] = keys[k], key
-        if not inside:
-            heads.push(k)
-        elif key > old:
-            heads.up(self._head_pos[st][k])
-        elif key < old:
-            heads.down(self._head_pos[st][k])
-
-    def push(self, i: int, slot: Hashable = None) -> None:
-        """Make ``i`` a candidate in download slot ``slot``."""
-        if self._heap_of[i]:
-            return
-        st = 0 if self.engine.flags_mv[i] & FETCHED else 1
-        h = 2 * self._slot(slot) + st
-        self._heap_of[i] = h + 1
-        self._heaps[h].push(i)
-        self._count += 1
-        self._refresh_head(h)
-
-    def discard(self, i: int) -> None:
-        h = self._heap_of[i] - 1 if i < len(self._heap_of) else -1
-        if h >= 0:
-            was_top = self._pos[i] == 0
-            self._heaps[h].remove(i)
-            self._heap_of[i] = 0
-            self._count -= 1
-            if was_top:
-                self._refresh_head(h)
-
-    def raised(self, i: int) -> None:
-        h = self._heap_of[i] - 1
-        if h >= 0:
-            self._heaps[h].up(self._pos[i])
-            if self._pos[i] == 0:  # only a new or richer top changes the slot's head
-                self._refresh_head(h)
-
-    def changed(self, ids: Iterable[int]) -> None:
-        for h, heap in enumerate(self._heaps):
-            heap.heapify()
-            self._refresh_head(h)
-
-    def rebased(self) -> None:
-        # The page heaps stay valid (see GreedySelection.rebased), but the head heaps hold
-        # copies of each slot's top stored cash: read them again. One amount moved every key
-        # of a head heap too, so re-reading keeps its order; heapify anyway, O(slots).
-        s = self.engine.stored_mv
-        for h, heap in enumerate(self._heaps):
-            if len(heap):
-                k, st = divmod(h, 2)
-                self._head_key[st][k] = s[heap.items[0]]
-        for heads in self._heads:
-            heads.heapify()
-
-    def pop(
-        self, has_room: Callable[[Hashable], bool] | None = None, unfetched: bool = False
-    ) -> int | None:
-        """Remove and return the candidate with the most cash among the slots for which
-        ``has_room(slot)`` is true (all slots if ``None``); ``None`` if there is none. With
-        ``unfetched``, the best candidate never fetched (``None`` if there is none)."""
-        e = self.engine
-        e.payout()
-        keys_f, keys_u = self._head_key
-        tops_f, tops_u = self._heads[0].items, self._heads[1].items
-        set_aside: list[int] = []
-        try:
-            while True:
-                kf = tops_f[0] if tops_f and not unfetched else -1
-                ku = tops_u[0] if tops_u else -1
-                if kf < 0 and ku < 0:
-                    return None
-                # True cash across the two sets; ties go to the unfetched page (discovery).
-                if ku >= 0 and (kf < 0 or keys_u[ku] + e.acc_unfetched >= keys_f[kf]):
-                    k, st = ku, 1
-                else:
-                    k, st = kf, 0
-                if has_room is None or has_room(self._slots[k]):
-                    h = 2 * k + st
-                    i = self._heaps[h].items[0]
-                    self.discard(i)
-                    return i
-                for s2 in (0, 1):  # a full slot: set it aside for this pop
-                    if self._head_pos[s2][k] >= 0:
-                        self._heads[s2].remove(k)
-                set_aside.append(k)
-        finally:
-            for k in set_aside:
-                self._refresh_head(2 * k)
-                self._refresh_head(2 * k + 1)
-
-
 class Tiers:
     """Interns (priority, download slot) pairs to small int codes >= 1 (0 means "none"). The
     frontier keeps one code per page in an array('I'); the selection reads it.
@@ -490,7 +328,7 @@ class TieredSelection(Selection):
 
     Layout (compact: about 8 bytes per page, whatever the number of tiers and slots):
 
-    * page heaps, as in :class:`SlottedGreedySelection`: heap number ``2 * code + 0`` holds the
+    * page heaps, as in :class:`GreedySelection` but per code: heap ``2 * code + 0`` holds the
       code's fetched candidates, ``2 * code + 1`` its unfetched ones, keyed by stored cash. A
       candidate's fetched flag does not change while it is one (only a visit or a redirect sets
       it, and both take the page out first), so the two heaps of a code are enough;
@@ -915,7 +753,6 @@ __all__ = [
     "CycleSelection",
     "GreedySelection",
     "RandomSelection",
-    "SlottedGreedySelection",
     "STRATEGIES",
     "Selection",
     "make_selection",
