@@ -38,7 +38,7 @@ from benchmarks._harness import RESULTS, CoreMeter, page, table, write_results
 from benchmarks.crawl_evidence import crawl
 from scrapy_opic._backends.redis import RedisStore, open_client
 from scrapy_opic._backends.redis_state import RedisSnapshot
-from scrapy_opic._scheduler import encode_request
+from scrapy_opic._requests import encode_request
 from scrapy_opic._state import open_crawl
 from scrapy_opic.opic.config import CrawlConfig
 from scrapy_opic.opic.frontier import Entry, Link

@@ -109,8 +109,6 @@ def test_cash_is_conserved_on_every_path_of_a_crawl_that_refetches_by_change():
                 links = [
                     link(j, rng.choice("abc"), weight=rng.choice((1.0, 0.5, 3.0))) for j in graph[i]
                 ]
-                if links and rng.random() < 0.3:
-                    links[0] = links[0]._replace(boost=2.0)
                 changed = rng.choice((True, False, None))
                 vw = rng.choice((0.0, 0.0, 1.5))
                 assert visit(f, lease, links, virtual_weight=vw, changed=changed) is not None
@@ -393,7 +391,7 @@ def test_a_resumed_crawl_gets_its_rates_periods_links_and_budget_back_and_replan
     assert s.planner.budget == pytest.approx(budget, rel=1e-9)
     assert {i: sorted(k.ids.tolist()) for i, k in s.kept()} == links
     for _i, kept in s.kept():  # (weights are not saved: plain links)
-        assert kept.weights is None and kept.boosts is None and kept.virtual_weight == 0.0
+        assert kept.weights is None and kept.virtual_weight == 0.0
     assert g.total_cash() == pytest.approx(1.0, abs=TOL)
     lease = g.pop()  # (and the crawl goes on, replanned first: every page waits its turn)
     assert s.planner.plans == 1 and len(s.schedule) == n - 1  # (all but the one popped)

@@ -44,7 +44,7 @@ but has a uniform source:
   teleport credit as one known from the start);
 * a visit passes the credit the page holds (teleport credit since its last visit plus the *link
   credit* received since) over its links in the same shares as its cash, ``1 - epsilon`` of it;
-  the epsilon share, a dangling page's credit, boosts and forfeits are spent (the teleport is
+  the epsilon share, a dangling page's credit and forfeits are spent (the teleport is
   given uniformly instead);
 * the window policy measures each page's *link credit* (its history ``hist``; ``H`` in the
   paper's formulas), and a page's importance is PageRank's decomposition::
@@ -169,21 +169,14 @@ def _view(a: np.ndarray) -> Any:
 def _with_outside(
     local: int,
     weights: Sequence[float] | None,
-    boosts: Sequence[float] | None,
     virtual_weight: float,
-    outside: Sequence[tuple[float, float]],
-) -> tuple[list[float] | None, list[float] | None]:
-    """The weights and boosts of a visit's ``local`` links followed by its ``outside`` ones
-    (``None``: all 1, all 0)."""
-    ws = [1.0] * local if weights is None else list(weights)
-    ws += [w for w, _ in outside]
-    bs = None if boosts is None else list(boosts)
-    if bs is not None or any(b for _, b in outside):
-        bs = [0.0] * local if bs is None else bs
-        bs += [b for _, b in outside]
-    if not virtual_weight and all(w == 1.0 for w in ws):
-        return None, bs
-    return ws, bs
+    outside: Sequence[float],
+) -> Sequence[float] | None:
+    """The weights of a visit's ``local`` links followed by its ``outside`` ones (``None``: all
+    1)."""
+    if weights is None and not virtual_weight and all(w == 1.0 for w in outside):
+        return None
+    return [*([1.0] * local if weights is None else weights), *outside]
 
 
 class CashObserver(Protocol):
@@ -669,7 +662,6 @@ class OpicEngine:
         i: int,
         children: Sequence[int] = (),
         weights: Sequence[float] | None = None,
-        boosts: Sequence[float] | None = None,
         virtual_weight: float = 0.0,
     ) -> float:
         """Visit page ``i`` whose out-links are ``children``; returns the cash it absorbed.
@@ -677,41 +669,37 @@ class OpicEngine:
         ``weights`` (aligned with ``children``) split the non-virtual share unequally, e.g. to
         weigh external links above internal ones. ``virtual_weight`` is the total weight of
         links that will not be followed (offsite): their share goes to the virtual page.
-        ``boosts`` (aligned with ``children``) are focused-crawl multipliers: child ``j``
-        receives ``boosts[j]`` times its share *extra*, taken from the virtual page (never more
-        than it holds), so total cash is unchanged. A page with no children is dangling: all its
+        A page with no children is dangling: all its
         cash goes to the virtual page.
 
         The virtual page pays out later, in :meth:`payout`, which the selection strategies call
         before every pop: so consecutive visits see the same virtual page a batch would.
         """
-        return self._visit(i, children, weights, boosts, virtual_weight, ())[0]
+        return self._visit(i, children, weights, virtual_weight, ())[0]
 
     def visit_out(
         self,
         i: int,
         children: Sequence[int],
         weights: Sequence[float] | None,
-        boosts: Sequence[float] | None,
         virtual_weight: float,
-        outside: Sequence[tuple[float, float]],
+        outside: Sequence[float],
     ) -> tuple[float, list[tuple[float, float]]]:
         """:meth:`visit` of a page whose links also lead to pages this engine does not hold (a
         partition's page linking into other partitions): ``outside`` gives each such link's
-        ``(weight, boost)``. They count in the out-degree like any link; their shares are not
-        credited here but returned, ``(cash, credit)`` per outside link in order (the cash
-        with its boost's extra), for the caller to pay where those pages live. Returns the cash
-        absorbed and those shares; the cash absorbed equals what stays here plus their sum."""
-        return self._visit(i, children, weights, boosts, virtual_weight, outside)
+        weight. They count in the out-degree like any link; their shares are not credited here
+        but returned, ``(cash, credit)`` per outside link in order, for the caller to pay where
+        those pages live. Returns the cash absorbed and those shares; the cash absorbed equals
+        what stays here plus their sum."""
+        return self._visit(i, children, weights, virtual_weight, outside)
 
     def _visit(
         self,
         i: int,
         children: Sequence[int],
         weights: Sequence[float] | None,
-        boosts: Sequence[float] | None,
         virtual_weight: float,
-        outside: Sequence[tuple[float, float]],
+        outside: Sequence[float],
     ) -> tuple[float, list[tuple[float, float]]]:
         first = not (self.flags_mv[i] & FETCHED)
         c = self._take(i)
@@ -730,7 +718,7 @@ class OpicEngine:
         self._record_visit(c, 1)
         if first and self._learn_default and self._windowed:
             self._learn_rate(self.window.estimate_one(i, 0.0, now), 1)
-        return c, self._distribute(i, c, k, children, weights, boosts, virtual_weight, outside)
+        return c, self._distribute(i, c, k, children, weights, virtual_weight, outside)
 
     def _take_credit(self, i: int) -> tuple[float, float]:
         """Take all of page ``i``'s credit: returns the link credit it received since its last
@@ -747,16 +735,15 @@ class OpicEngine:
         i: int,
         children: Sequence[int],
         weights: Sequence[float] | None,
-        boosts: Sequence[float] | None,
         virtual_weight: float,
-    ) -> tuple[Sequence[int], Sequence[float] | None, Sequence[float] | None, float]:
+    ) -> tuple[Sequence[int], Sequence[float] | None, float]:
         """The links of page ``i`` that count: a self-link and a link to a closed page are no
         links (a closed page is no page), unless ``closed_links_virtual``, where a link to a
         closed page gives its share to the virtual page instead, as a refused link does."""
         if (self.self_links or i not in children) and not (
             self.n_closed and any(self.flags_mv[j] & CLOSED for j in children)
         ):
-            return children, weights, boosts, virtual_weight
+            return children, weights, virtual_weight
         fl, own = self.flags_mv, -1 if self.self_links else i
         keep = [m for m, j in enumerate(children) if j != own and not fl[j] & CLOSED]
         if self.closed_links_virtual:
@@ -766,7 +753,6 @@ class OpicEngine:
         return (
             [children[m] for m in keep],
             None if weights is None else [weights[m] for m in keep],
-            None if boosts is None else [boosts[m] for m in keep],
             virtual_weight,
         )
 
@@ -777,16 +763,13 @@ class OpicEngine:
         k: float,
         children: Sequence[int],
         weights: Sequence[float] | None,
-        boosts: Sequence[float] | None,
         virtual_weight: float,
-        outside: Sequence[tuple[float, float]] = (),
+        outside: Sequence[float] = (),
     ) -> list[tuple[float, float]]:
         """Pay cash ``c`` and credit ``k`` of page ``i`` over its links, in the same shares: the
         local ``children`` are credited here, the ``outside`` links' shares are returned (see
         :meth:`visit_out`)."""
-        children, weights, boosts, virtual_weight = self._live_links(
-            i, children, weights, boosts, virtual_weight
-        )
+        children, weights, virtual_weight = self._live_links(i, children, weights, virtual_weight)
         local = len(children)
         d = local + len(outside)
         self.credit_passed += k
@@ -798,7 +781,7 @@ class OpicEngine:
         rest = c - to_virtual
         k_rest = k - self.epsilon * k
         if outside:
-            weights, boosts = _with_outside(local, weights, boosts, virtual_weight, outside)
+            weights = _with_outside(local, weights, virtual_weight, outside)
         if weights is None and not virtual_weight:
             shares = [rest / d] * d
             credits = [k_rest / d] * d
@@ -815,51 +798,15 @@ class OpicEngine:
             to_virtual += rest * virtual_weight / total_w
         self._credit(children, shares[:local], credits[:local])
         self.virtual_cash += to_virtual
-        out = list(zip(shares[local:], credits[local:]))
-        if boosts is not None:
-            out = self._boost_links(children, boosts, shares, out)
-        return out
-
-    def _boost_links(
-        self,
-        children: Sequence[int],
-        boosts: Sequence[float],
-        shares: Sequence[float],
-        out: list[tuple[float, float]],
-    ) -> list[tuple[float, float]]:
-        """The focused-crawl boosts of a visit's links: each link's share times its boost
-        more, taken from the virtual page (scaled down if it holds less), credited to the
-        local ``children`` and added to the cash of the outside links' shares ``out``."""
-        local = len(children)
-        extra = [b * x for b, x in zip(boosts, shares)]
-        want = sum(extra)
-        if not (want > 0 and self.virtual_cash > 0):
-            return out
-        scale = min(1.0, self.virtual_cash / want)
-        self._credit(children, [x * scale for x in extra[:local]])
-        out = [(x + e * scale, y) for (x, y), e in zip(out, extra[local:])]
-        self.virtual_cash -= want * scale
-        if self.virtual_cash < 0:  # rounding when scale == V / want
-            self.virtual_cash = 0.0
-        return out
+        return list(zip(shares[local:], credits[local:]))
 
     def _credit(
-        self,
-        ids: Sequence[int],
-        amounts: Sequence[float],
-        credits: Sequence[float] | None = None,
+        self, ids: Sequence[int], amounts: Sequence[float], credits: Sequence[float]
     ) -> None:
-        """Add cash taken from elsewhere (the caller books the debit) and, with ``credits``,
-        link credit. Observers hear about each credit right after it, so a heap sifts one
-        changed key at a time."""
+        """Add cash and link credit taken from elsewhere (the caller books the debit).
+        Observers hear about each credit right after it, so a heap sifts one changed key at a
+        time. One pass per link: the per-visit hot path."""
         s, observers = self.stored_mv, self._observers
-        if credits is None:
-            for j, x in zip(ids, amounts):
-                s[j] += x
-                for obs in observers:
-                    obs.raised(j)
-            return
-        # One pass per link (the per-visit hot path).
         lc = self.held_mv
         total = 0.0
         if not self._moments:
@@ -1082,19 +1029,6 @@ class OpicEngine:
             self.virtual_cash += cash
             return
         self._credit((i,), (cash,), (credit,))
-
-    def boost(self, ids: Sequence[int], amount: float) -> float:
-        """Give each of ``ids`` up to ``amount`` extra cash taken from the virtual page (scaled
-        down if the virtual page holds less). Returns the cash moved."""
-        ids = list(ids)
-        want = amount * len(ids)
-        if not ids or want <= 0 or self.virtual_cash <= 0:
-            return 0.0
-        each = min(amount, self.virtual_cash / len(ids))
-        self._credit(ids, [each] * len(ids))
-        moved = each * len(ids)
-        self.virtual_cash = max(0.0, self.virtual_cash - moved)
-        return moved
 
     def payout(self) -> float:
         """Pay the virtual page's cash out: ``refresh`` of it to all pages, the rest to unfetched

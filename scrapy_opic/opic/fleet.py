@@ -240,6 +240,11 @@ class Fleet:
 
     # -- the contract ------------------------------------------------------------------------
     def schedule(self, entries: Sequence[Entry], again: bool = False) -> list[int]:
+        if self.P == 1 and self.encode is None and 0 in self.parts:  # (every page here)
+            only = self.parts[0]
+            codes = only.schedule(entries, again)
+            self._touched(only)
+            return codes
         codes = [DUPLICATE] * len(entries)
         batches: dict[int, list[tuple[int, Entry]]] = {}
         bad: set[int] = set()
@@ -547,6 +552,13 @@ class Fleet:
         part, own = self._part_of(lease)
         if part is None:
             return None
+        data = self._data(payload, lease.url)[0]
+        if self.P == 1:  # (every page here)
+            visit = part.visit(
+                own, links, virtual_weight, importance, data, outcome, changed, modified
+            )
+            self._touched(part)
+            return visit
         kept: list[Link] = []
         routes: list[int] = []
         # Per link: its code; -1: the partition's; None: left out of the visit (DUPLICATE).
@@ -572,7 +584,6 @@ class Fleet:
             kept.append(link)
             routes.append(k)
             codes.append(code)
-        data = self._data(payload, lease.url)[0]
         visit = part.visit(
             own, kept, virtual_weight, importance, data, outcome, changed, modified, routes=routes
         )

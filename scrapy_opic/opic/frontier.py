@@ -139,14 +139,12 @@ class Entry(NamedTuple):
 
 class Link(NamedTuple):
     """A link that a visited page follows. ``weight`` sets its share of the page's cash (shares
-    are proportional to weights); ``boost`` asks for that many times its share *extra*, from the
-    virtual page; ``again``: a request for it would be filed even if the page was visited
-    (Scrapy's ``dont_filter``)."""
+    are proportional to weights); ``again``: a request for it would be filed even if the page
+    was visited (Scrapy's ``dont_filter``)."""
 
     key: Hashable
     url: str
     weight: float = 1.0
-    boost: float = 0.0
     again: bool = False
 
 
@@ -702,7 +700,7 @@ class MemoryFrontier:
         self,
         lease: Lease,
         links: Sequence[Link],
-        outside: Sequence[tuple[float, float]],
+        outside: Sequence[float],
         virtual_weight: float = 0.0,
         importance: bool = False,
         payload: Any = None,
@@ -713,32 +711,30 @@ class MemoryFrontier:
         """:meth:`Frontier.visit` of a page that also links to pages this frontier does not
         hold (see :meth:`OpicEngine.visit_out
         <scrapy_opic.opic.engine.OpicEngine.visit_out>`): ``outside`` gives each such link's
-        ``(weight, boost)``; returns the visit and those links' shares ``(cash, credit)``, to be
-        paid where their pages live. A page links to another page once (after aliases): repeats
-        are merged, each with the largest of its weights and boosts."""
+        weight; returns the visit and those links' shares ``(cash, credit)``, to be paid where
+        their pages live. A page links to another page once (after aliases): repeats are
+        merged, each with the largest of its weights."""
         i = self._held(lease)
         if i is None:
             return None
         children = [self.page(link.key, link.url) for link in links]
         paid = [self.target(j) for j in children] if self.alias else children
         # (Decided on the links as given: the same float operations whatever the store.)
-        weights = boosts = None
+        weights = None
         if virtual_weight or any(link.weight != 1.0 for link in links):
             weights = [link.weight for link in links]
-        if any(link.boost for link in links):
-            boosts = [link.boost for link in links]
         if len(set(paid)) < len(paid):
-            paid, weights, boosts = _one_link_per_page(paid, weights, boosts)
+            paid, weights = _one_link_per_page(paid, weights)
         if outside:
-            shares = self.engine.visit_out(i, paid, weights, boosts, virtual_weight, outside)[1]
+            shares = self.engine.visit_out(i, paid, weights, virtual_weight, outside)[1]
         else:
-            self.engine.visit(i, paid, weights, boosts, virtual_weight)
+            self.engine.visit(i, paid, weights, virtual_weight)
             shares = []
         if self.keep_links:  # (the list is not changed after this: kept as is, no copy)
             self.link_changes[i] = children
         r = self.refresher
         if r is not None:  # (a parse that failed part-way paid its links all the same)
-            share = r.keep(i, paid, weights, boosts, virtual_weight)
+            share = r.keep(i, paid, weights, virtual_weight)
             if share is not None:  # (a revisit: how far the site's links moved)
                 self.engine.links_changed(share)
             r.observed(i, changed, since=modified)
@@ -759,10 +755,10 @@ class MemoryFrontier:
         return None if got is None else got[0]
 
     def unchanged_out(
-        self, lease: Lease, outside: Sequence[tuple[float, float]], payload: Any = None
+        self, lease: Lease, outside: Sequence[float], payload: Any = None
     ) -> tuple[Visit, list[tuple[float, float]]] | None:
         """:meth:`Frontier.unchanged` of a page whose kept links also lead to pages this
-        frontier does not hold: ``outside``, their ``(weight, boost)``; returns the visit and
+        frontier does not hold: ``outside``, their weights; returns the visit and
         their shares (see :meth:`visit_out`). The links are not filed again."""
         i = self._held(lease)
         if i is None:
@@ -773,7 +769,7 @@ class MemoryFrontier:
         if kept is not None:
             shares = self._pay_kept(i, kept, outside)
         elif outside:
-            shares = self.engine.visit_out(i, (), None, None, 0.0, outside)[1]
+            shares = self.engine.visit_out(i, (), None, 0.0, outside)[1]
         else:
             self.engine.visit(i, ())
         if r is not None:
@@ -953,11 +949,9 @@ class MemoryFrontier:
             return None
         return got[0] if r.links_of(got[0]) is not None else None
 
-    def relay(
-        self, i: int, outside: Sequence[tuple[float, float]] = ()
-    ) -> list[tuple[float, float]]:
+    def relay(self, i: int, outside: Sequence[float] = ()) -> list[tuple[float, float]]:
         """A relay visit of page ``i`` (:meth:`relay_pick`): its cash paid over its kept links,
-        without a download. ``outside``: the ``(weight, boost)`` of its kept links to pages
+        without a download. ``outside``: the weights of its kept links to pages
         this frontier does not hold, whose shares are returned (see :meth:`visit_out`)."""
         r = self.refresher
         kept = None if r is None else r.links_of(i)
@@ -974,19 +968,18 @@ class MemoryFrontier:
         return shares
 
     def _pay_kept(
-        self, i: int, kept: Any, outside: Sequence[tuple[float, float]] = ()
+        self, i: int, kept: Any, outside: Sequence[float] = ()
     ) -> list[tuple[float, float]]:
         """Visit page ``i`` over its kept links (aliases followed as in a visit); the shares
         of ``outside`` links (see :meth:`visit_out`)."""
         ids = kept.ids.tolist()
         paid = [self.target(j) for j in ids] if self.alias else ids
         weights = None if kept.weights is None else kept.weights.tolist()
-        boosts = None if kept.boosts is None else kept.boosts.tolist()
         if len(set(paid)) < len(paid):
-            paid, weights, boosts = _one_link_per_page(paid, weights, boosts)
+            paid, weights = _one_link_per_page(paid, weights)
         if outside:
-            return self.engine.visit_out(i, paid, weights, boosts, kept.virtual_weight, outside)[1]
-        self.engine.visit(i, paid, weights, boosts, kept.virtual_weight)
+            return self.engine.visit_out(i, paid, weights, kept.virtual_weight, outside)[1]
+        self.engine.visit(i, paid, weights, kept.virtual_weight)
         return []
 
     def refetchable(self) -> np.ndarray:
@@ -1087,22 +1080,13 @@ class MemoryFrontier:
 
 
 def _one_link_per_page(
-    ids: list[int], weights: list[float] | None, boosts: list[float] | None
-) -> tuple[list[int], list[float] | None, list[float] | None]:
+    ids: list[int], weights: list[float] | None
+) -> tuple[list[int], list[float] | None]:
     """A page links to another page once (after aliases: a link to the old URL and one to the
     new are one link): repeated ids merged, in order of first appearance, each with the largest
-    of its weights and boosts."""
-    merged: dict[int, list[float]] = {}
+    of its weights."""
+    merged: dict[int, float] = {}
     for k, j in enumerate(ids):
         w = 1.0 if weights is None else weights[k]
-        b = 0.0 if boosts is None else boosts[k]
-        m = merged.get(j)
-        if m is None:
-            merged[j] = [w, b]
-        else:
-            m[0], m[1] = max(m[0], w), max(m[1], b)
-    return (
-        list(merged),
-        None if weights is None else [m[0] for m in merged.values()],
-        None if boosts is None else [m[1] for m in merged.values()],
-    )
+        merged[j] = max(w, merged.get(j, w))
+    return list(merged), None if weights is None else list(merged.values())

@@ -147,6 +147,12 @@ class Member:
         if self.journaled and not self.replaying:
             self.journal.append(rec)
 
+    def _log(self, kind: Any, *fields: Any) -> None:
+        """:meth:`_record` a record of ``kind``, made only if the journal keeps it."""
+        self._count()
+        if self.journaled and not self.replaying:
+            self.journal.append(kind(*fields))
+
     def receive(self, m: Message) -> int:
         """Apply message ``m`` if it is the next of its source (with those that waited behind
         it); how many were applied."""

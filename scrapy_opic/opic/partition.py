@@ -67,7 +67,6 @@ class Remote(NamedTuple):
     url: str
     k: int
     weight: float = 1.0
-    boost: float = 0.0
 
 
 class Partition(Member):
@@ -147,8 +146,7 @@ class Partition(Member):
             arrays.update(r.columns(n))
             for i, links in r.kept():
                 weights = None if links.weights is None else links.weights.tolist()
-                boosts = None if links.boosts is None else links.boosts.tolist()
-                kept[i] = (links.ids.tobytes(), weights, boosts, links.virtual_weight)
+                kept[i] = (links.ids.tobytes(), weights, links.virtual_weight)
         keys, rows = e.keys, fr.rows
         if not isinstance(keys, DictKeys) or not isinstance(rows, MemoryRows):
             raise TypeError("a partition checkpointed whole keeps its keys and rows in memory")
@@ -205,8 +203,8 @@ class Partition(Member):
         part = cls(state["k"], config.partitions, fr, config.by, time_fn, journaled)
         part.load_own(state)
         if refresher is not None:
-            for i, (ids, weights, boosts, vw) in state["kept"].items():
-                refresher.keep(i, np.frombuffer(ids, np.int32), weights, boosts, vw)
+            for i, (ids, weights, vw) in state["kept"].items():
+                refresher.keep(i, np.frombuffer(ids, np.int32), weights, vw)
         return part
 
     def own_state(self) -> dict[str, Any]:
@@ -269,7 +267,7 @@ class Partition(Member):
     ) -> list[int]:
         at = self._begin(now)
         codes = self.frontier.schedule(entries, again)
-        self._record(Filed(at, tuple(entries), again))
+        self._log(Filed, at, tuple(entries), again)
         return codes
 
     def pay_out(self, others: tuple[int, int] | None = None) -> None:
@@ -283,7 +281,7 @@ class Partition(Member):
             elif others is not None:
                 e.view = CrawlView(*others, e.n, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0)
             e.payout()
-            self._record(PaidOut(others))
+            self._log(PaidOut, others)
 
     def peek(
         self, full_slots: Collection[Hashable] = (), discover: bool = False
@@ -315,7 +313,7 @@ class Partition(Member):
         at = self._begin(now)
         local, remote = self._split(links, routes)
         fr = self.frontier
-        outside = [(r.weight, r.boost) for r in remote.values()]
+        outside = [r.weight for r in remote.values()]
         got = fr.visit_out(
             lease, local, outside, virtual_weight, importance, payload, outcome, changed, modified
         )
@@ -330,11 +328,19 @@ class Partition(Member):
                 self.remote_kept[i] = list(remote.values())
             else:
                 self.remote_kept.pop(i, None)
-        self._record(
-            Visited(
-                at, lease.key, tuple(links), virtual_weight, payload, outcome, changed, modified
-            )
+        self._log(
+            Visited,
+            at,
+            lease.key,
+            tuple(links),
+            virtual_weight,
+            payload,
+            outcome,
+            changed,
+            modified,
         )
+        if len(local) == len(links):
+            return visit
         codes = iter(visit.codes)
         local_ids = {id(link) for link in local}
         out = [next(codes) if id(link) in local_ids else FORWARDED for link in links]
@@ -344,8 +350,10 @@ class Partition(Member):
         self, links: Sequence[Link], routes: Sequence[int] | None
     ) -> tuple[list[Link], dict[Hashable, Remote]]:
         """A visit's links to pages of this partition, and those to pages of others by key (a
-        page linked twice once, with the largest weight and boost; a page here that moved to
+        page linked twice once, with the largest weight; a page here that moved to
         another partition for good stands for that page)."""
+        if self.parts == 1:
+            return list(links), {}
         local: list[Link] = []
         remote: dict[Hashable, Remote] = {}
         for n, link in enumerate(links):
@@ -361,11 +369,9 @@ class Partition(Member):
                 continue
             r = remote.get(key)
             if r is None:
-                remote[key] = Remote(key, url, k, link.weight, link.boost)
-            else:
-                remote[key] = r._replace(
-                    weight=max(r.weight, link.weight), boost=max(r.boost, link.boost)
-                )
+                remote[key] = Remote(key, url, k, link.weight)
+            elif link.weight > r.weight:
+                remote[key] = r._replace(weight=link.weight)
         return local, remote
 
     def _transfer(
@@ -382,14 +388,14 @@ class Partition(Member):
         for k, payments in by_dst.items():
             self._send(Transfer, k, tuple(payments))
 
-    def _outside(self, i: int) -> tuple[list[tuple[float, float]], list[Remote]]:
+    def _outside(self, i: int) -> tuple[list[float], list[Remote]]:
         """Page ``i``'s kept links to pages of other partitions (none if it has no kept links
-        any more: closed), as ``(weight, boost)`` pairs and as the links they pay."""
+        any more: closed), as weights and as the links they pay."""
         r = self.frontier.refresher
         remote = self.remote_kept.get(i) if self.remote_kept else None
         if r is None or not remote or r.links_of(i) is None:
             return [], []
-        return [(x.weight, x.boost) for x in remote], remote
+        return [x.weight for x in remote], remote
 
     def unchanged(
         self, lease: Lease, payload: Any = None, now: float | None = None
@@ -404,7 +410,7 @@ class Partition(Member):
         if got is None:
             return None
         self._transfer(remote, got[1])
-        self._record(Unchanged(at, lease.key, payload))
+        self._log(Unchanged, at, lease.key, payload)
         return got[0]
 
     def relay_after(self, popped: int) -> None:
@@ -417,7 +423,10 @@ class Partition(Member):
     def _relay(self, at: float, j: int) -> None:
         outside, remote = self._outside(j)
         self._transfer(remote, self.frontier.relay(j, outside))
-        self._record(Relayed(at, self.frontier.engine.key_of(j)))
+        if self.journaled:  # (a stored key is read back: not for nothing)
+            self._log(Relayed, at, self.frontier.engine.key_of(j))
+        else:
+            self._count()
 
     def fail(
         self, lease: Lease, outcome: int, payload: Any = None, now: float | None = None
@@ -425,28 +434,28 @@ class Partition(Member):
         at = self._begin(now)
         done = self.frontier.fail(lease, outcome, payload)
         if done:
-            self._record(Failed(at, lease.key, outcome, payload))
+            self._log(Failed, at, lease.key, outcome, payload)
         return done
 
     def forfeit(self, lease: Lease, outcome: int = FORBIDDEN, now: float | None = None) -> bool:
         at = self._begin(now)
         done = self.frontier.forfeit(lease, outcome)
         if done:
-            self._record(Forfeited(at, lease.key, outcome))
+            self._log(Forfeited, at, lease.key, outcome)
         return done
 
     def drop(self, key: Hashable, outcome: int = FILTERED, now: float | None = None) -> bool:
         at = self._begin(now)
         done = self.frontier.drop(key, outcome)
         if done:
-            self._record(Dropped(at, key, outcome))
+            self._log(Dropped, at, key, outcome)
         return done
 
     def retry(self, lease: Lease, entry: Entry, now: float | None = None) -> int | None:
         at = self._begin(now)
         code = self.frontier.retry(lease, entry)
         if code is not None:
-            self._record(Retried(at, lease.key, entry))
+            self._log(Retried, at, lease.key, entry)
         return code
 
     def redirect(
@@ -475,7 +484,7 @@ class Partition(Member):
                 self.remote_alias.pop(i, None)
             self._transfer([target], [moved], entry)
             code = FORWARDED
-        self._record(Redirected(at, lease.key, entry, permanent))
+        self._log(Redirected, at, lease.key, entry, permanent)
         return code
 
     def release(self, leases: Iterable[Lease]) -> int:
@@ -508,20 +517,20 @@ class Partition(Member):
             e.teleport_to(m.teleport)
         else:
             raise ValueError(f"partition {self.k}: a message {type(m).__name__}")
-        self._record(Applied(at, m))
+        self._log(Applied, at, m)
 
     def start(self, teleport: float) -> None:
         """A partition made while the crawl runs: its pages are owed the teleport credit that
         every page of the crawl was given before (their back pay, as in one engine)."""
         self.frontier.engine.credit_base = teleport
-        self._record(Started(teleport))
+        self._log(Started, teleport)
 
     def endow(self, cash: float = 1.0) -> None:
         """The crawl's endowment (its first virtual cash) comes to this partition, once."""
         if not self.endowed:
             self.frontier.engine.virtual_cash += cash
             self.endowed = True
-            self._record(Endowed(cash))
+            self._log(Endowed, cash)
 
     def figures(self) -> Figures:
         """What the pool adds up (:class:`~.messages.Figures`)."""
@@ -582,7 +591,7 @@ class Partition(Member):
         clock, self.reported_g = made - self.reported_g, made
         self._reported = figures
         m = self._send(Report, POOL, to_all, to_unfetched, credit, clock, figures)
-        self._record(Reported(at))
+        self._log(Reported, at)
         return m
 
     # -- replay --------------------------------------------------------------------------------

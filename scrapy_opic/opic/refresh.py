@@ -57,11 +57,10 @@ from .refetch import RefetchSchedule
 
 class KeptLinks(NamedTuple):
     """The links of a page's last parsed visit, as the engine paid them (page ids after the
-    merge of repeated links; weights and boosts aligned, ``None`` when all 1 / all 0)."""
+    merge of repeated links; their weights aligned, ``None`` when all 1)."""
 
     ids: np.ndarray
     weights: np.ndarray | None
-    boosts: np.ndarray | None
     virtual_weight: float
 
 
@@ -226,7 +225,7 @@ class Refresher:
         self.rates = ChangeRates(prior_rate=prior_rate)
         self.schedule = RefetchSchedule()
         # By page id: its kept links, as the bytes of their int32 ids when they are plain
-        # (no weight, boost or refused link: most pages; 4 bytes a link and one small object),
+        # (no weight or refused link: most pages; 4 bytes a link and one small object),
         # else a KeptLinks; None for a page with none.
         self._links: list[bytes | KeptLinks | None] = []
         #: Per page, the pages whose kept links lead to it (see :meth:`keep`).
@@ -242,7 +241,6 @@ class Refresher:
         i: int,
         ids: Sequence[int] | np.ndarray,
         weights: Sequence[float] | None,
-        boosts: Sequence[float] | None,
         virtual_weight: float,
     ) -> float | None:
         """Page ``i`` was parsed and paid these links: they are the ones a 304 or a relay
@@ -253,18 +251,11 @@ class Refresher:
         links were last kept, of all of them then and now (None: none were kept)."""
         new = np.asarray(ids, np.int32)
         old = self.links_of(i)
-        if weights is None and boosts is None and not virtual_weight:
+        if weights is None and not virtual_weight:
             self._put(i, new.tobytes())
         else:
-            self._put(
-                i,
-                KeptLinks(
-                    new,
-                    None if weights is None else np.asarray(weights, float),
-                    None if boosts is None else np.asarray(boosts, float),
-                    float(virtual_weight),
-                ),
-            )
+            w = None if weights is None else np.asarray(weights, float)
+            self._put(i, KeptLinks(new, w, float(virtual_weight)))
         return self._count_links(i, None if old is None else old.ids, new)
 
     def _put(self, i: int, kept: bytes | KeptLinks | None) -> None:
@@ -300,7 +291,7 @@ class Refresher:
         kept = self._links[i] if i < len(self._links) else None
         if kept is None or isinstance(kept, KeptLinks):
             return kept
-        return KeptLinks(np.frombuffer(kept, np.int32), None, None, 0.0)
+        return KeptLinks(np.frombuffer(kept, np.int32), None, 0.0)
 
     def kept(self) -> Iterator[tuple[int, KeptLinks]]:
         """``(page, its kept links)`` of every page that has some."""

@@ -101,7 +101,6 @@ class L(NamedTuple):
     key: Any
     url: str
     weight: float = 1.0
-    boost: float = 0.0
     again: bool = False
     priority: int = 0
     slot: Any = ""
@@ -112,9 +111,7 @@ def visit(frontier, lease, links, *args, **kw) -> Visit | None:
     """``frontier.visit`` over ``links``, then each link the visit says needs its request filed
     with its payload, as the scheduler files a callback's requests: the codes are those of the
     filing for those links (SCHEDULED, FORWARDED...)."""
-    got = frontier.visit(
-        lease, [Link(x.key, x.url, x.weight, x.boost, x.again) for x in links], *args, **kw
-    )
+    got = frontier.visit(lease, [Link(x.key, x.url, x.weight, x.again) for x in links], *args, **kw)
     if got is None:
         return None
     codes = list(got.codes)
