@@ -24,6 +24,34 @@ _MESSAGES: set[str] = set()
 _TWISTED_FILTER: logging.Filter | None = None
 
 
+#: The close reason of a crawl whose store failed (a full disk...).
+STORE_FAILED = "opic_store_failed"
+
+
+def stop_crawl(crawler: Any, exc: BaseException, jobdir: bool, closing: bool) -> None:
+    """A crawl's store failed for good (a full disk, an I/O error): one error line, and the
+    spider closes (unless ``closing`` already). Nothing more is written, so the state stays
+    that of its last commit (resumable with its JOBDIR once the cause is gone); ``scrapy
+    crawl`` exits with 1, as for a crawl that failed to start."""
+    from scrapy import signals
+    from scrapy.utils.defer import deferred_from_coro
+
+    resume = " (resume it with the same JOBDIR once the cause is gone)" if jobdir else ""
+    logger.error(
+        "OPIC: %s: the crawl stops; its state is that of its last checkpoint%s", exc, resume
+    )
+
+    def failed() -> None:
+        # Scrapy's crawler process counts a crawl whose crawler has no spider at the end as one
+        # that failed (bootstrap_failed): the exit code is then 1. (The engine has stopped.)
+        crawler.spider = None
+
+    crawler.signals.connect(failed, signal=signals.engine_stopped, weak=False)
+    if not closing:
+        d = deferred_from_coro(crawler.engine.close_spider_async(reason=STORE_FAILED))
+        d.addErrback(lambda failure: None)  # (a spider closing already: nothing to do)
+
+
 def is_one_line(exc: BaseException) -> bool:
     return bool(getattr(exc, "_opic_one_line", False))
 

@@ -47,15 +47,8 @@ from scrapy import Request, signals
 from scrapy.downloadermiddlewares.offsite import OffsiteMiddleware
 from scrapy.utils.httpobj import urlparse_cached
 
-from ._scheduler import (
-    SEEN_META,
-    SENT_META,
-    UNCHANGED_META,
-    VALIDATORS_META,
-    NotModified,
-    OpicScheduler,
-    prepare,
-)
+from ._requests import SEEN_META, SENT_META, UNCHANGED_META, VALIDATORS_META, NotModified
+from ._scheduler import OpicScheduler, prepare
 from ._settings import OpicSettings
 from .opic.change import Snapshot, ValidatorAudit
 from .opic.frontier import boosted_weight
@@ -179,7 +172,6 @@ class OpicSpiderMiddleware:
             response.request,
             followed,
             weights=None if plain else weights,
-            boosts=None,
             refused=refused,
             failed=failed,
         )

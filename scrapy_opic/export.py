@@ -42,6 +42,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import json
+import logging
 import math
 import os
 import re
@@ -76,6 +77,8 @@ from .opic.engine import OpicEngine, mix
 from .opic.links import crawl_graph
 from .opic.pagerank import pagerank
 from .opic.refresh import PRIOR_RATE
+
+logger = logging.getLogger("scrapy_opic._scheduler")
 
 PAGE_COLUMNS = (
     "url",
@@ -804,6 +807,24 @@ def write_export(
         columns, chunks = state.page_columns, state.page_chunks(fetched_only)
     with output_file(out) as fh:
         return _write_rows(fh, fmt, columns, chunks)
+
+
+def export_at_close(targets: dict[str, dict[str, Any]], location: str, spider: str) -> bool:
+    """``OPIC_EXPORT``: write each target (``{spider}`` replaced) from the state a crawl just
+    made durable. A failed export is logged, never raised (``scrapy opic-export`` can redo it):
+    whether every target was written."""
+    ok = True
+    for out, options in targets.items():
+        target = out.replace("{spider}", spider)
+        try:
+            with open_state(location) as state:
+                n = write_export(state, target, **options)
+        except Exception as exc:
+            logger.error("OPIC export to %s failed: %s", target, exc)
+            ok = False
+        else:
+            logger.info("OPIC importance of %d row%s exported to %s", n, "s"[: n != 1], target)
+    return ok
 
 
 def read_items(path: str | os.PathLike) -> list[dict[str, Any]]:

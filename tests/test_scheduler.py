@@ -21,13 +21,8 @@ from scrapy.utils.test import get_crawler
 
 from scrapy_opic._backends import StoreError
 from scrapy_opic._backends.sqlite_state import StateReader
-from scrapy_opic._scheduler import (
-    FOLLOW_UP_META,
-    OpicScheduler,
-    OutcomeErrback,
-    decode_request,
-    encode_request,
-)
+from scrapy_opic._requests import FOLLOW_UP_META, OutcomeErrback, decode_request, encode_request
+from scrapy_opic._scheduler import OpicScheduler
 from tests.support.frontiers import CLUSTER, redis_url_of
 
 URLS = [f"http://host{i % 3}.example/page/{i}" for i in range(12)]
@@ -92,7 +87,7 @@ def schedulers(request, tmp_path):
 
 def visit(s: OpicScheduler, request: Request, links=()) -> None:
     """What the spider middleware reports for a parsed page."""
-    s.settle_visit(request, list(links), None, None)
+    s.settle_visit(request, list(links), None)
 
 
 def total_cash(s: OpicScheduler) -> float:
@@ -156,7 +151,7 @@ def test_a_page_links_to_another_page_once(schedulers):
     kids = [Request(URLS[1] + "#a"), Request(URLS[1] + "#b"), Request(URLS[2]), Request(URLS[1])]
     offsite = Request("http://elsewhere.example/x")
     cash = s.frontier.cash_of(parent.meta["opic_id"])
-    s.settle_visit(parent, kids, None, None, refused=[(offsite, 1.0), (offsite, 1.0)])
+    s.settle_visit(parent, kids, None, refused=[(offsite, 1.0), (offsite, 1.0)])
     assert [s.enqueue_request(k) for k in kids] == [True, False, True, False]
     assert s.counts["opic/duplicates"] == 2
     one, two = (s.frontier.cash_of(s._key(Request(u))) for u in URLS[1:3])
@@ -179,7 +174,7 @@ def test_a_link_to_a_closed_page_is_a_refused_link(schedulers, mode):
     parent = s.next_request()
     cash = s.frontier.cash_of(parent.meta["opic_id"])
     other = URLS[2]
-    s.settle_visit(parent, [Request(first.url), Request(other)], None, None)
+    s.settle_visit(parent, [Request(first.url), Request(other)], None)
     got = s.frontier.cash_of(s._key(Request(other)))
     assert got == pytest.approx(0.85 * cash / (2 if mode == "virtual" else 1))
     assert s.frontier.cash_of(first.meta["opic_id"]) == 0.0
@@ -214,7 +209,7 @@ def test_a_callback_that_yields_its_own_request_again(schedulers, dont_filter):
     page = s.next_request()
     other = Request(URLS[1])
     visit(s, page, [page, other])
-    assert s.counts["opic/visits"] == 1 and not s._leases
+    assert s.counts["opic/visits"] == 1 and not len(s.leases)
     assert s.enqueue_request(page) is dont_filter
     assert s.enqueue_request(other)
     fetched = {s.next_request().url for _ in range(1 + dont_filter)}
@@ -474,7 +469,7 @@ def test_a_failure_settles_once_and_a_stale_outcome_changes_nothing(schedulers):
     for r in (a, b, c):  # every outcome again: the leases are settled already
         s.settle_failure(r, OSError())
         s.settle_callback_error(r, ValueError("a callback that fails"))
-        assert s.settle_visit(r, [], None, None) is None
+        assert s.settle_visit(r, [], None) is None
     assert s.counts["opic/failed"] == 2 and s.counts["opic/ignored"] == 1
     f = s.frontier.figures()
     assert f["visits"] == 2 and f["visited"] == 3 and f["in_flight"] == 0
@@ -500,7 +495,7 @@ def test_the_item_field_gets_the_importance_the_visit_returns(schedulers):
     for url in URLS[:3]:
         s.enqueue_request(Request(url))
     r = s.next_request()
-    importance = s.settle_visit(r, [Request(URLS[5])], None, None)
+    importance = s.settle_visit(r, [Request(URLS[5])], None)
     assert 0 < importance <= 1
 
 
@@ -683,7 +678,7 @@ def test_a_page_that_never_answers_is_not_counted_fetched(tmp_path):
     f = s.frontier.figures()
     assert (f["fetched"], f["visits"], f["failed_visits"]) == (0, 5, 5)
     assert "OPIC: 0 pages fetched (5 visits, 5 of them failed), 1 known" in s.status_line()
-    s.settle_visit(s.next_request(), [], None, None)  # it answers at last
+    s.settle_visit(s.next_request(), [], None)  # it answers at last
     assert s.frontier.figures()["fetched"] == 1
     s.close("finished")
 

@@ -58,8 +58,16 @@ class SlotBlindScheduler(OpicScheduler):
     """The OPIC scheduler without its politeness: every slot always has room (the politeness
     test's contrast: plain greedy)."""
 
-    def _full_slots(self) -> set:
-        return set()
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.leases.full = _NeverFull()
+
+
+class _NeverFull(set):
+    """A set of full slots that stays empty: a slot-blind pop."""
+
+    def add(self, slot) -> None:
+        pass
 
 
 class RewriteMiddleware:

@@ -1,0 +1,324 @@
+"""What the OPIC scheduler knows of a Scrapy request: the URL its page is known by, how it is
+stored (:func:`encode_request`), what its outcome was (:func:`outcome_of`), what the
+scheduler and the middlewares keep in its meta, and the requests a page is fetched with later.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import pickle
+import weakref
+from typing import TYPE_CHECKING, Any
+
+from scrapy import exceptions as scrapy_exceptions
+from scrapy.exceptions import IgnoreRequest
+from scrapy.spidermiddlewares.httperror import HttpError
+from scrapy.utils.request import request_from_dict
+from twisted.internet import defer
+from twisted.internet import error as twisted_error
+
+from .opic.constants import DNS, ERROR, FORBIDDEN, IGNORED, OFFSITE, TIMEOUT
+
+if TYPE_CHECKING:  # pragma: no cover
+    from scrapy import Request, Spider
+
+logger = logging.getLogger("scrapy_opic._scheduler")
+
+# Exceptions by outcome. (Scrapy 2.13+ wraps download errors in its own classes; older
+# handlers and other download handlers raise Twisted's.)
+_DNS_ERRORS = tuple(
+    c
+    for c in (
+        getattr(scrapy_exceptions, "CannotResolveHostError", None),
+        twisted_error.DNSLookupError,
+    )
+    if c is not None
+)
+_TIMEOUTS = tuple(
+    c
+    for c in (
+        getattr(scrapy_exceptions, "DownloadTimeoutError", None),
+        twisted_error.TimeoutError,
+        twisted_error.TCPTimedOutError,
+        defer.TimeoutError,
+        TimeoutError,
+    )
+    if c is not None
+)
+
+
+def outcome_of(exception: BaseException) -> int:
+    """The outcome code of a request that ended in ``exception``: the HTTP status of an
+    ``HttpError``; ``forbidden`` (robots.txt), ``offsite`` or ``ignored`` for an
+    ``IgnoreRequest`` (Scrapy gives robots.txt and offsite refusals no class of their own: their
+    messages tell them apart); ``dns``, ``timeout``, else ``error``."""
+    if isinstance(exception, HttpError):
+        return int(exception.response.status)
+    if isinstance(exception, IgnoreRequest):
+        text = str(exception)
+        if "robots.txt" in text:
+            return FORBIDDEN
+        return OFFSITE if "offsite" in text.lower() else IGNORED
+    if isinstance(exception, _DNS_ERRORS):
+        return DNS
+    if isinstance(exception, _TIMEOUTS):
+        return TIMEOUT
+    return ERROR
+
+
+#: What Scrapy's retry and redirect middlewares (and the scheduler, for a follow-up) put in the
+#: meta of a follow-up request: it is for that one fetch, not for the page's later ones.
+FOLLOW_UP_META = (
+    "retry_times",
+    "redirect_times",
+    "redirect_ttl",
+    "redirect_urls",
+    "redirect_reasons",
+    "opic_priority",
+    "opic_dont_filter",
+)
+
+
+#: Meta keys of a stored request that a continuous crawl refetching by freshness keeps with it:
+#: what the page's last full response showed, ``(url, ETag, Last-Modified, signature)``.
+VALIDATORS_META = "opic_validators"
+#: Meta of a request in flight (set by the downloader middleware): what its response showed,
+#: ``(url, ETag, Last-Modified, signature, changed, modified)``, ``modified`` the time a
+#: trusted Last-Modified gives (seconds since the epoch) or None.
+SEEN_META = "_opic_seen"
+#: Meta of a request in flight: the validator headers the downloader middleware added to it
+#: (not the request's own: they never go into the request the page is refetched with).
+SENT_META = "_opic_sent"
+
+
+#: Meta of a request in flight whose page was found unchanged and whose visit is done: the
+#: spider middleware keeps its response from the callback, the errback wrapper swallows what
+#: Scrapy hands the request's errback instead (a 304's ``HttpError``, or :class:`NotModified`).
+UNCHANGED_META = "_opic_unchanged"
+
+
+class NotModified(IgnoreRequest):
+    """A refetched page is unchanged (a 304, or a 200 with the signature of its last parsed
+    visit): its visit is done, over the links of that visit; its callback is not called
+    (``OPIC_UNCHANGED_CALLBACK``) and its errback is not either. (Its response was received:
+    Scrapy's stats and ``CLOSESPIDER_PAGECOUNT`` count it.)"""
+
+
+def page_url(request: Request) -> str:
+    """The URL a page is known by: its request's, without a fragment (the fingerprint ignores
+    it, so the first link's ``#section`` would otherwise name the page for good)."""
+    url = request.url
+    return url[: url.index("#")] if "#" in url else url
+
+
+#: The fields of ``Request.to_dict()`` that :func:`encode_request` leaves out when they hold
+#: the value a new request has, in the order of the bits of its mask (the stored format: never
+#: reorder; add at the end).
+REQUEST_FIELDS: tuple[tuple[str, Any], ...] = (
+    ("callback", None),
+    ("errback", None),
+    ("headers", {}),
+    ("body", b""),
+    ("cookies", {}),
+    ("meta", {}),
+    ("encoding", "utf-8"),
+    ("flags", []),
+    ("cb_kwargs", {}),
+    ("dont_filter", False),
+    ("method", "GET"),
+    ("priority", 0),
+)
+#: Mask bits past the fields: the other keys of the dict follow (a Request subclass's
+#: ``_class`` and attributes), the URL follows.
+_REST, _URL = 14, 15
+#: The first byte of a request stored by :func:`encode_request`.
+REQUEST_FORMAT = 1
+
+
+def _pickle(values: tuple) -> bytes:
+    # Without the protocol header and the first frame's (11 bytes that a small pickle does not
+    # need: both are optional for the unpickler).
+    data = pickle.dumps(values, protocol=4)
+    return data[11:] if data[2] == pickle.FRAME[0] else data[2:]
+
+
+def encode_request(request: Request, spider: Spider | None = None, url: str | None = None) -> bytes:
+    """``request.to_dict()`` as bytes: :data:`REQUEST_FORMAT`, a 16-bit mask of the fields of
+    :data:`REQUEST_FIELDS` that differ from their default (by type and value) and of the two
+    extra parts (the dict's other keys, the URL), then the pickle of those values in mask order.
+    The URL is left out when it is ``url`` (the URL the frontier hands back with the request:
+    :attr:`Lease.url`). :func:`decode_request` rebuilds the request from the same dict.
+    Raises what ``to_dict`` or pickle raise for a request that cannot be serialized."""
+    d = request.to_dict(spider=spider)
+    own_url = d.pop("url")
+    mask = 0
+    values = []
+    for bit, (name, default) in enumerate(REQUEST_FIELDS):
+        if name not in d:
+            continue
+        value = d.pop(name)
+        if type(value) is not type(default) or value != default:
+            mask |= 1 << bit
+            values.append(value)
+    if d:
+        mask |= 1 << _REST
+        values.append(d)
+    if own_url != url:
+        mask |= 1 << _URL
+        values.append(own_url)
+    body = _pickle(tuple(values)) if values else b""
+    return bytes([REQUEST_FORMAT]) + mask.to_bytes(2, "little") + body
+
+
+def decode_request(data: bytes, url: str | None = None, spider: Spider | None = None) -> Request:
+    """The request :func:`encode_request` stored (``url``: the one it left out);
+    :class:`ValueError` for bytes it did not make."""
+    if data[:1] != bytes([REQUEST_FORMAT]):
+        raise ValueError(f"not a stored request (format byte {data[:1]!r})")
+    mask = int.from_bytes(data[1:3], "little")
+    values = iter(pickle.loads(data[3:]) if len(data) > 3 else ())
+    d: dict[str, Any] = {}
+    for bit, (name, default) in enumerate(REQUEST_FIELDS):
+        d[name] = next(values) if mask >> bit & 1 else copy.copy(default)
+    if mask >> _REST & 1:
+        d.update(next(values))
+    d["url"] = next(values) if mask >> _URL & 1 else url
+    if d["url"] is None:
+        raise ValueError("a request stored without its URL, and none given")
+    return request_from_dict(d, spider=spider)
+
+
+def later_request(request: Request, priority: int, dont_filter: bool) -> Request:
+    """The request to fetch a page with after ``request``, a follow-up (a retry, a redirect
+    target): the same request without what Scrapy's retry and redirect middlewares added for
+    one fetch (their meta counters, the priority adjustment, a retry's ``dont_filter``). Else a
+    page retried once would keep its ``retry_times`` for good (fewer retries, then none, at each
+    later fetch) and a redirect target its ``redirect_urls`` (a redirect its spider would see at
+    every refetch)."""
+    meta = {k: v for k, v in request.meta.items() if k not in FOLLOW_UP_META}
+    return request.replace(priority=priority, dont_filter=dont_filter, meta=meta)
+
+
+def with_validators(request: Request, later: Request | None, seen: tuple) -> Request | None:
+    """The request to refetch ``request``'s page with, carrying what its last full response
+    showed (``seen``: see :data:`SEEN_META`); ``later`` (the one it would be refetched with
+    otherwise: ``None`` for the stored one) if that did not change."""
+    shown = tuple(seen[:4])
+    base = later if later is not None else request
+    if base.meta.get(VALIDATORS_META) == shown and SENT_META not in base.meta:
+        return later
+    meta = {
+        k: v for k, v in base.meta.items() if not k.startswith("_opic") and k != "download_latency"
+    }
+    meta[VALIDATORS_META] = shown
+    headers = base.headers.copy()
+    for name in base.meta.get(SENT_META, ()):
+        headers.pop(name, None)
+    stored = base.replace(meta=meta, headers=headers)
+    detach(stored)  # (no lease in its meta, its own errback)
+    return stored
+
+
+def detach(request: Request) -> None:
+    """Take out what the scheduler put into a request it handed out (its lease in meta, the
+    errback wrapper), so that a copy of it (a retry, a redirect, a callback's
+    ``response.request.replace(...)``) is filed as a request of its own: no request in a queue
+    carries a lease, and the wrapper never reaches a serializer."""
+    if isinstance(request.errback, OutcomeErrback):
+        request.errback = request.errback.original
+    meta = request.meta
+    if "opic_id" in meta:
+        del meta["opic_id"]
+        meta.pop("opic_lease", None)
+
+
+class OutcomeErrback:
+    """The errback of a request handed out by the scheduler: reports a failure that no
+    middleware reported (an ``IgnoreRequest`` raised from a downloader middleware's
+    ``process_response``, such as "max redirections reached", reaches only the request's
+    errback), then behaves exactly as the request's own errback would (or as no errback: the
+    failure goes on). Without it the page would stay in flight: its cash stuck and its
+    download slot counted busy for good."""
+
+    def __init__(self, scheduler: Any, original: Any) -> None:
+        # A weak reference: a request must not keep its scheduler (and, through it, every
+        # request of the crawl) alive in a reference cycle that only the cyclic GC can free.
+        self.scheduler = weakref.ref(scheduler)
+        self.original = original
+
+    def __call__(self, failure: Any) -> Any:
+        request = getattr(failure, "request", None)
+        if request is not None and request.meta.get(UNCHANGED_META):
+            return None  # (an unchanged page: its visit is done, nothing failed)
+        scheduler = self.scheduler()
+        if request is not None and scheduler is not None:
+            scheduler.settle_failure(request, failure.value)
+        return failure if self.original is None else self.original(failure)
+
+
+class RequestCodec:
+    """A spider's requests as a store keeps or shares them (``encode``) and back (``decode``).
+
+    A request that cannot be serialized (a lambda callback, a lock in its meta) is said once
+    (a warning) and counted (``scheduler/unserializable`` in ``counts``); with a store of one
+    process it stays in this process's memory (:attr:`memory_only`, by page key: Scrapy counts
+    its pushes and pops as memory ones), with a shared one the crawl fetches it here."""
+
+    def __init__(self, spider: Any, counts: Any, fingerprint: Any, shared: bool) -> None:
+        self.spider = spider
+        self.counts = counts
+        self.fingerprint = fingerprint
+        self.shared = shared
+        self.memory_only: set[Any] = set()
+        #: The last request :meth:`encode` refused (it waits in memory).
+        self.refused: Request | None = None
+        self._warned = False
+
+    def encode(self, request: Request, url: str | None = None) -> bytes | None:
+        """The request as bytes (without its URL if it is ``url``, which the store hands back
+        with it), or ``None`` if it cannot be serialized."""
+        try:
+            data = encode_request(request, self.spider, url)
+        except (ValueError, TypeError, AttributeError, pickle.PicklingError) as exc:
+            # to_dict refuses a callback that is not a spider method (ValueError); pickle
+            # refuses a lock or a lambda in meta or cb_kwargs (TypeError, PicklingError...).
+            if not self._warned:
+                self._warned = True
+                logger.warning(
+                    "Unable to serialize request %s (%s): it stays in this process's memory "
+                    "(not in a JOBDIR state, not shared through Redis). (This message is logged "
+                    "once.)",
+                    request,
+                    exc,
+                )
+            self.counts["scheduler/unserializable"] += 1  # (Scrapy's own stat for it)
+            if not self.shared:  # (a shared crawl answers LOCAL for it)
+                self.refused = request
+                self.memory_only.add(self.fingerprint(request))
+            return None
+        if self.memory_only:  # (a page that waited in memory may wait on disk again)
+            self.memory_only.discard(self.fingerprint(request))
+        return data
+
+    def decode(self, payload: Any, url: str | None, copy: bool) -> Request | None:
+        """A lease's payload as a request: as stored (a copy, with ``copy``: the store keeps
+        it for the page's next fetch), or rebuilt from its bytes (with ``url``, the lease's, if
+        they left it out), or ``None``, with an error, if this spider's code cannot rebuild it
+        (written by other spider code)."""
+        if not isinstance(payload, (bytes, dict)):
+            return payload.replace() if copy else payload
+        try:
+            if isinstance(payload, bytes):
+                return decode_request(payload, url, self.spider)
+            return request_from_dict(payload, spider=self.spider)
+        except Exception as exc:
+            logger.error("OPIC: cannot rebuild a stored request (%s): its page is given up", exc)
+            return None
+
+    def waits_in_memory(self, request: Request) -> bool:
+        """Whether ``request``, just filed, could not be serialized (it waits in memory)."""
+        if self.refused is request:
+            self.refused = None
+            return True
+        return False
