@@ -73,10 +73,12 @@ from .opic.constants import (
     STATUSES,
     outcome_name,
 )
-from .opic.engine import OpicEngine, mix
+from .opic.engine import OpicEngine
+from .opic.importance import mix
 from .opic.links import crawl_graph
 from .opic.pagerank import pagerank
 from .opic.refresh import PRIOR_RATE
+from .opic.snapshot import engine_arrays, engine_from_header
 
 logger = logging.getLogger("scrapy_opic._scheduler")
 
@@ -214,7 +216,7 @@ class OpicState:
             # One instant for every page's estimate (a wall-clock window's "now").
             now = time.time()
             self._clock = lambda: now
-            self.engine: OpicEngine = OpicEngine.from_header(self._header, time_fn=self._clock)
+            self.engine: OpicEngine = engine_from_header(self._header, time_fn=self._clock)
             self.meta: dict = self._reader.meta()
         except BaseException:
             self._reader.close()
@@ -247,8 +249,8 @@ class OpicState:
         for lo, cols in self._reader.columns():
             k = len(cols["f.status"])
             header = {**self._header, "scalars": {**self._header["scalars"], "n": k}}
-            e = OpicEngine.from_header(header, time_fn=self._clock)
-            for name, a in e.page_arrays().items():
+            e = engine_from_header(header, time_fn=self._clock)
+            for name, a in engine_arrays(e).items():
                 a[:k] = cols[name]
             est = e.window.estimate(np.arange(k), e.held_credit[:k], e.now())
             try:

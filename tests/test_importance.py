@@ -96,14 +96,14 @@ def test_a_redirect_moves_the_credit_with_the_cash():
     src, dst, parent = e.page("old"), e.page("new"), e.page("p")
     e.payout()
     e.visit(parent, [src])  # old receives link credit
-    held = e.link_credit([src])[0]
-    total = e.received_total()
+    held = e.held_credit[src]
+    total = e.credit_total
     e.transfer(src, dst)
-    assert e.link_credit([src])[0] == 0.0
+    assert e.held_credit[src] == 0.0
     # new receives what old held: its link credit and its teleport credit (the prior 1).
-    assert e.link_credit([dst])[0] == pytest.approx(held + 1.0)
-    assert e.received_total() == pytest.approx(total + 1.0)
-    assert e.received_total() == pytest.approx(float((e.hist[:3] + e.link_credit()).sum()))
+    assert e.held_credit[dst] == pytest.approx(held + 1.0)
+    assert e.credit_total == pytest.approx(total + 1.0)
+    assert e.credit_total == pytest.approx(float((e.hist[:3] + e.held_credit[:3]).sum()))
 
 
 def test_dangling_pages_raise_the_teleport_share():

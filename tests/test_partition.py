@@ -24,6 +24,7 @@ from scrapy_opic.opic.pagerank import pagerank
 from scrapy_opic.opic.partition import Partition
 from scrapy_opic.opic.pool import Pool
 from scrapy_opic.opic.routing import partition_of
+from scrapy_opic.opic.snapshot import engine_arrays, engine_header
 from tests.support.fleet import Bus, crawl_step, key, partition_problems, seed, sequence_problems
 from tests.support.frontiers import L, visit
 
@@ -117,8 +118,8 @@ def test_a_crawl_of_one_partition_is_one_engine_bit_for_bit():
         visit(one, b, kids)
     (part,) = [p for p in fleet.parts.values() if p.frontier.engine.n]
     x, y = part.frontier.engine, one.engine
-    for name, arr in y.page_arrays().items():
-        assert np.array_equal(arr[: y.n], x.page_arrays()[name][: x.n]), name
+    for name, arr in engine_arrays(y).items():
+        assert np.array_equal(arr[: y.n], engine_arrays(x)[name][: x.n]), name
     assert x.virtual_cash == y.virtual_cash and x.G == y.G
 
 
@@ -224,9 +225,9 @@ def test_a_journal_replayed_on_a_checkpoint_rebuilds_the_partition_bit_for_bit()
         for k, live in f.parts.items():
             again = bus.store.load(k, f)
             a, b = live.frontier.engine, again.frontier.engine
-            for name, arr in a.page_arrays().items():
-                assert np.array_equal(arr[: a.n], b.page_arrays()[name][: b.n]), (k, name)
-            assert a.header()["scalars"] == b.header()["scalars"], k
+            for name, arr in engine_arrays(a).items():
+                assert np.array_equal(arr[: a.n], engine_arrays(b)[name][: b.n]), (k, name)
+            assert engine_header(a)["scalars"] == engine_header(b)["scalars"], k
             assert live.box.next_seq == again.box.next_seq
             assert live.box.applied == again.box.applied
             assert live.frontier.outcome[: a.n] == again.frontier.outcome[: b.n]
@@ -356,7 +357,7 @@ def test_importance_over_partitions_is_pagerank():
     pr = pagerank(g, 0.85, 1e-12)
     parts = [p for f in fs for p in f.parts.values()]
     engines = [p.frontier.engine for p in parts]
-    from scrapy_opic.opic.engine import CrawlView
+    from scrapy_opic.opic.importance import CrawlView, importance_of
 
     view = CrawlView(
         0,
@@ -374,7 +375,7 @@ def test_importance_over_partitions_is_pagerank():
         e = p.frontier.engine
         e.view = view
         for i in range(e.n):
-            got[index[p.frontier.url_of(i)]] = e.importance_of(i)
+            got[index[p.frontier.url_of(i)]] = importance_of(e, i)
     assert got.sum() == pytest.approx(1.0, abs=1e-6)
     assert np.abs(got - pr).sum() < 0.01  # L1 over all pages
 
@@ -507,11 +508,11 @@ def test_a_journal_of_refetches_by_change_replays_bit_for_bit():
         for k, live in f.parts.items():
             again = bus.store.load(k, f)
             a, b = live.frontier.engine, again.frontier.engine
-            for name, arr in a.page_arrays().items():
-                assert np.array_equal(arr[: a.n], b.page_arrays()[name][: b.n]), (k, name)
-            assert a.header()["scalars"] == b.header()["scalars"], k
+            for name, arr in engine_arrays(a).items():
+                assert np.array_equal(arr[: a.n], engine_arrays(b)[name][: b.n]), (k, name)
+            assert engine_header(a)["scalars"] == engine_header(b)["scalars"], k
             # (The adaptive window's watch on the links is fed by records too.)
-            assert a.header()["window"] == b.header()["window"], k
+            assert engine_header(a)["window"] == engine_header(b)["window"], k
             ra, rb = live.frontier.refresher, again.frontier.refresher
             # (Each page's period follows the plans, which are the fleet's and not records:
             # a new owner plans again. The change observations are records.)

@@ -14,7 +14,7 @@ from scrapy_opic._backends.crawl import Crawl
 from scrapy_opic._backends.store import MemoryStore
 from scrapy_opic.opic.change import ChangeRates
 from scrapy_opic.opic.config import CrawlConfig
-from scrapy_opic.opic.constants import ERROR, FORBIDDEN, IN_FLIGHT, OK, PENDING
+from scrapy_opic.opic.constants import ERROR, FETCHED, FORBIDDEN, IN_FLIGHT, OK, PENDING
 from scrapy_opic.opic.frontier import Entry
 from scrapy_opic.opic.refetch import DISCARDED, POPPED, WAITING
 from scrapy_opic.opic.refresh import Planner, Refresher
@@ -255,7 +255,7 @@ def test_discovery_gets_its_share_of_the_pops_while_pages_were_never_fetched(sha
         clock.t += 1000.0  # (every planned page overdue)
         lease = f.pop()
         i = idx(f, lease)
-        new += not one(f).engine.fetched([i])[0]
+        new += not one(f).engine.flags[i] & FETCHED
         visit(f, lease, [link((i + 1) % 4)] if i < 4 else [])
     assert new == round(20 * share)
 
@@ -367,7 +367,7 @@ def test_a_resumed_crawl_gets_its_rates_periods_links_and_budget_back_and_replan
         clock.t += 1.0
         lease = f.pop()
         i = idx(f, lease)
-        if i % 3 == 0 and one(f).engine.fetched([i])[0]:
+        if i % 3 == 0 and one(f).engine.flags[i] & FETCHED:
             f.unchanged(lease)
         else:
             targets = {int(j) for j in rng.choice(n, 3, replace=False)} - {i}

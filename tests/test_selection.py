@@ -17,6 +17,7 @@ from scrapy_opic.opic import (
     Tiers,
     make_selection,
 )
+from scrapy_opic.opic.batch import visit_batch
 from scrapy_opic.opic.constants import CLOSED, FETCHED
 
 
@@ -46,7 +47,7 @@ def test_greedy_pops_the_candidate_with_most_cash(n, seed, refresh, steps):
             if rng.random() < 0.5:
                 e.visit(i, kids.tolist())
             else:  # the batch path credits many pages at once
-                e.visit_batch(np.array([i]), np.array([0, kids.size]), kids)
+                visit_batch(e, np.array([i]), np.array([0, kids.size]), kids)
             if rng.random() < 0.7:
                 sel.push(i)  # continuous crawl: pending again
         else:
@@ -193,7 +194,7 @@ def test_greedy_across_slots_pops_the_best_candidate_among_slots_with_room(
             if rng.random() < 0.5:
                 e.visit(i, kids.tolist())
             else:
-                e.visit_batch(np.array([i]), np.array([0, kids.size]), kids)
+                visit_batch(e, np.array([i]), np.array([0, kids.size]), kids)
             if rng.random() < 0.7:
                 sel.push(i, slot[i])
         else:
@@ -372,7 +373,7 @@ def test_tiered_pops_match_a_reference_model(n, seed, refresh, steps):
             if rng.random() < 0.7:
                 e.visit(i, kids.tolist())
             else:  # the batch path credits many pages at once
-                e.visit_batch(np.array([i]), np.array([0, kids.size]), kids)
+                visit_batch(e, np.array([i]), np.array([0, kids.size]), kids)
             taken(i)
             if rng.random() < 0.6:
                 push(i)  # pending again

@@ -22,12 +22,14 @@ from typing import Any
 import numpy as np
 
 from ..opic.config import CrawlConfig
-from ..opic.engine import DictKeys, OpicEngine
+from ..opic.engine import OpicEngine
 from ..opic.fleet import FIGURES, add_figures, finish_figures
+from ..opic.index import DictKeys
 from ..opic.journal import Member
 from ..opic.messages import POOL, Message, in_transit
 from ..opic.partition import Partition
 from ..opic.pool import Pool
+from ..opic.snapshot import engine_arrays, engine_from_header, shift_clock
 from . import StoreError
 from .sqlite_state import CHUNK
 
@@ -289,7 +291,7 @@ class RedisSnapshot:
         clock = max([clock, *(e.G for e in engines)])
         for e in engines:
             e.rebase()  # (the accumulators folded in: every page's stored cash is its cash)
-            e.shift_clock(clock - e.G)  # (one clock for all: a partition's may lag)
+            shift_clock(e, clock - e.G)  # (one clock for all: a partition's may lag)
         self.n = sum(e.n for e in engines)
         self._gather_pages()
         params = {
@@ -309,7 +311,7 @@ class RedisSnapshot:
         if every partition has them), statuses, outcomes, keys and URLs."""
         frs = [p.frontier for p in self.parts]
         self._arrays: dict[str, np.ndarray] = {}
-        cols = [{**f.engine.page_arrays()} for f in frs]
+        cols = [{**engine_arrays(f.engine)} for f in frs]
         #: Whether the crawl refetched by freshness: its pages have change rates.
         self.changes_kept = bool(frs) and all(f.refresher is not None for f in frs)
         if self.changes_kept:
@@ -341,9 +343,9 @@ class RedisSnapshot:
 
     def engine(self, **engine_kw: Any) -> OpicEngine:
         """The crawl as one engine, every page loaded."""
-        e = OpicEngine.from_header(self._header, **engine_kw)
+        e = engine_from_header(self._header, **engine_kw)
         e.reserve(max(1, self.n))
-        for name, a in e.page_arrays().items():
+        for name, a in engine_arrays(e).items():
             a[: self.n] = self._arrays[name]
         return e
 

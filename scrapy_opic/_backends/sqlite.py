@@ -46,6 +46,7 @@ from ..opic.links import encode_links
 from ..opic.messages import Message, Note
 from ..opic.partition import Partition
 from ..opic.refresh import Refresher
+from ..opic.snapshot import engine_arrays, engine_header
 from . import StoreError
 from .sqlite_state import (
     BLOCK,
@@ -752,7 +753,7 @@ class SqliteStore:
         frontier["discovery_debt"] = kept.get("discovery_debt", 0.0)
         meta = {**self.meta, "series": kept.get("series", [])}
         seconds = time.perf_counter() - started
-        return Checkpoint(engine.header(), frontier, packed, pages, links, meta, seconds)
+        return Checkpoint(engine_header(engine), frontier, packed, pages, links, meta, seconds)
 
     @staticmethod
     def columns(part: Partition) -> dict[str, np.ndarray]:
@@ -761,7 +762,7 @@ class SqliteStore:
         fr = part.frontier
         keys = fr.engine.keys
         assert isinstance(keys, StoredKeys)
-        columns = fr.engine.page_arrays()
+        columns = engine_arrays(fr.engine)
         columns["f.status"] = np.frombuffer(fr.status, np.uint8)
         columns["f.outcome"] = np.frombuffer(fr.outcome, np.uint16)
         columns["f.tier"] = np.frombuffer(fr.tier, np.uint32)

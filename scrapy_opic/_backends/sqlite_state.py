@@ -54,6 +54,7 @@ from ..opic.engine import OpicEngine
 from ..opic.index import KeyIndex, key_hash
 from ..opic.links import decode_links
 from ..opic.refresh import COLUMNS as REFRESH_COLUMNS
+from ..opic.snapshot import engine_arrays, engine_from_header
 from . import StoreError
 
 FORMAT = 4
@@ -459,7 +460,7 @@ class StateReader:
         are zeros that take no memory until written): for figures and formulas that need only
         the scalars, and as the template of :meth:`chunk_engine`."""
         try:
-            return OpicEngine.from_header(self.header(), **engine_kw)
+            return engine_from_header(self.header(), **engine_kw)
         except StoreError:
             raise
         except Exception as exc:
@@ -502,7 +503,7 @@ class StateReader:
         try:
             nblocks = (n + BLOCK - 1) >> BLOCK_SHIFT
             engine.reserve(max(1, nblocks * BLOCK))
-            targets = engine.page_arrays()
+            targets = engine_arrays(engine)
             status = np.zeros(n, np.uint8)
             outcome = np.zeros(n, np.uint16)
             tier = np.zeros(n, np.uint32)

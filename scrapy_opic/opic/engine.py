@@ -117,47 +117,16 @@ test checks that both paths agree.
 from __future__ import annotations
 
 import mmap
-import sys
 import time
 from collections.abc import Callable, Hashable, Iterable, Sequence
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
-from .constants import CLOSED, FETCHED, INITIAL, RATE_DECAY, SLOPE_NOISE, VISIT_DECAY
+from .constants import CLOSED, FETCHED, INITIAL, RATE_DECAY, VISIT_DECAY
+from .importance import SCAN, CrawlView, importance_of_parts, teleport_share
+from .index import DictKeys, PageKeys
 from .window import WindowPolicy, parse_window
-
-
-def mix(est: np.ndarray, flags: np.ndarray, a: float, total: float, kept: int) -> np.ndarray:
-    """Importance from the window's estimates ``est`` of pages with ``flags``: PageRank's split,
-    the teleport share ``a / kept`` plus ``1 - a`` by share of the link credit (``total``: the
-    sum of the estimates of the open pages). A closed page is no page to link to: its credit
-    counts for nothing, so a page never fetched for good (robots.txt, offsite) holds the
-    teleport share, what PageRank gives a page no link leads to; a page *gone* (fetched, then
-    closed: 404, 410, a permanent redirect) holds nothing, and ``kept`` counts the pages that
-    are not gone. Sums to 1 over all pages."""
-    closed = (flags & CLOSED) != 0
-    if total > 0:
-        out = a / kept + (1.0 - a) / total * np.where(closed, 0.0, est)
-    else:
-        out = np.full(len(est), 1.0 / kept)
-    out[closed & ((flags & FETCHED) != 0)] = 0.0
-    return out
-
-
-def importance_of_parts(engines: Sequence[OpicEngine]) -> list[np.ndarray]:
-    """The importance of every page of ``engines``, the parts of one crawl (one engine, or the
-    partitions of a crawl a process owns: their clocks are one), per engine: :func:`mix` over
-    all their pages together, the teleport share and the crawl's page count (its view's, if
-    any) the first engine's."""
-    ests = [e.estimates() for e in engines]
-    flags = [e.flags[: e.n] for e in engines]
-    total = sum(float(est[(f & CLOSED) == 0].sum()) for est, f in zip(ests, flags))
-    gone = sum(int((((f & CLOSED) != 0) & ((f & FETCHED) != 0)).sum()) for f in flags)
-    first = engines[0]
-    n_all = first.view.n if first.view is not None else sum(e.n for e in engines)
-    a = first.teleport_share()
-    return [mix(est, f, a, total, max(1, n_all - gone)) for est, f in zip(ests, flags)]
 
 
 def _view(a: np.ndarray) -> Any:
@@ -177,6 +146,27 @@ def _with_outside(
     if weights is None and not virtual_weight and all(w == 1.0 for w in outside):
         return None
     return [*([1.0] * local if weights is None else weights), *outside]
+
+
+def _split(
+    rest: float, k_rest: float, d: int, weights: Sequence[float] | None, virtual_weight: float
+) -> tuple[list[float], list[float], float] | None:
+    """The shares of cash ``rest`` and credit ``k_rest`` over ``d`` links by ``weights`` (None:
+    equal), beside links of total weight ``virtual_weight`` whose cash share goes to the
+    virtual page: ``(cash shares, credit shares, the virtual page's cash)``; None when no
+    weight is positive."""
+    if weights is None and not virtual_weight:
+        return [rest / d] * d, [k_rest / d] * d, 0.0
+    if weights is None:
+        weights = [1.0] * d
+    total_w = float(sum(weights)) + virtual_weight
+    if not total_w > 0:
+        return None
+    return (
+        [rest * w / total_w for w in weights],
+        [k_rest * w / total_w for w in weights],
+        rest * virtual_weight / total_w,
+    )
 
 
 class CashObserver(Protocol):
@@ -200,12 +190,34 @@ class CashObserver(Protocol):
         must re-read it."""
 
 
-#: Pages a whole-frontier scan (total cash, the best page) handles at a time: its memory.
-SCAN = 1 << 18
 #: From this capacity on, the per-page arrays grow by a quarter, not double.
 GROW_SLOWER = 1 << 20
 #: Arrays of at least this many bytes are anonymous mappings of their own (see zeros).
 MAPPED_BYTES = 1 << 20
+#: The per-page arrays (row ``i``: page ``i``): attribute, name in a saved state, type. Each
+#: has a memoryview ``<attribute>_mv`` for the per-event path.
+COLUMNS = (
+    ("stored", "s", np.float64),  # stored cash (see "Storage" above)
+    ("hist", "hist", np.float64),  # link-credit history, through the window policy
+    ("baseline", "cb", np.float64),  # teleport credit given at the last visit
+    ("held_credit", "lc", np.float64),  # link credit received since the last visit
+    ("last_g", "last_g", np.float64),  # G at the last visit
+    ("visits", "visits", np.uint32),
+    ("flags", "flags", np.uint8),
+)
+#: Kept for a window on the wall clock: the wall time of the last visit.
+WALL_COLUMNS = (("last_t", "last_t", np.float64),)
+#: Kept for an estimator that reads them: the G-moments of the link credit received.
+MOMENT_COLUMNS = (("moment1", "b", np.float64), ("moment2", "d", np.float64))
+
+
+#: The scalars of an engine a store saves with its per-page arrays (:mod:`~.snapshot`).
+SCALARS = (  # noqa: SIM905  (a list literal would take a line per name)
+    "n G g_real virtual_cash virtual_history acc_all acc_unfetched n_unfetched n_closed"
+    " n_initial c0 visit_count cash_at_visit_ema acc_credit credit_base rebases credit_total"
+    " credit_passed credit_dangling b_total d_total default_rate g_others pool_all"
+    " pool_unfetched pool_credit"
+).split()
 
 
 def zeros(n: int, dtype: np.dtype | type) -> np.ndarray:
@@ -219,69 +231,6 @@ def zeros(n: int, dtype: np.dtype | type) -> np.ndarray:
     return np.frombuffer(mmap.mmap(-1, size), dtype, count=n)
 
 
-class PageKeys(Protocol):
-    """How page keys map to dense page ids (the engine's :meth:`OpicEngine.page`)."""
-
-    def get(self, key: Hashable) -> int | None:
-        """The id of ``key``, or None."""
-
-    def add(self, key: Hashable, i: int) -> None:
-        """``key`` (not known yet) is page ``i``, the page just added."""
-
-    def key_of(self, i: int) -> Hashable | None:
-        """The key of page ``i`` (None if it has none, or if this map cannot tell)."""
-
-    def nbytes(self) -> int: ...
-
-
-class DictKeys:
-    """Any hashable keys, in a dict and a list (about 100 bytes per page beyond the keys
-    themselves: the in-memory frontier's and the simulator's map; the embedded store uses a
-    compact index of key hashes instead)."""
-
-    def __init__(self, keys: Sequence[Hashable | None] = ()) -> None:
-        self._keys: list[Hashable | None] = list(keys)
-        self._ids: dict[Hashable, int] = {k: i for i, k in enumerate(self._keys) if k is not None}
-
-    def get(self, key: Hashable) -> int | None:
-        return self._ids.get(key)
-
-    def add(self, key: Hashable, i: int) -> None:
-        keys = self._keys
-        if len(keys) < i:  # pages added without keys before this one
-            keys.extend([None] * (i - len(keys)))
-        self._ids[key] = i
-        keys.append(key)
-
-    def key_of(self, i: int) -> Hashable | None:
-        return self._keys[i] if i < len(self._keys) else None
-
-    def listing(self, n: int) -> list[Hashable | None]:
-        """The keys of pages ``0..n-1``."""
-        return self._keys[:n] + [None] * max(0, n - len(self._keys))
-
-    def nbytes(self) -> int:
-        return sys.getsizeof(self._ids) + sys.getsizeof(self._keys)
-
-
-class CrawlView(NamedTuple):
-    """What one partition's engine knows of the rest of its crawl (a pooled engine: see
-    :mod:`~scrapy_opic.opic.partition`), as the crawl's pool last told it: the live pages and
-    the pages never fetched in the *other* partitions (how the virtual page's cash is split),
-    and the crawl's sums that tell a page's importance (:meth:`OpicEngine.importance_of`)."""
-
-    live_others: int  #: live pages of the other partitions
-    unfetched_others: int  #: of which never fetched
-    n: int  #: pages known in the crawl
-    credit_total: float  #: link credit received by all pages
-    b_total: float  #: the received-credit moments' sums (the regression estimator)
-    d_total: float
-    credit_passed: float  #: credit passed on by visits, and by dangling pages' visits
-    credit_dangling: float
-    normaliser: float  #: the sum of the window's estimates (windowed policies)
-    teleport: float = 0.0  #: the teleport credit every page of the crawl was given
-
-
 class OpicEngine:
     """On-line Page Importance Computation over pages with dense integer ids.
 
@@ -291,25 +240,42 @@ class OpicEngine:
         to pages not fetched yet (discovery). ``1.0`` = PageRank fixpoint, ``0.0`` = discovery.
     :param window: a :class:`~scrapy_opic.opic.window.WindowPolicy` or a spec such as
         ``"interpolation:8"``; default unbounded history (static OPIC).
-    :param self_links: keep links from a page to itself. Off by default: a self-link is not an
-        endorsement (navigation bars link every page to itself), and keeping it lets a page feed
-        its own cash back. The simulator drops them from the graph too, so the reference PageRank
-        is computed on the same graph.
+    :param self_links: keep links from a page to itself (off: a self-link is no endorsement,
+        and would let a page feed its own cash back).
     :param default_history: rate of cash per time unit assumed for a page just discovered (the
-        paper's "default history"); ``None`` learns it as a running mean over the pages' first
-        visits. Used by the windowed policies; the unbounded history needs no prior.
+        paper's "default history", for windowed policies); ``None`` learns it from first visits.
     :param capacity: initial number of page slots (grows by doubling).
     :param time_fn: wall clock for ``clock="wall"`` windows (injectable for tests).
     :param keys: how page keys map to ids (:class:`PageKeys`); default :class:`DictKeys`.
     :param rebase_at: :meth:`payout` calls :meth:`rebase` when an accumulator, against the scale
-        of the values it is added to, passes this (see "Rebasing" in the module docstring);
-        ``None`` or 0: never.
+        of the values it is added to, passes this (``None`` or 0: never).
     """
 
-    #: Default ``rebase_at``: 2^10, at most about 10 of a float's 53 bits lost to the
-    #: accumulators before a rebase; reached after thousands of passes (or once a crawl started
-    #: from a few seeds knows a thousand times as many pages), never in a short test sequence.
+    #: Default ``rebase_at``: at most about 10 of a float's 53 bits lost to the accumulators.
     REBASE_AT = 1024.0
+
+    # The per-page arrays (:data:`COLUMNS`) and their memoryviews, which give the per-event
+    # path Python floats and ints without numpy's scalar overhead.
+    stored: np.ndarray
+    hist: np.ndarray
+    baseline: np.ndarray
+    held_credit: np.ndarray
+    last_g: np.ndarray
+    visits: np.ndarray
+    flags: np.ndarray
+    last_t: np.ndarray
+    moment1: np.ndarray
+    moment2: np.ndarray
+    stored_mv: Any
+    hist_mv: Any
+    baseline_mv: Any
+    held_credit_mv: Any
+    last_g_mv: Any
+    visits_mv: Any
+    flags_mv: Any
+    last_t_mv: Any
+    moment1_mv: Any
+    moment2_mv: Any
 
     def __init__(
         self,
@@ -331,72 +297,58 @@ class OpicEngine:
         self.epsilon = float(epsilon)
         self.refresh = float(refresh)
         self.self_links = bool(self_links)
-        #: A link to a closed page pays the virtual page its share (``OPIC_REFUSED_LINKS =
-        #: "virtual"``), instead of being left out of the out-degree. A setting, not state.
+        #: A link to a closed page pays its share to the virtual page, instead of being left
+        #: out of the out-degree (``OPIC_REFUSED_LINKS = "virtual"``).
         self.closed_links_virtual = False
-        #: A partition of a crawl over several engines: the virtual page's cash goes to the
-        #: crawl's pool instead of being paid out here (see :meth:`payout`). A setting.
+        #: A partition of a crawl: the virtual page pays the crawl's pool too (:meth:`payout`).
         self.pooled = False
-        #: The crawl's totals as its pool last told them (a pooled engine), for the importance
-        #: of one page (:meth:`importance_of`); ``None``: this engine's own.
+        #: A pooled engine's view of the rest of its crawl, as its pool last told it.
         self.view: CrawlView | None = None
         self.time_fn = time_fn
         self.rebase_at = float(rebase_at or 0.0)  #: a setting, not state (0: never rebase)
         self.window: WindowPolicy = parse_window(window)
-        self._learn_default = default_history is None
+        #: The default history is learnt from first visits (a windowed policy, none given).
+        self.learns_default = default_history is None and self.window.windowed
         self.default_rate = 0.0 if default_history is None else float(default_history)
 
-        # Global scalars.
         self.n = 0
         self.G = 0.0  #: the clock: total history (real pages + virtual page payouts)
-        #: A pooled engine: the part of G that the rest of the crawl made (see set_clock), and
-        #: the virtual page's cash that waits for the pool (see payout).
-        self.g_others = 0.0
-        self.pool_all = self.pool_unfetched = self.pool_credit = 0.0
+        #: A pooled engine: the part of G the rest of the crawl made, and the virtual page's
+        #: cash that waits for the pool.
+        self.g_others = self.pool_all = self.pool_unfetched = self.pool_credit = 0.0
         self.g_real = 0.0  #: cash absorbed by real pages' visits
         self.virtual_cash = 1.0  #: all cash starts in the virtual page
         self.virtual_history = 0.0  #: cash the virtual page has paid out
-        self.acc_all = 0.0
-        self.acc_unfetched = 0.0
+        self.acc_all = self.acc_unfetched = 0.0  # see "Storage" above
         self.n_unfetched = 0  #: live pages never fetched
         self.n_closed = 0  #: pages closed for good (see close_page)
         self.n_initial = 0
         self.c0 = 0.0  #: initial cash of pages flagged INITIAL
         self.visit_count = 0
-        self._cash_at_visit_ema = 0.0  # see cash_at_visit_x_n
-        # Credit (see "Importance" in the module docstring): the teleport credit every page has
-        # been given so far, the link credit received by all pages, and the credit that passed
-        # through visits (all of them / dangling ones: the flow share of dangling pages).
-        self.acc_credit = 0.0
-        #: Teleport credit every page was given before the last rebase (a new page's back pay
-        #: starts there: its baseline is ``-credit_base``), and the number of rebases.
-        self.credit_base = 0.0
+        self.cash_at_visit_ema = 0.0  # see stats()
+        # Credit (see "Importance" above): the teleport credit every page has been given (since
+        # the last rebase; before it: credit_base), the link credit received by all pages, and
+        # the credit passed on by visits (all of them, dangling ones).
+        self.acc_credit = self.credit_base = 0.0
         self.rebases = 0
-        self.credit_total = 0.0
-        self.credit_passed = 0.0
-        self.credit_dangling = 0.0
-        # First and second G-moments of the link credit every page received (for the regression
-        # estimator), per page and in total.
-        self._moments = getattr(self.window, "needs_moments", False)
+        self.credit_total = self.credit_passed = self.credit_dangling = 0.0
+        # The G-moments of the link credit received (the regression estimator): their sums.
+        self.tracks_moments = getattr(self.window, "needs_moments", False)
         self.b_total = self.d_total = 0.0
 
+        self.wall = self.window.clock == "wall"
+        #: The per-page arrays this engine keeps (see :data:`COLUMNS`).
+        self.columns = COLUMNS + WALL_COLUMNS * self.wall + MOMENT_COLUMNS * self.tracks_moments
         self.capacity = 0
-        self.stored = np.zeros(0)
-        self.hist = np.zeros(0)
-        self.baseline = np.zeros(0)
-        self.held_credit = np.zeros(0)
-        self.last_g = np.zeros(0)
-        self.visits = np.zeros(0, dtype=np.uint32)
-        self.flags = np.zeros(0, dtype=np.uint8)
-        self.last_t = np.zeros(0)
-        self._b = np.zeros(0)
-        self._d = np.zeros(0)
-        self._wall = self.window.clock == "wall"
+        for name, _saved, dtype in COLUMNS + WALL_COLUMNS + MOMENT_COLUMNS:
+            setattr(self, name, np.zeros(0, dtype))
+            setattr(self, name + "_mv", None)
         self._windowed = self.window.windowed
-        self._observers: list[CashObserver] = []
+        self.observers: list[CashObserver] = []
         #: The page keys (see :class:`PageKeys`): any hashable keys in a dict by default.
         self.keys: PageKeys = DictKeys() if keys is None else keys
-        self._norm_cache: tuple[float, int, float] | None = None
+        #: The sum of the window's estimates as :func:`~.importance.normaliser` last scanned it.
+        self.norm_cache: tuple[float, int, float] | None = None
         self._grow(max(1, int(capacity)))
         self.window.bind(self)
 
@@ -411,47 +363,17 @@ class OpicEngine:
         cap = max(need, step)
         # The views go first: each old array is then freed as soon as its copy is made (the
         # memory a growth takes beyond the arrays is one array's, not all of them).
-        self.stored_mv: Any = None
-        self._hist_mv: Any = None
-        self.baseline_mv: Any = None
-        self.held_mv: Any = None
-        self._last_g_mv: Any = None
-        self._visits_mv: Any = None
-        self.flags_mv: Any = None
-        self._b_mv: Any = None
-        self._d_mv: Any = None
-
-        def grown(a: np.ndarray) -> np.ndarray:
-            b = zeros(cap, a.dtype)
-            b[: self.n] = a[: self.n]
-            return b
-
-        self.stored = grown(self.stored)
-        self.hist = grown(self.hist)
-        self.baseline = grown(self.baseline)
-        self.held_credit = grown(self.held_credit)
-        self.last_g = grown(self.last_g)
-        self.visits = grown(self.visits)
-        self.flags = grown(self.flags)
-        if self._wall:
-            self.last_t = grown(self.last_t)
-        if self._moments:
-            self._b = grown(self._b)
-            self._d = grown(self._d)
-            self._b_mv = _view(self._b)
-            self._d_mv = _view(self._d)
+        for name, _saved, _dtype in self.columns:
+            setattr(self, name + "_mv", None)
+        for name, _saved, dtype in self.columns:
+            a = zeros(cap, dtype)
+            a[: self.n] = getattr(self, name)[: self.n]
+            setattr(self, name, a)
+            setattr(self, name + "_mv", _view(a))
         self.capacity = cap
-        # memoryviews give the per-event path Python floats/ints without numpy scalar overhead.
-        self.stored_mv = _view(self.stored)
-        self._hist_mv = _view(self.hist)
-        self.baseline_mv = _view(self.baseline)
-        self.held_mv = _view(self.held_credit)
-        self._last_g_mv = _view(self.last_g)
-        self._visits_mv = _view(self.visits)
-        self.flags_mv = _view(self.flags)
         if self.window.engine is self:
             self.window.grow(cap)
-        for obs in self._observers:
+        for obs in self.observers:
             obs.grow(cap)
 
     def reserve(self, n: int) -> None:
@@ -463,48 +385,28 @@ class OpicEngine:
 
     def add_observer(self, obs: CashObserver) -> None:
         obs.grow(self.capacity)
-        self._observers.append(obs)
+        self.observers.append(obs)
 
     def nbytes(self) -> int:
         """Bytes held by the per-page arrays (engine + window policy), at current capacity."""
-        own = sum(
-            a.nbytes
-            for a in (
-                self.stored,
-                self.hist,
-                self.baseline,
-                self.held_credit,
-                self.last_g,
-                self.visits,
-                self.flags,
-            )
-        )
-        own += self._b.nbytes + self._d.nbytes
-        return own + (self.last_t.nbytes if self._wall else 0) + self.window.nbytes()
+        own = sum(getattr(self, name).nbytes for name, _saved, _dtype in self.columns)
+        return own + self.window.nbytes()
 
     # ------------------------------------------------------------------ pages
     def now(self) -> float:
-        return self.time_fn() if self._wall else self.G
+        return self.time_fn() if self.wall else self.G
 
     def add_pages(self, count: int) -> np.ndarray:
         """Add ``count`` new pages (cash 0, not fetched); returns their ids."""
         start = self.n
         self._grow(start + count)
         ids = np.arange(start, start + count)
+        # (Rows past n are zero: allocated so, and only rows of pages are ever written.)
         self.stored[ids] = -(self.acc_all + self.acc_unfetched)
-        if self._moments:
-            self._b[ids] = 0.0
-            self._d[ids] = 0.0
-        self.hist[ids] = 0.0
-        self.baseline[
-            ids
-        ] = -self.credit_base  # back pay: the teleport credit given before it joined
-        self.held_credit[ids] = 0.0
+        self.baseline[ids] = -self.credit_base  # back pay: the teleport credit given before
         self.last_g[ids] = self.G
-        self.visits[ids] = 0
-        self.flags[ids] = 0
         now = self.now()
-        if self._wall:
+        if self.wall:
             self.last_t[ids] = now
         self.n += count
         self.n_unfetched += count
@@ -516,21 +418,14 @@ class OpicEngine:
         i = self.n
         if i >= self.capacity:
             self._grow(i + 1)
-        self.stored_mv[i] = -(self.acc_all + self.acc_unfetched)
-        if self._moments:
-            self._b_mv[i] = 0.0
-            self._d_mv[i] = 0.0
-        self._hist_mv[i] = 0.0
-        self.baseline_mv[i] = -self.credit_base  # back pay: all teleport credit given before
-        self.held_mv[i] = 0.0
-        self._last_g_mv[i] = self.G
-        self._visits_mv[i] = 0
-        self.flags_mv[i] = 0
+        self.stored_mv[i] = -(self.acc_all + self.acc_unfetched)  # (see add_pages)
+        self.baseline_mv[i] = -self.credit_base
+        self.last_g_mv[i] = self.G
         self.n = i + 1
         self.n_unfetched += 1
         if self._windowed:
             now = self.now()
-            if self._wall:
+            if self.wall:
                 self.last_t[i] = now
             self.window.on_new(self.hist, np.array([i]), now, self.default_rate)
         return i
@@ -589,45 +484,10 @@ class OpicEngine:
     def cash_of(self, i: int) -> float:
         return self.stored_mv[i] + self._offset(self.flags_mv[i])
 
-    def initial_cash(self, ids: np.ndarray) -> np.ndarray:
-        """``C0`` of each page (the uniform initial cash, or 0)."""
-        return self.c0 * ((self.flags[ids] & INITIAL) != 0)
-
-    def received_moments(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(sum a*t, sum a*t^2)`` over the cash ``a`` each page received at G-time ``t``
-        (needs an estimator that tracks them, e.g. ``unbounded:regression``)."""
-        if not self._moments:
-            raise RuntimeError("this engine does not track received-credit moments")
-        return self._b[ids], self._d[ids]
-
-    def received_total(self) -> float:
-        """Link credit received by all pages so far (``sum(hist + link credit held)`` for the
-        unbounded history), in O(1): the crawl's, for a partition that has its :attr:`view`."""
-        return self.view.credit_total if self.view is not None else self.credit_total
-
-    def link_credit(self, ids: np.ndarray | Sequence[int] | None = None) -> np.ndarray:
-        """Link credit each page received since its last visit (what the window policy will
-        absorb at the next one)."""
-        ids = np.arange(self.n) if ids is None else np.asarray(ids, dtype=np.int64)
-        return self.held_credit[ids]
-
     def teleport_share(self) -> float:
-        """PageRank's uniform share ``a = eps + (1 - eps) * D`` (``D``: the share of the credit
-        flow that passed through dangling pages): a page with no in-link has importance
-        ``a / n``."""
-        view = self.view
-        passed = self.credit_passed if view is None else view.credit_passed
-        spent = self.credit_dangling if view is None else view.credit_dangling
-        dangling = spent / passed if passed > 0 else 0.0
-        return self.epsilon + (1.0 - self.epsilon) * dangling
-
-    def slope_total(self) -> float:
-        """Sum over pages of the regression slope of their received cash, in O(1)."""
-        G = self.G
-        view = self.view
-        b, d = (self.b_total, self.d_total) if view is None else (view.b_total, view.d_total)
-        spread = G * b - d
-        return 6.0 * spread / G**3 if G > 0 and spread > SLOPE_NOISE * G * b else 0.0
+        """PageRank's uniform share ``a``: a page with no in-link has importance ``a / n``
+        (:func:`~.importance.teleport_share`)."""
+        return teleport_share(self)
 
     def total_cash(self) -> float:
         """Sum of all cash including the virtual page: 1 up to rounding. O(n) time, for checks;
@@ -636,10 +496,6 @@ class OpicEngine:
         for lo in range(0, self.n, SCAN):
             total += float(self.cash(np.arange(lo, min(self.n, lo + SCAN))).sum())
         return total + self.virtual_cash + self.pool_all + self.pool_unfetched
-
-    def fetched(self, ids: np.ndarray | None = None) -> np.ndarray:
-        ids = np.arange(self.n) if ids is None else np.asarray(ids, dtype=np.int64)
-        return (self.flags[ids] & FETCHED) != 0
 
     # ------------------------------------------------------------------ cash movements
     def _take(self, i: int) -> float:
@@ -655,7 +511,9 @@ class OpicEngine:
             self.flags_mv[i] = fl | FETCHED
             self.n_unfetched -= 1
         self.stored_mv[i] = -self.acc_all
-        return c
+        # (A page that received nothing may read a rounding below 0: paid on, it would lower
+        # the cash of the pages it links to, where every heap expects an increase.)
+        return c if c > 0.0 else 0.0
 
     def visit(
         self,
@@ -665,17 +523,11 @@ class OpicEngine:
         virtual_weight: float = 0.0,
     ) -> float:
         """Visit page ``i`` whose out-links are ``children``; returns the cash it absorbed.
-
-        ``weights`` (aligned with ``children``) split the non-virtual share unequally, e.g. to
-        weigh external links above internal ones. ``virtual_weight`` is the total weight of
-        links that will not be followed (offsite): their share goes to the virtual page.
-        A page with no children is dangling: all its
-        cash goes to the virtual page.
-
-        The virtual page pays out later, in :meth:`payout`, which the selection strategies call
-        before every pop: so consecutive visits see the same virtual page a batch would.
-        """
-        return self._visit(i, children, weights, virtual_weight, ())[0]
+        ``weights`` (aligned with ``children``; None: equal) split the links' share;
+        ``virtual_weight`` is the total weight of links not followed (offsite), whose share
+        goes to the virtual page. A page with no links is dangling: all its cash goes to the
+        virtual page, which pays out later (:meth:`payout`, before every pop)."""
+        return self.visit_out(i, children, weights, virtual_weight, ())[0]
 
     def visit_out(
         self,
@@ -691,70 +543,34 @@ class OpicEngine:
         but returned, ``(cash, credit)`` per outside link in order, for the caller to pay where
         those pages live. Returns the cash absorbed and those shares; the cash absorbed equals
         what stays here plus their sum."""
-        return self._visit(i, children, weights, virtual_weight, outside)
-
-    def _visit(
-        self,
-        i: int,
-        children: Sequence[int],
-        weights: Sequence[float] | None,
-        virtual_weight: float,
-        outside: Sequence[float],
-    ) -> tuple[float, list[tuple[float, float]]]:
         first = not (self.flags_mv[i] & FETCHED)
         c = self._take(i)
-        for obs in self._observers:
+        for obs in self.observers:
             obs.taken((i,))
         now = self.now()
-        last = self._last_g_mv[i] if not self._wall else float(self.last_t[i])
+        last = self.last_g_mv[i] if not self.wall else float(self.last_t[i])
         received, k = self._take_credit(i)  # the window absorbs what the links brought
-        self.window.absorb_one(self._hist_mv, i, received, now, last)
-        self._last_g_mv[i] = self.G
-        if self._wall:
+        self.window.absorb_one(self.hist_mv, i, received, now, last)
+        self.last_g_mv[i] = self.G
+        if self.wall:
             self.last_t[i] = now
-        self._visits_mv[i] += 1
+        self.visits_mv[i] += 1
         self.G += c
         self.g_real += c
-        self._record_visit(c, 1)
-        if first and self._learn_default and self._windowed:
-            self._learn_rate(self.window.estimate_one(i, 0.0, now), 1)
+        self.record_visits(c, 1)
+        if first and self.learns_default:
+            self.learn_rate(self.window.estimate_one(i, 0.0, now), 1)
         return c, self._distribute(i, c, k, children, weights, virtual_weight, outside)
 
     def _take_credit(self, i: int) -> tuple[float, float]:
         """Take all of page ``i``'s credit: returns the link credit it received since its last
         visit and the credit it holds (that, plus its teleport credit since its last visit, or
         since the start for a new page: back pay)."""
-        received = self.held_mv[i]
+        received = self.held_credit_mv[i]
         k = self.acc_credit - self.baseline_mv[i] + received
         self.baseline_mv[i] = self.acc_credit
-        self.held_mv[i] = 0.0
+        self.held_credit_mv[i] = 0.0
         return received, k
-
-    def _live_links(
-        self,
-        i: int,
-        children: Sequence[int],
-        weights: Sequence[float] | None,
-        virtual_weight: float,
-    ) -> tuple[Sequence[int], Sequence[float] | None, float]:
-        """The links of page ``i`` that count: a self-link and a link to a closed page are no
-        links (a closed page is no page), unless ``closed_links_virtual``, where a link to a
-        closed page gives its share to the virtual page instead, as a refused link does."""
-        if (self.self_links or i not in children) and not (
-            self.n_closed and any(self.flags_mv[j] & CLOSED for j in children)
-        ):
-            return children, weights, virtual_weight
-        fl, own = self.flags_mv, -1 if self.self_links else i
-        keep = [m for m, j in enumerate(children) if j != own and not fl[j] & CLOSED]
-        if self.closed_links_virtual:
-            for m, j in enumerate(children):
-                if j != own and fl[j] & CLOSED:
-                    virtual_weight += 1.0 if weights is None else weights[m]
-        return (
-            [children[m] for m in keep],
-            None if weights is None else [weights[m] for m in keep],
-            virtual_weight,
-        )
 
     def _distribute(
         self,
@@ -769,7 +585,7 @@ class OpicEngine:
         """Pay cash ``c`` and credit ``k`` of page ``i`` over its links, in the same shares: the
         local ``children`` are credited here, the ``outside`` links' shares are returned (see
         :meth:`visit_out`)."""
-        children, weights, virtual_weight = self._live_links(i, children, weights, virtual_weight)
+        children, weights, virtual_weight = _live_links(self, i, children, weights, virtual_weight)
         local = len(children)
         d = local + len(outside)
         self.credit_passed += k
@@ -777,25 +593,15 @@ class OpicEngine:
             self.virtual_cash += c
             self.credit_dangling += k
             return []
-        to_virtual = self.epsilon * c
-        rest = c - to_virtual
-        k_rest = k - self.epsilon * k
         if outside:
             weights = _with_outside(local, weights, virtual_weight, outside)
-        if weights is None and not virtual_weight:
-            shares = [rest / d] * d
-            credits = [k_rest / d] * d
-        else:
-            if weights is None:
-                weights = [1.0] * d
-            total_w = float(sum(weights)) + virtual_weight
-            if not total_w > 0:  # no usable weight: behave as a dangling page
-                self.virtual_cash += c
-                self.credit_dangling += k
-                return [(0.0, 0.0)] * len(outside)
-            shares = [rest * w / total_w for w in weights]
-            credits = [k_rest * w / total_w for w in weights]
-            to_virtual += rest * virtual_weight / total_w
+        got = _split(c - self.epsilon * c, k - self.epsilon * k, d, weights, virtual_weight)
+        if got is None:  # no usable weight: as a dangling page
+            self.virtual_cash += c
+            self.credit_dangling += k
+            return [(0.0, 0.0)] * len(outside)
+        shares, credits, to_virtual = got
+        to_virtual += self.epsilon * c
         self._credit(children, shares[:local], credits[:local])
         self.virtual_cash += to_virtual
         return list(zip(shares[local:], credits[local:]))
@@ -803,154 +609,26 @@ class OpicEngine:
     def _credit(
         self, ids: Sequence[int], amounts: Sequence[float], credits: Sequence[float]
     ) -> None:
-        """Add cash and link credit taken from elsewhere (the caller books the debit).
-        Observers hear about each credit right after it, so a heap sifts one changed key at a
-        time. One pass per link: the per-visit hot path."""
-        s, observers = self.stored_mv, self._observers
-        lc = self.held_mv
-        total = 0.0
-        if not self._moments:
-            for j, x, y in zip(ids, amounts, credits):
-                s[j] += x
-                lc[j] += y
-                total += y
-                for obs in observers:
-                    obs.raised(j)
-            self.credit_total += total
-            return
+        """Add cash and link credit taken from elsewhere (the caller books the debit); each
+        credit is told to the observers at once, so a heap sifts one changed key at a time."""
+        s, lc, observers = self.stored_mv, self.held_credit_mv, self.observers
+        moments, b, d = self.tracks_moments, self.moment1_mv, self.moment2_mv
         t = self.G
         tt = t * t
-        b, d = self._b_mv, self._d_mv
+        total = 0.0
         for j, x, y in zip(ids, amounts, credits):
             s[j] += x
             lc[j] += y
-            b[j] += y * t
-            d[j] += y * tt
             total += y
+            if moments:
+                b[j] += y * t
+                d[j] += y * tt
             for obs in observers:
                 obs.raised(j)
         self.credit_total += total
-        self.b_total += total * t
-        self.d_total += total * tt
-
-    def visit_batch(
-        self,
-        ids: np.ndarray,
-        offsets: np.ndarray,
-        children: np.ndarray,
-        weights: np.ndarray | None = None,
-    ) -> float:
-        """Visit the distinct pages ``ids`` at once; returns the total cash absorbed.
-
-        The out-links of ``ids[k]`` are ``children[offsets[k]:offsets[k + 1]]`` (CSR layout, with
-        optional per-link ``weights``). Every page's cash is taken at the same instant (the batch's
-        G-time), then all of it is paid out, so a page of the batch linked from another page of the
-        batch keeps what it receives for its next visit.
-        """
-        ids = np.asarray(ids, dtype=np.int64)
-        offsets = np.asarray(offsets, dtype=np.int64)
-        children = np.asarray(children, dtype=np.int64)
-        if ids.size == 0:
-            return 0.0
-        c, k, total = self._absorb_batch(ids)
-        children, row, w = self._batch_links(ids, offsets, children, weights)
-        if w is None:
-            wsum = np.bincount(row, minlength=ids.size).astype(float)
-        else:
-            wsum = np.bincount(row, weights=w, minlength=ids.size)
-        live = wsum > 0
-        to_virtual = float(c[~live].sum()) + self.epsilon * float(c[live].sum())
-        self.credit_passed += float(k.sum())
-        self.credit_dangling += float(k[~live].sum())
-        if children.size:
-            per_weight = np.zeros(ids.size)
-            per_weight[live] = (1.0 - self.epsilon) * c[live] / wsum[live]
-            share = per_weight[row] if w is None else per_weight[row] * w
-            per_weight[live] = (1.0 - self.epsilon) * k[live] / wsum[live]
-            got = per_weight[row] if w is None else per_weight[row] * w
-            self._credit_batch(children, share, got)
-        self.virtual_cash += to_virtual
-        return total
-
-    def _absorb_batch(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
-        """The first half of :meth:`visit_batch`: every page of ``ids`` gives up its cash and
-        link credit at the batch's instant, into its history; returns the cash and credit
-        taken per page, and the total cash (the clock moved by it)."""
-        for obs in self._observers:
-            obs.taken(ids.tolist())
-        if self.n_closed:
-            for i in ids[(self.flags[ids] & CLOSED) != 0].tolist():
-                self.reopen_page(i)
-        flags = self.flags[ids]
-        first = (flags & FETCHED) == 0
-        c = self.stored[ids] + self.acc_all + self.acc_unfetched * first
-        self.flags[ids] = flags | FETCHED
-        self.n_unfetched -= int(first.sum())
-        self.stored[ids] = -self.acc_all
-        received = self.held_credit[ids]
-        k = self.acc_credit - self.baseline[ids] + received
-        self.baseline[ids] = self.acc_credit
-        self.held_credit[ids] = 0.0
-        now = self.now()
-        last = (self.last_t if self._wall else self.last_g)[ids]
-        self.window.absorb(self.hist, ids, received, now, last)
-        self.last_g[ids] = self.G
-        if self._wall:
-            self.last_t[ids] = now
-        self.visits[ids] += 1
-        total = float(c.sum())
-        self.G += total
-        self.g_real += total
-        self._record_visit(total / ids.size, ids.size)
-        if self._learn_default and first.any() and self._windowed:
-            new = ids[first]
-            rates = self.window.estimate(new, np.zeros(new.size), now)
-            self._learn_rate(float(rates.mean()), new.size)
-        return c, k, total
-
-    def _batch_links(
-        self,
-        ids: np.ndarray,
-        offsets: np.ndarray,
-        children: np.ndarray,
-        weights: np.ndarray | None,
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-        """The links of :meth:`visit_batch` that count: ``(children, the batch row of each,
-        their weights)``, less self-links (unless kept) and links to closed pages."""
-        deg = np.diff(offsets)
-        row = np.repeat(np.arange(ids.size), deg)
-        w = None if weights is None else np.asarray(weights, dtype=float)
-        if children.size and (not self.self_links or self.n_closed):
-            keep = np.ones(children.size, dtype=bool)
-            if not self.self_links:
-                keep &= children != ids[row]
-            if self.n_closed:  # links to closed pages are no links
-                keep &= (self.flags[children] & CLOSED) == 0
-            if not keep.all():
-                children, row = children[keep], row[keep]
-                w = None if w is None else w[keep]
-        return children, row, w
-
-    def _credit_batch(self, children: np.ndarray, share: np.ndarray, got: np.ndarray) -> None:
-        """Credit cash ``share`` and link credit ``got`` to ``children`` (repeats summed)."""
-        if children.size * 8 < self.n:
-            np.add.at(self.stored, children, share)
-            np.add.at(self.held_credit, children, got)
-        else:
-            self.stored[: self.n] += np.bincount(children, weights=share, minlength=self.n)
-            self.held_credit[: self.n] += np.bincount(children, weights=got, minlength=self.n)
-        paid = float(got.sum())
-        self.credit_total += paid
-        if self._moments:
-            t = self.G
-            np.add.at(self._b, children, got * t)
-            np.add.at(self._d, children, got * (t * t))
-            self.b_total += paid * t
-            self.d_total += paid * t * t
-        if self._observers:
-            raised = np.unique(children).tolist()
-            for obs in self._observers:
-                obs.changed(raised)
+        if moments:
+            self.b_total += total * t
+            self.d_total += total * tt
 
     def forfeit(self, i: int) -> float:
         """Send page ``i``'s cash to the virtual page without a visit (no history, no clock):
@@ -959,16 +637,14 @@ class OpicEngine:
         c = self.stored_mv[i] + off
         self.stored_mv[i] = -off
         self.virtual_cash += c
-        for obs in self._observers:
+        for obs in self.observers:
             obs.taken((i,))
         return c
 
     def close_page(self, i: int) -> float:
-        """Close page ``i`` for good (it answered 404, robots.txt forbids it...): its cash goes
-        to the virtual page, and from now on it receives nothing, neither from links (a visit
-        leaves it out of its out-degree, as a link to no page) nor from the virtual page's
-        payouts (which go to the live pages only): a closed page never piles up cash. Its
-        history and credit stay (what it earned before). Returns the cash moved."""
+        """Close page ``i`` for good (404, robots.txt...): its cash goes to the virtual page,
+        and it receives nothing more, from links (it leaves their out-degree) or payouts. Its
+        history and credit stay. Returns the cash moved."""
         fl = self.flags_mv[i]
         if fl & CLOSED:
             return 0.0
@@ -981,10 +657,8 @@ class OpicEngine:
         return c
 
     def links_changed(self, share: float) -> None:
-        """A page was visited again and ``share`` of its links (0 to 1: new or gone, of all its
-        links then and now) changed since its last parsed visit (1: the page is gone): told to
-        the window policy, which may adapt to the site's change
-        (:class:`~.window.AdaptiveInterpolation`)."""
+        """A page visited again had ``share`` of its links (0 to 1; 1: the page is gone) new or
+        gone since its last parsed visit: told to the window policy, which may adapt."""
         self.window.observe_change(share, self.now())
 
     def reopen_page(self, i: int) -> None:
@@ -1000,9 +674,8 @@ class OpicEngine:
         self.stored_mv[i] = -self._offset(fl)
 
     def transfer(self, src: int, dst: int) -> float:
-        """Move all of ``src``'s cash to ``dst`` (a redirect: same money, new page). ``src`` was
-        fetched (its answer was the redirect): it is marked fetched, so that a continuous
-        crawl's discovery share never takes it for a page it has yet to fetch."""
+        """Move all of ``src``'s cash to ``dst`` (a redirect: same money, new page); ``src``
+        counts as fetched (its answer was the redirect)."""
         if src == dst:
             return 0.0
         c, k = self.take_out(src)
@@ -1010,11 +683,10 @@ class OpicEngine:
         return c
 
     def take_out(self, src: int) -> tuple[float, float]:
-        """Take all of page ``src``'s cash and the credit it holds, to be received by another
-        page (:meth:`transfer`, or :meth:`receive` in the partition that holds it): returns
-        ``(cash, credit)``. ``src`` counts as fetched, as in :meth:`transfer`."""
+        """Take all of page ``src``'s cash and credit, ``(cash, credit)``, for another page to
+        :meth:`receive` (in this engine or another partition's); ``src`` counts as fetched."""
         c = self._take(src)
-        for obs in self._observers:
+        for obs in self.observers:
             obs.taken((src,))
         # The credit goes with the cash: the target receives all that the source held.
         held, k = self._take_credit(src)
@@ -1023,8 +695,7 @@ class OpicEngine:
 
     def receive(self, i: int, cash: float, credit: float) -> None:
         """Page ``i`` receives ``cash`` and link ``credit`` taken elsewhere (:meth:`take_out`,
-        or a share of a page of another partition: see :meth:`visit_out`). A closed page is no
-        page: the cash goes to the virtual page, the credit is spent."""
+        :meth:`visit_out`); a closed page's goes to the virtual page."""
         if self.flags_mv[i] & CLOSED:
             self.virtual_cash += cash
             return
@@ -1033,12 +704,8 @@ class OpicEngine:
     def payout(self) -> float:
         """Pay the virtual page's cash out: ``refresh`` of it to all pages, the rest to unfetched
         pages (all to all pages when none is unfetched). O(1). Returns the amount paid here.
-
-        A pooled engine (:attr:`pooled`: a partition of a crawl over several engines) pays here
-        only its partition's share, by its live pages (and its pages never fetched) against the
-        others' (:attr:`view`); the rest waits in :attr:`pool_all` and :attr:`pool_unfetched`,
-        with the whole amount as teleport credit in :attr:`pool_credit`, for the crawl's pool,
-        which pays the other partitions (:meth:`take_pooled`, :meth:`receive_payout`)."""
+        A :attr:`pooled` engine pays only its partition's share, by its pages against the
+        others' (:attr:`view`); the rest waits for the crawl's pool (:meth:`take_pooled`)."""
         v = self.virtual_cash
         live = self.n - self.n_closed  # closed pages receive nothing
         if v <= 0.0 or live == 0:
@@ -1086,314 +753,69 @@ class OpicEngine:
 
     # -- a partition of a crawl (see scrapy_opic.opic.partition) ------------------------------
     def take_pooled(self) -> tuple[float, float, float]:
-        """The virtual page's cash that :meth:`payout` left for the pool, ``(to all pages, to
-        pages never fetched)``, and the teleport credit it gave (owed to the pages of the
-        other partitions too), taken (a pooled engine)."""
+        """Take what :meth:`payout` left for the pool: ``(to all pages, to pages never
+        fetched, the teleport credit given)``."""
         out = (self.pool_all, self.pool_unfetched, self.pool_credit)
         self.pool_all = self.pool_unfetched = self.pool_credit = 0.0
         return out
 
-    def receive_payout(self, to_all: float, to_unfetched: float, credit: float) -> None:
-        """This partition's share of the other partitions' virtual cash, from the crawl's pool:
-        paid as :meth:`payout` pays (its clock moves by the pool's: :meth:`set_clock`). With no
-        live page to pay, the cash waits in the virtual page."""
-        if self.n - self.n_closed == 0:
-            self.virtual_cash += to_all + to_unfetched
-            self.acc_credit += credit
-            return
-        self.virtual_history += to_all + to_unfetched
-        self._pay(to_all, to_unfetched, credit)
-
-    def teleport_to(self, total: float) -> None:
-        """A pooled engine: every page has been given ``total`` teleport credit in the whole
-        crawl (the pool's sum of every partition's payouts): what this engine's pages miss of
-        it (payouts of other partitions, those before this partition existed) is given now."""
-        given = self.acc_credit + self.credit_base
-        if total > given:
-            self.acc_credit += total - given
-            if self.rebase_at and self.acc_credit > self.rebase_at:
-                self.rebase()
-
-    def shift_clock(self, delta: float) -> None:
-        """Move this engine's G-clock ``delta`` ahead, every time it recorded with it (the last
-        visits, the window's measures, the received-credit moments) with it: what a partition
-        whose clock lags the crawl's does to be read with the crawl's clock (an export). Wall
-        clocks need no shift."""
-        if delta <= 0 or self._wall:
-            return
-        n = self.n
-        self.G += delta
-        self.g_others += delta
-        self.last_g[:n] += delta
-        if self._moments:
-            received = self.hist[:n] + self.held_credit[:n]  # (what each page received: sum a)
-            self._d[:n] += 2.0 * delta * self._b[:n] + delta * delta * received
-            self._b[:n] += delta * received
-            self.d_total += 2.0 * delta * self.b_total + delta * delta * self.credit_total
-            self.b_total += delta * self.credit_total
-        self.window.shift(delta, n)
-
-    def set_clock(self, others: float) -> None:
-        """A pooled engine's clock is the crawl's: what it absorbed and paid itself plus
-        ``others``, the rest of the crawl's clock as the pool last told it (never decreasing)."""
+    def receive_pool(
+        self, others: float, to_all: float, to_unfetched: float, teleport: float
+    ) -> None:
+        """A pooled engine's share of the other partitions' virtual cash, from the crawl's
+        pool: its clock becomes its own plus ``others`` (never decreasing); ``to_all`` and
+        ``to_unfetched`` are paid as :meth:`payout` pays (with no live page, they wait); and
+        its pages get what they miss of ``teleport``, all the teleport credit given so far."""
         if others > self.g_others:
             self.G += others - self.g_others
             self.g_others = others
+        if self.n - self.n_closed == 0:
+            self.virtual_cash += to_all + to_unfetched
+        else:
+            self.virtual_history += to_all + to_unfetched
+            self._pay(to_all, to_unfetched, 0.0)
+        given = self.acc_credit + self.credit_base
+        if teleport > given:
+            self.acc_credit += teleport - given
+            if self.rebase_at and self.acc_credit > self.rebase_at:
+                self.rebase()
 
     def rebase(self) -> None:
         """Fold the accumulators into the per-page values and restart them at 0 (see "Rebasing"
-        in the module docstring): every live page's stored cash becomes its true cash, its
-        teleport baseline moves by ``-acc_credit``; no true value changes (each page's cash
-        is the same float :meth:`cash` returned before, its teleport credit held too). O(n),
-        vectorised; :meth:`payout` calls it when an accumulator grows too large. Observers hear
-        :meth:`CashObserver.rebased`."""
+        above): no true value changes, each page's cash is the float :meth:`cash` gave before.
+        O(n), vectorised; :meth:`payout` calls it. Observers hear :meth:`CashObserver.rebased`."""
         n = self.n
         if n:
-            fl = self.flags[:n]
-            # The offsets cash() adds (closed pages: none), so that s becomes exactly cash().
-            off = np.where(fl & FETCHED, self.acc_all, self.acc_all + self.acc_unfetched)
-            if self.n_closed:
-                off[(fl & CLOSED) != 0] = 0.0
-            self.stored[:n] += off
+            self.stored[:n] += self._offsets(np.arange(n))
             self.baseline[:n] -= self.acc_credit
         self.credit_base += self.acc_credit
         self.acc_all = self.acc_unfetched = self.acc_credit = 0.0
         self.rebases += 1
-        for obs in self._observers:
+        for obs in self.observers:
             obs.rebased()
 
-    # ------------------------------------------------------------------ persistence
-    _SCALARS = (
-        "n",
-        "G",
-        "g_real",
-        "virtual_cash",
-        "virtual_history",
-        "acc_all",
-        "acc_unfetched",
-        "n_unfetched",
-        "n_closed",
-        "n_initial",
-        "c0",
-        "visit_count",
-        "_cash_at_visit_ema",
-        "acc_credit",
-        "credit_base",
-        "rebases",
-        "credit_total",
-        "credit_passed",
-        "credit_dangling",
-        "b_total",
-        "d_total",
-        "default_rate",
-        "g_others",
-        "pool_all",
-        "pool_unfetched",
-        "pool_credit",
-    )
-
-    def _arrays(self) -> dict[str, np.ndarray]:
-        out: dict[str, np.ndarray] = {
-            "s": self.stored,
-            "hist": self.hist,
-            "cb": self.baseline,
-            "lc": self.held_credit,
-            "last_g": self.last_g,
-            "visits": self.visits,
-            "flags": self.flags,
-        }
-        if self._wall:
-            out["last_t"] = self.last_t
-        if self._moments:
-            out["b"], out["d"] = self._b, self._d
-        return out
-
-    def state_dict(self, keys: bool = True) -> dict:
-        """Everything needed to rebuild this engine (parameters, scalars, per-page arrays cut to
-        ``n`` rows, window state and, unless ``keys`` is false, the page keys): plain Python and
-        numpy values, for a store."""
-        n = self.n
-        head = self.header()
-        return {
-            "params": head["params"],
-            "scalars": head["scalars"],
-            "arrays": {k: a[:n].copy() for k, a in self._arrays().items()},
-            "window": self.window.state_dict(n),
-            "keys": self.keys.listing(n) if keys and isinstance(self.keys, DictKeys) else [],
-        }
-
-    @classmethod
-    def from_state(cls, state: dict, **kw: Any) -> OpicEngine:
-        """Rebuild an engine saved by :meth:`state_dict` (``kw``: e.g. ``time_fn``)."""
-        params = dict(state["params"])
-        params.update(kw)
-        engine = cls(capacity=max(1, state["scalars"]["n"]), **params)
-        engine._grow(state["scalars"]["n"])
-        for k in cls._SCALARS:
-            setattr(engine, k, type(getattr(engine, k))(state["scalars"][k]))
-        n = engine.n
-        saved = state["arrays"]
-        for k, a in engine._arrays().items():
-            a[:n] = saved[k]
-        engine.window.load_state(state["window"], n)
-        keys = state["keys"]
-        if keys:
-            engine.keys = DictKeys(keys)
-        return engine
-
-    def page_arrays(self) -> dict[str, np.ndarray]:
-        """Every per-page array, the engine's and then the window policy's (named ``w.<name>``),
-        at capacity: row ``i`` is page ``i``. With :meth:`header`, all a store must save; the
-        arrays are the engine's own (a store reads rows of them, never keeps them)."""
-        out = dict(self._arrays())
-        out.update({f"w.{k}": a for k, a in self.window.page_arrays().items()})
-        return out
-
-    def header(self) -> dict:
-        """The engine's parameters and scalars (the window policy's included): with the rows of
-        :meth:`page_arrays` for ``n`` pages, what :meth:`from_header` rebuilds it from. O(1)."""
-        return {
-            "params": {
-                "epsilon": self.epsilon,
-                "refresh": self.refresh,
-                "window": self.window.spec(),
-                "self_links": self.self_links,
-            },
-            "scalars": {k: getattr(self, k) for k in self._SCALARS},
-            "window": self.window.scalars(),
-            "view": None if self.view is None else tuple(self.view),
-        }
-
-    @classmethod
-    def from_header(cls, header: dict, **kw: Any) -> OpicEngine:
-        """An engine with the parameters and scalars of ``header`` (:meth:`header`) and room for
-        its pages, whose per-page rows are still zero: the caller fills the first ``n`` rows of
-        each of :meth:`page_arrays`. ``kw``: e.g. ``keys``, ``time_fn``."""
-        params = dict(header["params"])
-        params.update(kw)
-        n = int(header["scalars"]["n"])
-        engine = cls(capacity=max(1, n), **params)
-        # (A scalar the header does not give keeps its initial value: a state merged from
-        # several engines gives only the sums it knows.)
-        for k, v in header["scalars"].items():
-            if k in cls._SCALARS:
-                setattr(engine, k, type(getattr(engine, k))(v))
-        engine.window.load_scalars(header["window"])
-        view = header.get("view")
-        engine.view = None if view is None else CrawlView(*view)
-        return engine
-
     # ------------------------------------------------------------------ statistics
-    def _record_visit(self, mean_cash: float, count: int) -> None:
+    def record_visits(self, mean_cash: float, count: int) -> None:
         self.visit_count += count
         # Running mean over roughly the last 1000 visits of (cash at visit) * n; Greedy -> 2.
         w = 1.0 - VISIT_DECAY**count
-        self._cash_at_visit_ema += w * (mean_cash * self.n - self._cash_at_visit_ema)
+        self.cash_at_visit_ema += w * (mean_cash * self.n - self.cash_at_visit_ema)
 
-    def _learn_rate(self, rate: float, count: int) -> None:
+    def learn_rate(self, rate: float, count: int) -> None:
         w = 1.0 - RATE_DECAY**count
         self.default_rate += w * (rate - self.default_rate)
 
-    @property
-    def cash_at_visit_x_n(self) -> float:
-        """Mean cash taken per visit times the number of pages, over roughly the last 1,000
-        visits (the paper: it converges to 2 under Greedy). The running mean starts at 0, so it
-        is divided by the weight it has gathered so far (bias correction)."""
-        gathered = 1.0 - VISIT_DECAY**self.visit_count
-        return self._cash_at_visit_ema / gathered if gathered > 0 else 0.0
-
-    @property
-    def error_factor(self) -> float:
-        """The paper's error factor ``1 / G`` (an upper bound on the estimate's error)."""
-        return 1.0 / self.G if self.G > 0 else float("inf")
-
     def importance(self, ids: np.ndarray | Sequence[int] | None = None) -> np.ndarray:
         """Importance of ``ids`` (all pages if ``None``), normalised to sum 1 over all pages
-        (:func:`mix`: closed pages hold no link credit, pages gone hold nothing)."""
+        (:func:`~.importance.mix`: closed pages hold no link credit, pages gone hold nothing)."""
         if not self.n:
             return np.zeros(0)
         out = importance_of_parts([self])[0]
         return out if ids is None else out[np.asarray(ids, dtype=np.int64)]
 
-    def estimates(self) -> np.ndarray:
-        """The window's estimate of every page's share of the history (not normalised: the
-        link credit part of :meth:`importance`; comparable between the engines of one crawl's
-        partitions, whose clocks are one)."""
-        return self.window.estimate(np.arange(self.n), self.held_credit[: self.n], self.now())
-
-    def estimate_total(self) -> float:
-        """The sum of the window's estimates over all pages (the normaliser of
-        :meth:`importance`): O(1) when the policy knows it, else a scan of :data:`SCAN` pages
-        at a time."""
-        total = self.window.normaliser()
-        if total is not None:
-            return float(total)
-        now = self.now()
-        total = 0.0
-        for lo in range(0, self.n, SCAN):
-            hi = min(self.n, lo + SCAN)
-            total += float(
-                self.window.estimate(np.arange(lo, hi), self.held_credit[lo:hi], now).sum()
-            )
-        return total
-
-    def best_page(self) -> tuple[int, float] | None:
-        """The most important page and its importance (None without pages): O(n) time,
-        :data:`SCAN` pages at a time in memory."""
-        n = self.n
-        if not n:
-            return None
-        now = self.now()
-        best, best_est, total = 0, -np.inf, 0.0
-        for lo in range(0, n, SCAN):
-            hi = min(n, lo + SCAN)
-            est = self.window.estimate(np.arange(lo, hi), self.held_credit[lo:hi], now)
-            est[(self.flags[lo:hi] & CLOSED) != 0] = 0.0  # (closed: no importance of its own)
-            total += float(est.sum())
-            k = int(est.argmax())
-            if est[k] > best_est:
-                best, best_est = lo + k, float(est[k])
-        norm = self.window.normaliser()
-        total = float(norm) if norm is not None else total
-        return best, (self._mix(best_est, total) if total > 0 else 1.0 / n)
-
-    def importance_of(self, i: int) -> float:
-        """Importance of one page. O(1) for the unbounded history; windowed policies reuse a
-        normaliser that is refreshed whenever the clock or the page count moved by 1%."""
-        now = self.now()
-        est = self.window.estimate_one(i, self.held_mv[i], now)
-        total = self.normaliser()
-        n = self.n if self.view is None else self.view.n
-        return self._mix(est, total) if total > 0 else 1.0 / n
-
-    def _mix(self, est: Any, total: float) -> Any:
-        """PageRank's split: the teleport share ``a / n`` plus ``1 - a`` by share of the link
-        credit (``est / total``; arrays or floats)."""
-        a = self.teleport_share()
-        return a / (self.n if self.view is None else self.view.n) + (1.0 - a) / total * est
-
-    def normaliser(self) -> float:
-        """The sum of the window's estimates (the normaliser of importance): the window's,
-        the crawl's as its :attr:`view` tells, or this engine's, cached until the clock or the
-        page count moves by 1%."""
-        w = self.window
-        total = w.normaliser()
-        if total is not None:
-            return total
-        if self.view is not None:
-            return self.view.normaliser
-        cached = self._norm_cache
-        if (
-            cached is None
-            or abs(self.G - cached[0]) > 0.01 * max(self.G, 1e-300)
-            or abs(self.n - cached[1]) > 0.01 * self.n
-        ):
-            total = self.estimate_total()
-            self._norm_cache = cached = (self.G, self.n, total)
-        return cached[2]
-
     def stats(self) -> dict[str, float]:
         """Scalars worth watching (the Scrapy layer copies them into its stats collector)."""
+        gathered = 1.0 - VISIT_DECAY**self.visit_count
         return {
             "pages": self.n,
             "fetched": self.n - self.n_unfetched - self.n_closed,
@@ -1401,10 +823,41 @@ class OpicEngine:
             "closed": self.n_closed,
             "visits": self.visit_count,
             "G": self.G,
-            "error_factor": self.error_factor,
+            # The paper's error factor 1 / G, an upper bound on the estimate's error.
+            "error_factor": 1.0 / self.G if self.G > 0 else float("inf"),
             "virtual_cash": self.virtual_cash,
-            "cash_at_visit_x_n": self.cash_at_visit_x_n,
+            # Mean cash taken per visit times the pages over roughly the last 1,000 visits (the
+            # paper: 2 under Greedy); the running mean starts at 0, hence the weight gathered.
+            "cash_at_visit_x_n": self.cash_at_visit_ema / gathered if gathered > 0 else 0.0,
         }
 
 
-__all__ = ["FETCHED", "INITIAL", "CashObserver", "CrawlView", "OpicEngine"]
+def _live_links(
+    e: OpicEngine,
+    i: int,
+    children: Sequence[int],
+    weights: Sequence[float] | None,
+    virtual_weight: float,
+) -> tuple[Sequence[int], Sequence[float] | None, float]:
+    """The links of page ``i`` of ``e`` that count: a self-link and a link to a closed page are
+    no links (a closed page is no page), unless ``closed_links_virtual``, where a link to a
+    closed page gives its share to the virtual page instead, as a refused link does."""
+    fl = e.flags_mv
+    if (e.self_links or i not in children) and not (
+        e.n_closed and any(fl[j] & CLOSED for j in children)
+    ):
+        return children, weights, virtual_weight
+    own = -1 if e.self_links else i
+    keep = [m for m, j in enumerate(children) if j != own and not fl[j] & CLOSED]
+    if e.closed_links_virtual:
+        for m, j in enumerate(children):
+            if j != own and fl[j] & CLOSED:
+                virtual_weight += 1.0 if weights is None else weights[m]
+    return (
+        [children[m] for m in keep],
+        None if weights is None else [weights[m] for m in keep],
+        virtual_weight,
+    )
+
+
+__all__ = ["FETCHED", "INITIAL", "SCALARS", "CashObserver", "OpicEngine"]

@@ -32,8 +32,8 @@ from .constants import (
     PENDING,
     STATUSES,
 )
-from .engine import importance_of_parts
 from .frontier import Entry, Lease, Link, Visit, discovery_step, require_payload
+from .importance import importance_of_parts
 from .journal import Member
 from .messages import POOL, DropNote, FileNote, Message, Note, in_transit
 from .partition import Partition
@@ -828,7 +828,7 @@ class Fleet:
             out["refetch_plans"] = self.planner.plans
         if len(self.parts) == 1:
             (part,) = self.parts.values()
-            out["cash_at_visit_x_n"] = part.frontier.engine.cash_at_visit_x_n
+            out["cash_at_visit_x_n"] = part.frontier.engine.stats()["cash_at_visit_x_n"]
         return finish_figures(out)
 
     def known_figures(self) -> dict[str, float]:

@@ -122,6 +122,7 @@ from .constants import (
     VISITED,
 )
 from .engine import OpicEngine
+from .importance import best_page, importance_of
 from .refresh import Refresher
 from .selection import Selection, TieredSelection, Tiers, make_selection
 
@@ -748,7 +749,7 @@ class MemoryFrontier:
             NEEDS_PAYLOAD if self.schedulable(j, link.again) else DUPLICATE
             for link, j in zip(links, children)
         ]
-        return Visit(codes, self.engine.importance_of(i) if importance else None), shares
+        return Visit(codes, importance_of(self.engine, i) if importance else None), shares
 
     def unchanged(self, lease: Lease, payload: Any = None) -> Visit | None:
         got = self.unchanged_out(lease, (), payload)
@@ -1005,7 +1006,7 @@ class MemoryFrontier:
         return out
 
     def top_page(self) -> tuple[str, float] | None:
-        best = self.engine.best_page()
+        best = best_page(self.engine)
         if best is None:
             return None
         url = self.url_of(best[0])

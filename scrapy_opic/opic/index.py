@@ -32,13 +32,14 @@ Ids are limited to ``2**32 - 2`` (a slot holds ``id + 1`` in 32 bits).
 from __future__ import annotations
 
 import operator
-from collections.abc import Hashable
+import sys
+from collections.abc import Hashable, Sequence
 from hashlib import blake2b as _blake2b
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
-__all__ = ["KeyIndex", "key_hash"]
+__all__ = ["DictKeys", "KeyIndex", "PageKeys", "key_hash"]
 
 _from_bytes = int.from_bytes
 
@@ -48,6 +49,51 @@ _U64_MAX = 2**64 - 1
 _MAX_ID = 2**32 - 2
 #: Smallest table (slots).
 _MIN_TABLE = 8
+
+
+class PageKeys(Protocol):
+    """How page keys map to dense page ids (the engine's :meth:`~.engine.OpicEngine.page`)."""
+
+    def get(self, key: Hashable) -> int | None:
+        """The id of ``key``, or None."""
+
+    def add(self, key: Hashable, i: int) -> None:
+        """``key`` (not known yet) is page ``i``, the page just added."""
+
+    def key_of(self, i: int) -> Hashable | None:
+        """The key of page ``i`` (None if it has none, or if this map cannot tell)."""
+
+    def nbytes(self) -> int: ...
+
+
+class DictKeys:
+    """Any hashable keys, in a dict and a list (about 100 bytes per page beyond the keys
+    themselves: the in-memory frontier's and the simulator's map; the embedded store uses a
+    compact index of key hashes instead)."""
+
+    def __init__(self, keys: Sequence[Hashable | None] = ()) -> None:
+        self._keys: list[Hashable | None] = list(keys)
+        self._ids: dict[Hashable, int] = {k: i for i, k in enumerate(self._keys) if k is not None}
+
+    def get(self, key: Hashable) -> int | None:
+        return self._ids.get(key)
+
+    def add(self, key: Hashable, i: int) -> None:
+        keys = self._keys
+        if len(keys) < i:  # pages added without keys before this one
+            keys.extend([None] * (i - len(keys)))
+        self._ids[key] = i
+        keys.append(key)
+
+    def key_of(self, i: int) -> Hashable | None:
+        return self._keys[i] if i < len(self._keys) else None
+
+    def listing(self, n: int) -> list[Hashable | None]:
+        """The keys of pages ``0..n-1``."""
+        return self._keys[:n] + [None] * max(0, n - len(self._keys))
+
+    def nbytes(self) -> int:
+        return sys.getsizeof(self._ids) + sys.getsizeof(self._keys)
 
 
 def key_hash(key: Hashable) -> int:

@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable
 from typing import Any, NamedTuple
 
-from .engine import CrawlView
 from .frontier import Entry
+from .importance import CrawlView
 
 #: The number of the crawl's pool, as a message's source or destination.
 POOL = -1

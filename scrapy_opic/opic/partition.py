@@ -16,8 +16,8 @@ whole amount as teleport credit, so that every page of the crawl is paid as one 
 would pay it. A crawl whose pages are all in one partition is exactly one engine.
 
 One clock. A partition's clock is what it absorbed and paid itself plus the rest of the crawl's
-clock as the pool last told it (:meth:`OpicEngine.set_clock
-<scrapy_opic.opic.engine.OpicEngine.set_clock>`).
+clock as the pool last told it (:meth:`OpicEngine.receive_pool
+<scrapy_opic.opic.engine.OpicEngine.receive_pool>`).
 
 Durability. Every change is a record of the journal (:mod:`.journal`), made in the order the
 changes happened; :meth:`Partition.replay` applies records again on the checkpoint they follow,
@@ -35,8 +35,9 @@ import numpy as np
 
 from .config import CrawlConfig
 from .constants import FILTERED, FORBIDDEN, FORWARDED, OK, PENDING, STATUSES
-from .engine import CrawlView, DictKeys, OpicEngine
 from .frontier import Entry, Lease, Link, MemoryFrontier, MemoryRows, Visit, require_payload
+from .importance import CrawlView, normaliser
+from .index import DictKeys
 from .journal import (
     Applied,
     Confirmed,
@@ -58,6 +59,7 @@ from .journal import (
 from .messages import POOL, Figures, Message, Payment, Payout, Report, Transfer
 from .refresh import Refresher
 from .routing import partition_of
+from .snapshot import engine_arrays, engine_from_header, engine_header
 
 
 class Remote(NamedTuple):
@@ -139,7 +141,7 @@ class Partition(Member):
         fr = self.frontier
         e = fr.engine
         n = e.n
-        arrays = {name: a[:n] for name, a in e.page_arrays().items()}
+        arrays = {name: a[:n] for name, a in engine_arrays(e).items()}
         r = fr.refresher
         kept: dict[int, tuple] = {}
         if r is not None:
@@ -152,7 +154,7 @@ class Partition(Member):
             raise TypeError("a partition checkpointed whole keeps its keys and rows in memory")
         return {
             **self.own_state(),
-            "engine": e.header(),
+            "engine": engine_header(e),
             "arrays": arrays,
             "status": bytes(fr.status[:n]),
             "outcome": fr.outcome[:n].tobytes(),
@@ -176,11 +178,11 @@ class Partition(Member):
     ) -> Partition:
         """The partition of a checkpoint (:meth:`state`): pages that were in flight are pending
         again (their fetch may not have happened)."""
-        engine = OpicEngine.from_header(state["engine"], keys=DictKeys(state["keys"]))
+        engine = engine_from_header(state["engine"], keys=DictKeys(state["keys"]))
         n = engine.n
         engine.reserve(n)
         arrays = state["arrays"]
-        for name, a in engine.page_arrays().items():
+        for name, a in engine_arrays(engine).items():
             a[:n] = arrays[name]
         rows = MemoryRows()
         rows.urls = list(state["urls"])
@@ -512,9 +514,7 @@ class Partition(Member):
                     fr.schedule([p.entry])
         elif isinstance(m, Payout):
             e.view = m.view
-            e.set_clock(m.others)
-            e.receive_payout(m.to_all, m.to_unfetched, 0.0)
-            e.teleport_to(m.teleport)
+            e.receive_pool(m.others, m.to_all, m.to_unfetched, m.teleport)
         else:
             raise ValueError(f"partition {self.k}: a message {type(m).__name__}")
         self._log(Applied, at, m)
@@ -546,7 +546,7 @@ class Partition(Member):
             e.d_total,
             e.credit_passed,
             e.credit_dangling,
-            float(e.normaliser() if norm is None else norm),
+            float(normaliser(e) if norm is None else norm),
             e.visit_count,
             discovered=fr.counts[0],
             pending=fr.counts[1],

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-from .engine import CrawlView
+from .importance import CrawlView
 from .journal import Member
 from .messages import POOL, Figures, Message, Payout, Report
 

@@ -64,12 +64,12 @@ class EngineView(Protocol):
     last_g: np.ndarray
     last_t: np.ndarray
     default_rate: float
-
-    def received_moments(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
-
-    def received_total(self) -> float: ...
-
-    def slope_total(self) -> float: ...
+    moment1: np.ndarray  # the G-moments of the link credit each page received
+    moment2: np.ndarray
+    credit_total: float  # and their sums over all pages
+    b_total: float
+    d_total: float
+    view: Any  # the crawl's sums, for a partition's engine (a CrawlView), or None
 
 
 CLOCKS = ("g", "wall")
@@ -160,13 +160,6 @@ class WindowPolicy:
     def nbytes(self) -> int:
         return 0
 
-    def state_dict(self, n: int) -> dict:
-        """The policy's own per-page state for ``n`` pages (none for most policies)."""
-        return {}
-
-    def load_state(self, state: dict, n: int) -> None:
-        """Restore what :meth:`state_dict` saved."""
-
     def shift(self, delta: float, n: int) -> None:
         """The times this policy keeps per page (beyond the engine's), moved ``delta`` ahead
         (see :meth:`OpicEngine.shift_clock`)."""
@@ -255,10 +248,10 @@ class UnboundedHistory(WindowPolicy):
         est = e.hist[ids] + cash
         if self.estimator in ("lemma", "paper"):
             return est
-        slope = self._slope(*e.received_moments(ids))
+        slope = self._slope(e.moment1[ids], e.moment2[ids])
         if self.estimator == "regression":
             return slope
-        received, slopes = e.received_total(), e.slope_total()
+        received, slopes = self._received_total(), self._slope_total()
         return BLEND_LEMMA * (est / received if received > 0 else est) + (1.0 - BLEND_LEMMA) * (
             slope / slopes if slopes > 0 else slope
         )
@@ -275,12 +268,25 @@ class UnboundedHistory(WindowPolicy):
     def normaliser(self) -> float:
         """Sum of :meth:`estimate` over all pages, in O(1) (the blend's parts are each
         normalised already)."""
-        e = self._bound()
         if self.estimator == "blend":
             return 1.0
         if self.estimator == "regression":
-            return e.slope_total()
-        return e.received_total()
+            return self._slope_total()
+        return self._received_total()
+
+    def _received_total(self) -> float:
+        """Link credit received by all pages so far, in O(1): the crawl's, for a partition's
+        engine (its view)."""
+        e = self._bound()
+        return e.view.credit_total if e.view is not None else e.credit_total
+
+    def _slope_total(self) -> float:
+        """Sum over pages of the regression slope of their received credit, in O(1)."""
+        e = self._bound()
+        b, d = (e.b_total, e.d_total) if e.view is None else (e.view.b_total, e.view.d_total)
+        G = e.G
+        spread = G * b - d
+        return 6.0 * spread / G**3 if G > 0 and spread > SLOPE_NOISE * G * b else 0.0
 
     def measures_per_page(self, now: float) -> float:
         return 1.0
@@ -420,12 +426,6 @@ class AdaptiveInterpolation(Interpolation):
     def scalars(self) -> dict:
         return {"level": self.level, "changed_at": self.changed_at, "changing": self.changing}
 
-    def state_dict(self, n: int) -> dict:
-        return self.scalars()
-
-    def load_state(self, state: dict, n: int) -> None:
-        self.load_scalars(state)
-
     def load_scalars(self, scalars: dict) -> None:
         self.level = float(scalars.get("level", 0.0))
         at = scalars.get("changed_at")
@@ -550,21 +550,6 @@ class _MeasureWindow(WindowPolicy):
 
     def nbytes(self) -> int:
         return self.mc.nbytes + self.mt.nbytes + self.count.nbytes + self.t_before.nbytes
-
-    def state_dict(self, n: int) -> dict:
-        return {
-            "mc": self.mc[:n].copy(),
-            "mt": self.mt[:n].copy(),
-            "count": self.count[:n].copy(),
-            "t_before": self.t_before[:n].copy(),
-            "span_ema": self.span_ema,
-        }
-
-    def load_state(self, state: dict, n: int) -> None:
-        self.grow(n)
-        self.mc[:n], self.mt[:n] = state["mc"], state["mt"]
-        self.count[:n], self.t_before[:n] = state["count"], state["t_before"]
-        self.span_ema = float(state["span_ema"])
 
     def page_arrays(self) -> dict[str, np.ndarray]:
         return {"mc": self.mc, "mt": self.mt, "count": self.count, "t_before": self.t_before}

@@ -29,6 +29,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ..opic.batch import visit_batch
 from ..opic.engine import OpicEngine
 from ..opic.graph import Graph, load_edge_list, power_law_graph
 from ..opic.pagerank import pagerank, relative_error, top_mask
@@ -186,7 +187,7 @@ class Simulation:
     def _step_batch(self, k: int) -> None:
         ids = self._select(k)
         offsets, children = self.graph.gather(ids)
-        self.engine.visit_batch(ids, offsets, children)
+        visit_batch(self.engine, ids, offsets, children)
         if self._stale is not None:
             self._tell_changes(ids.tolist())
 
@@ -350,13 +351,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: --out {args.out}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     e = sim.engine
+    stats = e.stats()
     report = sys.stderr if args.out == "-" else sys.stdout
     print(
         f"graph: {graph.n:,} nodes, {graph.n_edges:,} links (ready in {t_load:.2f} s)\n"
         f"run: {args.strategy}, {window.spec()}, epsilon={args.epsilon}, batch={sim.batch}, "
         f"{visits:,} visits in {t_run:.2f} s ({visits / max(t_run, 1e-9):,.0f} visits/s)\n"
-        f"G={e.G:.4f}  error factor 1/G={e.error_factor:.6f}  "
-        f"mean cash at visit x n={e.cash_at_visit_x_n:.3f}  total cash={e.total_cash():.12f}",
+        f"G={e.G:.4f}  error factor 1/G={stats['error_factor']:.6f}  "
+        f"mean cash at visit x n={stats['cash_at_visit_x_n']:.3f}  "
+        f"total cash={e.total_cash():.12f}",
         file=report,
     )
     if not args.no_pagerank:
