@@ -14,7 +14,6 @@ pool's, and the messages not yet applied, is 1.
 
 from __future__ import annotations
 
-import heapq
 import time
 from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
 from typing import Any
@@ -33,6 +32,7 @@ from .constants import (
     STATUSES,
 )
 from .frontier import Entry, Lease, Link, Visit, discovery_step, require_payload
+from .heads import Heads
 from .importance import importance_of_parts
 from .journal import Member
 from .messages import POOL, DropNote, FileNote, Message, Note, in_transit
@@ -88,8 +88,8 @@ def finish_figures(out: dict[str, float]) -> dict[str, float]:
 
 class Fleet:
     """The partitions of a crawl that one process owns, as one frontier (see the module
-    docstring). A store makes partitions and the pool this process's (:meth:`adopt`), gives them
-    up (:meth:`abandon`), keeps their journals and carries the messages.
+    docstring). A store gives it members (:meth:`adopt`, :meth:`abandon`), keeps their journals
+    and carries the messages.
 
     :param config: the crawl's parameters (the ``random`` and ``cycle`` strategies: one
         partition only).
@@ -109,50 +109,32 @@ class Fleet:
         if config.strategy != "greedy" and config.partitions != 1:
             raise ValueError(f"the {config.strategy} strategy needs a crawl of one partition")
         self.config = config
-        self.P = config.partitions
-        self.by = config.by
-        self.continuous = config.continuous
-        #: A continuous crawl that refetches by change: each partition a refresher, their
-        #: plans one (:attr:`planner`, the process's budget).
+        self.P, self.by, self.continuous = config.partitions, config.by, config.continuous
+        #: A crawl that refetches by change: its partitions' refetches planned together.
         self.refetch = config.refetches_by_change
         self.planner = Planner()
         self.encode = encode
         self.time_fn = time_fn
-        #: ``claim(k)``: the store's, makes partition ``k`` this process's now if it may (a
-        #: process alone in its crawl owns every partition it meets), returning it.
+        #: ``claim(k)``: the store's, makes partition ``k`` this process's now if it may.
         self.claim = claim
-        #: Whether the store writes every record of this process's members in one atomic
-        #: step: then a message between two of them is applied as soon as it is made (the
-        #: record that made it and the one that applied it become durable together); else once
-        #: the first is durable (see :meth:`deliver_local`).
+        #: The store writes all the records of this process's members in one atomic step: a
+        #: message between two of them is applied at once (else once its record is durable).
         self.atomic = atomic
         self.parts: dict[int, Partition] = {}
-        #: The number of each partition's adoption here: a lease's token holds it (a lease of
-        #: an earlier ownership is stale).
+        #: Each partition's adoption number here, in its leases' tokens (older ones are stale).
         self.epochs: dict[int, int] = {}
         self.pool: Pool | None = None
         self.notes: list[Note] = []
         #: The discovery debt of this process's pops (see :func:`~.frontier.discovery_step`).
         self.discovery_debt = 0.0
         self._adoptions = 0
-        #: Keys of pages of other partitions whose request this process sent (no need to send
-        #: it again: the partition filed it, or holds it visited); bounded.
+        #: Keys of pages of other partitions whose request this process sent already; bounded.
         self._forwarded: set[Hashable] = set()
-        #: Messages applied here between members this process owns, not yet confirmed to
-        #: their sources: ``(src, dst, seq, records of dst once applied)``.
+        #: Messages applied here between members this process owns, to confirm to their
+        #: sources: ``(src, dst, seq, records of dst once applied)``.
         self._local: list[tuple[int, int, int, int]] = []
         self._senders: set[int] = set()  # members that made messages since deliver_local
-        # The best page of each partition, for pops (see _refresh_heads): per ``discover``,
-        # partition -> (its version, (rank, page, slot) or None), a heap of the ranks, and
-        # the partitions changed since; those whose candidates change with time alone.
-        self._heads: tuple[dict, dict] = ({}, {})
-        self._heap: tuple[list, list] = ([], [])
-        self._dirty: list[set[int]] = [set(), set(), set()]  # heads (twice), counts
-        self._volatile: set[int] = set()
-        # The live pages and pages never fetched of each partition owned, and their sums.
-        self._count_of: dict[int, tuple[int, int]] = {}
-        self._totals = [0, 0]
-        self._exact: tuple[Any, bool] = (None, False)
+        self.heads = Heads()  # the best page of each partition, for pops
 
     # -- partitions ---------------------------------------------------------------------------
     def route(self, url: str | None, key: Hashable) -> int:
@@ -178,6 +160,7 @@ class Fleet:
         self._adoptions += 1
         self.epochs[part.k] = self._adoptions
         self.parts[part.k] = part
+        self.heads.joined(part.k)
         self._touched(part)
 
     def adopt_pool(self, pool: Pool) -> None:
@@ -194,8 +177,7 @@ class Fleet:
         part = self.parts.pop(k, None)
         if part is not None:
             self.epochs.pop(k, None)
-            self._mark(k)
-            self._volatile.discard(k)
+            self.heads.forget(k)
         return part
 
     def look(self, k: int, key: Hashable, again: bool) -> tuple[bool, bool] | None:
@@ -211,15 +193,10 @@ class Fleet:
             return False, True
         return fr.engine.is_closed(i), fr.schedulable(i, again)
 
-    def _mark(self, k: int) -> None:
-        """Partition ``k`` changed (or came, or left): its best page and counts are stale."""
-        for dirty in self._dirty:
-            dirty.add(k)
-
     def _touched(self, member: Member) -> None:
         """A call changed ``member``: its best page is stale, and it may have messages."""
         if member.k != POOL:
-            self._mark(member.k)
+            self.heads.mark(member.k)
         if member.outbox:
             self._senders.add(member.k)
 
@@ -283,34 +260,58 @@ class Fleet:
     ) -> Lease | None:
         """The best page of the partitions owned but those of ``exclude``: the highest
         priority, then (in a continuous crawl's discovery turn, a page never fetched first)
-        the most cash, among the slots with room. Each partition's best page is cached until
-        the partition changes: a pop costs O(log P) heap operations, and a peek of each
-        partition changed or whose best page's slot is full. A crawl that refetches by change
-        pops as :meth:`_pop_refetch` says."""
+        the most cash, among the slots with room (:class:`~.heads.Heads`: O(log P) heap
+        operations). A crawl that refetches by change pops as :meth:`_choose` says, and after
+        a refetch makes one relay visit in the refetched page's partition."""
         if self._senders:
             self.deliver_local()
         if self.config.strategy != "greedy":
             return self._pop_any(exclude)
-        if self.refetch:
-            return self._pop_refetch(full_slots, exclude)
         share = self.config.discovery if self.continuous else 0.0
         while True:
-            discover = bool(share) and self.discovery_debt + share >= 1.0
-            best = self._best(full_slots, exclude, discover)
-            if best is None:
+            got = self._choose(
+                full_slots, exclude, bool(share) and self.discovery_debt + share >= 1
+            )
+            if got is None:
                 return None
-            _, part, i = best
+            part, i = got
             lease = part.take(i)
-            self._mark(part.k)
+            self.heads.mark(part.k)
             if lease is None:  # (its request was lost: the page was given up)
                 continue
+            fetched = part.frontier.fetched(i)
             if share:
-                fetched = part.frontier.fetched(i)
                 self.discovery_debt = discovery_step(self.discovery_debt, share, fetched)
+            if self.refetch and fetched:
+                part.relay_after(i)
+                self._touched(part)
             return self._leased(part, lease)
 
+    def _choose(
+        self, full_slots: Collection[Hashable], exclude: Collection[int], turn: bool
+    ) -> tuple[Partition, int] | None:
+        """The page to pop, ``turn`` telling whether it is discovery's. A crawl that refetches
+        by change (see :mod:`~.refresh`): discovery's share for pages never fetched, else the
+        refetch due first of all the partitions (their schedules planned together:
+        :meth:`replan`), else the richest page."""
+        if not self.refetch:
+            best = self.heads.best(self.parts, self.pool, full_slots, exclude, turn)
+            return None if best is None else (best[1], best[2])
+        now = self.time_fn()
+        planner = self.planner
+        if planner.due(sum(p.frontier.engine.n for p in self.parts.values()), now):
+            self.replan(now)
+        best = self.heads.best(self.parts, self.pool, full_slots, exclude, True)
+        return pick(
+            None if best is None else (best[1], best[2]),
+            best is not None and not best[1].frontier.fetched(best[2]),
+            turn,
+            lambda early: self._due(full_slots, exclude, early, now),
+            lambda: planner.count_refetch(now),
+        )
+
     def _leased(self, part: Partition, lease: Lease) -> Lease:
-        self._mark(part.k)
+        self.heads.mark(part.k)
         return lease._replace(token=(part.k, self.epochs[part.k], lease.token))
 
     def _pop_any(self, exclude: Collection[int]) -> Lease | None:
@@ -322,41 +323,6 @@ class Fleet:
                 if lease is not None:
                     return self._leased(part, lease)
         return None
-
-    def _pop_refetch(
-        self, full_slots: Collection[Hashable], exclude: Collection[int]
-    ) -> Lease | None:
-        """A pop of a crawl that refetches by change (see :mod:`~.refresh`): discovery's share
-        for pages never fetched, else the refetch due first of all the partitions (their
-        schedules planned together: :meth:`replan`), else the richest page; after a refetch,
-        one relay visit in the refetched page's partition."""
-        now = self.time_fn()
-        planner = self.planner
-        if planner.due(sum(p.frontier.engine.n for p in self.parts.values()), now):
-            self.replan(now)
-        share = self.config.discovery
-        best = self._best(full_slots, exclude, True)
-        got = pick(
-            None if best is None else (best[1], best[2]),
-            best is not None and not best[1].frontier.fetched(best[2]),
-            bool(share) and self.discovery_debt + share >= 1.0,
-            lambda early: self._due(full_slots, exclude, early, now),
-            lambda: planner.count_refetch(now),
-        )
-        if got is None:
-            return None
-        part, i = got
-        lease = part.take(i)
-        self._mark(part.k)
-        if lease is None:  # (its request was lost: the page was given up)
-            return self._pop_refetch(full_slots, exclude)
-        fetched = part.frontier.fetched(i)
-        if share:
-            self.discovery_debt = discovery_step(self.discovery_debt, share, fetched)
-        if fetched:
-            part.relay_after(i)
-            self._touched(part)
-        return self._leased(part, lease)
 
     def _due(
         self, full_slots: Collection[Hashable], exclude: Collection[int], early: bool, now: float
@@ -395,127 +361,6 @@ class Fleet:
         self.planner.plan(parts, now)
         self.planner.plan_cost = time.perf_counter() - started
 
-    def _best(
-        self, full_slots: Collection[Hashable], exclude: Collection[int], discover: bool
-    ) -> tuple | None:
-        """``(rank, partition, page)`` of the best page of the partitions owned but
-        ``exclude`` (see :meth:`pop`), left pending."""
-        self._refresh_heads(discover)
-        heads, heap = self._heads[discover], self._heap[discover]
-        best: tuple | None = None
-        for k in list(self._volatile):  # (pages that wake up with time: peeked every pop)
-            part = self.parts[k]
-            if k not in exclude:
-                best = self._better(best, part, part.peek(full_slots, discover), discover)
-            if not part.frontier.wakes():  # (none waits any more: cached again)
-                self._volatile.discard(k)
-                self._mark(k)
-        aside = []
-        while heap:
-            entry = heap[0]
-            k, version = entry[3], entry[4]
-            owner = self.parts.get(k)
-            cached = heads.get(k)
-            if owner is None or cached is None or cached[0] != version or owner.version != version:
-                heapq.heappop(heap)  # (stale: the partition changed, or left)
-                continue
-            rank = (-entry[0], -entry[1], -entry[2])
-            if best is not None and rank <= best[0]:
-                break  # (no partition's best can beat it)
-            aside.append(heapq.heappop(heap))
-            if k in exclude:
-                continue
-            _rank, i, slot = cached[1]
-            if full_slots and slot in full_slots:  # its best page waits: its next best?
-                best = self._better(best, owner, owner.peek(full_slots, discover), discover)
-            else:
-                best = self._better(best, owner, (i, rank[1], rank[2]), discover)
-        for entry in aside:
-            heapq.heappush(heap, entry)
-        return best
-
-    @staticmethod
-    def _better(best: tuple | None, part: Partition, got: Any, discover: bool) -> tuple | None:
-        if got is None:
-            return best
-        i, priority, cash = got
-        rank = (discover and not part.frontier.fetched(i), priority, cash)
-        return (rank, part, i) if best is None or rank > best[0] else best
-
-    def _refresh_heads(self, discover: bool) -> None:
-        """Bring the cached best pages up to date: each partition changed since pays its
-        virtual page's share out first (by the crawl's counts when this process owns every
-        partition, see :meth:`_update_counts`) and is peeked; one whose candidates change
-        with time alone (pages parked, slots backing off) is not cached but
-        :attr:`_volatile`, peeked at every pop."""
-        dirty = self._dirty[discover]
-        if not dirty:
-            return
-        heads, heap = self._heads[discover], self._heap[discover]
-        exact = self._update_counts()
-        changed = sorted(dirty)
-        dirty.clear()
-        for k in changed:
-            part = self.parts.get(k)
-            if part is None:
-                heads.pop(k, None)
-                continue
-            fr = part.frontier
-            if fr.counts[PENDING]:
-                if exact:
-                    live, unf = self._count_of[k]
-                    part.pay_out((self._totals[0] - live, self._totals[1] - unf))
-                else:
-                    part.pay_out()
-            if fr.wakes():
-                heads[k] = (-1, None)  # (never current)
-                self._volatile.add(k)
-                continue
-            got = part.peek((), discover) if fr.counts[PENDING] else None
-            if got is None:
-                heads[k] = (part.version, None)
-                continue
-            i, priority, cash = got
-            fresh = discover and not fr.fetched(i)
-            heads[k] = (part.version, ((fresh, priority, cash), i, fr.slot_of(i)))
-            heapq.heappush(heap, (-fresh, -priority, -cash, k, part.version))
-        if len(heap) > 4 * len(self.parts) + 64:  # (stale entries: rebuilt)
-            heap[:] = [
-                (-h[0][0], -h[0][1], -h[0][2], k, v)
-                for k, (v, h) in heads.items()
-                if h is not None and k in self.parts
-            ]
-            heapq.heapify(heap)
-
-    def _update_counts(self) -> bool:
-        """Keep the crawl's live pages and pages never fetched summed over the partitions
-        (exact when this process owns them all and its pool knows no other); whether exact."""
-        pool = self.pool
-        if pool is None:
-            return False
-        key = (id(pool), len(pool.figures), self._adoptions, len(self.parts))
-        if self._exact[0] != key:
-            self._exact = (key, set(pool.figures) <= set(self.parts))
-            self._dirty[2].update(self.parts)
-            self._dirty[2].update(self._count_of)
-        if not self._exact[1]:
-            return False
-        count_of, totals = self._count_of, self._totals
-        dirty = self._dirty[2]
-        for k in dirty:
-            old = count_of.pop(k, None)
-            if old is not None:
-                totals[0] -= old[0]
-                totals[1] -= old[1]
-            part = self.parts.get(k)
-            if part is not None:
-                e = part.frontier.engine
-                count_of[k] = (e.n - e.n_closed, e.n_unfetched)
-                totals[0] += count_of[k][0]
-                totals[1] += count_of[k][1]
-        dirty.clear()
-        return True
-
     def _part_of(self, lease: Lease) -> tuple[Partition | None, Lease]:
         token = lease.token
         if not isinstance(token, tuple) or len(token) != 3:
@@ -523,16 +368,22 @@ class Fleet:
         part = self.parts.get(token[0])
         if part is None or self.epochs.get(token[0]) != token[1]:
             return None, lease
-        self._mark(token[0])
+        self.heads.mark(token[0])
         return part, lease._replace(token=token[2])
 
-    def unchanged(self, lease: Lease, payload: Any = None) -> Visit | None:
+    def _settle(self, lease: Lease, stale: Any, act: Callable[[Partition, Lease], Any]) -> Any:
+        """``act(partition, its lease)`` for the partition of ``lease``; ``stale`` if the lease
+        is not of a partition this process owns since it was handed out."""
         part, own = self._part_of(lease)
         if part is None:
-            return None
-        got = part.unchanged(own, self._data(payload, lease.url)[0])
+            return stale
+        got = act(part, own)
         self._touched(part)
         return got
+
+    def unchanged(self, lease: Lease, payload: Any = None) -> Visit | None:
+        data = self._data(payload, lease.url)[0]
+        return self._settle(lease, None, lambda part, own: part.unchanged(own, data))
 
     def visit(
         self,
@@ -545,10 +396,7 @@ class Fleet:
         changed: bool | None = None,
         modified: float | None = None,
     ) -> Visit | None:
-        """The partition's visit. Each link is routed once: a link to a closed page of a
-        partition this process owns is no link (or the virtual page's share); a link to a
-        page of another partition is :data:`NEEDS_PAYLOAD` unless this process knows its
-        request would not be filed there (:data:`DUPLICATE`)."""
+        """The partition's visit, each link routed once (:func:`_route`)."""
         part, own = self._part_of(lease)
         if part is None:
             return None
@@ -559,31 +407,7 @@ class Fleet:
             )
             self._touched(part)
             return visit
-        kept: list[Link] = []
-        routes: list[int] = []
-        # Per link: its code; -1: the partition's; None: left out of the visit (DUPLICATE).
-        codes: list[int | None] = []
-        for link in links:
-            k = self.route(link.url, link.key)
-            code: int | None = -1
-            if k != part.k:
-                seen = self.look(k, link.key, link.again)
-                if seen is not None and seen[0] and not link.again:
-                    # A closed page of another partition this process can see: no page, as a
-                    # closed page of this one is (left out, or the virtual page's share).
-                    if self.config.closed_links_virtual:
-                        virtual_weight += link.weight
-                    codes.append(None)
-                    continue
-                if seen is not None:
-                    code = NEEDS_PAYLOAD if seen[1] else DUPLICATE
-                elif link.again or link.key not in self._forwarded:
-                    code = NEEDS_PAYLOAD
-                else:
-                    code = DUPLICATE
-            kept.append(link)
-            routes.append(k)
-            codes.append(code)
+        kept, routes, codes, virtual_weight = _route(self, part.k, links, virtual_weight)
         visit = part.visit(
             own, kept, virtual_weight, importance, data, outcome, changed, modified, routes=routes
         )
@@ -603,20 +427,11 @@ class Fleet:
         return Visit(out, visit.importance)
 
     def fail(self, lease: Lease, outcome: int = ERROR, payload: Any = None) -> bool:
-        part, own = self._part_of(lease)
-        if part is None:
-            return False
-        done = part.fail(own, outcome, self._data(payload, lease.url)[0])
-        self._touched(part)
-        return done
+        data = self._data(payload, lease.url)[0]
+        return self._settle(lease, False, lambda part, own: part.fail(own, outcome, data))
 
     def forfeit(self, lease: Lease, outcome: int = FORBIDDEN) -> bool:
-        part, own = self._part_of(lease)
-        if part is None:
-            return False
-        done = part.forfeit(own, outcome)
-        self._touched(part)
-        return done
+        return self._settle(lease, False, lambda part, own: part.forfeit(own, outcome))
 
     def drop(self, key: Hashable, outcome: int = FILTERED, url: str | None = None) -> bool:
         if url is None and self.by == "host":
@@ -635,32 +450,28 @@ class Fleet:
         self._touched(part)
         return done
 
-    def retry(self, lease: Lease, entry: Entry) -> int | None:
+    def _refile(
+        self, lease: Lease, entry: Entry, act: Callable[[Partition, Lease, Entry], int | None]
+    ) -> int | None:
+        """A retry's or redirect's ``act`` with ``entry``'s payload as its partition keeps it;
+        :data:`LOCAL` (the page forfeited) if it cannot be kept."""
         require_payload(entry)
-        part, own = self._part_of(lease)
-        if part is None:
-            return None
         data, bad = self._data(entry.payload, entry.url)
         if bad:
-            part.forfeit(own, ERROR)
-            self._touched(part)
-            return LOCAL
-        code = part.retry(own, entry._replace(payload=data))
-        self._touched(part)
-        return code
+
+            def forfeit(part: Partition, own: Lease) -> int:
+                part.forfeit(own, ERROR)
+                return LOCAL
+
+            return self._settle(lease, None, forfeit)
+        entry = entry._replace(payload=data)
+        return self._settle(lease, None, lambda part, own: act(part, own, entry))
+
+    def retry(self, lease: Lease, entry: Entry) -> int | None:
+        return self._refile(lease, entry, lambda part, own, e: part.retry(own, e))
 
     def redirect(self, lease: Lease, entry: Entry, permanent: bool = False) -> int | None:
-        require_payload(entry)
-        part, own = self._part_of(lease)
-        if part is None:
-            return None
-        data, bad = self._data(entry.payload, entry.url)
-        if bad:
-            part.forfeit(own, ERROR)
-            self._touched(part)
-            return LOCAL
-        code = part.redirect(own, entry._replace(payload=data), permanent)
-        self._touched(part)
+        code = self._refile(lease, entry, lambda part, own, e: part.redirect(own, e, permanent))
         if code == FORWARDED:
             seen = self.look(self.route(entry.url, entry.key), entry.key, False)
             code = DUPLICATE if seen is not None and not seen[1] else FORWARDED
@@ -685,10 +496,9 @@ class Fleet:
         return self.pool if k == POOL else self.parts.get(k)
 
     def reports(self) -> None:
-        """Each partition's report to the pool, if it has anything new (see
-        :meth:`Partition.report`), and the pool's payouts: at the transport's pace. A partition
-        with no page to pop pays its virtual cash out here (else at its pops), so that the
-        pool gets its part. (A crawl of one partition has no pool.)"""
+        """Each partition's report to the pool, if it has anything new, and the pool's
+        payouts, at the transport's pace; a partition with no page to pop pays its virtual
+        cash out here (else at its pops). (A crawl of one partition has no pool.)"""
         if self.P == 1:
             return
         for part in self.parts.values():
@@ -712,12 +522,10 @@ class Fleet:
         return out, notes
 
     def deliver_local(self) -> int:
-        """Apply the messages between members this process owns without the transport: each
-        that may be applied (its source's record durable, or :attr:`atomic`) and is the next
-        of its pair (one behind a message still in transport goes the same way). The source
-        is told of the delivery once the record of its application is durable
-        (:meth:`confirm_local`); until then it keeps the message, to send again if the
-        destination is lost. Returns how many were applied."""
+        """Apply the messages between members this process owns without the transport, each
+        that may be (its source's record durable, or :attr:`atomic`) and is the next of its
+        pair; its source keeps it until the application is durable (:meth:`confirm_local`).
+        Returns how many were applied."""
         applied = 0
         while self._senders:  # (an application may make messages: a page that moved on)
             senders = [self.member(k) for k in sorted(self._senders)]
@@ -832,20 +640,9 @@ class Fleet:
         return finish_figures(out)
 
     def known_figures(self) -> dict[str, float]:
-        """The crawl's figures as this process knows them: its pool's last reports of every
-        partition (G: the pool's clock), or its figures with one partition."""
-        pool = self.pool
-        if pool is None:
-            return self.figures()
-        fs = pool.figures.values()
-        return {
-            "visits": sum(f.visits for f in fs),
-            "G": pool.clock,
-            "pages": sum(f.pages for f in fs),
-            "fetched": sum(f.fetched for f in fs),
-            "pending": sum(f.pending for f in fs),
-            "virtual_cash": pool.total_cash(),
-        }
+        """The crawl's figures as this process knows them: its pool's (:meth:`Pool.known_figures
+        <.pool.Pool.known_figures>`), or its own with one partition."""
+        return self.figures() if self.pool is None else self.pool.known_figures()
 
     def _find(self, key: Hashable) -> tuple[Partition, int] | None:
         for part in self.parts.values():
@@ -883,3 +680,36 @@ class Fleet:
             if got is not None and (best is None or got[1] > best[1]):
                 best = got
         return best
+
+
+def _route(
+    fleet: Fleet, k: int, links: Sequence[Link], virtual_weight: float
+) -> tuple[list[Link], list[int], list[int | None], float]:
+    """The links of a page of partition ``k`` of ``fleet``, each routed once: those it pays,
+    their partitions, a code per link (-1: the partition's to give; None: a link to a closed
+    page of a partition this process owns, no link as a closed page of ``k`` is none; else
+    :data:`NEEDS_PAYLOAD` unless this process knows the page's request would not be filed
+    there), and the virtual weight with those (``closed_links_virtual``)."""
+    kept: list[Link] = []
+    routes: list[int] = []
+    codes: list[int | None] = []
+    for link in links:
+        to = fleet.route(link.url, link.key)
+        code: int | None = -1
+        if to != k:
+            seen = fleet.look(to, link.key, link.again)
+            if seen is not None and seen[0] and not link.again:
+                if fleet.config.closed_links_virtual:
+                    virtual_weight += link.weight
+                codes.append(None)
+                continue
+            if seen is not None:
+                code = NEEDS_PAYLOAD if seen[1] else DUPLICATE
+            else:
+                code = (
+                    NEEDS_PAYLOAD if link.again or link.key not in fleet._forwarded else DUPLICATE
+                )
+        kept.append(link)
+        routes.append(to)
+        codes.append(code)
+    return kept, routes, codes, virtual_weight

@@ -195,3 +195,15 @@ class Pool(Member):
             + sum(a + u for a, u in self.owed.values())
             + sum(a + u for a, u in self.pending.values())
         )
+
+    def known_figures(self) -> dict[str, float]:
+        """The crawl's figures as the partitions last reported them (G: the pool's clock)."""
+        fs = self.figures.values()
+        return {
+            "visits": sum(f.visits for f in fs),
+            "G": self.clock,
+            "pages": sum(f.pages for f in fs),
+            "fetched": sum(f.fetched for f in fs),
+            "pending": sum(f.pending for f in fs),
+            "virtual_cash": self.total_cash(),
+        }
