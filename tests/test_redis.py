@@ -422,7 +422,7 @@ def test_a_redis_restarted_with_its_keys_is_waited_for_with_one_warning(tmp_path
             f.schedule([Entry(key(url(0)), url(0), 0, "", b"seed")])
             before = run([f], until_idle=False, steps=4)
             assert before and f.has_pending()
-            with caplog.at_level("INFO", logger="scrapy_opic._backends.crawl"):
+            with caplog.at_level("INFO", logger="scrapy_opic._backends"):
                 server.stop()
                 for _ in range(3):
                     f._next_rebalance = f._last_flush = 0.0
@@ -452,7 +452,7 @@ def test_a_redis_that_does_not_come_back_stops_the_crawl_in_one_line(tmp_path):
         f.schedule([Entry(key(url(0)), url(0), 0, "", b"seed")])
         f.commit()
         server.stop()
-        f.patience = 0.0
+        f.patience.seconds = 0.0
         f._next_rebalance = 0.0
         f.maintain([])  # (the first failure: a warning, and the wait begins)
         time.sleep(0.01)

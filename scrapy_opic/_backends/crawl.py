@@ -14,14 +14,14 @@ fleet, and decides what the store keeps and when:
   partition it meets. With a store of one process (sqlite) it owns every partition at once.
 * *Durability.* A store that journals (Redis) gets each member's new records every
   :data:`FLUSH` seconds (at every tick while cash waits to leave, or nothing is left to pop),
-  and a checkpoint that replaces them after :data:`CHECKPOINT_BATCHES` batches or
-  :data:`CHECKPOINT_SECONDS`; one that keeps checkpoints alone (sqlite) gets one every
+  and a checkpoint that replaces them after :data:`~.held.CHECKPOINT_BATCHES` batches or
+  :data:`~.held.CHECKPOINT_SECONDS`; one that keeps checkpoints alone (sqlite) gets one every
   ``commit_visits`` visits (doubling from 1 at the start) or ``commit_seconds``, and at close.
   A write waits while links a visit paid have not come back as requests (:attr:`Crawl.ready`):
   a state written then would hold those pages without a request. A message may leave once the
   record that made it is durable (or with it, in one atomic write).
 * *Patience.* A store that does not answer (a Redis restart, a failover) is waited for up to
-  :attr:`Crawl.patience` seconds, with one warning; meanwhile nothing is popped (what would be
+  :data:`~.patience.PATIENCE` seconds, with one warning; meanwhile nothing is popped (what would be
   fetched could be lost with the leases).
 """
 
@@ -30,7 +30,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
 from typing import Any
 
 from .._series import Series
@@ -43,7 +43,9 @@ from ..opic.messages import POOL, Message, in_transit
 from ..opic.partition import Partition
 from ..opic.pool import Pool
 from . import StoreError, masked_url
-from .store import FAILED, LOST, SHORT, Claim, Flushed, Outcome, Store, Write
+from .held import Held
+from .patience import Patience
+from .store import FAILED, LOST, Claim, Flushed, Outcome, Store, Write
 
 logger = logging.getLogger(__name__)
 
@@ -57,38 +59,11 @@ FLUSH = 0.5
 READ = 0.5
 #: Seconds between two looks at the fleet (beats, partition shares, claims, releases).
 REBALANCE = 1.0
-#: A member's journal gets a new checkpoint after this many batches, or this many seconds.
-CHECKPOINT_BATCHES = 200
-CHECKPOINT_SECONDS = 60.0
 #: Seconds between two rounds of reports to the pool (and of its payouts).
 REPORT = 0.5
 #: Cash held back (see :meth:`Crawl._waiting_cash`) above which a process flushes at every
 #: tick, with its reports: a tenth of the crawl's.
 URGENT = 0.1
-#: Seconds a crawl waits for a store that does not answer before it stops.
-PATIENCE = 300.0
-
-
-class Held:
-    """What this process knows of a member it owns: its lease token, its journal's length in
-    the store, the batches of records not written yet (kept until a write succeeds), the
-    inbox entries applied (deleted with the next write) and where to read the inbox from."""
-
-    def __init__(self, member: Member, token: str, log: int) -> None:
-        self.member = member
-        self.token = token
-        self.log = log
-        #: Batches of records taken from the member and not known written: ``(records,
-        #: records made up to the batch's end)``.
-        self.unwritten: list[tuple[list[Any], int]] = []
-        self.consumed: list[Any] = []
-        self.read_from: Any = "-"
-        self.since_checkpoint = log
-        self.checkpoint_at = time.monotonic()
-        self.figures: dict[str, float] | None = None
-        self.renew_at = 0.0
-        self.leaving = False
-        self.last_active = time.monotonic()
 
 
 class Crawl:
@@ -101,9 +76,8 @@ class Crawl:
         for a store shared by several processes.
     :param lease: seconds a member's lease lasts unrenewed.
     :param commit_visits: a store that keeps checkpoints alone writes one every this many
-        visits (doubling from 1 at the start), ...
-    :param commit_seconds: ... or every this many seconds; and a point of the crawl's time series
-        comes every this many seconds.
+        visits (doubling from 1 at the start), or every ``commit_seconds``, which also paces
+        the crawl's time series.
     """
 
     def __init__(
@@ -136,7 +110,7 @@ class Crawl:
         #: Seconds to wait after the last outcome of a partition before handing it to another
         #: process (its hosts' download delay): set by the scheduler.
         self.quiet = 0.0
-        self.patience = PATIENCE
+        self.patience = Patience(store)
         self.held: dict[int, Held] = {}
         self.series = Series()
         self._commit_visits = commit_visits
@@ -154,7 +128,6 @@ class Crawl:
         self._hungry = False  # the last pop found nothing to pop at all
         self._next_point = 0.0
         self._point_visits = 0
-        self._down_since: float | None = None
         self._global: dict[str, float] | None = None
         self._global_at = -1e9
         self._started = time.monotonic()
@@ -198,7 +171,7 @@ class Crawl:
 
     def _claim_alone(self, k: int) -> Partition | None:
         """The fleet's claim: a process alone in its crawl owns every partition it meets."""
-        if len(self._live) > 1 or self._down_since is not None:
+        if len(self._live) > 1 or self.patience.waiting:
             return None
         member = self._claim(k)
         return member if isinstance(member, Partition) else None
@@ -233,16 +206,16 @@ class Crawl:
         return codes
 
     def pop(self, full_slots: Collection[Hashable] = ()) -> Lease | None:
-        if self._down_since is not None:
+        if self.patience.waiting:
             return None  # (what it would fetch now could be lost with its leases)
         if self._due_since is not None:
             self._commit_when_ready()
-        with self._answered():
+        with self.patience.answered():
             if not self.store.atomic:
                 self.quiesce()  # (alone: its pages on their way between its partitions, first)
             elif len(self._live) <= 1:
                 self._claim_destinations()
-        if self._down_since is not None:
+        if self.patience.waiting:
             return None
         # (A partition being handed over gives no more pages.)
         lease = self.fleet.pop(full_slots, self._leaving)
@@ -312,7 +285,7 @@ class Crawl:
     def maintain(self, leases: Collection[Lease]) -> None:
         """The scheduler's upkeep tick: the fleet every :data:`REBALANCE` seconds, a write that
         is due (see the module docstring)."""
-        with self._answered():
+        with self.patience.answered():
             now = time.monotonic()
             if now >= self._next_rebalance:
                 self._next_rebalance = now + REBALANCE
@@ -338,48 +311,13 @@ class Crawl:
                 self.flush(reports=waiting > URGENT)
 
     def _commit_when_ready(self) -> None:
-        """A checkpoint now if :attr:`ready`, else as soon as it is (the next schedule or
-        upkeep); after ``commit_seconds`` of waiting, at once all the same (links that never
-        came back, dropped on their way to the scheduler, must not stop the checkpoints)."""
+        """A checkpoint now if :attr:`ready`, else as soon as it is; after ``commit_seconds``
+        of waiting, at once (links dropped on their way back must not stop checkpoints)."""
         now = time.monotonic()
         if self._due_since is None:
             self._due_since = now
         if self.ready() or now - self._due_since >= self._commit_seconds:
             self.commit(wait=False)
-
-    @contextlib.contextmanager
-    def _answered(self) -> Iterator[None]:
-        """Calls to a store that may not answer: the first such failure is one warning, the
-        crawl then waits (pops nothing) and retries at each upkeep; after :attr:`patience`
-        seconds it stops (:class:`StoreError`). A failure of another kind is raised as it
-        is."""
-        trips = self.store.round_trips
-        try:
-            yield
-        except self.store.unanswered as exc:
-            now = time.monotonic()
-            why = " ".join(str(exc).split())[:200] or type(exc).__name__
-            where = masked_url(self.location or "the store")
-            if self._down_since is None:
-                self._down_since = now
-                logger.warning(
-                    "OPIC: %s does not answer (%s): this process waits for it (up to %.0f s)",
-                    where,
-                    why,
-                    self.patience,
-                )
-            elif now - self._down_since > self.patience:
-                raise StoreError(
-                    f"{where} has not answered for {now - self._down_since:.0f} s ({why})"
-                ) from None
-        else:
-            # (Back once a round trip was answered: a call that needed none proves nothing.)
-            if self._down_since is not None and self.store.round_trips > trips:
-                logger.info(
-                    "OPIC: the store answers again, after %.1f s",
-                    time.monotonic() - self._down_since,
-                )
-                self._down_since = None
 
     def _waiting_cash(self) -> float:
         """Cash that this process holds back from the crawl's pages: in messages not sent, in
@@ -408,7 +346,11 @@ class Crawl:
         self._claim_destinations()
         if self.store.atomic:
             self.fleet.deliver_local()
-        writes = [w for k, held in self.held.items() if (w := self._write_of(k, held, now))]
+        writes = [
+            w
+            for k, held in self.held.items()
+            if (w := held.write(k, self.store.journaled, self._committing, self._kept(k), now))
+        ]
         # (The records each write makes durable: every record made so far.)
         marks = {w.k: self.held[w.k].member.records for w in writes}
         written = set(marks)
@@ -426,50 +368,16 @@ class Crawl:
             raise
         self._take(writes, marks, renew, got, now)
 
-    def _write_of(self, k: int, held: Held, now: float) -> Write | None:
-        """Member ``k``'s write, if it has anything new: its journal's new batches, or a
-        checkpoint."""
-        member = held.member
-        batch = member.take_journal()
-        if batch:
-            held.unwritten.append((batch, member.records))
-        figures = member.figures_dict()  # type: ignore[attr-defined]
-        news = held.unwritten or held.consumed or figures != held.figures
-        if not self.store.journaled:  # (a commit asked for writes a checkpoint in any case)
-            news = news or member.records != member.durable or self._committing
-        if not news and not (held.leaving and held.log):
-            return None
-        held.figures = figures
-        checkpoint = (
-            not self.store.journaled
-            or k == POOL
-            or (held.leaving and bool(held.unwritten or held.log))  # (its next owner reads less)
-            or (
-                bool(held.unwritten)
-                and (
-                    held.since_checkpoint >= CHECKPOINT_BATCHES
-                    or now - held.checkpoint_at >= CHECKPOINT_SECONDS
-                )
-            )
-        )
-        kept = None
-        if self._keeps_series(k):
-            kept = {"series": self.series.as_list(), "discovery_debt": self.fleet.discovery_debt}
-        return Write(
-            k,
-            held.token,
-            held.log,
-            [] if checkpoint else [b for b, _ in held.unwritten],
-            member if checkpoint else None,
-            figures,
-            list(held.consumed),
-            kept,
-        )
-
     def _keeps_series(self, k: int) -> bool:
         """Whether member ``k`` carries what the crawl keeps (its time series: the pool; with
         one partition, the partition, which keeps the discovery debt too)."""
         return k == POOL or (k == 0 and self.fleet.P == 1)
+
+    def _kept(self, k: int) -> dict[str, Any] | None:
+        """What member ``k`` carries of the crawl (see :meth:`_keeps_series`), if any."""
+        if not self._keeps_series(k):
+            return None
+        return {"series": self.series.as_list(), "discovery_debt": self.fleet.discovery_debt}
 
     def _take(
         self,
@@ -482,8 +390,9 @@ class Crawl:
         """Take in what a flush did."""
         lost: list[int] = []
         for w in writes:
+            held = self.held.get(w.k)
             outcome = got.written.get(w.k, Outcome(FAILED))
-            if not self._written(w, marks[w.k], outcome):
+            if held is not None and not held.written(w, marks[w.k], outcome, self.lease_seconds):
                 lost.append(w.k)
         for k in renew:
             renewed = got.written.get(k)
@@ -505,68 +414,11 @@ class Crawl:
         for k, entries in got.inbox.items():
             held = self.held.get(k)
             if held is not None and k not in lost:
-                self._read_inbox(held, entries)
+                held.read_inbox(entries, self.fleet)
         for k in dict.fromkeys(lost):
             self._lose(k, release=self.store.atomic)
         self._resend.sort(key=lambda m: (m.dst, m.src, m.seq))
         self.fleet.durable_now()
-
-    def _written(self, w: Write, records: int, outcome: Outcome) -> bool:
-        """After a member's write, which makes its first ``records`` records durable: whether
-        this process still owns it. A write that failed is made again at the next flush."""
-        held = self.held.get(w.k)
-        if held is None or outcome.status == FAILED:
-            return True
-        if outcome.status == LOST:  # another process holds the lease: this one stalled past it
-            return False
-        if outcome.status == SHORT:
-            return self._landed(w.k, outcome.length)
-        held.member.durable = records
-        held.unwritten = []
-        del held.consumed[: len(w.consumed)]
-        held.renew_at = time.monotonic() + self.lease_seconds / 3
-        if w.checkpoint is not None:
-            held.log = 0
-            held.since_checkpoint = 0
-            held.checkpoint_at = time.monotonic()
-        else:
-            held.since_checkpoint += outcome.length - held.log
-            held.log = outcome.length
-        return True
-
-    def _landed(self, k: int, length: int) -> bool:
-        """Member ``k``'s journal is ``length`` batches long, not as long as this process
-        thinks: batches of an earlier flush whose reply never came back did land (they are
-        written: the rest goes next), or a restarted store lost writes (this process's state is
-        not the store's any more: whether it may go on)."""
-        held = self.held[k]
-        landed = length - held.log
-        if landed == 0:
-            return True
-        if not 0 < landed <= len(held.unwritten):
-            return False
-        held.member.durable = held.unwritten[landed - 1][1]
-        del held.unwritten[:landed]
-        held.log += landed
-        held.since_checkpoint += landed
-        return True
-
-    def _read_inbox(self, held: Held, entries: list[tuple[Any, list[Message], list[Any]]]) -> None:
-        member = held.member
-        keep = None  # the first entry with a message that waits for an earlier one
-        for entry_id, messages, notes in entries:
-            for n in notes:
-                self.fleet.note(n)
-            for m in messages:
-                self.fleet.deliver(m)
-            if keep is None:
-                if any(member.box.waits(m) for m in messages):
-                    keep = entry_id
-                else:
-                    held.consumed.append(entry_id)
-            held.read_from = ("after", entry_id)
-        if keep is not None:
-            held.read_from = ("at", keep)
 
     def _claim_destinations(self) -> None:
         """Alone in the crawl, every partition is this process's: those its messages and
@@ -678,9 +530,9 @@ class Crawl:
         as they last wrote them, with the messages in every inbox (read at most once a second,
         unless ``fresh``)."""
         now = time.monotonic()
-        stale = self._down_since is not None and self._global is not None
+        stale = self.patience.waiting and self._global is not None
         if not stale and (fresh or self._global is None or now - self._global_at >= 1.0):
-            with self._answered():
+            with self.patience.answered():
                 self._global = self.store.figures(skip=set(self.held))
                 self._global_at = now
             if self._global is None:  # (no answer, nothing read before)
@@ -697,12 +549,12 @@ class Crawl:
             return True
         if any(h.unwritten for h in self.held.values()):
             return True
-        if self._down_since is not None:
+        if self.patience.waiting:
             return True  # (waiting for the store: the crawl is not over)
         if not self.store.shared:
             return False
         answer = True
-        with self._answered():
+        with self.patience.answered():
             answer = self._has_pending()
         return answer
 
@@ -732,11 +584,10 @@ class Crawl:
         return self.crawl_figures()
 
     def quiesce(self) -> None:
-        """For a process alone in its crawl: its figures, and a page's status and cash, as
-        they are now: its reports made and the pool's payouts, and every message between its
-        members applied (with a store that does not write atomically, by flushes until
-        nothing it made is on its way). (With other processes the crawl is never still:
-        figures are as each process last wrote them.)"""
+        """For a process alone in its crawl: its reports made, the pool's payouts, every
+        message between its members applied (a store that does not write atomically: by
+        flushes), so that its figures are as they are now. (With other processes the crawl is
+        never still: figures are as each process last wrote them.)"""
         if len(self._live) > 1:
             return
         if self.store.atomic:
