@@ -175,7 +175,7 @@ class GraphCrawl:
         from scrapy_opic._backends.sqlite import SqliteStore
         from scrapy_opic._state import open_crawl
         from scrapy_opic.opic.config import CrawlConfig
-        from scrapy_opic.opic.frontier import Entry
+        from scrapy_opic.opic.contract import Entry
 
         never = 10**12
         self.graph, self.urls = graph, urls
@@ -194,7 +194,7 @@ class GraphCrawl:
     def visit(self, count: int) -> int:
         """Up to ``count`` visits (fewer if nothing is left to fetch): how many."""
         from scrapy_opic.opic.constants import NEEDS_PAYLOAD
-        from scrapy_opic.opic.frontier import Entry, Link
+        from scrapy_opic.opic.contract import Entry, Link
 
         f, urls, done = self.frontier, self.urls, 0
         while done < count and (lease := f.pop()) is not None:

@@ -41,7 +41,7 @@ from scrapy_opic._backends.redis_state import RedisSnapshot
 from scrapy_opic._requests import encode_request
 from scrapy_opic._state import open_crawl
 from scrapy_opic.opic.config import CrawlConfig
-from scrapy_opic.opic.frontier import Entry, Link
+from scrapy_opic.opic.contract import Entry, Link
 from scrapy_opic.opic.graph import power_law_graph
 from tests.support.sites import RedisServer, Site, site_graph
 

@@ -177,7 +177,7 @@ def drive_child(p: dict) -> dict:
     being written by the store's thread) or halfway to it (``"mid"``)."""
     import scrapy
 
-    from scrapy_opic.opic.frontier import Entry, Link
+    from scrapy_opic.opic.contract import Entry, Link
 
     target, links, kill = p["urls"], p["links"], p.get("kill")
     # Each request: Request.to_dict() of the fan-out spider's (callback parse).

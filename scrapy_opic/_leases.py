@@ -21,7 +21,7 @@ from collections.abc import Callable, Hashable, Iterator
 from typing import TYPE_CHECKING
 
 from ._requests import FOLLOW_UP_META, later_request
-from .opic.frontier import Lease
+from .opic.contract import Lease
 
 if TYPE_CHECKING:  # pragma: no cover
     from scrapy import Request

@@ -51,7 +51,7 @@ from ._requests import SEEN_META, SENT_META, UNCHANGED_META, VALIDATORS_META, No
 from ._scheduler import OpicScheduler, prepare
 from ._settings import OpicSettings
 from .opic.change import Snapshot, ValidatorAudit
-from .opic.frontier import boosted_weight
+from .opic.contract import boosted_weight
 from .opic.signature import signature
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -94,7 +94,7 @@ from .opic.constants import (
     SCHEDULED,
     SPIDER_ERROR,
 )
-from .opic.frontier import Entry, Lease, Link
+from .opic.contract import Entry, Lease, Link
 
 if TYPE_CHECKING:  # pragma: no cover
     from scrapy import Request, Spider

@@ -179,7 +179,7 @@ def test_no_command_prints_a_password(tmp_path):
 def test_the_report_header_masks_a_redis_password(tmp_path):
     from scrapy_opic._report import build_report
     from scrapy_opic.export import open_state
-    from scrapy_opic.opic.frontier import Entry
+    from scrapy_opic.opic.contract import Entry
     from tests.support.frontiers import sqlite_crawl
 
     path = tmp_path / "s.sqlite"

@@ -29,7 +29,7 @@ from scrapy_opic.export import (
     write_export,
 )
 from scrapy_opic.opic import FETCHED
-from scrapy_opic.opic.frontier import Entry
+from scrapy_opic.opic.contract import Entry
 from tests.support.frontiers import L, one, sqlite_crawl, visit
 from tests.support.sites import Site
 from tests.test_crawl import RUNNER, crawl, graph  # noqa: F401  (graph is a fixture)

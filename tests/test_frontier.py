@@ -26,10 +26,18 @@ from scrapy_opic.opic.constants import (
     STATUSES,
     VISITED,
 )
-from scrapy_opic.opic.frontier import Entry, MemoryFrontier
+from scrapy_opic.opic.contract import Entry
+from scrapy_opic.opic.frontier import MemoryFrontier
+from scrapy_opic.opic.snapshot import restore_frontier
 from tests.support.frontiers import Factory, L, key, visit
 
 TOL = 1e-9
+
+
+def tier_of(f, i):
+    """The ``(priority, download slot)`` page ``i`` waits with (``(0, "")`` if none)."""
+    code = f.tier[i]
+    return (f.tiers.priority(code), f.tiers.slot(code)) if code else (0, "")
 
 
 def entry(i: int, slot: str = "s", priority: int = 0) -> Entry:
@@ -393,7 +401,7 @@ def test_a_restored_frontier_has_its_in_flight_pages_pending_again():
     popped = [f.pop().key for _ in range(3)]
     n = f.engine.n
     g = MemoryFrontier(f.engine, rows=f.rows)
-    back = g.restore(bytes(f.status[:n]), None, f.tier[:n], f.tiers.as_list())
+    back = restore_frontier(g, bytes(f.status[:n]), None, f.tier[:n], f.tiers.as_list())
     assert back == 3 and all(g.status[f.engine.id_of(k)] == PENDING for k in popped)
     assert [g.url_of(i) for i in range(6)] == [f"u{i}" for i in range(6)]
     assert g.counts[PENDING] == 6
@@ -407,19 +415,19 @@ def test_a_refetch_is_filed_at_priority_0_and_a_first_fetch_at_its_own():
     f = make(continuous=True)
     f.schedule([Entry(key(0), "u0", 5, "a", {"i": 0}), Entry(key(1), "u1", -1, "b", {"i": 1})])
     lease = f.pop()
-    assert lease.key == key(0) and f.tier_of(0) == (5, "a")
+    assert lease.key == key(0) and tier_of(f, 0) == (5, "a")
     visit(f, lease, [])
-    assert f.tier_of(0) == (0, "a") and f.tier_of(1) == (-1, "b")
+    assert tier_of(f, 0) == (0, "a") and tier_of(f, 1) == (-1, "b")
     lease = f.pop()
     assert lease.key == key(0)  # priority 0 before -1, whatever the cash
     assert f.retry(lease, Entry(key(0), "u0", 3, "c", {"i": 0})) == SCHEDULED
-    assert f.tier_of(0) == (0, "c") and f.pop().key == key(0)
+    assert tier_of(f, 0) == (0, "c") and f.pop().key == key(0)
 
     f = make()
     f.schedule([Entry(key(0), "u0", 5, "a", {"i": 0})])
     visit(f, f.pop(), [])
-    assert f.tier_of(0) == (0, "") and f.schedule([entry(0, "a", 5)], again=True) == [SCHEDULED]
-    assert f.tier_of(0) == (5, "a")
+    assert tier_of(f, 0) == (0, "") and f.schedule([entry(0, "a", 5)], again=True) == [SCHEDULED]
+    assert tier_of(f, 0) == (5, "a")
 
 
 def test_a_restored_continuous_frontier_files_its_refetches_at_priority_0():
@@ -428,8 +436,8 @@ def test_a_restored_continuous_frontier_files_its_refetches_at_priority_0():
     visit(f, f.pop(), [])  # page 0 fetched: pending again, for a refetch
     tiers = [(5, "a"), (1, "a")]  # as saved with the requests' priorities: codes 1 and 2
     g = MemoryFrontier(f.engine, "greedy", continuous=True, rows=f.rows)
-    g.restore(bytes(f.status[: f.engine.n]), None, [1, 2], tiers)
-    assert g.tier_of(0) == (0, "a") and g.tier_of(1) == (1, "a")
+    restore_frontier(g, bytes(f.status[: f.engine.n]), None, [1, 2], tiers)
+    assert tier_of(g, 0) == (0, "a") and tier_of(g, 1) == (1, "a")
     assert [g.pop().key, g.pop().key] == [key(1), key(0)]
 
 

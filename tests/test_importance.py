@@ -14,8 +14,8 @@ import pytest
 from scrapy_opic._backends.crawl import Crawl
 from scrapy_opic._backends.store import MemoryStore
 from scrapy_opic.opic.config import CrawlConfig
+from scrapy_opic.opic.contract import Entry
 from scrapy_opic.opic.engine import OpicEngine
-from scrapy_opic.opic.frontier import Entry
 from scrapy_opic.opic.graph import Graph, from_edges, power_law_graph
 from scrapy_opic.opic.pagerank import pagerank
 from tests.support.frontiers import L, visit

@@ -18,7 +18,7 @@ from scrapy_opic._backends import StoreError
 from scrapy_opic._backends.crawl import Crawl
 from scrapy_opic._backends.sqlite_state import LINKS_TABLE, StateReader
 from scrapy_opic.opic.constants import CLOSED
-from scrapy_opic.opic.frontier import Entry
+from scrapy_opic.opic.contract import Entry
 from scrapy_opic.opic.graph import from_edges
 from scrapy_opic.opic.links import crawl_graph, decode_links, encode_links
 from tests.support.frontiers import L, key, one, sqlite_crawl, visit
@@ -302,7 +302,7 @@ def test_kill_9_leaves_links_that_agree_with_the_snapshot(tmp_path):
     script = textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {os.getcwd()!r})
-        from scrapy_opic.opic.frontier import Entry, Link
+        from scrapy_opic.opic.contract import Entry, Link
         from tests.support.frontiers import one, sqlite_crawl
         f = sqlite_crawl({str(path)!r}, refresh=1.0, continuous=True, commit_visits=37,
                          keep_links=True)

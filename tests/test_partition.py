@@ -15,9 +15,10 @@ import pytest
 from scrapy_opic.opic.change import ChangeRates
 from scrapy_opic.opic.config import CrawlConfig
 from scrapy_opic.opic.constants import DUPLICATE, FORWARDED, SCHEDULED
+from scrapy_opic.opic.contract import Entry
 from scrapy_opic.opic.engine import OpicEngine
 from scrapy_opic.opic.fleet import Fleet
-from scrapy_opic.opic.frontier import Entry, MemoryFrontier
+from scrapy_opic.opic.frontier import MemoryFrontier
 from scrapy_opic.opic.journal import Relayed, Unchanged, Visited
 from scrapy_opic.opic.messages import POOL, Figures, Mailbox, Payment, Report, Transfer
 from scrapy_opic.opic.pagerank import pagerank

@@ -16,7 +16,7 @@ import pytest
 from scrapy_opic._backends import StoreError
 from scrapy_opic._backends.crawl import Crawl
 from scrapy_opic._backends.redis_state import RedisSnapshot, fleet_status, member_key, unpack
-from scrapy_opic.opic.frontier import Entry
+from scrapy_opic.opic.contract import Entry
 from scrapy_opic.opic.messages import POOL
 from scrapy_opic.opic.routing import partition_of
 from tests.support.fleet import key, partition_problems, sequence_problems

@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from scrapy_opic.opic.frontier import Entry
+from scrapy_opic.opic.contract import Entry
 from tests.support.frontiers import redis_crawl
 from tests.test_redis import check, key, run, url
 

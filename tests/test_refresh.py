@@ -15,7 +15,7 @@ from scrapy_opic._backends.store import MemoryStore
 from scrapy_opic.opic.change import ChangeRates
 from scrapy_opic.opic.config import CrawlConfig
 from scrapy_opic.opic.constants import ERROR, FETCHED, FORBIDDEN, IN_FLIGHT, OK, PENDING
-from scrapy_opic.opic.frontier import Entry
+from scrapy_opic.opic.contract import Entry
 from scrapy_opic.opic.refetch import DISCARDED, POPPED, WAITING
 from scrapy_opic.opic.refresh import Planner, Refresher
 from tests.support.frontiers import L, key, one, sqlite_crawl, take, visit

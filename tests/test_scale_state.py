@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from scrapy_opic._backends.crawl import Crawl
 from scrapy_opic._backends.sqlite_state import BLOCK, StateReader
 from scrapy_opic.opic.constants import IN_FLIGHT, PENDING
-from scrapy_opic.opic.frontier import Entry, Link
+from scrapy_opic.opic.contract import Entry, Link
 from tests.support.frontiers import L, key, one, sqlite_crawl, visit
 
 

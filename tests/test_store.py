@@ -17,7 +17,7 @@ from scrapy_opic._backends import StoreError
 from scrapy_opic._backends.crawl import Crawl
 from scrapy_opic._backends.sqlite import SqliteFile
 from scrapy_opic._backends.sqlite_state import CHUNK, StateReader
-from scrapy_opic.opic.frontier import Entry
+from scrapy_opic.opic.contract import Entry
 from tests.support.frontiers import L, key, one, sqlite_crawl, visit
 
 
@@ -116,7 +116,7 @@ def test_kill_9_mid_crawl_leaves_a_consistent_checkpoint(tmp_path):
         import sys
         import numpy as np
         sys.path.insert(0, {str(os.getcwd())!r})
-        from scrapy_opic.opic.frontier import Entry, Link
+        from scrapy_opic.opic.contract import Entry, Link
         from tests.support.frontiers import one, sqlite_crawl
         f = sqlite_crawl({str(path)!r}, persist_requests=True, commit_visits=50)
         rng = np.random.default_rng(1)

@@ -36,8 +36,8 @@ from typing import Any
 from .._series import Series
 from ..opic.config import CrawlConfig
 from ..opic.constants import ERROR, FILTERED, FORBIDDEN, IN_FLIGHT, OK
+from ..opic.contract import Entry, Lease, Link, Visit
 from ..opic.fleet import FIGURES, Fleet, finish_figures
-from ..opic.frontier import Entry, Lease, Link, Visit
 from ..opic.journal import Member
 from ..opic.messages import POOL, Message, in_transit
 from ..opic.partition import Partition

@@ -46,7 +46,7 @@ from ..opic.links import encode_links
 from ..opic.messages import Message, Note
 from ..opic.partition import Partition
 from ..opic.refresh import Refresher
-from ..opic.snapshot import engine_arrays, engine_header
+from ..opic.snapshot import engine_arrays, engine_header, restore_frontier
 from . import StoreError
 from .sqlite_state import (
     BLOCK,
@@ -674,7 +674,9 @@ class SqliteStore:
         fr = part.frontier
         # Without persisted requests nothing survives a restart: every pending page is given up.
         kept = None if self.persist else np.zeros(saved.engine.n, bool)
-        back = fr.restore(saved.status, saved.outcome, saved.tier, saved.tiers, saved.alias, kept)
+        back = restore_frontier(
+            fr, saved.status, saved.outcome, saved.tier, saved.tiers, saved.alias, kept
+        )
         fr.failed_visits = saved.failed_visits
         part.load_own(saved.own)
         r = fr.refresher

@@ -14,8 +14,9 @@
 """
 
 from .constants import FETCHED, INITIAL
+from .contract import Entry, Frontier, Lease, Link, Visit
 from .engine import OpicEngine
-from .frontier import Entry, Frontier, Lease, Link, MemoryFrontier, Visit
+from .frontier import MemoryFrontier
 from .selection import (
     CycleSelection,
     GreedySelection,

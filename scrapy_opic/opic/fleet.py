@@ -31,7 +31,7 @@ from .constants import (
     PENDING,
     STATUSES,
 )
-from .frontier import Entry, Lease, Link, Visit, discovery_step, require_payload
+from .contract import Entry, Lease, Link, Visit, discovery_step, require_payload
 from .heads import Heads
 from .importance import importance_of_parts
 from .journal import Member

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import Any, NamedTuple
 
-from .frontier import Entry, Link
+from .contract import Entry, Link
 from .messages import Mailbox, Message
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable
 from typing import Any, NamedTuple
 
-from .frontier import Entry
+from .contract import Entry
 from .importance import CrawlView
 
 #: The number of the crawl's pool, as a message's source or destination.

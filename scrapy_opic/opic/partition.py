@@ -35,7 +35,8 @@ import numpy as np
 
 from .config import CrawlConfig
 from .constants import FILTERED, FORBIDDEN, FORWARDED, OK, PENDING, STATUSES
-from .frontier import Entry, Lease, Link, MemoryFrontier, MemoryRows, Visit, require_payload
+from .contract import Entry, Lease, Link, Visit, require_payload
+from .frontier import MemoryFrontier, MemoryRows
 from .importance import CrawlView, normaliser
 from .index import DictKeys
 from .journal import (
@@ -59,7 +60,7 @@ from .journal import (
 from .messages import POOL, Figures, Message, Payment, Payout, Report, Transfer
 from .refresh import Refresher
 from .routing import partition_of
-from .snapshot import engine_arrays, engine_from_header, engine_header
+from .snapshot import engine_arrays, engine_from_header, engine_header, restore_frontier
 
 
 class Remote(NamedTuple):
@@ -194,7 +195,8 @@ class Partition(Member):
         fr = config.new_frontier(engine, rows, refresher)
         kept = np.zeros(n, bool)
         kept[np.fromiter(rows.payloads, np.int64, len(rows.payloads))] = True
-        fr.restore(
+        restore_frontier(
+            fr,
             np.frombuffer(state["status"], np.uint8),
             np.frombuffer(state["outcome"], np.uint16),
             np.frombuffer(state["tier"], np.uint32),

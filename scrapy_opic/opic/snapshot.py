@@ -1,5 +1,6 @@
 """What a store saves of an engine, and how it is rebuilt: a *header* (parameters and scalars,
-O(1)) and the rows of its per-page arrays (:func:`engine_arrays`).
+O(1)) and the rows of its per-page arrays (:func:`engine_arrays`); and a frontier's pages
+taken back over its reloaded engine (:func:`restore_frontier`).
 
 A store writes the header and the first ``n`` rows of every array; :func:`engine_from_header`
 gives back an engine with those parameters and scalars and room for ``n`` pages, whose rows the
@@ -8,12 +9,16 @@ store then fills. The arrays are the engine's own: a store reads rows of them, n
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 import numpy as np
 
+from .constants import FETCHED, IN_FLIGHT, OK, PENDING, STATUSES, VISITED
 from .engine import SCALARS, OpicEngine
+from .frontier import MemoryFrontier
 from .importance import CrawlView
+from .selection import TieredSelection
 
 
 def engine_arrays(e: OpicEngine) -> dict[str, np.ndarray]:
@@ -76,4 +81,79 @@ def shift_clock(e: OpicEngine, delta: float) -> None:
     e.window.shift(delta, n)
 
 
-__all__ = ["engine_arrays", "engine_from_header", "engine_header", "shift_clock"]
+def restore_frontier(
+    fr: MemoryFrontier,
+    status: np.ndarray | bytes,
+    outcome: np.ndarray | None = None,
+    tier: np.ndarray | None = None,
+    tiers: Sequence[tuple[int, Hashable]] = (),
+    alias: dict[int, int] | None = None,
+    kept: np.ndarray | None = None,
+) -> int:
+    """Take a saved frontier's per-page arrays over ``fr``, whose engine is reloaded: the
+    statuses, outcomes and tier codes by id (uint8, uint16, uint32), the ``(priority,
+    slot)`` pairs of codes 1, 2..., the aliases. ``kept``: the mask of the pages whose
+    payload the rows still have (``None``: every page with a tier code). Pages that were in
+    flight are pending again (their fetch may not have happened; their cash is still
+    theirs); a pending page without a payload is given up (cash to the virtual page).
+    Vectorised: no Python step per page but for those given up. Returns how many pages were
+    in flight."""
+    n = len(status)
+    fr.grow(fr.engine.capacity)
+    st = np.frombuffer(fr.status, np.uint8)[:n]
+    st[:] = np.frombuffer(status, np.uint8) if isinstance(status, bytes) else status
+    if outcome is not None and len(outcome):
+        np.frombuffer(fr.outcome, np.uint16)[:n] = outcome
+        fr.n_ok = int((np.asarray(outcome)[:n] == OK).sum())
+    for priority, slot in tiers:
+        fr.tiers.code(priority, slot)  # (codes 1, 2... again, in their order)
+    codes = np.frombuffer(fr.tier, np.uint32)[:n]
+    if tier is not None:
+        codes[:] = tier
+    fr.alias = dict(alias or {})
+    back = int((st == IN_FLIGHT).sum())
+    st[st == IN_FLIGHT] = PENDING
+    waiting = (st == PENDING) & (codes != 0)
+    if kept is not None:
+        waiting &= kept[:n]
+    lost = np.flatnonzero((st == PENDING) & ~waiting)
+    st[lost] = VISITED  # nothing to fetch them with: given up
+    codes[lost] = 0
+    ids = np.flatnonzero(waiting)
+    del st, codes  # (exported buffers would keep the arrays from growing)
+    for i in lost.tolist():
+        fr.engine.forfeit(i)
+    saved = np.frombuffer(fr.status, np.uint8, count=n)
+    fr.counts = [int(c) for c in np.bincount(saved, minlength=len(STATUSES))]
+    del saved
+    sel = fr.selection
+    if isinstance(sel, TieredSelection):
+        if fr.continuous and ids.size:
+            _refetch_tiers(fr, ids[(fr.engine.flags[ids] & FETCHED) != 0])
+        sel.load(ids)
+    else:
+        for i in ids.tolist():
+            fr.selection.push(i)
+    return back
+
+
+def _refetch_tiers(fr: MemoryFrontier, ids: np.ndarray) -> None:
+    """The refetch tier (see :class:`~.frontier.MemoryFrontier`) of many fetched pages at
+    once (a resumed continuous crawl)."""
+    tiers = fr.tiers
+    zero = np.arange(len(tiers) + 1, dtype=np.uint32)  # code -> the code of (0, its slot)
+    for c in range(1, len(zero)):
+        if tiers.priority(c):
+            zero[c] = tiers.code(0, tiers.slot(c))
+    view = np.frombuffer(fr.tier, dtype=np.uint32)
+    view[ids] = zero[view[ids]]
+    del view  # (an exported buffer would keep the array from growing)
+
+
+__all__ = [
+    "engine_arrays",
+    "engine_from_header",
+    "engine_header",
+    "restore_frontier",
+    "shift_clock",
+]

@@ -10,8 +10,8 @@ import random
 from collections.abc import Iterable
 
 from scrapy_opic.opic.constants import IN_FLIGHT, PENDING, STATUSES, VISITED
+from scrapy_opic.opic.contract import Entry
 from scrapy_opic.opic.fleet import Fleet
-from scrapy_opic.opic.frontier import Entry
 from scrapy_opic.opic.journal import Member
 from scrapy_opic.opic.messages import POOL, Message, in_transit
 from scrapy_opic.opic.partition import Partition

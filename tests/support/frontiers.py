@@ -18,7 +18,7 @@ from scrapy_opic._backends.store import MemoryStore
 from scrapy_opic._state import check_resume
 from scrapy_opic.opic.config import CrawlConfig
 from scrapy_opic.opic.constants import NEEDS_PAYLOAD
-from scrapy_opic.opic.frontier import Entry, Link, Visit
+from scrapy_opic.opic.contract import Entry, Link, Visit
 
 #: Backends of the contract suites; the Redis Cluster (three servers to start) only in the
 #: whole suite, not in ``-m "not slow"``.
