@@ -48,6 +48,15 @@ def slot_concurrency(crawler: Crawler) -> Callable[[Hashable], int]:
     return concurrency
 
 
+def quiet_seconds(crawler: Crawler) -> float:
+    """The longest download delay of the slots here, with its jitter: how long a partition
+    stays quiet before its hosts are handed to another process."""
+    delay = crawler.settings.getfloat("DOWNLOAD_DELAY")
+    for slot in crawler.engine.downloader.slots.values():
+        delay = max(delay, float(slot.delay))
+    return 1.5 * delay
+
+
 class Leases:
     """The pages in flight here (see the module docstring); ``concurrency(slot)``: a download
     slot's concurrency, asked once per slot until :meth:`forget_limits`."""
@@ -118,6 +127,21 @@ class Leases:
         """The request page ``key`` went out with, if it is still alive."""
         ref = self._out.get(key)
         return ref() if ref is not None else None
+
+    def keep_base(self, request: Request, key: Hashable) -> bool:
+        """A follow-up (retry, redirect) of page ``key`` waits at the priority its page's
+        request had, with its ``dont_filter``: an adjustment (retry -1, redirect +2) is for the
+        one request, not for the page's tier. Kept in meta, so that the follow-up, stored or
+        shared, and its own follow-ups still know them. Whether its priority was adjusted."""
+        base = self.base.get(key)
+        if base is None:
+            return False
+        if request.dont_filter != base[1]:
+            request.meta["opic_dont_filter"] = base[1]
+        if request.priority == base[0]:
+            return False
+        request.meta["opic_priority"] = base[0]
+        return True
 
     def end(self, key: Hashable) -> tuple[Lease | None, Request | None]:
         """This process's lease of page ``key`` ends (its outcome is being reported): the lease,

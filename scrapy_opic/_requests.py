@@ -9,6 +9,7 @@ import copy
 import logging
 import pickle
 import weakref
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from scrapy import exceptions as scrapy_exceptions
@@ -134,6 +135,16 @@ REQUEST_FIELDS: tuple[tuple[str, Any], ...] = (
 _REST, _URL = 14, 15
 #: The first byte of a request stored by :func:`encode_request`.
 REQUEST_FORMAT = 1
+
+
+def refused_weight(refused: list[tuple[Request, float]], key: Callable[[Request], Any]) -> float:
+    """The total weight of the links a page will not follow (their share goes to the virtual
+    page): each page once, with the largest of its links' weights."""
+    most: dict[Any, float] = {}
+    for request, weight in refused:
+        k = key(request)
+        most[k] = max(weight, most.get(k, -1.0))
+    return float(sum(most.values()))
 
 
 def _pickle(values: tuple) -> bytes:

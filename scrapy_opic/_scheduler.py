@@ -55,7 +55,7 @@ import logging
 import sys
 import threading
 from collections import deque
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 from weakref import WeakKeyDictionary, WeakSet
 
@@ -70,7 +70,7 @@ from twisted.internet import task
 from ._backends import StoreError, masked_url
 from ._backends.crawl import Crawl
 from ._errors import raise_in_one_line, stop_crawl
-from ._leases import Leases, slot_concurrency
+from ._leases import Leases, quiet_seconds, slot_concurrency
 from ._requests import (
     SEEN_META,
     OutcomeErrback,
@@ -78,6 +78,7 @@ from ._requests import (
     detach,
     outcome_of,
     page_url,
+    refused_weight,
     with_validators,
 )
 from ._settings import OpicSettings, OpicSettingsError
@@ -363,7 +364,7 @@ class OpicScheduler(BaseScheduler):
             return
         try:
             self._settle_lost()
-            self.frontier.quiet = self._quiet()
+            self.frontier.quiet = quiet_seconds(self.crawler)
             self.frontier.maintain(list(self.leases))
             if self._starved and len(self.frontier):
                 self._nudge()
@@ -372,14 +373,6 @@ class OpicScheduler(BaseScheduler):
             self._stop(exc)
         except Exception:
             logger.exception("OPIC: periodic upkeep of the frontier failed (will retry)")
-
-    def _quiet(self) -> float:
-        """The longest download delay of the slots here, with its jitter: how long a partition
-        stays quiet before its hosts are handed to another process."""
-        delay = self.crawler.settings.getfloat("DOWNLOAD_DELAY")
-        for slot in self.crawler.engine.downloader.slots.values():
-            delay = max(delay, float(slot.delay))
-        return 1.5 * delay
 
     # -- requests ---------------------------------------------------------------------------
     def _key(self, request: Request) -> bytes:
@@ -471,15 +464,8 @@ class OpicScheduler(BaseScheduler):
         waits at the priority its page's request had: a priority adjustment (retry -1, redirect
         +2) is for the one request, which keeps it, not for the page's tier (a retried page
         starved below every refetch, a redirect target refetched ahead of all)."""
-        base = self.leases.base.get(lease.key)
-        if base is not None:
-            # (In meta, so that the follow-up, stored or shared, still knows its page's
-            # priority when it is popped, and its own follow-ups keep it too.)
-            if request.priority != base[0]:
-                request.meta["opic_priority"] = base[0]
-                self.counts["opic/priority_adjustments_ignored"] += 1
-            if request.dont_filter != base[1]:
-                request.meta["opic_dont_filter"] = base[1]
+        if self.leases.keep_base(request, lease.key):
+            self.counts["opic/priority_adjustments_ignored"] += 1
         entry = self._entry(request)
         self.leases.end(lease.key)
         if entry.key == lease.key:
@@ -564,10 +550,9 @@ class OpicScheduler(BaseScheduler):
         failed: bool = False,
     ) -> float | None:
         """The visit of ``request``'s page over ``followed`` (the requests its callback yielded
-        that Scrapy will follow), with ``weights`` (``None``: all 1);
-        ``refused``: the links it will not follow, with their weights (their share goes to the
-        virtual page). Returns the page's importance after the visit if ``OPIC_ITEM_FIELD``
-        asks for it. ``failed``: the callback raised after yielding them."""
+        that Scrapy will follow), with ``weights`` (``None``: all 1); ``refused``: the links it
+        will not follow, with their weights; ``failed``: the callback raised after yielding
+        them. The page's importance after the visit if ``OPIC_ITEM_FIELD`` asks for it."""
         # The page's lease first: the callback may yield its own request object again (to
         # fetch the page once more), and detaching it takes the lease out of its meta.
         lease = self.leases.of(request)
@@ -580,15 +565,9 @@ class OpicScheduler(BaseScheduler):
             return None
         ws = [1.0] * len(followed) if weights is None else weights
         links = [Link(self._key(o), page_url(o), w, self._again(o)) for o, w in zip(followed, ws)]
-        virtual_weight = 0.0
-        if refused:
-            most: dict[Hashable, float] = {}
-            for o, w in refused:
-                key = self._key(o)
-                most[key] = max(w, most.get(key, -1.0))
-            virtual_weight = float(sum(most.values()))
-        # The lease ends here whatever the call does: if the frontier fails now, the page is
-        # not renewed any more (with Redis it goes back to the frontier when its lease expires).
+        virtual_weight = refused_weight(refused, self._key) if refused else 0.0
+        # The lease ends here whatever the call does (a store failing now: the page goes back
+        # when its lease expires).
         _lease, later = self.leases.end(lease.key)
         kw: dict[str, Any] = {"outcome": SPIDER_ERROR} if failed else {}
         seen = request.meta.get(SEEN_META)
@@ -657,11 +636,6 @@ class OpicScheduler(BaseScheduler):
             self.counts["opic/failed"] += 1
 
     # -- stats and logs ------------------------------------------------------------------------
-    def update_stats(self, closing: bool = False) -> dict[str, float]:
-        """Add the event counters to Scrapy's stats and set the crawl's figures (see
-        :mod:`scrapy_opic._stats`), which it returns."""
-        return self.report.update(self.frontier, closing)
-
     @_guarded("OPIC: stopped (its state store failed)")
     def status_line(self) -> str:
         """The periodic OPIC log line (:class:`~scrapy_opic._extensions.OpicLogStats`)."""

@@ -43,7 +43,6 @@ import contextlib
 import csv
 import json
 import logging
-import math
 import os
 import re
 import stat
@@ -606,9 +605,6 @@ def _redis_snapshot(location: str) -> Any:
     return read_redis_crawl(location, RedisSnapshot)
 
 
-read_state = open_state  # the name of the first release
-
-
 # -- writing ---------------------------------------------------------------------------------
 def _json_value(v: Any) -> str:
     if v is None:
@@ -829,123 +825,6 @@ def export_at_close(targets: dict[str, dict[str, Any]], location: str, spider: s
     return ok
 
 
-def read_items(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """The items of a feed a crawl wrote (JSON Lines: ``.jsonl``, ``.jl``, ``.jsonlines``; or
-    CSV), in its order. :class:`ValueError` (one line) for another format or a bad line."""
-    name = str(path)
-    fmt = "csv" if name.lower().endswith(".csv") else None
-    if fmt is None and not name.lower().endswith((".jsonl", ".jl", ".jsonlines")):
-        raise ValueError(f"{name}: items must be JSON Lines (.jsonl, .jl) or CSV (.csv)")
-    try:
-        with open(path, newline="", encoding="utf-8") as fh:
-            if fmt == "csv":
-                return list(csv.DictReader(fh))
-            items = []
-            for k, line in enumerate(fh, 1):
-                if line.strip():
-                    item = json.loads(line)
-                    if not isinstance(item, dict):
-                        raise ValueError(f"line {k} is not an object")
-                    items.append(item)
-            return items
-    except OSError as exc:
-        raise OSError(f"cannot read {name}: {exc.strerror or exc}") from None
-    except ValueError as exc:  # (json.JSONDecodeError too)
-        raise ValueError(f"{name}: not JSON Lines ({exc})") from None
-
-
-def join_items(
-    state: OpicState,
-    items: Iterable[dict[str, Any]],
-    url_field: str = "url",
-    field: str = "importance",
-) -> list[dict[str, Any]]:
-    """``items`` (dicts, as a feed holds them) with their page's importance in the state (its
-    final value, where ``OPIC_ITEM_FIELD`` holds the estimate at the page's visit), in
-    ``field``, most important first: an item's page is the state's page whose URL is the item's
-    ``url_field`` (without its ``#fragment``). Items whose page the state does not know come last,
-    in their order, with ``None``. One pass over the state's pages; the items are in memory."""
-    items = list(items)
-    wanted: dict[str, float | None] = {}
-    for item in items:
-        url = item.get(url_field)
-        if isinstance(url, str):
-            wanted[url.partition("#")[0]] = None
-    for chunk in state.page_chunks():
-        for p in chunk:
-            if p.url in wanted:
-                wanted[p.url] = p.importance
-    out = []
-    for item in items:
-        url = item.get(url_field)
-        value = wanted.get(url.partition("#")[0]) if isinstance(url, str) else None
-        out.append({**item, field: value})
-    out.sort(key=lambda item: -item[field] if item[field] is not None else math.inf)
-    return out
-
-
-def write_items(items: list[dict[str, Any]], out: str, fmt: str | None = None) -> int:
-    """``items`` to ``out`` (CSV: the union of their keys, in order of first appearance; JSON
-    Lines: one object each), through :func:`output_file`; returns how many."""
-    fmt = output_format(out, fmt)
-    with output_file(out) as fh:
-        if fmt == "csv":
-            columns = list(dict.fromkeys(k for item in items for k in item))
-            writer = csv.DictWriter(fh, columns, lineterminator="\n")
-            writer.writeheader()
-            writer.writerows(items)
-        else:
-            fh.writelines(json.dumps(item, ensure_ascii=False) + "\n" for item in items)
-    return len(items)
-
-
-def write_importance(state: OpicState, out: str) -> int:
-    """Every page to ``out`` (the first release's API; see :func:`write_export`)."""
-    return write_export(state, out)
-
-
-_ENCODED_UTF8 = re.compile(r"(?:%[89A-Fa-f][0-9A-Fa-f])+")
-
-
-def display_url(url: str) -> str:
-    """``url`` as a person reads it: percent-encoded UTF-8 (``%C3%A9``) and IDNA host names
-    (``xn--...``) shown as their characters; ASCII escapes (``%2F``, ``%20``) kept, so the
-    text still names the same URL."""
-
-    def decode(m: re.Match) -> str:
-        try:
-            return bytes.fromhex(m.group().replace("%", "")).decode("utf-8")
-        except UnicodeDecodeError:
-            return m.group()
-
-    text = _ENCODED_UTF8.sub(decode, url)
-    if "xn--" in text:
-        scheme, sep, rest = text.partition("://")
-        host, slash, path = rest.partition("/")
-        with contextlib.suppress(UnicodeError, ValueError):
-            host = host.encode("ascii").decode("idna")
-        text = scheme + sep + host + slash + path
-    return text
-
-
-def format_table(pages: list[Page], width: int = 100) -> str:
-    """The pages as a plain-text table (rank, importance, pagerank if the pages have it,
-    visits, fetched, URL)."""
-    ranked = any(p.pagerank is not None for p in pages)
-    pr_head = f"  {'pagerank':>10}" if ranked else ""
-    lines = [f"{'rank':>4}  {'importance':>10}{pr_head}  {'visits':>6}  {'fetched':>7}  url"]
-    room = max(20, width - 36 - len(pr_head))
-    for rank, p in enumerate(pages, 1):
-        url = display_url(p.url)
-        url = url if len(url) <= room else url[: room - 1] + "…"
-        pr = f"  {p.pagerank:>10.6f}" if ranked else ""
-        lines.append(
-            f"{rank:>4}  {p.importance:>10.6f}{pr}  {p.visits:>6}  "
-            f"{'yes' if p.fetched else 'no':>7}  {url}"
-        )
-    return "\n".join(lines)
-
-
 __all__ = [
     "PAGERANK_COLUMNS",
     "PAGERANK_TOL",
@@ -955,16 +834,9 @@ __all__ = [
     "Page",
     "Site",
     "StoreError",
-    "display_url",
-    "format_table",
     "host_of",
-    "join_items",
     "open_state",
     "output_file",
-    "read_items",
-    "read_state",
     "registered_domain",
     "write_export",
-    "write_importance",
-    "write_items",
 ]

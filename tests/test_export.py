@@ -518,7 +518,7 @@ def test_frozen_items_keep_flowing_with_one_warning(caplog):
 
 
 def test_display_url_shows_characters_and_keeps_ascii_escapes():
-    from scrapy_opic.export import display_url
+    from scrapy_opic._commands.top import display_url
 
     assert display_url("http://xn--caf-dma.example/%C3%A9t%C3%A9%20x%2F?q=%E4%B8%AD") == (
         "http://café.example/été%20x%2F?q=中"

@@ -424,8 +424,9 @@ def test_the_pagerank_column_is_the_crawled_graphs_pagerank(tmp_path, fmt):
 
 @pytest.mark.slow  # (a crawl of the engine's size)
 def test_a_state_without_kept_links_has_no_pagerank_column(tmp_path):
+    from scrapy_opic._commands.top import format_table
     from scrapy_opic._report import build_report
-    from scrapy_opic.export import PAGE_COLUMNS, format_table, open_state
+    from scrapy_opic.export import PAGE_COLUMNS, open_state
 
     path = tmp_path / "n.sqlite"
     f = frontier_at(path, keep_links=False)

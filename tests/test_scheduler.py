@@ -124,7 +124,7 @@ def test_duplicates_are_refused_and_counted(schedulers):
     assert not s.enqueue_request(Request(URLS[0]))  # in flight
     visit(s, r)
     assert not s.enqueue_request(Request(URLS[0]))  # visited, one-pass crawl
-    s.update_stats()
+    s.report.update(s.frontier)
     assert s.stats.get_value("opic/duplicates") == 3
     assert s.stats.get_value("dupefilter/filtered") == 3
 
@@ -395,7 +395,7 @@ def test_dont_filter_fetches_again_as_scrapy_does(schedulers):
     # crawl does not fetch its seeds again.
     visit(s, again)
     assert not s.enqueue_request(Request(home, dont_filter=True, meta={"is_start_request": True}))
-    s.update_stats()
+    s.report.update(s.frontier)
     st = s.stats.get_stats()
     assert st["scheduler/enqueued"] == 3 and st["scheduler/dequeued"] == 3
     assert st["dupefilter/filtered"] == 3 and st["opic/duplicates"] == 3
@@ -555,7 +555,7 @@ def test_unserializable_requests_stay_in_memory_with_one_warning(jobdir, caplog)
     assert all(s.frontier.store.file.get_request(i)[1] is None for i in range(3))  # (restart)
     assert len({s.next_request().url for _ in range(4)}) == 4
     # Scrapy's own stats for requests its disk queue refuses: counted, and in memory.
-    s.update_stats()
+    s.report.update(s.frontier)
     st = s.stats.get_stats()
     assert st["scheduler/unserializable"] == 3 and "opic/unserializable" not in st
     assert st["scheduler/enqueued/memory"] == 3 and st["scheduler/dequeued/memory"] == 3

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import csv
+import json
+import math
 import os
 import sys
+from collections.abc import Iterable
+from typing import Any
 
 from .._formats import output_format
-from ..export import join_items, open_state, read_items, write_export, write_items
+from ..export import OpicState, open_state, output_file, write_export
 from . import StateCommand
 
 
@@ -89,3 +94,73 @@ class Command(StateCommand):
         if n is not None and opts.output != "-":
             noun = "item" if opts.items else "site" if opts.by_site else "page"
             print(f"{n} {noun}{'' if n == 1 else 's'} written to {opts.output}", file=sys.stderr)
+
+
+def read_items(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """The items of a feed a crawl wrote (JSON Lines: ``.jsonl``, ``.jl``, ``.jsonlines``; or
+    CSV), in its order. :class:`ValueError` (one line) for another format or a bad line."""
+    name = str(path)
+    fmt = "csv" if name.lower().endswith(".csv") else None
+    if fmt is None and not name.lower().endswith((".jsonl", ".jl", ".jsonlines")):
+        raise ValueError(f"{name}: items must be JSON Lines (.jsonl, .jl) or CSV (.csv)")
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            if fmt == "csv":
+                return list(csv.DictReader(fh))
+            items = []
+            for k, line in enumerate(fh, 1):
+                if line.strip():
+                    item = json.loads(line)
+                    if not isinstance(item, dict):
+                        raise ValueError(f"line {k} is not an object")
+                    items.append(item)
+            return items
+    except OSError as exc:
+        raise OSError(f"cannot read {name}: {exc.strerror or exc}") from None
+    except ValueError as exc:  # (json.JSONDecodeError too)
+        raise ValueError(f"{name}: not JSON Lines ({exc})") from None
+
+
+def join_items(
+    state: OpicState,
+    items: Iterable[dict[str, Any]],
+    url_field: str = "url",
+    field: str = "importance",
+) -> list[dict[str, Any]]:
+    """``items`` (dicts, as a feed holds them) with their page's importance in the state (its
+    final value, where ``OPIC_ITEM_FIELD`` holds the estimate at the page's visit), in
+    ``field``, most important first: an item's page is the state's page whose URL is the item's
+    ``url_field`` (without its ``#fragment``). Items whose page the state does not know come last,
+    in their order, with ``None``. One pass over the state's pages; the items are in memory."""
+    items = list(items)
+    wanted: dict[str, float | None] = {}
+    for item in items:
+        url = item.get(url_field)
+        if isinstance(url, str):
+            wanted[url.partition("#")[0]] = None
+    for chunk in state.page_chunks():
+        for p in chunk:
+            if p.url in wanted:
+                wanted[p.url] = p.importance
+    out = []
+    for item in items:
+        url = item.get(url_field)
+        value = wanted.get(url.partition("#")[0]) if isinstance(url, str) else None
+        out.append({**item, field: value})
+    out.sort(key=lambda item: -item[field] if item[field] is not None else math.inf)
+    return out
+
+
+def write_items(items: list[dict[str, Any]], out: str, fmt: str | None = None) -> int:
+    """``items`` to ``out`` (CSV: the union of their keys, in order of first appearance; JSON
+    Lines: one object each), through :func:`output_file`; returns how many."""
+    fmt = output_format(out, fmt)
+    with output_file(out) as fh:
+        if fmt == "csv":
+            columns = list(dict.fromkeys(k for item in items for k in item))
+            writer = csv.DictWriter(fh, columns, lineterminator="\n")
+            writer.writeheader()
+            writer.writerows(items)
+        else:
+            fh.writelines(json.dumps(item, ensure_ascii=False) + "\n" for item in items)
+    return len(items)
