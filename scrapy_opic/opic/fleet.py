@@ -223,18 +223,8 @@ class Fleet:
             self._touched(only)
             return codes
         codes = [DUPLICATE] * len(entries)
-        batches: dict[int, list[tuple[int, Entry]]] = {}
-        bad: set[int] = set()
-        for n, e in enumerate(entries):
-            k = self.route(e.url, e.key)
-            part = self.owner_of(k)
-            if part is None and not again and e.key in self._forwarded:
-                continue  # (sent there before: filed, or known)
-            data, unencodable = self._data(e.payload, e.url)
-            if unencodable:
-                bad.add(n)
-            batches.setdefault(k, []).append((n, e._replace(payload=data)))
-        for k, batch in batches.items():
+        bad: set[int] = set()  # entries whose payload cannot be shared: LOCAL
+        for k, batch in self._batches(entries, again, bad).items():
             part = self.owner_of(k)
             if part is None:
                 sent = tuple(e for n, e in batch if n not in bad)
@@ -249,6 +239,23 @@ class Fleet:
             for (n, _e), code in zip(batch, got):
                 codes[n] = LOCAL if n in bad and code == NEEDS_PAYLOAD else code
         return codes
+
+    def _batches(
+        self, entries: Sequence[Entry], again: bool, bad: set[int]
+    ) -> dict[int, list[tuple[int, Entry]]]:
+        """The entries by partition, numbered, their payloads as the partitions keep them (the
+        numbers of those that cannot be kept added to ``bad``), less those sent to a partition
+        of another process before (filed there, or known)."""
+        batches: dict[int, list[tuple[int, Entry]]] = {}
+        for n, e in enumerate(entries):
+            k = self.route(e.url, e.key)
+            if not again and e.key in self._forwarded and self.owner_of(k) is None:
+                continue
+            data, unencodable = self._data(e.payload, e.url)
+            if unencodable:
+                bad.add(n)
+            batches.setdefault(k, []).append((n, e._replace(payload=data)))
+        return batches
 
     def _forwarded_add(self, keys: Iterable[Hashable]) -> None:
         if len(self._forwarded) > FORWARDED_LIMIT:

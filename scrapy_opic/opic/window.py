@@ -45,7 +45,7 @@ own arrays; it reads the engine through its public attributes.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -662,52 +662,57 @@ _ARITY["improved"] = _ARITY["adaptive"] = (1, 2)
 def parse_window(spec: str | WindowPolicy | None) -> WindowPolicy:
     """Build a policy from a short spec.
 
-    ``unbounded[:blend|lemma|paper|regression]`` | ``interpolation:T`` | ``variable:K`` |
-    ``fixed:T`` | ``improved:T[:M]``; append ``:wall`` to a windowed policy for wall-clock
-    seconds instead of G-time, e.g. ``interpolation:86400:wall``. :class:`ValueError` for
-    anything else (an unknown policy or estimator, a missing or extra part, a number that is
-    not finite or out of range).
+    ``unbounded[:blend|lemma|paper|regression]`` | ``interpolation:T`` | ``adaptive:T[:MIN]`` |
+    ``variable:K`` | ``fixed:T`` | ``improved:T[:M]``; append ``:wall`` to a windowed policy for
+    wall-clock seconds instead of G-time, e.g. ``interpolation:86400:wall``. :class:`ValueError`
+    for anything else (an unknown policy or estimator, a missing or extra part, a number that
+    is not finite or out of range).
     """
     if spec is None:
         return UnboundedHistory()
     if isinstance(spec, WindowPolicy):
         return spec
-    text = str(spec).strip().lower()
+    kind, args, clock = _split_spec(str(spec))
+    try:
+        return _BUILD[kind](args, clock)
+    except ValueError as exc:
+        raise ValueError(f"bad window spec {spec!r}: {exc}") from None
+
+
+def _split_spec(spec: str) -> tuple[str, list[str], str]:
+    """A spec's policy, its arguments and its clock, their number checked."""
+    text = spec.strip().lower()
     parts = [p.strip() for p in text.split(":")]
     if not text or "" in parts:
         raise ValueError(f"bad window spec {spec!r}: empty part")
-    clock = "g"
-    if parts[-1] in CLOCKS and len(parts) > 1:
-        clock = parts.pop()
+    clock = parts.pop() if parts[-1] in CLOCKS and len(parts) > 1 else "g"
     kind, args = parts[0], parts[1:]
     if kind not in WINDOW_FORMS:
         raise ValueError(f"unknown window policy {kind!r}: {', '.join(WINDOW_FORMS.values())}")
     low, high = _ARITY[kind]
     if not low <= len(args) <= high or (kind == "unbounded" and clock != "g"):
         raise ValueError(f"bad window spec {spec!r}: the form is {WINDOW_FORMS[kind]}")
+    return kind, args, clock
 
-    def number(text: str) -> float:
-        x = float(text)
-        if not math.isfinite(x):
-            raise ValueError(f"{text} is not a finite number")
-        return x
 
-    try:
-        if kind == "unbounded":
-            return UnboundedHistory(estimator=args[0]) if args else UnboundedHistory()
-        if kind == "interpolation":
-            return Interpolation(number(args[0]), clock=clock)
-        if kind == "adaptive":
-            low_t = number(args[1]) if len(args) > 1 else None
-            return AdaptiveInterpolation(number(args[0]), low_t, clock)
-        if kind == "variable":
-            return VariableWindow(int(args[0]), clock=clock)
-        if kind == "fixed":
-            return FixedWindow(number(args[0]), clock=clock)
-        m = int(args[1]) if len(args) > 1 else 3
-        return ImprovedFixedWindow(number(args[0]), m, clock)
-    except ValueError as exc:
-        raise ValueError(f"bad window spec {spec!r}: {exc}") from None
+def _finite(text: str) -> float:
+    x = float(text)
+    if not math.isfinite(x):
+        raise ValueError(f"{text} is not a finite number")
+    return x
+
+
+#: Each policy from its spec's arguments and clock.
+_BUILD: dict[str, Callable[[list[str], str], WindowPolicy]] = {
+    "unbounded": lambda a, c: UnboundedHistory(*a),
+    "interpolation": lambda a, c: Interpolation(_finite(a[0]), clock=c),
+    "adaptive": lambda a, c: AdaptiveInterpolation(
+        _finite(a[0]), _finite(a[1]) if len(a) > 1 else None, c
+    ),
+    "variable": lambda a, c: VariableWindow(int(a[0]), clock=c),
+    "fixed": lambda a, c: FixedWindow(_finite(a[0]), clock=c),
+    "improved": lambda a, c: ImprovedFixedWindow(_finite(a[0]), int(a[1]) if len(a) > 1 else 3, c),
+}
 
 
 __all__ = [
