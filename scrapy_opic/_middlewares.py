@@ -70,6 +70,10 @@ class OpicSpiderMiddleware:
     def __init__(self, crawler: Crawler, settings: OpicSettings) -> None:
         self.crawler = crawler
         self.settings = settings
+        # Every followed link weighs 1, a refused one nothing: no host to compare, no pattern.
+        self._plain = settings.internal_weight == settings.external_weight == 1.0 and not (
+            settings.refused_links == "virtual" or settings.boost_patterns
+        )
         self._warned_field: set[type] = set()
         self._collecting: set[int] = set()  # responses whose callback output is being read
         self._offsite = OffsiteMiddleware(crawler.stats)
@@ -146,19 +150,27 @@ class OpicSpiderMiddleware:
         scheduler = OpicScheduler.of(self.crawler)
         if scheduler is None:
             return
+        if self._plain:
+            followed = [o for o, _host, ok in self._requests(out) if ok]
+            importance = scheduler.settle_visit(response.request, followed, None, failed=failed)
+        else:
+            weighed = self._weighed(response, out)  # (followed, weights, refused)
+            importance = scheduler.settle_visit(response.request, *weighed, failed=failed)
+        if self.settings.item_field and importance is not None:
+            self._stamp(out, importance)
+
+    def _weighed(
+        self, response: Response, out: list[Any]
+    ) -> tuple[list[Request], list[float], list[tuple[Request, float]]]:
+        """The requests of ``out`` Scrapy follows with their weights (internal or external,
+        boosted), and the refused ones with theirs (none unless refused links are virtual)."""
         s = self.settings
         virtual = s.refused_links == "virtual"
-        plain = s.internal_weight == s.external_weight == 1.0 and not virtual
-        plain = plain and not s.boost_patterns
+        page_host = urlparse_cached(response).hostname
         followed: list[Request] = []
         weights: list[float] = []
         refused: list[tuple[Request, float]] = []
-        page_host = None if plain else urlparse_cached(response).hostname
         for o, host, ok in self._requests(out):
-            if plain:
-                if ok:
-                    followed.append(o)
-                continue
             weight = s.internal_weight if host == page_host else s.external_weight
             if not ok:
                 if virtual:
@@ -168,15 +180,7 @@ class OpicSpiderMiddleware:
             if any(p.search(o.url) for p in s.boost_patterns):
                 weight = boosted_weight(weight, s.boost)
             weights.append(weight)
-        importance = scheduler.settle_visit(
-            response.request,
-            followed,
-            weights=None if plain else weights,
-            refused=refused,
-            failed=failed,
-        )
-        if s.item_field and importance is not None:
-            self._stamp(out, importance)
+        return followed, weights, refused
 
     def _requests(self, out: list[Any]) -> Iterator[tuple[Request, str | None, bool]]:
         """The requests of a callback's output, each with its host and whether Scrapy follows
@@ -273,11 +277,15 @@ class OpicDownloaderMiddleware:
         for name in meta.pop(SENT_META, ()):  # (a retry or a redirect: decided again)
             headers.pop(name, None)
         kept = meta.get(VALIDATORS_META)
-        if not self.settings.conditional or not kept or kept[0] != request.url:
-            return
+        if self.settings.conditional and kept and kept[0] == request.url:
+            self._send_validators(request, kept)
+
+    def _send_validators(self, request: Request, kept: tuple) -> None:
+        """Send the page's ``kept`` validators as conditional headers: those its host's audit
+        allows and the request does not have already (their names go in its meta)."""
         _url, etag, modified, _sig = kept
-        host = urlparse_cached(request).hostname
-        send_etag, send_modified = self.audit.conditional(host)
+        headers = request.headers
+        send_etag, send_modified = self.audit.conditional(urlparse_cached(request).hostname)
         sent = []
         if etag and send_etag and b"If-None-Match" not in headers:
             headers[b"If-None-Match"] = etag
@@ -286,7 +294,7 @@ class OpicDownloaderMiddleware:
             headers[b"If-Modified-Since"] = modified
             sent.append(b"If-Modified-Since")
         if sent:
-            meta[SENT_META] = tuple(sent)
+            request.meta[SENT_META] = tuple(sent)
 
     def process_response(
         self, request: Request, response: Response, spider: Spider | None = None
@@ -294,36 +302,43 @@ class OpicDownloaderMiddleware:
         meta = request.meta
         if not self.watch or "opic_id" not in meta:
             return response
-        kept = meta.get(VALIDATORS_META)
-        if kept and kept[0] != request.url:
-            kept = None  # (a redirect target: the validators were another page's)
         status = response.status
         if status == 304:
-            asked = meta.get(SENT_META) or (
-                b"If-None-Match" in request.headers or b"If-Modified-Since" in request.headers
-            )
-            if asked:
-                self._unchanged(request)
-            return response  # (a 304 nobody asked for: HttpErrorMiddleware fails it)
+            self._on_304(request)
+            return response
         if not 200 <= status < 300:
             return response
         mode = self.settings.signature
         sig = None if mode == "off" else signature(response.body, mode)
         etag = response.headers.get(b"ETag")
         modified = response.headers.get(b"Last-Modified")
-        changed = None
         host = urlparse_cached(request).hostname
-        if kept:
-            changed = True if sig is None or kept[3] is None else sig != kept[3]
-            if sig is not None and kept[3] is not None:
-                self.audit.observe(
-                    host, Snapshot(kept[1], kept[2], kept[3]), Snapshot(etag, modified, sig)
-                )
+        changed = self._changed(request, host, etag, modified, sig)
         since = _http_time(modified) if self.audit.trusted(host, "last_modified") else None
         meta[SEEN_META] = (request.url, etag, modified, sig, changed, since)
         if changed is False:
             self._unchanged(request)
         return response
+
+    def _on_304(self, request: Request) -> None:
+        """A 304: the page is unchanged if the request asked (it sent validators, ours or its
+        own); a 304 nobody asked for is no answer (HttpErrorMiddleware fails it)."""
+        h = request.headers
+        if request.meta.get(SENT_META) or b"If-None-Match" in h or b"If-Modified-Since" in h:
+            self._unchanged(request)
+
+    def _changed(
+        self, request: Request, host: str | None, etag: Any, modified: Any, sig: int | None
+    ) -> bool | None:
+        """Whether the page changed since its last full response (None if none was kept, or
+        for a redirect target: another page's); both signatures audit the host's validators."""
+        kept = request.meta.get(VALIDATORS_META)
+        if not kept or kept[0] != request.url:
+            return None
+        if sig is None or kept[3] is None:
+            return True
+        self.audit.observe(host, Snapshot(kept[1], kept[2], kept[3]), Snapshot(etag, modified, sig))
+        return sig != kept[3]
 
     def _unchanged(self, request: Request) -> None:
         """The page is unchanged: its visit, then (unless the callback is wanted) a mark that

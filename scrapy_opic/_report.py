@@ -161,8 +161,33 @@ def build_report(state: OpicState, top: int = 25, title: str | None = None) -> s
         f"<figcaption>{html.escape(caption)}</figcaption></figure>"
         for alt, caption, png in _plots(state)
     )
+    pages = _top_pages(state, top)
+    freshness = _freshness(state)
+    sites = _top_sites(state, top)
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<style>{_STYLE}</style></head><body>
+<h1>{html.escape(title)}</h1>
+<p>State <code>{html.escape(masked_url(str(state.path)))}</code>, read {now}.
+Importance is each page's share of all history (OPIC), normalised to sum 1 over known pages.</p>
+<h2>The crawl</h2>
+{_table(["figure", "value"], [[html.escape(a), b] for a, b in figures], {1})}
+<div class="plots">{plots}</div>
+<h2>Top pages</h2>
+{pages}
+{freshness}
+{sites}
+<h2>Settings</h2>
+{_table(["setting", "value"], settings_rows, set())}
+</body></html>
+"""
+
+
+def _top_pages(state: OpicState, top: int) -> str:
+    """The table of the ``top`` most important pages (with their PageRank if the crawl kept
+    its links, and their change rate if it refetched by freshness)."""
     pages = state.top(top)
-    page_rows = [
+    rows = [
         [
             str(k),
             f"{p.importance:.6f}",
@@ -174,43 +199,31 @@ def build_report(state: OpicState, top: int = 25, title: str | None = None) -> s
         ]
         for k, p in enumerate(pages, 1)
     ]
-    page_heads = ["#", "importance", "cash", "visits", "fetched", "url"]
+    heads = ["#", "importance", "cash", "visits", "fetched", "url"]
     if state.links_kept:  # the exact PageRank of the crawled graph, beside its estimate
-        page_heads.insert(2, "pagerank")
+        heads.insert(2, "pagerank")
     if state.changes_kept:
-        page_heads.insert(-1, "changes/day")
-        for row, p in zip(page_rows, pages):
+        heads.insert(-1, "changes/day")
+        for row, p in zip(rows, pages):
             row.insert(-1, "" if p.change_rate is None else f"{p.change_rate:.3g}")
-    freshness = _freshness(state)
+    return _table(heads, rows, set(range(len(heads) - 2)))
+
+
+def _top_sites(state: OpicState, top: int) -> str:
+    """The sections of the ``top`` most important hosts and registered domains."""
     sites = state.by_site()
-    site_tables = []
+    out = []
     for level in ("host", "domain"):
         rows = [
             [html.escape(x.site), f"{x.importance:.6f}", f"{x.pages:,}", f"{x.fetched:,}"]
             for x in sites
             if x.level == level
         ][:top]
-        site_tables.append(
+        out.append(
             f"<h2>Top {level}s</h2>"
             + _table([level, "importance", "pages", "fetched"], rows, {1, 2, 3})
         )
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
-<style>{_STYLE}</style></head><body>
-<h1>{html.escape(title)}</h1>
-<p>State <code>{html.escape(masked_url(str(state.path)))}</code>, read {now}.
-Importance is each page's share of all history (OPIC), normalised to sum 1 over known pages.</p>
-<h2>The crawl</h2>
-{_table(["figure", "value"], [[html.escape(a), b] for a, b in figures], {1})}
-<div class="plots">{plots}</div>
-<h2>Top pages</h2>
-{_table(page_heads, page_rows, set(range(len(page_heads) - 2)))}
-{freshness}
-{"".join(site_tables)}
-<h2>Settings</h2>
-{_table(["setting", "value"], settings_rows, set())}
-</body></html>
-"""
+    return "".join(out)
 
 
 def _freshness(state: OpicState) -> str:

@@ -137,9 +137,13 @@ _REST, _URL = 14, 15
 REQUEST_FORMAT = 1
 
 
-def refused_weight(refused: list[tuple[Request, float]], key: Callable[[Request], Any]) -> float:
+def refused_weight(
+    refused: list[tuple[Request, float]] | None, key: Callable[[Request], Any]
+) -> float:
     """The total weight of the links a page will not follow (their share goes to the virtual
-    page): each page once, with the largest of its links' weights."""
+    page): each page once, with the largest of its links' weights (0 for none)."""
+    if not refused:
+        return 0.0
     most: dict[Any, float] = {}
     for request, weight in refused:
         k = key(request)
@@ -327,9 +331,10 @@ class RequestCodec:
             logger.error("OPIC: cannot rebuild a stored request (%s): its page is given up", exc)
             return None
 
-    def waits_in_memory(self, request: Request) -> bool:
-        """Whether ``request``, just filed, could not be serialized (it waits in memory)."""
+    def waits_in(self, request: Request) -> str | None:
+        """``"memory"`` if ``request``, just filed, could not be serialized (it waits in this
+        process's memory), else ``None`` (it waits where the crawl's requests do)."""
         if self.refused is request:
             self.refused = None
-            return True
-        return False
+            return "memory"
+        return None

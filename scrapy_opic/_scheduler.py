@@ -193,6 +193,12 @@ def _guarded(default: Any = None) -> Callable:
     return wrap
 
 
+def _again(request: Request) -> bool:
+    """``dont_filter``: fetch even a known page, as Scrapy does. Not for start requests (Scrapy
+    marks start_urls dont_filter): a resumed crawl must not fetch its seeds again."""
+    return bool(request.dont_filter and not request.meta.get("is_start_request"))
+
+
 class OpicScheduler(BaseScheduler):
     """Greedy OPIC scheduling with politeness over a crawl's frontier (see the module
     docstring)."""
@@ -310,10 +316,7 @@ class OpicScheduler(BaseScheduler):
             return self.df.close(reason) if self.df is not None else None
         try:
             try:
-                if self._failed is None:
-                    self._hand_back(reason)
-            except StoreError as exc:
-                self._stop(exc)
+                self._hand_back(reason)  # (guarded: not after a store failure; one stops the crawl)
             finally:
                 try:
                     frontier.close([])  # the last checkpoint (none after a failure)
@@ -335,6 +338,7 @@ class OpicScheduler(BaseScheduler):
         if not export_at_close(self.settings.export, location, name):
             self.stats.inc_value("opic/export_failed")
 
+    @_guarded()
     def _hand_back(self, reason: str) -> None:
         """At close: the pages in flight go back, cash intact (a closing engine drops the
         requests it had not sent); the final stats and their log line."""
@@ -383,12 +387,6 @@ class OpicScheduler(BaseScheduler):
         slot = self.crawler.engine.downloader.get_slot_key(request)
         return Entry(self._key(request), page_url(request), priority, slot, request)
 
-    @staticmethod
-    def _again(request: Request) -> bool:
-        """``dont_filter``: fetch even a known page, as Scrapy does. Not for start requests
-        (Scrapy marks start_urls dont_filter): a resumed crawl must not fetch its seeds again."""
-        return bool(request.dont_filter and not request.meta.get("is_start_request"))
-
     def _settle_lost(self) -> None:
         """Give up (outcome ``lost``, cash to the virtual page) the pages whose request was freed
         in Scrapy's engine with no outcome (a downloader middleware that answers with a new
@@ -434,7 +432,12 @@ class OpicScheduler(BaseScheduler):
             detach(request)
             if lease is not None:
                 return self._follow_up(request, lease)
-        again = self._again(request)
+        return self._file(request, code)
+
+    def _file(self, request: Request, code: int | None) -> bool:
+        """File a request of a page not in flight here (``code``: what the visit that paid it
+        found, if one did); whether it is to be fetched."""
+        again = _again(request)
         if code is None or code == NEEDS_PAYLOAD:  # not a known duplicate: filed now
             code = self.frontier.schedule([self._entry(request)], again=again)[0]
         if code in (SCHEDULED, FORWARDED):
@@ -446,7 +449,7 @@ class OpicScheduler(BaseScheduler):
                 self.frontier.drop(self._key(request), url=page_url(request))
                 return False
             self.counts["opic/enqueued"] += 1
-            self.report.enqueued("memory" if self.codec.waits_in_memory(request) else None)
+            self.report.enqueued(self.codec.waits_in(request))
             return True
         if code == LOCAL or (again and code == DUPLICATE):
             # Its page is pending or in flight (dont_filter: Scrapy would fetch it once more
@@ -480,7 +483,7 @@ class OpicScheduler(BaseScheduler):
             if code is not None:
                 self.counts["opic/redirected"] += 1
         if code in (SCHEDULED, FORWARDED):
-            self.report.enqueued("memory" if self.codec.waits_in_memory(request) else None)
+            self.report.enqueued(self.codec.waits_in(request))
             return True
         if code == LOCAL:
             self._extra.append(request)
@@ -564,8 +567,8 @@ class OpicScheduler(BaseScheduler):
         if lease is None:
             return None
         ws = [1.0] * len(followed) if weights is None else weights
-        links = [Link(self._key(o), page_url(o), w, self._again(o)) for o, w in zip(followed, ws)]
-        virtual_weight = refused_weight(refused, self._key) if refused else 0.0
+        links = [Link(self._key(o), page_url(o), w, _again(o)) for o, w in zip(followed, ws)]
+        virtual_weight = refused_weight(refused, self._key)
         # The lease ends here whatever the call does (a store failing now: the page goes back
         # when its lease expires).
         _lease, later = self.leases.end(lease.key)

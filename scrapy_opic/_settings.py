@@ -148,13 +148,13 @@ def _patterns(value: Any) -> list[re.Pattern]:
 
 
 EXPORT_OPTIONS = {"top": None, "fetched_only": False, "by_site": False}
+_EXPORT_ALLOWED = "a path (.csv, .jsonl, .jl), a list of paths, or a dict {path: {top, "
+_EXPORT_ALLOWED += "fetched_only, by_site}} (JSON on the command line)"
 
 
 def _export(value: Any) -> dict[str, dict[str, Any]]:
     """``OPIC_EXPORT`` as ``{path: options}``: a path, a list of paths, or a FEEDS-like dict."""
     value = _json(value)
-    allowed = "a path (.csv, .jsonl, .jl), a list of paths, or a dict {path: {top, fetched_only, "
-    allowed += "by_site}} (JSON on the command line)"
     if not value:
         return {}
     if isinstance(value, (str, os.PathLike)):
@@ -162,30 +162,35 @@ def _export(value: Any) -> dict[str, dict[str, Any]]:
     elif isinstance(value, (list, tuple)):
         value = {v: {} for v in value}
     if not isinstance(value, Mapping):
-        raise ValueError(allowed)
+        raise ValueError(_EXPORT_ALLOWED)
     out = {}
     for path, options in value.items():
         if not isinstance(path, (str, os.PathLike)) or not isinstance(
             options, (Mapping, type(None))
         ):
-            raise ValueError(allowed)
-        path = os.fspath(path)
-        options = dict(options or {})
-        unknown = sorted(set(options) - set(EXPORT_OPTIONS))
-        if unknown:
-            raise ValueError(f"{allowed}; unknown options {unknown}")
-        try:
-            output_format(str(path))  # a typo in the extension fails now, not after the crawl
-            top = options.get("top")
-            if top is not None:
-                options["top"] = _integer(0)(top)
-            for flag in ("fetched_only", "by_site"):
-                if flag in options:
-                    options[flag] = _bool(options[flag])
-        except ValueError as exc:
-            raise ValueError(f"{allowed} ({exc})") from None
-        out[str(path)] = {**EXPORT_OPTIONS, **options}
+            raise ValueError(_EXPORT_ALLOWED)
+        path = str(os.fspath(path))
+        out[path] = _export_options(path, options)
     return out
+
+
+def _export_options(path: str, options: Mapping | None) -> dict[str, Any]:
+    """The options of the ``OPIC_EXPORT`` target ``path``, checked, with their defaults."""
+    options = dict(options or {})
+    unknown = sorted(set(options) - set(EXPORT_OPTIONS))
+    if unknown:
+        raise ValueError(f"{_EXPORT_ALLOWED}; unknown options {unknown}")
+    try:
+        output_format(path)  # a typo in the extension fails now, not after the crawl
+        top = options.get("top")
+        if top is not None:
+            options["top"] = _integer(0)(top)
+        for flag in ("fetched_only", "by_site"):
+            if flag in options:
+                options[flag] = _bool(options[flag])
+    except ValueError as exc:
+        raise ValueError(f"{_EXPORT_ALLOWED} ({exc})") from None
+    return {**EXPORT_OPTIONS, **options}
 
 
 def _redis_url(value: Any) -> str:
@@ -564,10 +569,9 @@ def _parsed(settings: Any) -> dict[str, Any]:
 def _resolve(values: dict[str, Any]) -> None:
     """The defaults that depend on the crawl mode, and the checks of values together."""
     continuous = values["continuous"]
-    if values["refresh"] is None:
-        values["refresh"] = 1.0 if continuous else 0.0
-    if values["window"] is None:
-        values["window"] = "adaptive:30" if continuous else "unbounded"
+    for name, defaults in (("refresh", (0.0, 1.0)), ("window", ("unbounded", "adaptive:30"))):
+        if values[name] is None:
+            values[name] = defaults[continuous]  # (one-pass, continuous)
     if not continuous:
         values["refetch"] = "cash"  # (a one-pass crawl refetches nothing)
     elif values["refetch"] == "freshness" and values["store"] != "redis":
@@ -579,8 +583,12 @@ def _resolve(values: dict[str, Any]) -> None:
             "OPIC_INTERNAL_WEIGHT and OPIC_EXTERNAL_WEIGHT are both 0: at least one must be "
             "> 0, or every page would give all its cash to the virtual page"
         )
-    if values["store"] != "redis":
-        return
+    if values["store"] == "redis":
+        _check_redis(values)
+
+
+def _check_redis(values: dict[str, Any]) -> None:
+    """A Redis crawl's checks: what only the embedded store does is refused."""
     if values["strategy"] != "greedy":
         raise OpicSettingsError(
             f"OPIC_STRATEGY={values['strategy']!r} is not valid with OPIC_STORE='redis': "

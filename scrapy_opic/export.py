@@ -391,12 +391,13 @@ class OpicState:
         e: OpicEngine,
         cols: dict[str, np.ndarray],
         imp: np.ndarray,
-        ranks: np.ndarray | None,
+        pr: np.ndarray | None,
         rows: np.ndarray,
         urls: list[str | None],
         first: int,
     ) -> list[Page]:
-        """The pages at ``rows`` of a batch (ids ``first + rows``)."""
+        """The pages at ``rows`` of a batch (ids ``first + rows``; ``pr``: the crawl's
+        PageRank, by id, if it kept its links)."""
         cash = e.cash(rows).tolist()
         hist = e.hist[rows].tolist()
         seen = e.visits[rows]
@@ -408,13 +409,13 @@ class OpicState:
         if None in urls:  # a page whose URL was never recorded: name it by its id
             urls = [u if u is not None else str(first + int(r)) for u, r in zip(urls, rows)]
         hosts = [host_of(u) if u is not None else "" for u in urls]
-        pr = ranks[rows].tolist() if ranks is not None else repeat(None)
+        ranks = pr[first + rows].tolist() if pr is not None else repeat(None)
         if "r.u" in cols:
             rate, changed = self._changes(cols, rows)
         else:
             rate = changed = repeat(None)  # type: ignore[assignment]
         values = zip(
-            urls, imp[rows].tolist(), cash, hist, visits, last, fetched, status, hosts, pr,
+            urls, imp[rows].tolist(), cash, hist, visits, last, fetched, status, hosts, ranks,
             rate, changed,
         )  # fmt: skip
         return list(map(Page._make, values))
@@ -485,7 +486,6 @@ class OpicState:
         chunks = self._reader.page_chunks()
         for lo, cols, e, est in self._batches():
             imp = self._mix(est, cols)
-            ranks = pr[lo : lo + len(est)] if pr is not None else None
             done = 0
             while done < len(est):
                 first, rows = next(chunks)
@@ -495,7 +495,7 @@ class OpicState:
                 if fetched_only:
                     idx = idx[cols["f.outcome"][idx] == OK]
                 urls = [rows[int(k) - done][1] for k in idx]
-                yield self._pages(e, cols, imp, ranks, idx, urls, lo)
+                yield self._pages(e, cols, imp, pr, idx, urls, lo)
                 done += len(rows)
 
     def pages(self, fetched_only: bool = False) -> Iterator[Page]:
@@ -519,13 +519,12 @@ class OpicState:
                 # The n best of the batch (all those tied with the n-th too: ties go by id).
                 cut = np.partition(imp[cand], len(cand) - n)[len(cand) - n]
                 cand = cand[imp[cand] >= cut]
-            if best and len(best) >= n:
+            if len(best) >= n:  # (n > 0: best has a last)
                 cand = cand[imp[cand] >= -best[-1][0]]
             if not len(cand):
                 continue
             urls = self._reader.urls_of((lo + cand).tolist())
-            ranks = pr[lo : lo + len(imp)] if pr is not None else None
-            pages = self._pages(e, cols, imp, ranks, cand, [urls[lo + int(k)] for k in cand], lo)
+            pages = self._pages(e, cols, imp, pr, cand, [urls[lo + int(k)] for k in cand], lo)
             best.extend((-p.importance, lo + int(k), p) for k, p in zip(cand, pages))
             best.sort(key=lambda t: (t[0], t[1]))
             del best[n:]
@@ -702,19 +701,20 @@ def _write_rows(
         lines = _fast_page_lines(chunk, fmt, ranked, changes) if pages else None
         if lines is not None:
             fh.writelines(lines)
-            n += len(chunk)
-            continue
-        if pages:
-            chunk = [_page_row(p, ranked, changes) for p in chunk]
-        if fmt == "csv":
-            writer.writerows(chunk)
         else:
-            fh.writelines(
-                "{" + ", ".join(h + _json_value(v) for h, v in zip(heads, row)) + "}\n"
-                for row in chunk
-            )
+            rows = [_page_row(p, ranked, changes) for p in chunk] if pages else chunk
+            if fmt == "csv":
+                writer.writerows(rows)
+            else:
+                fh.writelines(_json_lines(heads, rows))
         n += len(chunk)
     return n
+
+
+def _json_lines(heads: list[str], rows: Iterable[Any]) -> Iterator[str]:
+    """Each row as a JSON object, one a line (``heads``: its columns' ``"name": ``)."""
+    for row in rows:
+        yield "{" + ", ".join(h + _json_value(v) for h, v in zip(heads, row)) + "}\n"
 
 
 @contextlib.contextmanager
@@ -746,6 +746,14 @@ def output_file(out: str | os.PathLike) -> Iterator[IO[str]]:
         except OSError as exc:
             raise _cannot_write(out, exc) from None
         return
+    with _replacing(out, mode) as fh:
+        yield fh
+
+
+@contextlib.contextmanager
+def _replacing(out: str | os.PathLike, mode: os.stat_result | None) -> Iterator[IO[str]]:
+    """A temporary file that replaces the regular file ``out`` (``mode``: its status, None if
+    it is new) with its permissions when the block ends without error (see output_file)."""
     target = Path(os.path.realpath(out))  # a symlink's target is replaced, not the link
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)

@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
 from typing import Any
 
@@ -61,9 +62,11 @@ READ = 0.5
 REBALANCE = 1.0
 #: Seconds between two rounds of reports to the pool (and of its payouts).
 REPORT = 0.5
-#: Cash held back (see :meth:`Crawl._waiting_cash`) above which a process flushes at every
+#: Cash held back (see :func:`_waiting_cash`) above which a process flushes at every
 #: tick, with its reports: a tenth of the crawl's.
 URGENT = 0.1
+#: The figures that say the crawl has work left.
+_WORK = ("pending", "in_flight", "messages", "unconfirmed")
 
 
 class Crawl:
@@ -290,25 +293,25 @@ class Crawl:
             if now >= self._next_rebalance:
                 self._next_rebalance = now + REBALANCE
                 self._rebalance()
-            if not self.store.journaled:
-                if self._due_since is not None or now - self._last_commit >= self._commit_seconds:
-                    self._commit_when_ready()
-                return
-            busy = self._in_motion() or any(
-                h.unwritten or h.member.journal or h.consumed for h in self.held.values()
-            )
-            # A process batches its writes (fewer round trips), but not the crawl's money: cash
-            # that waits to leave (messages, the pool's parts of virtual pages) is cash no page
-            # holds, and a crawl of few pages, where a page holds much, would slow down for it.
-            # One that found nothing to pop flushes at every tick, for the pages sent to it.
-            waiting = self._waiting_cash()
-            pace = TICK if self._hungry or waiting > URGENT else FLUSH
-            renew = any(now >= h.renew_at for h in self.held.values())
-            due = now >= self._last_flush + (pace if busy else max(pace, READ))
-            # (Not while the links of a visit are on their way back to be filed, for a second
-            # at most: records written then would hold pages without a request.)
-            if renew or (due and (self.ready() or now - self._last_flush >= REBALANCE)):
-                self.flush(reports=waiting > URGENT)
+            if self.store.journaled:
+                self._flush_when_due(now)
+            elif self._due_since is not None or now - self._last_commit >= self._commit_seconds:
+                self._commit_when_ready()
+
+    def _flush_when_due(self, now: float) -> None:
+        """A flush of a store that journals, if one is due (see the module docstring)."""
+        # A process batches its writes (fewer round trips), but not the crawl's money: cash that
+        # waits to leave (messages, the pool's parts of virtual pages) is cash no page holds,
+        # and a crawl of few pages, where a page holds much, would slow down for it.
+        # One that found nothing to pop flushes at every tick, for the pages sent to it.
+        waiting = _waiting_cash(self.fleet)
+        pace = TICK if self._hungry or waiting > URGENT else FLUSH
+        renew = any(now >= h.renew_at for h in self.held.values())
+        due = now >= self._last_flush + (pace if self._busy() else max(pace, READ))
+        # (Not while the links of a visit are on their way back to be filed, for a second at
+        # most: records written then would hold pages without a request.)
+        if renew or (due and (self.ready() or now - self._last_flush >= REBALANCE)):
+            self.flush(reports=waiting > URGENT)
 
     def _commit_when_ready(self) -> None:
         """A checkpoint now if :attr:`ready`, else as soon as it is; after ``commit_seconds``
@@ -318,19 +321,6 @@ class Crawl:
             self._due_since = now
         if self.ready() or now - self._due_since >= self._commit_seconds:
             self.commit(wait=False)
-
-    def _waiting_cash(self) -> float:
-        """Cash that this process holds back from the crawl's pages: in messages not sent, in
-        its partitions' virtual pages, in the pool."""
-        total = 0.0
-        for part in self.fleet.parts.values():
-            e = part.frontier.engine
-            total += e.virtual_cash + e.pool_all + e.pool_unfetched
-        for member in self.fleet.members():
-            total += in_transit(m for m, _ in member.outbox)
-        if self.fleet.pool is not None:
-            total += self.fleet.pool.total_cash()
-        return total
 
     # -- writing -----------------------------------------------------------------------------
     def flush(self, reports: bool = False, wait: bool = False) -> None:
@@ -346,20 +336,12 @@ class Crawl:
         self._claim_destinations()
         if self.store.atomic:
             self.fleet.deliver_local()
-        writes = [
-            w
-            for k, held in self.held.items()
-            if (w := held.write(k, self.store.journaled, self._committing, self._kept(k), now))
-        ]
-        # (The records each write makes durable: every record made so far.)
-        marks = {w.k: self.held[w.k].member.records for w in writes}
-        written = set(marks)
-        renew = {k: h.token for k, h in self.held.items() if k not in written and now >= h.renew_at}
+        writes, marks, renew = self._writes(now)
         messages, notes = self.fleet.outgoing()
         messages = self._resend + messages
         self._resend = []
         reads = {k: h.read_from for k, h in self.held.items()} if self.store.shared else {}
-        if not (writes or renew or messages or notes or reads):
+        if not any((writes, renew, messages, notes, reads)):
             return
         try:
             got = self.store.flush(writes, messages, notes, renew, reads, wait)
@@ -367,6 +349,18 @@ class Crawl:
             self._resend.extend(messages)
             raise
         self._take(writes, marks, renew, got, now)
+
+    def _writes(self, now: float) -> tuple[list[Write], dict[int, int], dict[int, str]]:
+        """The members' writes (of those with anything new), the records each makes durable
+        (every record made so far), and the leases due renewal of the others."""
+        writes = [
+            w
+            for k, h in self.held.items()
+            if (w := h.write(k, self.store.journaled, self._committing, self._kept(k), now))
+        ]
+        marks = {w.k: self.held[w.k].member.records for w in writes}
+        renew = {k: h.token for k, h in self.held.items() if k not in marks and now >= h.renew_at}
+        return writes, marks, renew
 
     def _keeps_series(self, k: int) -> bool:
         """Whether member ``k`` carries what the crawl keeps (its time series: the pool; with
@@ -398,7 +392,7 @@ class Crawl:
             renewed = got.written.get(k)
             if renewed is not None and renewed.status == LOST:
                 lost.append(k)
-            elif k in self.held:
+            else:  # (still held: nothing since the flush lost a member)
                 self.held[k].renew_at = now + self.lease_seconds / 3
         if lost and self.store.atomic:
             # What this process applied at once may have come from a member it lost: it owns
@@ -407,6 +401,15 @@ class Crawl:
             self._resend = []
         else:
             self._resend.extend(got.unsent)
+        self._received(got, lost)
+        for k in dict.fromkeys(lost):
+            self._lose(k, release=self.store.atomic)
+        self._resend.sort(key=lambda m: (m.dst, m.src, m.seq))
+        self.fleet.durable_now()
+
+    def _received(self, got: Flushed, lost: list[int]) -> None:
+        """The messages a flush delivered confirmed to their senders, the inbox entries it read
+        delivered to the members not ``lost``."""
         for m in got.delivered:
             src = self.fleet.member(m.src)
             if src is not None:
@@ -415,10 +418,6 @@ class Crawl:
             held = self.held.get(k)
             if held is not None and k not in lost:
                 held.read_inbox(entries, self.fleet)
-        for k in dict.fromkeys(lost):
-            self._lose(k, release=self.store.atomic)
-        self._resend.sort(key=lambda m: (m.dst, m.src, m.seq))
-        self.fleet.durable_now()
 
     def _claim_destinations(self) -> None:
         """Alone in the crawl, every partition is this process's: those its messages and
@@ -432,6 +431,12 @@ class Crawl:
     def _in_motion(self) -> bool:
         """Messages or notes of this process on their way, or not known delivered."""
         return bool(self._resend) or self.fleet.in_motion()
+
+    def _busy(self) -> bool:
+        """Anything of this process to write: messages or notes in motion, or a member's
+        records, journal or inbox entries applied."""
+        held = self.held.values()
+        return self._in_motion() or any(h.unwritten or h.member.journal or h.consumed for h in held)
 
     def _series_point(self, last: bool = False) -> None:
         """A point of the crawl's time series, every ``commit_seconds`` or when the visits
@@ -482,25 +487,17 @@ class Crawl:
         or mark some of its own leaving if it holds more while another holds too few. The
         partitions in use are shared out evenly (the first processes in the order of their
         names take one more)."""
-        mine = [k for k in self.held if k != POOL]
-        at = alive.index(self.store.worker)
-        share = len(data) // len(alive) + (1 if at < len(data) % len(alive) else 0)
+        mine = sorted(self.held.keys() - {POOL}, reverse=True)
+        low, extra = divmod(len(data), len(alive))
+        share = low + int(alive.index(self.store.worker) < extra)
         if len(mine) < share:
             for k in data:
                 if len(mine) >= share:
                     break
                 if k not in self.held and owner.get(k) not in alive and self._claim(k):
                     mine.append(k)
-            return
-        if len(mine) == share:
-            return
-        counts: dict[str, int] = {}
-        for k in data:
-            if owner.get(k) in alive:
-                counts[owner[k]] = counts.get(owner[k], 0) + 1
-        low = len(data) // len(alive)
-        if any(counts.get(w, 0) < low for w in alive if w != self.store.worker):
-            for k in sorted(mine, reverse=True)[: len(mine) - share]:
+        elif len(mine) > share and _underfed(data, alive, owner, self.store.worker):
+            for k in mine[: len(mine) - share]:
                 self.held[k].leaving = True
                 self._leaving.add(k)
 
@@ -553,18 +550,16 @@ class Crawl:
             return True  # (waiting for the store: the crawl is not over)
         if not self.store.shared:
             return False
-        answer = True
         with self.patience.answered():
-            answer = self._has_pending()
-        return answer
+            return self._has_pending()
+        return True  # (no answer: the crawl is not over)
 
     def _has_pending(self) -> bool:
         f = self.crawl_figures()
-        busy = f["pending"] or f["in_flight"] or f["messages"] or f["unconfirmed"]
-        if busy and time.monotonic() - self._global_at < 0.5:  # (busy half a second ago)
-            return True
+        if any(f[x] for x in _WORK) and time.monotonic() - self._global_at < 0.5:
+            return True  # (busy half a second ago)
         f = self.crawl_figures(fresh=True)
-        if f["pending"] or f["in_flight"] or f["messages"] or f["unconfirmed"]:
+        if any(f[x] for x in _WORK):
             return True
         if not f["others"]:  # (every member is this process's: nothing moves unseen)
             return False
@@ -615,9 +610,7 @@ class Crawl:
         if not self.store.journaled:
             return
         for _ in range(10):
-            if not self._in_motion() and not any(
-                h.unwritten or h.member.journal or h.consumed for h in self.held.values()
-            ):
+            if not self._busy():
                 return
             self.flush(wait=wait)
 
@@ -666,6 +659,28 @@ class Crawl:
             ) from None
         finally:
             self.store.close()
+
+
+def _waiting_cash(fleet: Fleet) -> float:
+    """Cash that the process of ``fleet`` holds back from the crawl's pages: in messages not
+    sent, in its partitions' virtual pages, in the pool."""
+    total = 0.0
+    for part in fleet.parts.values():
+        e = part.frontier.engine
+        total += e.virtual_cash + e.pool_all + e.pool_unfetched
+    for member in fleet.members():
+        total += in_transit(m for m, _ in member.outbox)
+    if fleet.pool is not None:
+        total += fleet.pool.total_cash()
+    return total
+
+
+def _underfed(data: list[int], alive: list[str], owner: dict[int, str], worker: str) -> bool:
+    """Whether a live process other than ``worker`` owns fewer of the partitions ``data`` than
+    its even share (rounded down)."""
+    counts = Counter(owner[k] for k in data if owner.get(k) in alive)
+    low = len(data) // len(alive)
+    return any(counts[w] < low for w in alive if w != worker)
 
 
 def _bytes_only(payload: Any, url: str | None) -> bytes | None:

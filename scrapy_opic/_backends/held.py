@@ -52,24 +52,10 @@ class Held:
         if batch:
             self.unwritten.append((batch, member.records))
         figures = member.figures_dict()  # type: ignore[attr-defined]
-        news = self.unwritten or self.consumed or figures != self.figures
-        if not journaled:  # (a commit asked for writes a checkpoint in any case)
-            news = news or member.records != member.durable or committing
-        if not news and not (self.leaving and self.log):
+        if not self._news(figures, journaled, committing):
             return None
         self.figures = figures
-        checkpoint = (
-            not journaled
-            or k == POOL
-            or (self.leaving and bool(self.unwritten or self.log))  # (its next owner reads less)
-            or (
-                bool(self.unwritten)
-                and (
-                    self.since_checkpoint >= CHECKPOINT_BATCHES
-                    or now - self.checkpoint_at >= CHECKPOINT_SECONDS
-                )
-            )
-        )
+        checkpoint = self._checkpoint_due(k, journaled, now)
         return Write(
             k,
             self.token,
@@ -80,6 +66,23 @@ class Held:
             list(self.consumed),
             kept,
         )
+
+    def _news(self, figures: dict[str, float], journaled: bool, committing: bool) -> bool:
+        """Whether the member has anything to write (a store that does not journal: a commit
+        asked for writes a checkpoint in any case), or a journal to fold as it leaves."""
+        m = self.member
+        if self.unwritten or self.consumed or figures != self.figures:
+            return True
+        if not journaled and (m.records != m.durable or committing):
+            return True
+        return self.leaving and bool(self.log)
+
+    def _checkpoint_due(self, k: int, journaled: bool, now: float) -> bool:
+        """Whether member ``k``'s next write is a checkpoint (see :meth:`write`)."""
+        if not journaled or k == POOL or (self.leaving and (self.unwritten or self.log)):
+            return True  # (a member leaving: its next owner reads less)
+        old = now - self.checkpoint_at >= CHECKPOINT_SECONDS
+        return bool(self.unwritten) and (self.since_checkpoint >= CHECKPOINT_BATCHES or old)
 
     def written(self, w: Write, records: int, outcome: Outcome, lease: float) -> bool:
         """After the write ``w``, which makes the member's first ``records`` records durable:

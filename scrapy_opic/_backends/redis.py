@@ -327,17 +327,8 @@ class RedisStore:
             self._run(pipe, _RENEW, [member_key(self.key, k, "lease")], [token, self.lease_ms])
             plan.append(("renew", k))
         entries = self._entries(sends, notes)
-        if self.atomic:
-            if writes or entries:
-                self._queue_all(pipe, writes, entries)
-                plan.append(("all", None))
-        else:
-            for w in writes:
-                self._queue_write(pipe, w)
-                plan.append(("write", w.k))
-            for dst, blob, messages in entries:
-                pipe.xadd(member_key(self.key, dst, "in"), {"m": blob})
-                plan.append(("send", messages))
+        queue = self._queue_all if self.atomic else self._queue_each
+        plan += queue(pipe, writes, entries)
         for dst in {dst for dst, _, _ in entries} - self._known_parts - {POOL}:
             pipe.sadd(self.ns + ":parts", dst)
             plan.append(("sadd", dst))
@@ -368,33 +359,40 @@ class RedisStore:
         """Read the reply ``got`` to one step of a flush into ``out``."""
         failed = isinstance(got, Exception)
         if kind == "renew":
-            if not failed and got == 0:  # (the lease lapsed: another process's now)
+            if got == 0:  # (the lease lapsed: another process's now; an error is never 0)
                 out.written[info] = Outcome(LOST)
         elif kind == "all":
-            status = FAILED if failed else int(got[0])
-            for n, w in enumerate(writes):
-                if status == 0:
-                    out.written[w.k] = Outcome(WRITTEN, int(got[n + 1]))
-                elif status == -2:
-                    out.written[w.k] = Outcome(SHORT, int(got[n + 1]))
-                else:
-                    out.written[w.k] = Outcome(LOST if status == -1 else FAILED)
-            (out.delivered if status == 0 else out.unsent).extend(sends)
+            self._all_outcome(got, writes, sends, out)
         elif kind == "write":
-            if failed:
-                out.written[info] = Outcome(FAILED)
-            elif got == -1:  # another process holds the lease: this one stalled past it
-                out.written[info] = Outcome(LOST)
-            elif got == -2:
-                self.round_trips += 1
-                length = int(self.client.llen(member_key(self.key, info, "log")))
-                out.written[info] = Outcome(SHORT, length)
-            else:
-                out.written[info] = Outcome(WRITTEN, int(got))
+            out.written[info] = self._write_outcome(info, got)
         elif kind == "send":
             (out.unsent if failed else out.delivered).extend(info)
         elif kind == "read" and not failed:
             out.inbox[info] = [(i, *unpack(fields[b"m"])) for i, fields in got]
+
+    @staticmethod
+    def _all_outcome(got: Any, writes: list[Write], sends: list[Message], out: Flushed) -> None:
+        """Read the reply ``got`` to the atomic flush (status, journal lengths) into ``out``."""
+        status = FAILED if isinstance(got, Exception) else int(got[0])
+        for n, w in enumerate(writes):
+            if status == 0:
+                out.written[w.k] = Outcome(WRITTEN, int(got[n + 1]))
+            elif status == -2:
+                out.written[w.k] = Outcome(SHORT, int(got[n + 1]))
+            else:
+                out.written[w.k] = Outcome(LOST if status == -1 else FAILED)
+        (out.delivered if status == 0 else out.unsent).extend(sends)
+
+    def _write_outcome(self, k: int, got: Any) -> Outcome:
+        """The outcome of member ``k``'s write, whose script replied ``got`` (a Redis Cluster)."""
+        if isinstance(got, Exception):
+            return Outcome(FAILED)
+        if got == -1:  # another process holds the lease: this one stalled past it
+            return Outcome(LOST)
+        if got == -2:
+            self.round_trips += 1
+            return Outcome(SHORT, int(self.client.llen(member_key(self.key, k, "log"))))
+        return Outcome(WRITTEN, int(got))
 
     @staticmethod
     def _items(w: Write) -> list[Any]:
@@ -417,11 +415,23 @@ class RedisStore:
             args += [len(items), *items, figures]
             self._run(pipe, _APPEND, keys[:4], args + w.consumed)
 
+    def _queue_each(
+        self, pipe: Any, writes: list[Write], entries: list[tuple[int, bytes, list[Message]]]
+    ) -> list[tuple[str, Any]]:
+        """A script per write and an XADD per inbox entry (a Redis Cluster): the plan's steps."""
+        for w in writes:
+            self._queue_write(pipe, w)
+        for dst, blob, _messages in entries:
+            pipe.xadd(member_key(self.key, dst, "in"), {"m": blob})
+        return [("write", w.k) for w in writes] + [("send", m) for _, _, m in entries]
+
     def _queue_all(
         self, pipe: Any, writes: list[Write], entries: list[tuple[int, bytes, list[Message]]]
-    ) -> None:
+    ) -> list[tuple[str, Any]]:
         """The atomic flush of a plain Redis (the script ``_FLUSH``): every write and every
-        message, in one step or not at all."""
+        message, in one step or not at all; the plan's step (none with nothing to write)."""
+        if not (writes or entries):
+            return []
         keys: list[str] = []
         args: list[Any] = [len(writes), self.lease_ms]
         for w in writes:
@@ -436,6 +446,7 @@ class RedisStore:
             keys.append(member_key(self.key, dst, "in"))
             args += [len(keys), blob]
         self._run(pipe, _FLUSH, keys, args)
+        return [("all", None)]
 
     @staticmethod
     def _entries(

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import pickle
 import zlib
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -273,16 +273,22 @@ class RedisSnapshot:
             for _id, fields in client.xrange(member_key(key, k, "in"), "-", "+"):
                 for m in unpack(fields[b"m"])[0]:
                     messages[(m.src, m.dst, m.seq)] = m
-        members: dict[int, Member] = {p.k: p for p in self.parts}
-        members[POOL] = self.pool
         #: Cash on its way: messages not applied yet, and the endowment if no partition has it.
-        self.transit = in_transit(
-            m for m in messages.values() if m.dst not in members or members[m.dst].box.is_new(m)
-        )
-        if not any(p.endowed for p in self.parts):
-            self.transit += 1.0
+        self.transit = self._in_transit(messages.values())
         self._meta.setdefault("series", series or [])
         self._build(config)
+
+    def _in_transit(self, messages: Iterable[Message]) -> float:
+        """The cash of ``messages`` that their members have not applied (or that go to none
+        loaded), and the endowment if no partition has it."""
+        members: dict[int, Member] = {p.k: p for p in self.parts}
+        members[POOL] = self.pool
+        cash = in_transit(
+            m for m in messages if m.dst not in members or members[m.dst].box.is_new(m)
+        )
+        if not any(p.endowed for p in self.parts):
+            cash += 1.0
+        return cash
 
     def _build(self, config: CrawlConfig) -> None:
         engines = [p.frontier.engine for p in self.parts]
@@ -310,19 +316,24 @@ class RedisSnapshot:
         """Every partition's pages one after the other: their arrays (the change columns too
         if every partition has them), statuses, outcomes, keys and URLs."""
         frs = [p.frontier for p in self.parts]
-        self._arrays: dict[str, np.ndarray] = {}
-        cols = [{**engine_arrays(f.engine)} for f in frs]
         #: Whether the crawl refetched by freshness: its pages have change rates.
         self.changes_kept = bool(frs) and all(f.refresher is not None for f in frs)
-        if self.changes_kept:
-            for c, f in zip(cols, frs):
-                c.update(f.refresher.columns(f.engine.n))  # type: ignore[union-attr]
-        for name in cols[0] if cols else ():
-            self._arrays[name] = np.concatenate([c[name][: f.engine.n] for c, f in zip(cols, frs)])
-        self.status = b"".join(bytes(f.status[: f.engine.n]) for f in frs)
-        self.outcome = b"".join(f.outcome[: f.engine.n].tobytes() for f in frs)
-        self.keys = [k for f in frs for k in _listing(f.engine)]
-        self.urls = [f.url_of(i) for f in frs for i in range(f.engine.n)]
+        cols: list[dict[str, np.ndarray]] = []
+        status, outcome = bytearray(), bytearray()
+        self.keys: list[Any] = []
+        self.urls: list[str | None] = []
+        for f in frs:
+            n = f.engine.n
+            c = engine_arrays(f.engine)
+            if self.changes_kept:
+                c = {**c, **f.refresher.columns(n)}  # type: ignore[union-attr]
+            cols.append({name: a[:n] for name, a in c.items()})
+            status += f.status[:n]
+            outcome += f.outcome[:n].tobytes()
+            self.keys += _listing(f.engine)
+            self.urls += map(f.url_of, range(n))
+        self._arrays = {k: np.concatenate([c[k] for c in cols]) for k in cols[0]} if cols else {}
+        self.status, self.outcome = bytes(status), bytes(outcome)
 
     def _scalars(self, clock: float) -> dict[str, float]:
         """The crawl's engine scalars: the partitions' summed, on one clock, the pool's and

@@ -332,15 +332,16 @@ def _quick_check(con: sqlite3.Connection, size: int) -> None:
         if rows != [("ok",)]:
             raise sqlite3.DatabaseError(rows[0][0])
         return
-    tables = ["opic"]
-    if con.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (BLOCKS_TABLE,)
-    ).fetchone():
-        tables.append(BLOCKS_TABLE)
+    tables = ["opic", BLOCKS_TABLE] if _has_table(con, BLOCKS_TABLE) else ["opic"]
     for table in tables:
         rows = con.execute(f'PRAGMA quick_check("{table}")').fetchall()
         if rows != [("ok",)]:
             raise sqlite3.DatabaseError(rows[0][0])
+
+
+def _has_table(con: sqlite3.Connection, name: str) -> bool:
+    query = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?"
+    return con.execute(query, (name,)).fetchone() is not None
 
 
 def _check_format(path: Path, fr: Any) -> None:
@@ -388,39 +389,9 @@ class StateReader:
         check_sqlite(self.path)
         if empty_ok and self.path.stat().st_size == 0:
             return
-        try:
-            self._con = sqlite3.connect(
-                f"{self.path.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None
-            )
-            if check:
-                _quick_check(self._con, self.path.stat().st_size)
-            self._con.execute("BEGIN")  # one snapshot for every read below
-            tables = self._con.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'table'"
-            ).fetchall()
-            if ("opic",) not in tables:
-                if empty_ok and not tables:
-                    self.close()
-                    return
-                if not tables:  # an empty database: a crawl creating its state this moment
-                    raise StoreError(f"{self.path} holds no OPIC state yet")
-                raise StoreError(f"{self.path} is not an OPIC state (another kind of sqlite file)")
-            fr = self._get("frontier")
-        except Exception as exc:
-            self.close()
-            if isinstance(exc, StoreError):
-                raise
-            raise damaged(self.path, exc) from None
+        fr = self._frontier(check, empty_ok)
         if fr is None:
-            self.close()
-            if empty_ok:
-                return
-            raise StoreError(f"{self.path} holds no OPIC state yet")
-        try:
-            _check_format(self.path, fr)
-        except StoreError:
-            self.close()
-            raise
+            return
         self.n = fr["n"]
         self.alias: dict = fr["alias"]
         self.continuous: bool = fr["continuous"]
@@ -437,6 +408,46 @@ class StateReader:
         self.discovery_debt = float(fr["discovery_debt"])
         #: Whether the crawl refetched by freshness: its pages' change observations are saved.
         self.changes_kept = any(name.startswith("r.") for name, *_ in self._layout)
+
+    def _frontier(self, check: bool, empty_ok: bool) -> dict | None:
+        """The frontier row, its format checked, read in the one read transaction opened here;
+        ``None`` (the file closed) if the file holds no state yet and ``empty_ok``."""
+        try:
+            self._con = sqlite3.connect(
+                f"{self.path.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None
+            )
+            if check:
+                _quick_check(self._con, self.path.stat().st_size)
+            self._con.execute("BEGIN")  # one snapshot for every read below
+            tables = self._con.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'"
+            ).fetchall()
+            if tables and ("opic",) not in tables:
+                raise StoreError(f"{self.path} is not an OPIC state (another kind of sqlite file)")
+            # (No table: an empty database, a crawl creating its state this moment.)
+            fr = self._get("frontier") if tables else None
+            if fr is not None:
+                _check_format(self.path, fr)
+            elif not empty_ok:
+                raise StoreError(f"{self.path} holds no OPIC state yet")
+        except Exception as exc:
+            self.close()
+            if isinstance(exc, StoreError):
+                raise
+            raise damaged(self.path, exc) from None
+        if fr is None:
+            self.close()
+        return fr
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[None]:
+        """Reads of the file: an error but a :class:`StoreError` is the file's damage."""
+        try:
+            yield
+        except StoreError:
+            raise
+        except Exception as exc:
+            raise damaged(self.path, exc) from None
 
     def _get(self, key: str) -> Any:
         try:
@@ -459,12 +470,8 @@ class StateReader:
         """An engine with the snapshot's parameters and scalars and no page loaded (its arrays
         are zeros that take no memory until written): for figures and formulas that need only
         the scalars, and as the template of :meth:`chunk_engine`."""
-        try:
+        with self._reading():
             return engine_from_header(self.header(), **engine_kw)
-        except StoreError:
-            raise
-        except Exception as exc:
-            raise damaged(self.path, exc) from None
 
     def columns(
         self, names: Collection[str] | None = None, batch: int = READ_BLOCKS
@@ -476,7 +483,7 @@ class StateReader:
         n = self.n or 0
         wanted = [c[0] for c in self._layout] if names is None else list(names)
         nblocks = (n + BLOCK - 1) >> BLOCK_SHIFT
-        try:
+        with self._reading():
             for start in range(0, nblocks, batch):
                 stop = min(nblocks, start + batch)
                 rows = self._con.execute(
@@ -488,10 +495,6 @@ class StateReader:
                 cols = unpack_blocks([blob for _, blob in rows], self._layout)
                 lo, hi = start * BLOCK, min(n, stop * BLOCK)
                 yield lo, {name: cols[name][: hi - lo] for name in wanted}
-        except StoreError:
-            raise
-        except Exception as exc:
-            raise damaged(self.path, exc) from None
 
     def saved(self, **engine_kw: Any) -> Saved | None:
         """The whole snapshot, loaded and checked (``None`` if the file holds none yet): every
@@ -500,37 +503,28 @@ class StateReader:
             return None
         n = self.n
         engine = self.header_engine(**engine_kw)
-        try:
+        with self._reading():
             nblocks = (n + BLOCK - 1) >> BLOCK_SHIFT
             engine.reserve(max(1, nblocks * BLOCK))
-            targets = engine_arrays(engine)
             status = np.zeros(n, np.uint8)
             outcome = np.zeros(n, np.uint16)
             tier = np.zeros(n, np.uint32)
             hashes = np.zeros(n, np.uint64)
-            own: dict[str, np.ndarray] = {
-                "f.status": status,
-                "f.outcome": outcome,
-                "f.tier": tier,
-                "f.hash": hashes,
-            }
-            names = {c[0] for c in self._layout}
             refresh: dict[str, np.ndarray] = {}
-            if any(name.startswith("r.") for name in names):
+            if self.changes_kept:
                 refresh = {f"r.{f}": np.zeros(n) for f in REFRESH_COLUMNS}
-            if names != set(targets) | set(own) | set(refresh):
+            # (Where each column goes: a frontier's array, a refresher's, or the engine's.)
+            into: dict[str, np.ndarray] = {**engine_arrays(engine), **refresh}
+            into |= {"f.status": status, "f.outcome": outcome, "f.tier": tier, "f.hash": hashes}
+            names = {c[0] for c in self._layout}
+            if names != set(into):
                 raise ValueError(f"columns {sorted(names)} do not fit the engine")
             for lo, cols in self.columns():
                 for name, rows in cols.items():
-                    where = own if name in own else refresh if name in refresh else targets
-                    where[name][lo : lo + len(rows)] = rows
-            del targets
+                    into[name][lo : lo + len(rows)] = rows
+            del into
             self._check(engine, status, tier)
             engine.keys = HashedKeys(KeyIndex.from_hashes(hashes))
-        except StoreError:
-            raise
-        except Exception as exc:
-            raise damaged(self.path, exc) from None
         return Saved(
             engine,
             status,
@@ -552,16 +546,16 @@ class StateReader:
         n = self.n or 0
         if engine.n != n:
             raise ValueError(f"{n} pages in the frontier, {engine.n} in the engine")
-        if n and int(status.max()) >= len(STATUSES):
+        if int(status.max(initial=0)) >= len(STATUSES):
             raise ValueError("a page status out of range")
-        if n and int(tier.max()) > len(self.tiers):
+        if int(tier.max(initial=0)) > len(self.tiers):
             raise ValueError("a tier code out of range")
         if not isinstance(self.alias, dict) or any(
             not (0 <= i < n and 0 <= j < n) for i, j in self.alias.items()
         ):
             raise ValueError("a redirect alias out of range")
         cash = engine.total_cash()
-        if not math.isfinite(cash) or abs(cash - 1.0) > 1e-3:
+        if not math.isclose(cash, 1.0, rel_tol=0.0, abs_tol=1e-3):  # (NaN and infinities too)
             raise ValueError(f"total cash {cash!r}, not 1")
 
     def engine(self, **engine_kw: Any) -> OpicEngine:
@@ -616,15 +610,12 @@ class StateReader:
         Rows are decoded :data:`LINKS_READ_ROWS` at a time: the memory beyond the result (4
         bytes per link, 16 per page) is that of one batch."""
         pages = array("q")
-        counts: list[np.ndarray] = []
-        targets: list[np.ndarray] = []
+        counts = [np.zeros(0, np.int64)]  # (the counts of decode_links: int64)
+        targets = [np.zeros(0, np.int32)]
         alias_pages: list[int] = []
         alias_targets: list[int] = []
         try:
-            tables = self._con.execute(
-                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (LINKS_TABLE,)
-            ).fetchone()
-            if tables:
+            if _has_table(self._con, LINKS_TABLE):
                 cursor = self._con.execute(
                     f'SELECT id, links, alias FROM "{LINKS_TABLE}" ORDER BY id'
                 )
@@ -646,9 +637,9 @@ class StateReader:
         except Exception as exc:
             raise damaged(self.path, exc) from None
         return (
-            np.frombuffer(pages, np.int64) if pages else np.zeros(0, np.int64),
-            np.concatenate(counts) if counts else np.zeros(0, np.int64),
-            np.concatenate(targets) if targets else np.zeros(0, np.int32),
+            np.frombuffer(pages, np.int64),
+            np.concatenate(counts),
+            np.concatenate(targets),
             np.array(alias_pages, np.int64),
             np.array(alias_targets, np.int64),
         )

@@ -56,11 +56,9 @@ class Command(StateCommand):
         )
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
-        if opts.top is not None and opts.top < 0:
-            self.fail("--top must be 0 or more", code=2)
-            return
-        if opts.output != "-" and opts.output.endswith(("/", os.sep)):
-            self.fail(f"-o {opts.output}: a directory, expected a file name", code=2)
+        usage = _bad_value(opts)
+        if usage is not None:
+            self.fail(usage, code=2)
             return
         path = self.state_file(args, opts)
         if path is None:
@@ -92,20 +90,34 @@ class Command(StateCommand):
             return
         n = self.guarded(export)
         if n is not None and opts.output != "-":
-            noun = "item" if opts.items else "site" if opts.by_site else "page"
-            print(f"{n} {noun}{'' if n == 1 else 's'} written to {opts.output}", file=sys.stderr)
+            print(_written(n, opts), file=sys.stderr)
+
+
+def _bad_value(opts: argparse.Namespace) -> str | None:
+    """What is wrong with the values of ``--top`` and ``-o`` (None if nothing)."""
+    if opts.top is not None and opts.top < 0:
+        return "--top must be 0 or more"
+    if opts.output != "-" and opts.output.endswith(("/", os.sep)):
+        return f"-o {opts.output}: a directory, expected a file name"
+    return None
+
+
+def _written(n: int, opts: argparse.Namespace) -> str:
+    """The line that says how many rows (items, sites or pages) went to the output."""
+    noun = "item" if opts.items else "site" if opts.by_site else "page"
+    return f"{n} {noun}{'' if n == 1 else 's'} written to {opts.output}"
 
 
 def read_items(path: str | os.PathLike) -> list[dict[str, Any]]:
     """The items of a feed a crawl wrote (JSON Lines: ``.jsonl``, ``.jl``, ``.jsonlines``; or
     CSV), in its order. :class:`ValueError` (one line) for another format or a bad line."""
     name = str(path)
-    fmt = "csv" if name.lower().endswith(".csv") else None
-    if fmt is None and not name.lower().endswith((".jsonl", ".jl", ".jsonlines")):
+    csv_file = name.lower().endswith(".csv")
+    if not name.lower().endswith((".csv", ".jsonl", ".jl", ".jsonlines")):
         raise ValueError(f"{name}: items must be JSON Lines (.jsonl, .jl) or CSV (.csv)")
     try:
         with open(path, newline="", encoding="utf-8") as fh:
-            if fmt == "csv":
+            if csv_file:
                 return list(csv.DictReader(fh))
             items = []
             for k, line in enumerate(fh, 1):
