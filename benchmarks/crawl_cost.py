@@ -1,89 +1,159 @@
-"""The cost of OPIC in a real crawl: pages per second against Scrapy's own scheduler.
+"""The cost of OPIC in a real crawl, as a user pays it: whole processes against Scrapy's own
+scheduler.
 
-    python -m benchmarks.crawl_cost [--pages 2001] [--hosts 3] [--concurrency 16] [--repeats 3]
-        [--out benchmarks/results/crawl_cost.md]
+    python -m benchmarks.crawl_cost [--graph EDGES] [--seed 247028] [--pages 2000] [--hosts 3]
+        [--concurrency 16] [--pairs 4] [--out benchmarks/results/crawl_cost.md]
 
-A generated site (``tests.support.sites.site_graph``) on ``--hosts`` loopback addresses, no
-server delay, crawled by the crawl runner's ``site`` spider in a fresh process each with
-``CONCURRENT_REQUESTS = --concurrency``: Scrapy's own scheduler and the OPIC scheduler, each
-without and with a ``JOBDIR``. A round runs the four one after the other, every other round in
-reverse, so that a drift of the machine's load weighs on each kind alike. A run's pages/s is
-read from the server's access log (first request's start to the last one's end: start-up and
-shutdown left out); beside OPIC's pages/s over Scrapy's, Scrapy's CPU time per page over OPIC's
-(the crawl process from its first response to its close, ``crawl_runner.CpuMeter``), which
-other work on a shared machine disturbs less.
+The web graph cnr-2000 (``--graph``) is served on ``--hosts`` loopback addresses, a host a block
+of consecutive page ids (a URL-ordered graph keeps a site's pages together), no server delay.
+Each crawl is a fresh ``scrapy`` process of the crawl runner's ``site`` spider from page
+``--seed``, stopped after ``--pages`` responses (``CLOSESPIDER_PAGECOUNT``), timed from the outside
+by ``/usr/bin/time -v``: CPU (user + system) and wall seconds of the whole process (start-up,
+imports, shutdown and all), its peak memory. A pair is one crawl of each kind, Scrapy's scheduler
+then OPIC's, every other pair in reverse, so that a drift of the machine's load weighs on both
+alike; the same without then with a ``JOBDIR``. Figures per pair: OPIC's pages per second of
+wall time over Scrapy's, and Scrapy's CPU seconds per page over OPIC's (above 1: OPIC costs
+less); the medians are the figures to read.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import re
 import statistics
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 from benchmarks._harness import RESULTS, page, table
-from benchmarks.crawl_evidence import crawl
-from tests.support.sites import Site, site_graph
+from benchmarks.paper_figures import REAL_GRAPH
+from scrapy_opic.opic.graph import load_edge_list
+from tests.support import RUNNER
+from tests.support.sites import Site
 
-ORDER = ("scrapy", "opic", "opic+jobdir", "scrapy+jobdir")  # the runs of a round, in order
+KINDS = ("scrapy", "opic")
+#: What ``/usr/bin/time -v`` prints, by the name this benchmark gives it.
+TIME_FIELDS = {
+    "user": r"User time \(seconds\): ([\d.]+)",
+    "sys": r"System time \(seconds\): ([\d.]+)",
+    "wall": r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): ([\d:.]+)",
+    "rss_kb": r"Maximum resident set size \(kbytes\): (\d+)",
+}
 
 
-def run_crawl(kind: str, site: Site, hosts: list[str], args, work: Path) -> tuple[float, float]:
-    """One crawl of ``site``: its pages/s and its crawl CPU seconds per page."""
-    meter = {"tests.support.crawl_runner.CpuMeter": 0}
-    if kind.startswith("opic"):  # (the OPIC order's own EXTENSIONS, with the meter)
-        meter["scrapy_opic.OpicLogStats"] = 500
-    settings = {"CONCURRENT_REQUESTS": args.concurrency, "EXTENSIONS": meter}
-    if kind.endswith("+jobdir"):
+def seconds(clock: str) -> float:
+    """``h:mm:ss`` or ``m:ss.ss`` as seconds."""
+    total = 0.0
+    for part in clock.split(":"):
+        total = 60 * total + float(part)
+    return total
+
+
+def timed_crawl(kind: str, site: Site, args: argparse.Namespace, work: Path) -> dict[str, float]:
+    """One crawl in a process of its own, timed by the OS: its pages, CPU and wall seconds, and
+    peak memory."""
+    work.mkdir(parents=True)
+    hosts = sorted({site.host_of(i) for i in range(site.graph.n)})
+    settings: dict = {
+        "LOG_LEVEL": "WARNING",
+        "CONCURRENT_REQUESTS": args.concurrency,
+        "CLOSESPIDER_PAGECOUNT": args.pages,
+    }
+    if args.jobdir:
         settings["JOBDIR"] = str(work / "job")
-    order, first = "opic" if kind.startswith("opic") else "default", len(site.access_log)
-    _, stats = crawl(site.url(0), order, work, spider="site", allowed=hosts, **settings)
-    log = site.access_log[first:]
-    pages = sum(path.startswith("/p/") for _host, path, _start, _end in log)
-    seconds = max(end for *_, end in log) - min(start for _h, _p, start, _e in log)
-    return pages / seconds, stats["cpu/crawl_seconds"] / pages
+    config = {
+        "spider": "site",
+        "start_url": site.url(args.node),
+        "allowed": hosts,
+        "order": "opic" if kind == "opic" else "default",
+        "items": str(work / "items.jsonl"),
+        "stats": str(work / "stats.json"),
+        "settings": settings,
+    }
+    (work / "config.json").write_text(json.dumps(config))
+    cmd = ["/usr/bin/time", "-v", sys.executable, str(RUNNER), str(work / "config.json")]
+    done = subprocess.run(cmd, cwd=work, capture_output=True, text=True, check=True)
+    got = {}
+    for name, pattern in TIME_FIELDS.items():
+        m = re.search(pattern, done.stderr)
+        if m is None:
+            raise RuntimeError(f"/usr/bin/time printed no {name}: {done.stderr[-500:]}")
+        got[name] = seconds(m.group(1)) if name == "wall" else float(m.group(1))
+    stats = json.loads((work / "stats.json").read_text())
+    got["pages"] = float(stats.get("response_received_count", 0))
+    got["cpu_per_page"] = (got["user"] + got["sys"]) / max(got["pages"], 1)
+    got["pages_per_s"] = got["pages"] / got["wall"]
+    return got
 
 
-def measure(args: argparse.Namespace) -> list[list]:
-    """A row per round: Scrapy's and OPIC's pages/s and their ratios, without then with JOBDIR."""
-    hosts = [f"127.0.0.{h + 1}" for h in range(args.hosts)]
-    graph, rounds = site_graph(args.pages, seed=0), []
-    site = Site(graph, host_of=lambda i: hosts[i % len(hosts)], addresses=tuple(hosts))
-    with tempfile.TemporaryDirectory() as tmp, site:
-        for k in range(args.repeats):
-            runs = {}
-            for kind in ORDER if k % 2 == 0 else ORDER[::-1]:
-                runs[kind] = run_crawl(kind, site, hosts, args, Path(tmp) / f"{kind}-{k}")
-            print(f"round {k + 1}: {runs}", file=sys.stderr, flush=True)
-            rounds.append([k + 1])
-            for jobdir in ("", "+jobdir"):
-                (scrapy, cpu), (opic, opic_cpu) = runs[f"scrapy{jobdir}"], runs[f"opic{jobdir}"]
-                rounds[-1] += [scrapy, opic, opic / scrapy, cpu / opic_cpu]
-    return rounds
+def measure(args: argparse.Namespace, site: Site, work: Path) -> list[list]:
+    """A row per pair: each kind's pages/s and CPU ms per page, OPIC's pages/s over Scrapy's,
+    Scrapy's CPU per page over OPIC's."""
+    rows = []
+    for k in range(args.pairs):
+        runs = {}
+        for kind in KINDS if k % 2 == 0 else KINDS[::-1]:
+            runs[kind] = timed_crawl(kind, site, args, work / f"{kind}-{k}")
+        print(f"pair {k + 1}: {runs}", file=sys.stderr, flush=True)
+        s, o = runs["scrapy"], runs["opic"]
+        rows.append(
+            [
+                k + 1,
+                s["pages"],
+                o["pages"],
+                s["pages_per_s"],
+                o["pages_per_s"],
+                1000 * s["cpu_per_page"],
+                1000 * o["cpu_per_page"],
+                s["rss_kb"] / 1024,
+                o["rss_kb"] / 1024,
+                o["pages_per_s"] / s["pages_per_s"],
+                s["cpu_per_page"] / o["cpu_per_page"],
+            ]
+        )
+    rows.append(["median", *(statistics.median(r[i] for r in rows) for i in range(1, 11))])
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pages", type=int, default=2001)
+    parser.add_argument("--graph", type=Path, default=REAL_GRAPH)
+    parser.add_argument("--seed", type=int, default=247028)
+    parser.add_argument("--pages", type=int, default=2000)
     parser.add_argument("--hosts", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=16)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--pairs", type=int, default=4)
     parser.add_argument("--out", type=Path, default=RESULTS / "crawl_cost.md")
     args = parser.parse_args(argv)
-    rounds = measure(args)
-    medians = ["median", *(statistics.median(r[i] for r in rounds) for i in range(1, 9))]
-    head = ["round", "scrapy", "opic", "pages/s ratio", "CPU ratio"]
-    head += ["scrapy + JOBDIR", "opic + JOBDIR", "pages/s ratio", "CPU ratio"]
+    graph = load_edge_list(args.graph)
+    # (The seed is a node of the file: its page's id is its rank among the file's ids.)
+    named = graph.names is not None and str(args.seed) in set(graph.names.tolist())
+    args.node = graph.names.tolist().index(str(args.seed)) if named else args.seed
+    block = -(-graph.n // args.hosts)  # (pages per host, a block of consecutive ids)
+    hosts = tuple(f"127.0.0.{h + 1}" for h in range(args.hosts))
+    site = Site(graph, host_of=lambda i: hosts[i // block], addresses=hosts)
+    sections = []
+    head = ["pair", "pages (scrapy)", "pages (opic)", "scrapy pages/s", "opic pages/s"]
+    head += ["scrapy CPU ms/page", "opic CPU ms/page", "scrapy peak MB", "opic peak MB"]
+    head += ["pages/s ratio", "CPU ratio"]
+    with tempfile.TemporaryDirectory() as tmp, site:
+        for jobdir in (False, True):
+            args.jobdir = jobdir
+            rows = measure(args, site, Path(tmp) / ("jobdir" if jobdir else "memory"))
+            title = "With a JOBDIR" if jobdir else "In memory (no JOBDIR)"
+            sections.append(f"## {title}\n\n{table(head, rows)}")
     text = page(
-        "Crawl cost: OPIC against Scrapy's own scheduler",
-        "Pages/s of each kind, OPIC's over Scrapy's (pages/s ratio) and Scrapy's crawl CPU per "
-        "page over OPIC's (CPU ratio), round by round; the medians are the figures to read. The "
-        "method is in the module's docstring.",
-        table(head, [*rounds, medians]),
+        "Crawl cost: OPIC against Scrapy's own scheduler, whole processes",
+        "Each crawl a `scrapy` process timed by `/usr/bin/time -v` (CPU user + system, wall, "
+        "peak memory); pages/s ratio: OPIC's over Scrapy's; CPU ratio: Scrapy's CPU per page "
+        "over OPIC's (above 1, OPIC costs less). The method is in the module's docstring.",
+        *sections,
     )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
+    print(text)
     return 0
 
 

@@ -154,15 +154,22 @@ def test_scale_web_is_a_tree_with_back_links_to_ancestors():
 
 
 def test_crawl_cost_smoke(tmp_path, monkeypatch):
+    from tests.support.sites import site_graph
+
     mod = load("crawl_cost")
+    g = site_graph(80, seed=0)  # (an edge list in the place of cnr-2000)
+    edges = tmp_path / "edges.tsv"
+    edges.write_text("".join(f"{i}\t{j}\n" for i in range(g.n) for j in g.children(i)))
     out = tmp_path / "crawl_cost.md"
-    args = ["--pages", "60", "--hosts", "2", "--concurrency", "4", "--repeats", "2"]
+    args = ["--graph", str(edges), "--seed", "0", "--pages", "40", "--hosts", "2"]
+    args += ["--concurrency", "4", "--pairs", "2"]
     monkeypatch.setattr("sys.argv", ["crawl_cost.py", *args])  # (the page's command)
     assert mod.main([*args, "--out", str(out)]) == 0
     text = out.read_text()
-    assert "`python -m benchmarks.crawl_cost --pages 60 --hosts 2" in text
-    rows = re.findall(r"^\| (\w+) \|(.*)\|$", text, re.MULTILINE)[1:]  # (below the header)
-    assert [r[0] for r in rows] == ["1", "2", "median"]
+    assert "`python -m benchmarks.crawl_cost --graph" in text
+    rows = re.findall(r"^\| (\w+) \|(.*)\|$", text, re.MULTILINE)
+    rows = [r for r in rows if r[0] != "pair"]
+    assert [r[0] for r in rows] == ["1", "2", "median"] * 2  # (in memory, with a JOBDIR)
     assert all(float(x.replace(",", "")) > 0 for _, cells in rows for x in cells.split("|"))
 
 
