@@ -711,13 +711,13 @@ class OpicEngine:
         if v <= 0.0 or live == 0:
             return 0.0
         view = self.view if self.pooled else None
-        others_live = view.live_others if view is not None else 0
-        others_unf = view.unfetched_others if view is not None else 0
+        others_live, others_unf = (0, 0) if view is None else view[:2]  # (live, never fetched)
         to_unfetched = (1.0 - self.refresh) * v if self.n_unfetched or others_unf else 0.0
         to_all = v - to_unfetched
         self.virtual_cash = 0.0
         if self.pooled:
             self.pool_credit += v  # (every page of the crawl is owed this teleport credit)
+        paid = v
         if others_live:
             # (The shares of the other partitions' pages go to the pool; without others, all
             # of it is paid here, with no rounding: the engine of a crawl of one partition.)
@@ -727,7 +727,7 @@ class OpicEngine:
             self.pool_all += to_all - own_all
             self.pool_unfetched += to_unfetched - own_unf
             to_all, to_unfetched = own_all, own_unf
-        paid = to_all + to_unfetched if others_live else v
+            paid = to_all + to_unfetched
         self.virtual_history += paid
         self.G += paid
         self._pay(to_all, to_unfetched, v)
@@ -847,17 +847,29 @@ def _live_links(
         e.n_closed and any(fl[j] & CLOSED for j in children)
     ):
         return children, weights, virtual_weight
+    return _drop_links(e, i, children, weights, virtual_weight)
+
+
+def _drop_links(
+    e: OpicEngine,
+    i: int,
+    children: Sequence[int],
+    weights: Sequence[float] | None,
+    virtual_weight: float,
+) -> tuple[list[int], list[float] | None, float]:
+    """:func:`_live_links` of a page that has a self-link or a link to a closed page."""
     own = -1 if e.self_links else i
-    keep = [m for m, j in enumerate(children) if j != own and not fl[j] & CLOSED]
-    if e.closed_links_virtual:
-        for m, j in enumerate(children):
-            if j != own and fl[j] & CLOSED:
-                virtual_weight += 1.0 if weights is None else weights[m]
-    return (
-        [children[m] for m in keep],
-        None if weights is None else [weights[m] for m in keep],
-        virtual_weight,
-    )
+    kept, kept_weights = [], []
+    for m, j in enumerate(children):
+        if j == own:
+            continue
+        w = 1.0 if weights is None else weights[m]
+        if not e.flags_mv[j] & CLOSED:
+            kept.append(j)
+            kept_weights.append(w)
+        elif e.closed_links_virtual:
+            virtual_weight += w
+    return kept, None if weights is None else kept_weights, virtual_weight
 
 
 __all__ = ["FETCHED", "INITIAL", "SCALARS", "CashObserver", "OpicEngine"]

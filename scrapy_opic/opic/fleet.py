@@ -227,15 +227,10 @@ class Fleet:
         for k, batch in self._batches(entries, again, bad).items():
             part = self.owner_of(k)
             if part is None:
-                sent = tuple(e for n, e in batch if n not in bad)
-                if sent:
-                    self.notes.append(FileNote(k, sent, again))
-                    self._forwarded_add(e.key for e in sent)
-                for n, _e in batch:
-                    codes[n] = LOCAL if n in bad else FORWARDED
-                continue
-            got = part.schedule([e for _, e in batch], again)
-            self._touched(part)
+                got = _file_elsewhere(self, k, batch, again, bad)
+            else:
+                got = part.schedule([e for _, e in batch], again)
+                self._touched(part)
             for (n, _e), code in zip(batch, got):
                 codes[n] = LOCAL if n in bad and code == NEEDS_PAYLOAD else code
         return codes
@@ -270,8 +265,7 @@ class Fleet:
         the most cash, among the slots with room (:class:`~.heads.Heads`: O(log P) heap
         operations). A crawl that refetches by change pops as :meth:`_choose` says, and after
         a refetch makes one relay visit in the refetched page's partition."""
-        if self._senders:
-            self.deliver_local()
+        self.deliver_local()
         if self.config.strategy != "greedy":
             return self._pop_any(exclude)
         share = self.config.discovery if self.continuous else 0.0
@@ -538,7 +532,7 @@ class Fleet:
             senders = [self.member(k) for k in sorted(self._senders)]
             self._senders.clear()
             for member in senders:
-                if member is None or not member.outbox:
+                if member is None:
                     continue
                 keep = []
                 for m, at in member.outbox:
@@ -627,8 +621,7 @@ class Fleet:
 
     def add_figures(self, out: dict[str, float]) -> None:
         """Add the figures of the members this process owns to ``out``."""
-        if self._senders:
-            self.deliver_local()
+        self.deliver_local()
         for member in self.members():
             add_figures(out, member.figures_dict())  # type: ignore[attr-defined]
 
@@ -659,22 +652,19 @@ class Fleet:
         return None
 
     def status_of(self, key: Hashable) -> str | None:
-        if self._senders:
-            self.deliver_local()
+        self.deliver_local()
         found = self._find(key)
         return None if found is None else STATUSES[found[0].frontier.status[found[1]]]
 
     def cash_of(self, key: Hashable) -> float | None:
-        if self._senders:
-            self.deliver_local()
+        self.deliver_local()
         found = self._find(key)
         return None if found is None else found[0].frontier.engine.cash_of(found[1])
 
     def total_cash(self) -> float:
         """The cash of the members this process owns and of their messages not yet sent (the
         whole crawl's when it owns every partition and the pool and nothing is in transit)."""
-        if self._senders:
-            self.deliver_local()
+        self.deliver_local()
         total = sum(p.frontier.engine.total_cash() for p in self.parts.values())
         if self.pool is not None:
             total += self.pool.total_cash()
@@ -705,18 +695,30 @@ def _route(
         code: int | None = -1
         if to != k:
             seen = fleet.look(to, link.key, link.again)
-            if seen is not None and seen[0] and not link.again:
+            if seen is None:
+                filed = link.again or link.key not in fleet._forwarded
+            elif seen[0] and not link.again:
                 if fleet.config.closed_links_virtual:
                     virtual_weight += link.weight
                 codes.append(None)
                 continue
-            if seen is not None:
-                code = NEEDS_PAYLOAD if seen[1] else DUPLICATE
             else:
-                code = (
-                    NEEDS_PAYLOAD if link.again or link.key not in fleet._forwarded else DUPLICATE
-                )
+                filed = seen[1]
+            code = NEEDS_PAYLOAD if filed else DUPLICATE
         kept.append(link)
         routes.append(to)
         codes.append(code)
     return kept, routes, codes, virtual_weight
+
+
+def _file_elsewhere(
+    fleet: Fleet, k: int, batch: list[tuple[int, Entry]], again: bool, bad: set[int]
+) -> list[int]:
+    """File the numbered entries ``batch`` of partition ``k``, another process's, there by a
+    note, but those whose payload cannot be shared (``bad``); their codes as a partition here
+    gives them: :data:`FORWARDED`, or :data:`NEEDS_PAYLOAD` for those not sent."""
+    sent = tuple(e for n, e in batch if n not in bad)
+    if sent:
+        fleet.notes.append(FileNote(k, sent, again))
+        fleet._forwarded_add(e.key for e in sent)
+    return [NEEDS_PAYLOAD if n in bad else FORWARDED for n, _e in batch]

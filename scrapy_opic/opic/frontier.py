@@ -455,18 +455,8 @@ class MemoryFrontier:
         if i is None:
             return None
         children = [self.page(link.key, link.url) for link in links]
-        paid = [self.target(j) for j in children] if self.alias else children
-        # (Decided on the links as given: the same float operations whatever the store.)
-        weights = None
-        if virtual_weight or any(link.weight != 1.0 for link in links):
-            weights = [link.weight for link in links]
-        if len(set(paid)) < len(paid):
-            paid, weights = _one_link_per_page(paid, weights)
-        if outside:
-            shares = self.engine.visit_out(i, paid, weights, virtual_weight, outside)[1]
-        else:
-            self.engine.visit(i, paid, weights, virtual_weight)
-            shares = []
+        paid, weights = _paid(self, links, children, virtual_weight)
+        shares = self.engine.visit_out(i, paid, weights, virtual_weight, outside)[1]
         if self.keep_links:  # (the list is not changed after this: kept as is, no copy)
             self.link_changes[i] = children
         r = self.refresher
@@ -502,13 +492,10 @@ class MemoryFrontier:
             return None
         r = self.refresher
         kept = None if r is None else r.links_of(i)
-        shares: list[tuple[float, float]] = []
         if kept is not None:
             shares = self._pay_kept(i, kept, outside)
-        elif outside:
-            shares = self.engine.visit_out(i, (), None, 0.0, outside)[1]
         else:
-            self.engine.visit(i, ())
+            shares = self.engine.visit_out(i, (), None, 0.0, outside)[1]
         if r is not None:
             r.observed(i, False)
         if self.outcome[i] != SPIDER_ERROR:  # (its content is the last parse's: so is that)
@@ -714,10 +701,7 @@ class MemoryFrontier:
         weights = None if kept.weights is None else kept.weights.tolist()
         if len(set(paid)) < len(paid):
             paid, weights = _one_link_per_page(paid, weights)
-        if outside:
-            return self.engine.visit_out(i, paid, weights, kept.virtual_weight, outside)[1]
-        self.engine.visit(i, paid, weights, kept.virtual_weight)
-        return []
+        return self.engine.visit_out(i, paid, weights, kept.virtual_weight, outside)[1]
 
     def refetchable(self) -> np.ndarray:
         """The mask of the pages a refetch plan covers: fetched, open, pending or in flight."""
@@ -747,6 +731,21 @@ class MemoryFrontier:
             return None
         url = self.url_of(best[0])
         return (url if url is not None else str(best[0])), best[1]
+
+
+def _paid(
+    fr: MemoryFrontier, links: Sequence[Link], children: list[int], virtual_weight: float
+) -> tuple[list[int], list[float] | None]:
+    """The pages the ``links`` of a visit pay (``children``: their pages), aliases followed,
+    each once (:func:`_one_link_per_page`), and their weights (None: all 1)."""
+    paid = [fr.target(j) for j in children] if fr.alias else children
+    # (Decided on the links as given: the same float operations whatever the store.)
+    weights = None
+    if virtual_weight or any(link.weight != 1.0 for link in links):
+        weights = [link.weight for link in links]
+    if len(set(paid)) < len(paid):
+        return _one_link_per_page(paid, weights)
+    return paid, weights
 
 
 def _one_link_per_page(

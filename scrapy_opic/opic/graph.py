@@ -110,14 +110,7 @@ def load_edge_list(
     tokens = data.split()
     if not tokens:
         raise ValueError(f"{path}: no edges")
-    lines = [line for line in data.splitlines() if line.strip()]
-    if len(tokens) != 2 * len(lines):
-        k, bad = next((k, ln) for k, ln in enumerate(lines, 1) if len(ln.split()) != 2)
-        shown = bad.decode(errors="replace")
-        raise ValueError(
-            f"{path}: data line {k} has {len(bad.split())} columns ({shown!r}): every line "
-            "must be 'src dst' (weights are not read)"
-        )
+    _check_columns(path, data, len(tokens))
     arr = np.array(tokens)
     keys: np.ndarray
     try:
@@ -129,6 +122,18 @@ def load_edge_list(
     names = uniq.astype(str) if numeric else np.char.decode(uniq, "utf-8")
     inverse = inverse.reshape(-1, 2)
     return from_edges(inverse[:, 0], inverse[:, 1], len(uniq), names, self_links=self_links)
+
+
+def _check_columns(path: object, data: bytes, tokens: int) -> None:
+    """Refuse an edge list whose ``tokens`` are not two per data line of ``data``."""
+    lines = [line for line in data.splitlines() if line.strip()]
+    if tokens != 2 * len(lines):
+        k, bad = next((k, ln) for k, ln in enumerate(lines, 1) if len(ln.split()) != 2)
+        shown = bad.decode(errors="replace")
+        raise ValueError(
+            f"{path}: data line {k} has {len(bad.split())} columns ({shown!r}): every line "
+            "must be 'src dst' (weights are not read)"
+        )
 
 
 def power_law_graph(n: int, exponent: float = 2.1, seed: int = 0) -> Graph:

@@ -21,6 +21,7 @@ from .pool import Pool
 
 #: ``(rank, partition, page)``: a page a pop may take, ``rank`` as :meth:`Heads.best` orders.
 Best = tuple[tuple[bool, int, float], Partition, int]
+_GONE = (None, None)  # (no cached head: no version matches it)
 
 
 class Heads:
@@ -70,21 +71,14 @@ class Heads:
         ``full_slots``, left pending; with ``discover``, a page never fetched ranks first."""
         self._refresh(parts, pool, discover)
         heads, heap = self._heads[discover], self._heap[discover]
-        best: Best | None = None
-        for k in list(self._volatile):  # (pages that wake up with time: peeked every pop)
-            part = parts[k]
-            if k not in exclude:
-                best = _better(best, part, part.peek(full_slots, discover), discover)
-            if not part.frontier.wakes():  # (none waits any more: cached again)
-                self._volatile.discard(k)
-                self.mark(k)
+        best = self._peek_volatile(parts, full_slots, exclude, discover)
         aside = []
         while heap:
             entry = heap[0]
             k, version = entry[3], entry[4]
             owner = parts.get(k)
-            cached = heads.get(k)
-            if owner is None or cached is None or cached[0] != version or owner.version != version:
+            cached = heads.get(k, _GONE)
+            if owner is None or cached[0] != version or owner.version != version:
                 heapq.heappop(heap)  # (stale: the partition changed, or left)
                 continue
             rank = (-entry[0], -entry[1], -entry[2])
@@ -94,12 +88,30 @@ class Heads:
             if k in exclude:
                 continue
             _rank, i, slot = cached[1]
-            if full_slots and slot in full_slots:  # its best page waits: its next best?
+            if slot in full_slots:  # its best page waits: its next best?
                 best = _better(best, owner, owner.peek(full_slots, discover), discover)
             else:
                 best = _better(best, owner, (i, rank[1], rank[2]), discover)
         for entry in aside:
             heapq.heappush(heap, entry)
+        return best
+
+    def _peek_volatile(
+        self,
+        parts: Mapping[int, Partition],
+        full_slots: Collection[Hashable],
+        exclude: Collection[int],
+        discover: bool,
+    ) -> Best | None:
+        """The best page of the volatile partitions, peeked every pop (cached once none waits)."""
+        best: Best | None = None
+        for k in list(self._volatile):
+            part = parts[k]
+            if k not in exclude:
+                best = _better(best, part, part.peek(full_slots, discover), discover)
+            if not part.frontier.wakes():
+                self._volatile.discard(k)
+                self.mark(k)
         return best
 
     def _refresh(self, parts: Mapping[int, Partition], pool: Pool | None, discover: bool) -> None:
@@ -135,13 +147,7 @@ class Heads:
             fresh = discover and not fr.fetched(i)
             heads[k] = (part.version, ((fresh, priority, cash), i, fr.slot_of(i)))
             heapq.heappush(heap, (-fresh, -priority, -cash, k, part.version))
-        if len(heap) > 4 * len(parts) + 64:  # (stale entries: rebuilt)
-            heap[:] = [
-                (-h[0][0], -h[0][1], -h[0][2], k, v)
-                for k, (v, h) in heads.items()
-                if h is not None and k in parts
-            ]
-            heapq.heapify(heap)
+        _trim(heap, heads, parts)
 
     def _update_counts(self, parts: Mapping[int, Partition], pool: Pool | None) -> bool:
         """Keep the crawl's live pages and pages never fetched summed over the partitions
@@ -170,6 +176,17 @@ class Heads:
                 totals[1] += count_of[k][1]
         dirty.clear()
         return True
+
+
+def _trim(heap: list, heads: dict, parts: Mapping[int, Partition]) -> None:
+    """Rebuild ``heap`` from the cached ``heads`` once most of its entries are stale."""
+    if len(heap) > 4 * len(parts) + 64:
+        heap[:] = [
+            (-h[0][0], -h[0][1], -h[0][2], k, v)
+            for k, (v, h) in heads.items()
+            if h is not None and k in parts
+        ]
+        heapq.heapify(heap)
 
 
 def _better(best: Best | None, part: Partition, got: Any, discover: bool) -> Best | None:

@@ -106,6 +106,16 @@ def decode_links(blobs: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
     return counts, targets
 
 
+def _check_rows(n: int, pages: np.ndarray, targets: np.ndarray) -> None:
+    """Refuse the rows of :func:`crawl_graph` unless in page order, all in ``range(n)``."""
+    if pages.size and (pages.min() < 0 or pages.max() >= n):
+        raise ValueError("links kept for a page out of range")
+    if targets.size and (targets.min() < 0 or targets.max() >= n):
+        raise ValueError("a kept link to a page out of range")
+    if pages.size > 1 and (np.diff(pages) <= 0).any():
+        raise ValueError("kept links not in page order")
+
+
 def crawl_graph(
     n: int,
     pages: np.ndarray,
@@ -130,12 +140,7 @@ def crawl_graph(
     share uniformly."""
     pages = np.asarray(pages, dtype=np.int64)
     counts = np.asarray(counts, dtype=np.int64)
-    if pages.size and (pages.min() < 0 or pages.max() >= n):
-        raise ValueError("links kept for a page out of range")
-    if targets.size and (targets.min() < 0 or targets.max() >= n):
-        raise ValueError("a kept link to a page out of range")
-    if pages.size > 1 and (np.diff(pages) <= 0).any():
-        raise ValueError("kept links not in page order")
+    _check_rows(n, pages, targets)
     if redirects is not None and redirects[0].size:
         to = np.arange(n, dtype=np.int64)
         to[redirects[0]] = redirects[1]

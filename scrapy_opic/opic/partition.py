@@ -371,10 +371,8 @@ class Partition(Member):
             if k == self.k:
                 local.append(link)
                 continue
-            r = remote.get(key)
-            if r is None:
-                remote[key] = Remote(key, url, k, link.weight)
-            elif link.weight > r.weight:
+            r = remote.setdefault(key, Remote(key, url, k, link.weight))
+            if link.weight > r.weight:  # (the page linked before: a heavier link)
                 remote[key] = r._replace(weight=link.weight)
         return local, remote
 

@@ -10,6 +10,8 @@ from .importance import CrawlView
 from .journal import Member
 from .messages import POOL, Figures, Message, Payout, Report
 
+_Rates = dict[int, tuple[float, float]]  # partition -> (per live page, per page never fetched)
+
 
 class Pool(Member):
     """A :class:`~.messages.Report` from partition ``k`` brings what it owes the other
@@ -94,18 +96,24 @@ class Pool(Member):
         the rounding's remainder goes to the partition owed most, so that no cash is made or
         lost."""
         if self.cash > 0.0:
-            pending = self.pending.setdefault(POOL, [0.0, 0.0])
-            pending[0] += self.cash
+            self.pending.setdefault(POOL, [0.0, 0.0])[0] += self.cash
             self.cash = 0.0
         figures = self.figures
         live = {k: f.live for k, f in figures.items() if f.live > 0}
-        total_live = sum(live.values())
-        if not self.pending or not total_live:
+        if not self.pending or not live:
             return
         unf = {k: figures[k].unfetched for k in live if figures[k].unfetched > 0}
-        total_unf = sum(unf.values())
+        rates, total = self._rates(live, unf)
+        if total:
+            self._owe(rates, total, live, unf)
+
+    def _rates(self, live: dict[int, int], unf: dict[int, int]) -> tuple[_Rates, float]:
+        """Per live partition ``j``, in order, what each of its live pages and of its pages
+        never fetched is owed (``sum(a_k / L_k for k != j)``, and likewise), and the total
+        shared; the reports made while no other partition is live stay :attr:`pending`."""
+        total_live, total_unf = sum(live.values()), sum(unf.values())
         sum_a = sum_u = total = 0.0
-        own: dict[int, tuple[float, float]] = {}
+        own = dict.fromkeys(live, (0.0, 0.0))
         waiting = {}
         for src, (a, u) in sorted(self.pending.items()):
             others = total_live - live.get(src, 0)
@@ -122,14 +130,16 @@ class Pool(Member):
             if src in live:
                 own[src] = (x, y)
         self.pending = waiting
-        if not total:
-            return
+        return {k: (sum_a - x, sum_u - y) for k, (x, y) in sorted(own.items())}, total
+
+    def _owe(self, rates: _Rates, total: float, live: dict[int, int], unf: dict[int, int]) -> None:
+        """Owe the live partitions ``total`` at their ``rates``, the rounding's remainder to
+        the partition owed most."""
         shared = 0.0
         most, most_k = -1.0, None
-        for k in sorted(live):
-            x, y = own.get(k, (0.0, 0.0))
-            a = max(0.0, live[k] * (sum_a - x))
-            u = max(0.0, unf.get(k, 0) * (sum_u - y))
+        for k, (ra, ru) in rates.items():
+            a = max(0.0, live[k] * ra)
+            u = max(0.0, unf.get(k, 0) * ru)
             if not (a or u):
                 continue
             owed = self.owed.setdefault(k, [0.0, 0.0])

@@ -186,16 +186,7 @@ class Planner:
         total = sum(ids.size for _r, ids, _imp in chosen)
         if not total or not self.budget > 0:
             return
-        for r, _ids, imp in chosen:
-            r.rates.grow(len(imp))
-        totals: dict[str, float] = {}
-        for r, _ids, _imp in chosen:
-            for f, v in r.rates.sums().items():
-                totals[f] = totals.get(f, 0.0) + v
-        prior = chosen[0][0].rates.rate_of_sums(totals)
-        # (One solve for all parts: a process may own hundreds of partitions, each small.)
-        columns = zip(*(r.rates.sums_of(ids) for r, ids, _i in chosen))
-        rates = chosen[0][0].rates.rates_of([np.concatenate(c) for c in columns], prior)
+        rates = _rates_of(chosen)
         weights = np.concatenate([imp[ids] for _r, ids, imp in chosen])
         self.mean = self.budget / total
         freq = optimal_allocation(weights, rates, self.budget, self.floor_share * self.mean)
@@ -204,6 +195,21 @@ class Planner:
             r.schedule.plan(freq[at : at + ids.size], ids, now=now)
             at += ids.size
         self.plans += 1
+
+
+def _rates_of(chosen: Sequence[tuple[Refresher, np.ndarray, np.ndarray]]) -> np.ndarray:
+    """The change rates of the pages ``ids`` of the parts ``(refresher, ids, importance of
+    its pages)``, in that order: a page with no observation has the parts' pooled rate."""
+    for r, _ids, imp in chosen:
+        r.rates.grow(len(imp))
+    totals: dict[str, float] = {}
+    for r, _ids, _imp in chosen:
+        for f, v in r.rates.sums().items():
+            totals[f] = totals.get(f, 0.0) + v
+    prior = chosen[0][0].rates.rate_of_sums(totals)
+    # (One solve for all parts: a process may own hundreds of partitions, each small.)
+    columns = zip(*(r.rates.sums_of(ids) for r, ids, _i in chosen))
+    return chosen[0][0].rates.rates_of([np.concatenate(c) for c in columns], prior)
 
 
 class Refresher:
@@ -267,10 +273,10 @@ class Refresher:
     def _count_links(self, i: int, old: np.ndarray | None, new: np.ndarray) -> float | None:
         """Keep :attr:`indegree` (kept links to each page from other pages, once per page)
         and expedite the pages it drops to 0; returns what :meth:`keep` does."""
-        if old is not None and old.size == new.size and (old == new).all():
+        if old is not None and np.array_equal(old, new):
             return 0.0  # (the same links: most changed pages)
         lost, added, share = link_change(i, () if old is None else old.tolist(), new.tolist())
-        top = max(added) + 1 if added else 0
+        top = max(added, default=-1) + 1
         deg = self.indegree
         if top > len(deg):
             deg = np.zeros(max(top, 2 * len(deg)), np.int32)
@@ -314,6 +320,16 @@ class Refresher:
         to now (a page unchanged for a year is not a page that changes hourly); after a
         change seen, it dates the change."""
         now = self.wall() if now is None else now
+        self._observe(i, changed, now, since)
+        sched = self.schedule
+        sched.grow(i + 1)
+        mean = self.planner.mean
+        if not sched.freq[i] and mean:
+            sched.freq[i] = mean  # (first fetched after the last plan: the mean, for now)
+        sched.fetched(i, now)
+
+    def _observe(self, i: int, changed: bool | None, now: float, since: float | None) -> None:
+        """:meth:`observed`'s observation of page ``i``, as its change rate reads it."""
         rates = self.rates
         if since is not None and not since < now:
             since = None  # (a date in the future: no evidence)
@@ -325,12 +341,6 @@ class Refresher:
             # (A change dated before the previous look is a date that lies: not used.)
             dated = changed and since is not None and since > before
             rates.observe(i, now, changed, at=since if dated else None)
-        sched = self.schedule
-        sched.grow(i + 1)
-        mean = self.planner.mean
-        if not sched.freq[i] and mean:
-            sched.freq[i] = mean  # (first fetched after the last plan: the mean, for now)
-        sched.fetched(i, now)
 
     def failed(self, i: int, now: float | None = None) -> None:
         """Page ``i``'s fetch failed and the page stays open: due again a period later."""

@@ -495,28 +495,13 @@ class TieredSelection(Selection):
             code = np.frombuffer(self.codes, dtype=np.uint32)[ids].astype(np.int64)
             if not code.all():
                 raise ValueError(f"page {int(ids[code == 0][0])} has no tier code")
-            e = self.engine
-            h = 2 * code + ((e.flags[ids] & FETCHED) == 0)
+            h = 2 * code + ((self.engine.flags[ids] & FETCHED) == 0)
             for c in np.flatnonzero(np.bincount(code)).tolist():
                 self._ensure(c)
             del code
             added = ids.size
             touched = np.flatnonzero(np.bincount(h)).tolist()
-            # Candidates already in a touched heap are sorted in with the new ones.
-            old = [np.frombuffer(self._heaps[t].items, dtype=np.int32).copy() for t in touched]
-            if any(a.size for a in old):
-                ids = np.concatenate([ids] + [a.astype(np.int64) for a in old])
-                h = np.concatenate([h] + [np.full(a.size, t) for t, a in zip(touched, old)])
-            del old
-            order = np.argsort(-e.stored[ids])  # most cash first
-            if len(touched) > 1:  # then grouped by heap, keeping the cash order in each
-                small = np.uint16 if touched[-1] < 1 << 16 else np.int64
-                order = order[np.argsort(h[order].astype(small), kind="stable")]
-                h = h[order]
-            ids = ids[order].astype(np.int32)
-            del order
-            bounds = np.searchsorted(h, touched).tolist() if len(touched) > 1 else [0]
-            bounds.append(ids.size)
+            ids, bounds = self._sorted_in(ids, h, touched)
             for t, lo, hi in zip(touched, bounds, bounds[1:]):
                 heap = self._heaps[t]
                 heap.items = array("i")
@@ -527,6 +512,26 @@ class TieredSelection(Selection):
             del pos  # (an exported buffer would keep the array from growing)
         for t in touched:
             self._refresh_head(t)
+
+    def _sorted_in(
+        self, ids: np.ndarray, h: np.ndarray, touched: list[int]
+    ) -> tuple[np.ndarray, list[int]]:
+        """The pages of the heaps ``touched`` (ascending), the new ``ids`` (of heaps ``h``)
+        sorted in with their candidates: grouped by heap, each heap's most cash first, as
+        int32; and where each heap's pages start and end."""
+        old = [np.frombuffer(self._heaps[t].items, dtype=np.int32).copy() for t in touched]
+        if any(a.size for a in old):
+            ids = np.concatenate([ids] + [a.astype(np.int64) for a in old])
+            h = np.concatenate([h] + [np.full(a.size, t) for t, a in zip(touched, old)])
+        del old
+        order = np.argsort(-self.engine.stored[ids])  # most cash first
+        if len(touched) > 1:  # then grouped by heap, keeping the cash order in each
+            small = np.uint16 if touched[-1] < 1 << 16 else np.int64
+            order = order[np.argsort(h[order].astype(small), kind="stable")]
+            h = h[order]
+        ids = ids[order].astype(np.int32)
+        bounds = np.searchsorted(h, touched).tolist() if len(touched) > 1 else [0]
+        return ids, bounds + [ids.size]
 
     # -- the engine's observations ------------------------------------------------------------
     def raised(self, i: int) -> None:
@@ -611,24 +616,16 @@ class TieredSelection(Selection):
         fetched only, with ``unfetched``) and its true cash, removed if ``take``; ``None`` if
         there is none."""
         e = self.engine
-        keys_f, keys_u = self._head_key
-        tops_f, tops_u = heads[0].items, heads[1].items
         head_pos = self._head_pos
         pairs = self.tiers._pairs  # code - 1 -> (priority, slot)
         set_aside: list[int] = []
         try:
             while True:
-                kf = tops_f[0] if tops_f and not unfetched else 0
-                ku = tops_u[0] if tops_u else 0
-                if not kf and not ku:
+                h = self._richer(heads, unfetched)
+                if not h:
                     return None
-                # True cash across the two sets; ties go to the unfetched page (discovery).
-                if ku and (not kf or keys_u[ku] + e.acc_unfetched >= keys_f[kf]):
-                    k, st = ku, 1
-                else:
-                    k, st = kf, 0
+                k, st = h >> 1, h & 1
                 if has_room is None or has_room(pairs[k - 1][1]):
-                    h = 2 * k + st
                     heap = self._heaps[h]
                     i = heap.items[0]
                     cash = e.stored_mv[i] + e.acc_all + (e.acc_unfetched if st else 0.0)
@@ -645,6 +642,17 @@ class TieredSelection(Selection):
             for k in set_aside:
                 self._refresh_head(2 * k)
                 self._refresh_head(2 * k + 1)
+
+    def _richer(self, heads: tuple[_Heap, _Heap], unfetched: bool) -> int:
+        """The number of the heap whose top is the richest of ``heads``' by true cash, a tie
+        going to a page never fetched (discovery), only those with ``unfetched``; 0: none."""
+        tops_f, tops_u = heads[0].items, heads[1].items
+        kf = tops_f[0] if tops_f and not unfetched else 0
+        ku = tops_u[0] if tops_u else 0
+        keys_f, keys_u = self._head_key
+        if ku and (not kf or keys_u[ku] + self.engine.acc_unfetched >= keys_f[kf]):
+            return 2 * ku + 1
+        return 2 * kf
 
 
 class RandomSelection(Selection):

@@ -126,6 +126,13 @@ def restore_frontier(
     saved = np.frombuffer(fr.status, np.uint8, count=n)
     fr.counts = [int(c) for c in np.bincount(saved, minlength=len(STATUSES))]
     del saved
+    _push_back(fr, ids)
+    return back
+
+
+def _push_back(fr: MemoryFrontier, ids: np.ndarray) -> None:
+    """Make the pending pages ``ids`` candidates again (a tiered selection: all at once, the
+    fetched pages of a continuous crawl in their refetch tier)."""
     sel = fr.selection
     if isinstance(sel, TieredSelection):
         if fr.continuous and ids.size:
@@ -133,8 +140,7 @@ def restore_frontier(
         sel.load(ids)
     else:
         for i in ids.tolist():
-            fr.selection.push(i)
-    return back
+            sel.push(i)
 
 
 def _refetch_tiers(fr: MemoryFrontier, ids: np.ndarray) -> None:
