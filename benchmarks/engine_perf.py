@@ -27,9 +27,10 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks._harness import RESULTS, best_of, page, rss_now, table, write_results
-from scrapy_opic.opic import GreedySelection, OpicEngine, TieredSelection, Tiers
+from scrapy_opic.opic import GreedySelection, OpicEngine
 from scrapy_opic.opic.graph import power_law_graph
 from scrapy_opic.opic.pagerank import PowerIteration
+from scrapy_opic.opic.selection import TieredSelection, Tiers
 from scrapy_opic.simulator.simulation import Simulation
 
 WINDOWS = ("unbounded", "unbounded:lemma", "interpolation:10", "interpolation:86400:wall")

@@ -834,17 +834,9 @@ def export_at_close(targets: dict[str, dict[str, Any]], location: str, spider: s
 
 
 __all__ = [
-    "PAGERANK_COLUMNS",
-    "PAGERANK_TOL",
-    "PAGE_COLUMNS",
-    "SITE_COLUMNS",
     "OpicState",
     "Page",
     "Site",
-    "StoreError",
-    "host_of",
     "open_state",
-    "output_file",
-    "registered_domain",
     "write_export",
 ]

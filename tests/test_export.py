@@ -28,7 +28,7 @@ from scrapy_opic.export import (
     registered_domain,
     write_export,
 )
-from scrapy_opic.opic import FETCHED
+from scrapy_opic.opic.constants import FETCHED
 from scrapy_opic.opic.contract import Entry
 from tests.support.frontiers import L, one, sqlite_crawl, visit
 from tests.support.sites import Site

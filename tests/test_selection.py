@@ -13,12 +13,11 @@ from scrapy_opic.opic import (
     GreedySelection,
     OpicEngine,
     RandomSelection,
-    TieredSelection,
-    Tiers,
     make_selection,
 )
 from scrapy_opic.opic.batch import visit_batch
 from scrapy_opic.opic.constants import CLOSED, FETCHED
+from scrapy_opic.opic.selection import TieredSelection, Tiers
 
 
 @settings(max_examples=150, deadline=None)

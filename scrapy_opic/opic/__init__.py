@@ -1,31 +1,23 @@
 """The OPIC algorithm as the paper defines it: no I/O, no Scrapy.
 
-* :mod:`~scrapy_opic.opic.engine`: cash, history, the clock G and the virtual page
-  (:class:`OpicEngine`);
-* :mod:`~scrapy_opic.opic.window`: the history window policies of Adaptive OPIC;
-* :mod:`~scrapy_opic.opic.selection`: Greedy, Random and Cycle page selection (and Greedy across
-  download slots and priorities);
-* :mod:`~scrapy_opic.opic.frontier`: the :class:`Frontier` contract (a page's life in a crawl and
-  the cash on every exit path) and :class:`MemoryFrontier`, its in-memory implementation;
-* :mod:`~scrapy_opic.opic.constants`: the numbers shared with every backend;
-* :mod:`~scrapy_opic.opic.graph` and :mod:`~scrapy_opic.opic.pagerank`: link graphs in CSR form
-  and exact PageRank by power iteration (the reference OPIC converges to: the simulator's
-  yardstick, and the export's ``pagerank`` column).
+The public API of the algorithm is this package's ``__all__``:
+
+* :class:`OpicEngine`: cash, history, the clock G and the virtual page, with a page's importance;
+* the selection strategies of the paper (:class:`GreedySelection`, :class:`RandomSelection`,
+  :class:`CycleSelection`, by name :func:`make_selection`);
+* the history window policies of Adaptive OPIC (:func:`parse_window` builds one from a spec);
+* the :class:`Frontier` contract of a crawl (a page's life and the cash on every exit path) with
+  the data that crosses it (:class:`Entry`, :class:`Link`, :class:`Lease`, :class:`Visit`), and
+  :class:`MemoryFrontier`, the pages of one partition in memory.
+
+The other names of its modules (the partitions of a crawl, their messages and journals, the
+refetch planner, the key index...) are the plugin's own: they may change in any release.
 """
 
-from .constants import FETCHED, INITIAL
 from .contract import Entry, Frontier, Lease, Link, Visit
 from .engine import OpicEngine
 from .frontier import MemoryFrontier
-from .selection import (
-    CycleSelection,
-    GreedySelection,
-    RandomSelection,
-    Selection,
-    TieredSelection,
-    Tiers,
-    make_selection,
-)
+from .selection import CycleSelection, GreedySelection, RandomSelection, make_selection
 from .window import (
     AdaptiveInterpolation,
     FixedWindow,
@@ -38,8 +30,6 @@ from .window import (
 )
 
 __all__ = [
-    "FETCHED",
-    "INITIAL",
     "AdaptiveInterpolation",
     "CycleSelection",
     "Entry",
@@ -53,9 +43,6 @@ __all__ = [
     "MemoryFrontier",
     "OpicEngine",
     "RandomSelection",
-    "Selection",
-    "TieredSelection",
-    "Tiers",
     "UnboundedHistory",
     "VariableWindow",
     "Visit",

@@ -133,6 +133,3 @@ def _credit(e: OpicEngine, children: np.ndarray, share: np.ndarray, got: np.ndar
         raised = np.unique(children).tolist()
         for obs in e.observers:
             obs.changed(raised)
-
-
-__all__ = ["visit_batch"]

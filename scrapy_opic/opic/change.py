@@ -330,14 +330,3 @@ class ValidatorAudit:
         if self.audit_every and n % self.audit_every == 0:
             return False, False
         return self.trusted(key, "etag"), self.trusted(key, "last_modified")
-
-
-__all__ = [
-    "KINDS",
-    "SUMS",
-    "ChangeRates",
-    "Snapshot",
-    "ValidatorAudit",
-    "quadrature",
-    "solve_rates",
-]

@@ -273,15 +273,3 @@ def discovery_step(debt: float, share: float, fetched: bool) -> float:
     without new pages from turning into a burst of them later."""
     debt = min(debt + share, 1.0)
     return debt if fetched else max(debt - 1.0, 0.0)
-
-
-__all__ = [
-    "Entry",
-    "Frontier",
-    "Lease",
-    "Link",
-    "Visit",
-    "boosted_weight",
-    "discovery_step",
-    "require_payload",
-]

@@ -10,52 +10,14 @@ The model (Abiteboul, Preda, Cobena, "Adaptive On-Line Page Importance Computati
   everything to the virtual page;
 * the virtual page pays its cash back to the real pages (:meth:`OpicEngine.payout`, called before
   every selection): a fraction ``refresh`` to *all* known pages and the rest to the pages *not
-  fetched yet* (discovery). ``refresh=1`` is the PageRank
-  fixpoint below, ``refresh=0`` is pure discovery.
+  fetched yet* (discovery). With ``refresh=1`` the fixpoint is PageRank with damping
+  ``1 - epsilon`` and dangling mass spread uniformly (the proof: ``docs/algorithm.md``).
 
-Fixpoint (why this is PageRank). Take ``refresh=1`` and let ``pi`` be the long-run share of the cash
-flow through each node (what the normalised history converges to, Theorem 2.1). It is the
-stationary law of the Markov chain on the ``n`` real pages plus the virtual page ``v`` with
-``P[i, j] = (1 - eps) / d_i`` for a link ``i -> j``, ``P[i, v] = eps`` (``P[i, v] = 1`` if ``i``
-is dangling) and ``P[v, j] = 1 / n``. Stationarity gives, for a real page ``j``::
-
-    pi_j = (1 - eps) * sum_{i -> j} pi_i / d_i + pi_v / n
-    pi_v = eps * (1 - pi_v - D) + D,        D = sum of pi over dangling pages
-
-Writing ``x_j = pi_j / (1 - pi_v)`` (the importance over real pages) and dividing the second line by
-``1 - pi_v``: ``pi_v / (1 - pi_v) = eps + (1 - eps) * sum_{dangling} x_i``. Substituting::
-
-    x_j = (1 - eps) * sum_{i -> j} x_i / d_i + (1 - eps) * sum_{dangling} x_i / n + eps / n
-
-which is exactly PageRank with damping ``alpha = 1 - eps`` and dangling mass spread uniformly, i.e.
-``networkx.pagerank(G, alpha=1 - eps)``. (Giving the virtual page an equal ``1 / (d + 1)`` share
-instead makes the teleport probability depend on the out-degree: that is not PageRank.)
-
-Importance: the credit. Cash orders the crawl, but it is a poor measure of importance in a crawl
-that discovers its graph: all of it starts with the seed (its first visit absorbs the whole
-endowment, which the seed's children then share), and the virtual page pays it to the few pages
-known early. So importance is measured on a second flow, the *credit*, that moves with the cash
-but has a uniform source:
-
-* every payout of the virtual page gives every page, known or not yet, the same *teleport
-  credit* (the amount paid; the endowment is the first such payout, i.e. a uniform prior, as in
-  the paper's ``C[i] = 1/n`` start): a running total ``acc_credit``, and per page the total at its
-  last visit (``cb``, 0 for a new page: *back pay*, so a page discovered late holds the same
-  teleport credit as one known from the start);
-* a visit passes the credit the page holds (teleport credit since its last visit plus the *link
-  credit* received since) over its links in the same shares as its cash, ``1 - epsilon`` of it;
-  the epsilon share, a dangling page's credit and forfeits are spent (the teleport is
-  given uniformly instead);
-* the window policy measures each page's *link credit* (its history ``hist``; ``H`` in the
-  paper's formulas), and a page's importance is PageRank's decomposition::
-
-      x_j = a / n + (1 - a) * est_j / sum(est),    a = eps + (1 - eps) * D
-
-  with ``D`` the share of the credit flow that passed through dangling pages. A page no one
-  links to gets ``a / n``, PageRank's teleport share, whatever the crawl's start: the endowment
-  is a uniform prior, never a page's importance. At a stationary crawl (each page visited at
-  its rate) the link credit rates solve ``h = tau + (1 - eps) P^T h`` with a uniform ``tau``:
-  ``x`` is exactly the PageRank above.
+Importance is measured on a second flow, the *credit*, that moves with the cash but has a uniform
+source: every payout gives every page, known or not yet, the same *teleport credit* (a running
+total ``acc_credit``; a page discovered late is given its *back pay*), and a visit passes on the
+credit the page holds in the same shares as its cash. The window policy measures each page's
+*link credit*; a page's importance is PageRank's split of it (:mod:`~.importance`).
 
 Invariants (tested):
 
@@ -65,53 +27,20 @@ Invariants (tested):
 * with the unbounded history, Lemma 2.3 holds for the credit: what a page received through links
   is ``sum_{i -> j} share(i, j) * K[i]``, ``K[i]`` the credit page ``i`` passed on.
 
-Storage. Pages are dense integer ids ``0..n-1`` (an optional key map turns request fingerprints into
-ids). Per page the engine keeps seven numpy arrays: stored cash (8 bytes), link-credit history (8),
-teleport-credit baseline (8), link credit held (8), G-time of the last visit (8), visit count (4)
-and flags (1): 45 bytes, plus what the window policy adds: 16 for the default unbounded
-estimator (two moments of the received credit, see
-:class:`~scrapy_opic.opic.window.UnboundedHistory`), 0 for ``unbounded:lemma`` and G-clock
-interpolation, 8 for wall-clock interpolation.
-
-The virtual page's payout is a broadcast, so it is never a loop: two running accumulators hold the
-cash paid so far *per page* to all pages (``acc_all``) and to unfetched pages (``acc_unfetched``).
-A page stores ``s = cash - accumulators at the time it last reset or joined``; its true cash is::
+Storage. Pages are dense integer ids ``0..n-1`` (a key map turns request fingerprints into ids),
+each a row of the numpy arrays of :data:`COLUMNS`. The virtual page's payout is a broadcast, never a
+loop: two running accumulators hold the cash paid so far *per page* to all pages (``acc_all``)
+and to unfetched pages (``acc_unfetched``); a page stores ``s``, its cash less the accumulators
+when it last reset or joined, and its true cash is::
 
     C[i] = s[i] + acc_all + (acc_unfetched if i is not fetched yet else 0)
 
-so a payout is O(1), and a page that joins later does not receive earlier payouts. A broadcast to a
-set does not change the order of cash inside that set, which is what lets the Greedy selector keep
-one heap per set and never touch it on a payout.
-
-Rebasing. The accumulators grow for as long as the crawl runs: ``acc_credit`` and ``acc_all``
-times the pages by about 0.4 (of the total cash) per pass over a fixed site, and ``acc_all``
-times the pages as a crawl grows after its first payouts (the endowment is paid to the seeds
-alone: a crawl from one seed holds ``acc_all = 1`` while its pages hold about ``1 / n``). A
-page's cash is then a small difference of two large numbers, and the rounding of each payout's
-addition to ``acc_all`` moves the cash of every live page at once: the total cash by up to
-``acc_all * live`` float epsilons per payout, an error that grows with the passes (faster than
-their number). Importance, a ratio of values that drift together, is not affected.
-
-:meth:`OpicEngine.rebase` folds the accumulators into the per-page values (``s += offset``,
-``cb -= acc_credit``) and restarts them at 0: no true value changes (cash bit for bit), and a
-new page's back pay starts at ``-credit_base``, the teleport credit given before the last
-rebase. :meth:`OpicEngine.payout` rebases by itself when ``acc_all * live + acc_unfetched *
-n_unfetched`` or ``acc_credit`` passes ``rebase_at`` (default 2^10: a payout's rounding moves
-the total cash by at most about 1e-13). That is every 2,500 passes or so over a fixed site, or
-once a crawl knows about a thousand times as many pages as it had seeds, and never in the
-short sequences of the differential test (56 at most); it costs two multiplications per payout
-and, per rebase, O(n) vectorised. A lower ``rebase_at`` keeps the cash closer to what floats
-storing it directly would hold, at the price of rebases in short crawls. (``tests/test_engine.py``
-compares the engine with the same crawl stored in long doubles, with and without rebases.)
-
-``G`` is not rebased: it is the clock (it never decreases) and the time of the received-credit
-moments. ``G - last_g`` (what G-clock windows read) loses bits as ``G`` grows (log2 of the
-passes) however the values are stored, as it would in a model storing them directly.
-
-Two paths share that state and these formulas: :meth:`OpicEngine.visit` applies one event in pure
-Python (the Scrapy scheduler), :meth:`OpicEngine.visit_batch` visits many pages at once with numpy
-(the simulator). In a batch every page's cash is taken at the same instant and then paid out; a
-test checks that both paths agree.
+so a payout is O(1), a page that joins later does not receive earlier payouts, and a broadcast to
+a set keeps the order of cash inside it (the Greedy selector keeps one heap per set and never
+touches it on a payout). As the accumulators grow, a page's cash becomes a small difference of
+large numbers: :meth:`OpicEngine.rebase` folds them into the per-page values (no true value
+changes), and :meth:`OpicEngine.payout` calls it when they pass ``rebase_at``. ``G`` is never
+rebased: it is the clock.
 """
 
 from __future__ import annotations
@@ -870,6 +799,3 @@ def _drop_links(
         elif e.closed_links_virtual:
             virtual_weight += w
     return kept, None if weights is None else kept_weights, virtual_weight
-
-
-__all__ = ["FETCHED", "INITIAL", "SCALARS", "CashObserver", "OpicEngine"]

@@ -127,14 +127,3 @@ def proportional_allocation(w: np.ndarray, budget: float) -> np.ndarray:
     """Refetches in proportion to importance (what a cash-driven continuous crawl does)."""
     w = np.asarray(w, float)
     return budget * w / w.sum()
-
-
-__all__ = [
-    "freshness",
-    "marginal",
-    "optimal_allocation",
-    "proportional_allocation",
-    "ratio_for",
-    "uniform_allocation",
-    "weighted_freshness",
-]

@@ -160,6 +160,3 @@ def write_edge_list(graph: Graph, path: str | Path) -> None:
         else:
             for a, b in zip(graph.names[src], graph.names[dst]):
                 fh.write(f"{a}\t{b}\n")
-
-
-__all__ = ["Graph", "from_edges", "load_edge_list", "power_law_graph", "write_edge_list"]

@@ -195,6 +195,3 @@ def _better(best: Best | None, part: Partition, got: Any, discover: bool) -> Bes
     i, priority, cash = got
     rank = (discover and not part.frontier.fetched(i), priority, cash)
     return (rank, part, i) if best is None or rank > best[0] else best
-
-
-__all__ = ["Heads"]

@@ -161,6 +161,3 @@ def best_page(e: OpicEngine) -> tuple[int, float] | None:
         return best, 1.0 / n
     a = teleport_share(e)
     return best, a / (n if e.view is None else e.view.n) + (1.0 - a) / total * best_est
-
-
-__all__ = ["CrawlView", "best_page", "importance_of", "importance_of_parts", "mix", "normaliser"]

@@ -39,8 +39,6 @@ from typing import Any, Protocol
 
 import numpy as np
 
-__all__ = ["DictKeys", "KeyIndex", "PageKeys", "key_hash"]
-
 _from_bytes = int.from_bytes
 
 #: The largest 64-bit hash.

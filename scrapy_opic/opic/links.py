@@ -173,6 +173,3 @@ def crawl_graph(
     indptr = np.zeros(n + 1, np.int64)
     np.cumsum(per_page, out=indptr[1:])
     return Graph(indptr, dst.astype(np.int32, copy=False))
-
-
-__all__ = ["crawl_graph", "decode_links", "encode_links"]

@@ -115,6 +115,3 @@ def top_mask(reference: np.ndarray, fraction: float = 0.1) -> np.ndarray:
     mask = np.zeros(len(reference), dtype=bool)
     mask[np.argpartition(-reference, k - 1)[:k]] = True
     return mask
-
-
-__all__ = ["PowerIteration", "pagerank", "relative_error", "top_mask"]

@@ -158,6 +158,3 @@ class RefetchSchedule:
         self.state[top[0]] = POPPED
         self._live -= 1
         return top[0]
-
-
-__all__ = ["DISCARDED", "POPPED", "WAITING", "RefetchSchedule"]

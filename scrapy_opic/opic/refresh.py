@@ -436,6 +436,3 @@ class Refresher:
             "refetch_plans": self.planner.plans,
             "relay_visits": self.relays,
         }
-
-
-__all__ = ["COLUMNS", "PRIOR_RATE", "KeptLinks", "Planner", "Refresher", "link_change", "pick"]

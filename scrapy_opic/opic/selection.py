@@ -753,15 +753,3 @@ def make_selection(name: str, engine: OpicEngine, seed: int | None = None) -> Se
     except KeyError:
         raise ValueError(f"unknown selection strategy {name!r} (greedy, random, cycle)") from None
     return cls(engine, seed) if cls is RandomSelection else cls(engine)
-
-
-__all__ = [
-    "Tiers",
-    "TieredSelection",
-    "CycleSelection",
-    "GreedySelection",
-    "RandomSelection",
-    "STRATEGIES",
-    "Selection",
-    "make_selection",
-]

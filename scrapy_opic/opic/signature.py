@@ -65,6 +65,3 @@ def signature(
         raise ValueError(f"signature mode {mode!r}: expected one of {MODES}")
     digest = hashlib.blake2b(data, digest_size=8).digest()
     return int.from_bytes(digest, "big", signed=True)
-
-
-__all__ = ["MODES", "signature", "visible_text"]

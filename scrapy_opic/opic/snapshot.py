@@ -154,12 +154,3 @@ def _refetch_tiers(fr: MemoryFrontier, ids: np.ndarray) -> None:
     view = np.frombuffer(fr.tier, dtype=np.uint32)
     view[ids] = zero[view[ids]]
     del view  # (an exported buffer would keep the array from growing)
-
-
-__all__ = [
-    "engine_arrays",
-    "engine_from_header",
-    "engine_header",
-    "restore_frontier",
-    "shift_clock",
-]

@@ -713,17 +713,3 @@ _BUILD: dict[str, Callable[[list[str], str], WindowPolicy]] = {
     "fixed": lambda a, c: FixedWindow(_finite(a[0]), clock=c),
     "improved": lambda a, c: ImprovedFixedWindow(_finite(a[0]), int(a[1]) if len(a) > 1 else 3, c),
 }
-
-
-__all__ = [
-    "AdaptiveInterpolation",
-    "EngineView",
-    "FixedWindow",
-    "ImprovedFixedWindow",
-    "Interpolation",
-    "UnboundedHistory",
-    "VariableWindow",
-    "WINDOW_FORMS",
-    "WindowPolicy",
-    "parse_window",
-]

@@ -38,13 +38,9 @@ from ..opic.selection import make_selection
 from ..opic.window import WindowPolicy, parse_window
 
 __all__ = [
-    "STRATEGIES",
     "Simulation",
     "compare_to_pagerank",
     "load_graph",
-    "main",
-    "top_k",
-    "write_csv",
 ]
 
 STRATEGIES = ("greedy", "random", "cycle")
