@@ -1,8 +1,9 @@
 """Mutation check of the crawl over partitions: each edit below breaks one rule of the
 distributed path (cash in transit, the once-only apply, the takeover's replay, the virtual
-page's parts, the durability of what a message leaves from) and must make a test fail.
+page's parts, the durability of what a message leaves from, lease timing, ownership changes,
+the routing of a host's pages) and must make a test fail.
 
-    python tests/mutation_check.py [--redis-url URL]
+    python tests/mutation_check.py [--redis-url URL] [--only TEXT]
 
 Each mutant runs in a copy of the repository (the working tree is never touched) with the
 tests that guard that path. Exit code 0 when every mutant was caught.
@@ -19,153 +20,308 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PART = "scrapy_opic/opic/partition.py"
-ENGINE = "scrapy_opic/opic/engine.py"
-REDIS = "scrapy_opic/_backends/redis.py"
+OPIC = "scrapy_opic/opic/"
+PART, MSG, JOURNAL = OPIC + "partition.py", OPIC + "messages.py", OPIC + "journal.py"
+POOLF, FLEET, ENGINE, ROUTING = (
+    OPIC + "pool.py",
+    OPIC + "fleet.py",
+    OPIC + "engine.py",
+    (OPIC + "routing.py"),
+)
+REDIS, CRAWL, HELD = (
+    "scrapy_opic/_backends/redis.py",
+    "scrapy_opic/_backends/crawl.py",
+    "scrapy_opic/_backends/held.py",
+)
 TESTS = ["tests/test_partition.py", "tests/test_redis.py"]
 
-#: (what it does, file, old text, new text)
-MUTANTS = [
+#: (what it does, [(file, old text, new text), ...], the tests that guard it: TESTS if None)
+MUTANTS: list[tuple[str, list[tuple[str, str, str]], list[str] | None]] = [
     (
         "an unchanged visit pays nothing to its kept links into other partitions",
-        PART,
-        "        self._transfers(items, got[1])",
-        "        self._transfers(items, [])",
+        [(PART, "        self._transfer(remote, got[1])", "        self._transfer(remote, [])")],
+        None,
     ),
     (
-        "a settle visit pays its kept links into other partitions to its own pages",
-        PART,
-        "        self._transfers(items, self.frontier.settle(j, outside))",
-        "        self._transfers(items, self.frontier.settle(j, []))",
+        "a relay visit pays its kept links into other partitions to its own pages",
+        [
+            (
+                PART,
+                "self._transfer(remote, self.frontier.relay(j, outside))",
+                "self._transfer(remote, self.frontier.relay(j, []))",
+            )
+        ],
+        None,
     ),
     (
         "a duplicate message applied again",
-        PART,
-        "        if m.seq <= done:\n            return []",
-        "        if False:\n            return []",
+        [
+            (
+                MSG,
+                "        if m.seq <= done:\n            return []",
+                "        if False:\n            return []",
+            )
+        ],
+        None,
     ),
     (
         "a message ahead of a gap applied at once",
-        PART,
-        "        if m.seq > done + 1:",
-        "        if False:",
+        [(MSG, "        if m.seq > done + 1:", "        if False:")],
+        None,
     ),
     (
         "a transfer carries half the cash it took",
-        PART,
-        "            by_dst.setdefault(k, []).append((key, url, cash, credit, data, priority",
-        "            by_dst.setdefault(k, []).append((key, url, cash / 2, credit, data, priority",
+        [
+            (
+                PART,
+                "Payment(r.key, r.url, cash, credit, entry)",
+                "Payment(r.key, r.url, cash / 2, credit, entry)",
+            )
+        ],
+        None,
     ),
     (
         "a redirect to another partition sends no cash",
-        PART,
-        "            item = (e.key, e.url, moved[0], moved[1], e.payload",
-        "            item = (e.key, e.url, 0.0, moved[1], e.payload",
+        [
+            (
+                PART,
+                "self._transfer([target], [moved], entry)",
+                "self._transfer([target], [(0.0, moved[1])], entry)",
+            )
+        ],
+        None,
     ),
     (
         "the pool pays the shares back to their source too",
-        PART,
-        "            x, y = own.get(k, (0.0, 0.0))",
-        "            x, y = 0.0, 0.0",
+        [
+            (
+                POOLF,
+                "{k: (sum_a - x, sum_u - y) for k, (x, y) in sorted(own.items())}",
+                "{k: (sum_a, sum_u) for k, (x, y) in sorted(own.items())}",
+            )
+        ],
+        None,
     ),
     (
         "a report forgets the virtual cash left for the pool",
-        PART,
-        '        m = self._send(POOL, "r", (*cash, dg, figures))',
-        '        m = self._send(POOL, "r", (0.0, 0.0, cash[2], dg, figures))',
+        [
+            (
+                PART,
+                "self._send(Report, POOL, to_all, to_unfetched, credit, clock, figures)",
+                "self._send(Report, POOL, 0.0, 0.0, credit, clock, figures)",
+            )
+        ],
+        None,
     ),
     (
         "a partition pays all of its virtual cash to its own pages",
-        ENGINE,
-        "        if others_live:\n            # (The shares",
-        "        if False:\n            # (The shares",
+        [
+            (
+                ENGINE,
+                "        if others_live:\n            # (The shares",
+                "        if False:\n            # (The shares",
+            )
+        ],
+        None,
     ),
     (
         "a replay skips the payouts the journal recorded",
-        PART,
-        '        elif op == "o":\n            self.pay_out(rec[1])',
-        '        elif op == "o":\n            pass',
+        [(PART, "PaidOut: lambda p, r: p.pay_out(r.others),", "PaidOut: lambda p, r: None,")],
+        None,
     ),
     (
         "a replay forgets a message applied",
-        PART,
-        "            self.box.accept(m)  # (in order in the journal: never a duplicate or early)\n"
-        "            self._apply(m, rec[1])",
-        "            self.box.accept(m)  # (in order in the journal: never a duplicate or early)",
+        [(PART, "    part._apply(rec.message, rec.at)\n", "")],
+        None,
     ),
     (
         "a takeover does not send again what was not known delivered",
-        PART,
-        "        return sorted(self.box.unconfirmed.values(), key=lambda m: (m.dst, m.seq))",
-        "        return []",
+        [
+            (
+                JOURNAL,
+                "return sorted(self.box.unconfirmed.values(), key=lambda m: (m.dst, m.seq))",
+                "return []",
+            )
+        ],
+        None,
     ),
     (
         "a message leaves before the record that made it is durable",
-        PART,
-        "        ready = [m for m, at in self.outbox if at <= self.durable]",
-        "        ready = [m for m, at in self.outbox]",
+        [
+            (
+                JOURNAL,
+                "ready = [m for m, at in self.outbox if at <= self.durable]",
+                "ready = [m for m, at in self.outbox]",
+            )
+        ],
+        None,
     ),
     (
         "a message between two members of a process applied before its record is durable",
-        PART,
-        "                        or not (self.atomic or at <= member.durable)",
-        "                        or not (self.atomic or at <= member.records)",
+        [
+            (
+                FLEET,
+                "or not (self.atomic or at <= member.durable)",
+                "or not (self.atomic or at <= member.records)",
+            )
+        ],
+        None,
     ),
     (
         "a message applied here confirmed before its application is durable",
-        PART,
-        "            if d.durable >= at:\n                s.confirm(dst, seq)",
-        "            if True:\n                s.confirm(dst, seq)",
+        [
+            (
+                FLEET,
+                "            if d.durable >= at:\n                s.confirm(dst, seq)",
+                "            if True:\n                s.confirm(dst, seq)",
+            )
+        ],
+        None,
     ),
     (
         "an atomic flush that found a journal short confirms its messages",
-        REDIS,
-        "            if isinstance(got, Exception) or int(got[0]) != 0:\n"
-        "                self._resend.extend(messages)",
-        "            if isinstance(got, Exception):\n                self._resend.extend(messages)",
+        [
+            (
+                REDIS,
+                "(out.delivered if status == 0 else out.unsent).extend(sends)",
+                "(out.delivered if status in (0, -2) else out.unsent).extend(sends)",
+            )
+        ],
+        None,
     ),
     (
         "a process that lost one member keeps the others, and what it applied from it",
-        REDIS,
-        "                return list(self.held)",
-        "                return [k for k in self.held if self.client.get(self._k(k, 'lease'))"
-        " != self.held[k].token.encode()]",
+        [
+            (
+                CRAWL,
+                "            lost = list(self.held)\n            self._resend = []",
+                "            self._resend = []",
+            )
+        ],
+        None,
     ),
     (
         "the endowment given to every partition made",
-        REDIS,
-        "        if int(endowed) == k:\n            part.endow()",
-        "        if True:\n            part.endow()",
+        [
+            (
+                REDIS,
+                'endow = int(self.client.hget(self.ns + ":meta", "endowed")) == k',
+                "endow = True",
+            )
+        ],
+        None,
     ),
     (
         "a write of a partition whose lease is lost is taken as done",
-        REDIS,
-        "        if got == -1:  # another process holds the lease: this one stalled past it\n"
-        "            return False",
-        "        if got == -1:  # another process holds the lease: this one stalled past it\n"
-        "            got = held.log",
+        [
+            (
+                HELD,
+                "        if outcome.status == LOST:  # another process holds the lease: this one "
+                "stalled past it\n            return False",
+                "        if outcome.status == LOST:  # another process holds the lease: this one "
+                "stalled past it\n            return True",
+            )
+        ],
+        None,
     ),
     (
-        "inbox entries deleted before what applied them is written",
-        REDIS,
-        "                else:\n                    held.consumed.append(entry_id)",
-        "                else:\n                    self.client.xdel(self._k(k, 'in'), entry_id)",
+        "an inbox entry deleted while a message of it waits for an earlier one",
+        [
+            (
+                HELD,
+                "if any(self.member.box.waits(m) for m in messages):",
+                "if False:",
+            )
+        ],
+        None,
+    ),
+    # -- leases: timing, expiry, a stalled owner ------------------------------------------------
+    (
+        "leases renewed too late: they lapse while their owner runs",
+        [
+            (
+                HELD,
+                "self.renew_at = time.monotonic() + lease / 3",
+                "self.renew_at = time.monotonic() + lease * 3",
+            ),
+            (
+                CRAWL,
+                "self.held[k].renew_at = now + self.lease_seconds / 3",
+                "self.held[k].renew_at = now + self.lease_seconds * 3",
+            ),
+            (
+                CRAWL,
+                "held.renew_at = time.monotonic() + self.lease_seconds / 3",
+                "held.renew_at = time.monotonic() + self.lease_seconds * 3",
+            ),
+        ],
+        None,
+    ),
+    (
+        "a member claimed while another process holds its lease",
+        [(REDIS, "token, nx=True, px=self.lease_ms)", "token, nx=False, px=self.lease_ms)")],
+        None,
+    ),
+    (
+        "a lease that went to another process renewed all the same",
+        [
+            (
+                REDIS,
+                '_RENEW = """\nif redis.call(\'GET\', KEYS[1]) ~= ARGV[1] then return 0 end\n',
+                '_RENEW = """\n',
+            )
+        ],
+        None,
+    ),
+    # -- ownership changes ----------------------------------------------------------------------
+    (
+        "a partition made mid-crawl gets no back pay of the teleport credit",
+        [(CRAWL, "member.start(self.fleet.teleport())", "member.start(0.0)")],
+        None,
+    ),
+    (
+        "a partition taken over skips its journal",
+        [
+            (
+                "scrapy_opic/_backends/redis_state.py",
+                "        for blob in batches:\n            part.replay(unpack(blob))\n",
+                "",
+            )
+        ],
+        None,
+    ),
+    # -- one host, one partition ----------------------------------------------------------------
+    (
+        "a host's partition depends on the case it is written in",
+        [(ROUTING, 'host.partition(":")[0].lower()', 'host.partition(":")[0]')],
+        None,
+    ),
+    (
+        "a host's partition depends on its port",
+        [(ROUTING, 'host.partition(":")[0].lower()', "host.lower()")],
+        None,
+    ),
+    (
+        "a host's partition depends on the URL's user",
+        [(ROUTING, 'host = netloc.rpartition("@")[2]', "host = netloc")],
+        None,
     ),
 ]
 
 
-def run_mutant(name: str, path: str, old: str, new: str, env: dict) -> bool:
+def run_mutant(name: str, edits: list[tuple[str, str, str]], tests: list[str], env: dict) -> bool:
     """True if the tests caught the mutant (failed)."""
     with tempfile.TemporaryDirectory(prefix="opic-mutant-") as tmp:
         copy = Path(tmp) / "repo"
         shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(".venv", ".git", "*.sqlite"))
-        target = copy / path
-        text = target.read_text()
-        if text.count(old) != 1:
-            raise SystemExit(f"mutant {name!r}: the text to replace is not in {path} once")
-        target.write_text(text.replace(old, new))
+        for path, old, new in edits:
+            target = copy / path
+            text = target.read_text()
+            if text.count(old) != 1:
+                raise SystemExit(f"mutant {name!r}: the text to replace is not in {path} once")
+            target.write_text(text.replace(old, new))
         done = subprocess.run(
-            [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *TESTS],
+            [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests],
             cwd=copy,
             env={**env, "PYTHONPATH": str(copy)},
             capture_output=True,
@@ -177,17 +333,19 @@ def run_mutant(name: str, path: str, old: str, new: str, env: dict) -> bool:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--redis-url", default=os.environ.get("OPIC_TEST_REDIS_URL"))
+    p.add_argument("--only", help="run the mutants whose description contains this")
     args = p.parse_args(argv)
     env = dict(os.environ)
     if args.redis_url:
         env["OPIC_TEST_REDIS_URL"] = args.redis_url
+    chosen = [m for m in MUTANTS if not args.only or args.only in m[0]]
     missed = []
-    for name, path, old, new in MUTANTS:
-        caught = run_mutant(name, path, old, new, env)
+    for name, edits, tests in chosen:
+        caught = run_mutant(name, edits, tests or TESTS, env)
         print(f"{'caught' if caught else 'MISSED'}: {name}", flush=True)
         if not caught:
             missed.append(name)
-    print(f"{len(MUTANTS) - len(missed)} of {len(MUTANTS)} mutants caught")
+    print(f"{len(chosen) - len(missed)} of {len(chosen)} mutants caught")
     return 1 if missed else 0
 
 

@@ -566,3 +566,57 @@ def test_kept_links_to_other_partitions_get_their_share_of_unchanged_and_relay_v
         got_b, got_c = after[0] - before[0], after[1] - before[1]
         assert got_b > 0.1 and got_c == pytest.approx(got_b, rel=1e-9), act
     assert bus.total_cash() == pytest.approx(1.0, abs=TOL)
+
+
+def test_a_hosts_pages_are_one_partition_however_the_host_is_written():
+    # Case, port, user, scheme and path do not move a page: its host's requests stay with one
+    # process (Scrapy's politeness is per process). Pinned values: the same in every process
+    # and Python (a salted hash would scatter a host across a fleet's processes).
+    same = [
+        "http://Example.COM/a",
+        "http://user:pw@example.com:8080/b",
+        "https://example.com/c?q=1",
+        "http://example.com",
+    ]
+    for parts in (16, 1024):
+        assert len({partition_of(u, key(u), parts) for u in same}) == 1
+    assert partition_of(same[0], b"k", 16) == 3 and partition_of(same[0], b"k", 1024) == 275
+    # Similar names spread (not one partition for www1, www2...); no host: by the URL's text.
+    assert partition_of("http://www1.example.com/", b"k", 16) == 4
+    assert partition_of("http://www2.example.com/", b"k", 16) == 11
+    assert partition_of("mailto:x@example.com", b"k", 16) == 7
+    assert partition_of("http://[::1]:80/x", b"k", 16) == 14
+    # By key: the page's key alone, whatever its URL.
+    assert partition_of(same[0], b"k", 16, by="key") == partition_of(same[1], b"k", 16, by="key")
+
+
+def test_a_message_applied_here_is_confirmed_only_once_its_application_is_durable():
+    """Member by member (a Redis Cluster), a process applies a message between two of its
+    partitions once the record that made it is durable; it tells the source only once the
+    destination's record of the application is durable too. Killed in between, with the
+    source written and the destination not, the message is sent again: nothing is lost."""
+    pages, links = site()
+    (f,) = fs = fleets(1, atomic=False)
+    bus = Bus(fs)
+    seed(fs, pages[0])
+    bus.round()
+    lease = f.pop()
+    src = partition_of(lease.url, lease.key, P)
+    visit(f, lease, [L(key(u), u, payload=b"r") for u in links[lease.url]])
+    a = f.parts[src]
+    assert a.outbox  # (transfers to the partitions of its links, held until durable)
+    bus.store.write(a)
+    f.durable_now()  # applied here at once, in their destinations (their records not durable)
+    assert f.applied_here()
+    f.durable_now()
+    bus.store.write(a)  # the source written again; its destinations never
+    owned = list(f.parts) + [POOL]
+    bus.kill(f)
+    heir = Fleet(f.config, atomic=False)
+    bus.fleets.append(heir)
+    for k in owned:
+        bus.adopt(heir, k)
+    for _ in range(3):
+        bus.round()
+    assert bus.total_cash() == pytest.approx(1.0, abs=TOL)
+    assert sequence_problems(bus.members(), bus.moving()) == []

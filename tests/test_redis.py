@@ -500,3 +500,65 @@ def test_a_crawl_joined_with_another_refetch_policy_is_refused_in_one_line(redis
     finally:
         first.store.clear()
         first.store.client.close()
+
+
+def test_a_member_is_claimed_by_one_process_at_a_time(crawl):
+    a, b = crawl(), crawl()
+    k = partition_of(url(0), key(url(0)), 16)
+    assert a._claim(k) is not None
+    assert b.store.claim(k) is None  # (a holds its lease)
+    assert k in a.held and k not in b.held
+
+
+def test_a_lease_that_lapsed_and_went_to_another_process_is_lost_at_the_next_renewal(crawl):
+    """A process that stalled past its lease finds out at its next renewal, even with nothing
+    to write: the renewal of another process's lease fails, and leaves that lease alone."""
+    a = crawl()
+    a.schedule([Entry(key(url(0)), url(0), 0, "", b"seed")])
+    a.commit()
+    k = partition_of(url(0), key(url(0)), 16)
+    lease_key = member_key(crawl.key, k, "lease")
+    a.store.client.delete(lease_key)  # (a's lease lapsed while it stalled)
+    b = crawl()
+    assert b._claim(k)
+    a.held[k].renew_at = 0.0  # due
+    a.flush()
+    assert k not in a.held and k not in a.fleet.parts
+    assert a.store.client.get(lease_key) == b.held[k].token.encode()
+
+
+def test_a_partition_made_mid_crawl_is_owed_the_teleport_credit_given_before(crawl):
+    """A partition made while the crawl runs starts with the back pay of every page: the
+    teleport credit the crawl gave before it existed (as one engine gives a page it meets)."""
+    a = crawl()
+    a.schedule([Entry(key(url(0)), url(0), 0, "", b"seed")])
+    run([a], until_idle=False, steps=6)
+    given = a.fleet.teleport()
+    assert given > 0
+    late = next(
+        u
+        for u in (f"http://late{n}.example/p" for n in range(100))
+        if partition_of(u, key(u), 16) not in a.fleet.parts
+    )
+    assert a.schedule([Entry(key(late), late, 0, "", b"late")]) != []
+    part = a.fleet.parts[partition_of(late, key(late), 16)]
+    assert part.frontier.engine.credit_base == pytest.approx(given, rel=1e-12)
+    a.commit()
+    assert check(a.store.client, crawl.key) == []
+
+
+def test_an_inbox_entry_whose_message_waits_for_an_earlier_one_stays(crawl):
+    """An inbox entry is deleted with the write that records the application of its
+    messages: one whose message waits for an earlier one of its source (which is then only in
+    memory) stays, and is read again from there by the member's next owner."""
+    from scrapy_opic._backends.held import Held
+    from scrapy_opic.opic.messages import Payment, Transfer
+
+    a = crawl()
+    k = partition_of(url(0), key(url(0)), 16)
+    assert a._claim(k)
+    held = a.held[k]
+    early = Transfer(POOL + 100, k, 2, (Payment(key(url(0)), url(0), 0.0, 0.0),))
+    held.read_inbox([("1-0", [early], [])], a.fleet)
+    assert held.consumed == [] and held.read_from == ("at", "1-0")
+    assert isinstance(held, Held)
