@@ -23,6 +23,10 @@ from .window import WindowPolicy
 
 #: Pages a whole-frontier scan (total cash, the best page) handles at a time: its memory.
 SCAN = 1 << 18
+#: A sum of estimates below this is the rounding of values of the order of the crawl's credit
+#: (1 per pass): no evidence of any page's share, so importance is uniform (else that noise,
+#: divided by itself, would rank the pages).
+NOISE = 1e-12
 
 
 class CrawlView(NamedTuple):
@@ -70,7 +74,7 @@ def mix(est: np.ndarray, flags: np.ndarray, a: float, total: float, kept: int) -
     no link leads to; a page *gone* (fetched, then closed: 404, 410, a permanent redirect) holds
     nothing, and ``kept`` counts the pages that are not gone. Sums to 1 over all pages."""
     closed = (flags & CLOSED) != 0
-    if total > 0:
+    if total > NOISE:
         out = a / kept + (1.0 - a) / total * np.where(closed, 0.0, est)
     else:
         out = np.full(len(est), 1.0 / kept)
@@ -138,7 +142,7 @@ def importance_of(e: OpicEngine, i: int) -> float:
     total = normaliser(e)
     n = e.n if e.view is None else e.view.n
     a = teleport_share(e)
-    return a / n + (1.0 - a) / total * est if total > 0 else 1.0 / n
+    return a / n + (1.0 - a) / total * est if total > NOISE else 1.0 / n
 
 
 def best_page(e: OpicEngine) -> tuple[int, float] | None:
@@ -157,7 +161,7 @@ def best_page(e: OpicEngine) -> tuple[int, float] | None:
             best, best_est = lo + k, float(est[k])
     norm = e.window.normaliser()
     total = float(norm) if norm is not None else total
-    if not total > 0:
+    if not total > NOISE:
         return best, 1.0 / n
     a = teleport_share(e)
     return best, a / (n if e.view is None else e.view.n) + (1.0 - a) / total * best_est
