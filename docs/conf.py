@@ -34,5 +34,8 @@ autodoc_member_order = "bysource"
 autodoc_typehints = "description"
 html_theme = "alabaster"
 html_title = "scrapy-opic"
+# The site's pages live under docs/ (the root document is docs/index): an index.html at the
+# root of the built site leads there.
+html_extra_path = ["_root"]
 
 _generate.write_all(ROOT / "docs" / "_generated")
