@@ -13,7 +13,9 @@ imports, shutdown and all), its peak memory. A pair is one crawl of each kind, S
 then OPIC's, every other pair in reverse, so that a drift of the machine's load weighs on both
 alike; the same without then with a ``JOBDIR``. Figures per pair: OPIC's pages per second of
 wall time over Scrapy's, and Scrapy's CPU seconds per page over OPIC's (above 1: OPIC costs
-less); the medians are the figures to read.
+less); the medians are the figures to read. Beside them, the mean out-links of the pages each
+crawl fetched (from the graph): the work a page brings (the spider extracts and yields every
+link) depends on which pages an order fetches.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+import numpy as np
 
 from benchmarks._harness import RESULTS, page, table
 from benchmarks.paper_figures import REAL_GRAPH
@@ -85,6 +89,14 @@ def timed_crawl(kind: str, site: Site, args: argparse.Namespace, work: Path) -> 
     got["pages"] = float(stats.get("response_received_count", 0))
     got["cpu_per_page"] = (got["user"] + got["sys"]) / max(got["pages"], 1)
     got["pages_per_s"] = got["pages"] / got["wall"]
+    # The links the fetched pages hold (the spider extracts and yields every one): the work a
+    # page brings depends on the page, and the two orders fetch different pages.
+    degree = np.diff(site.graph.indptr)
+    ids = [
+        int(json.loads(line)["url"].rsplit("/", 1)[1].removesuffix(".html"))
+        for line in (work / "items.jsonl").read_text().splitlines()
+    ]
+    got["links_per_page"] = float(degree[ids].mean()) if ids else 0.0
     return got
 
 
@@ -105,6 +117,8 @@ def measure(args: argparse.Namespace, site: Site, work: Path) -> list[list]:
                 o["pages"],
                 s["pages_per_s"],
                 o["pages_per_s"],
+                s["links_per_page"],
+                o["links_per_page"],
                 1000 * s["cpu_per_page"],
                 1000 * o["cpu_per_page"],
                 s["rss_kb"] / 1024,
@@ -113,7 +127,7 @@ def measure(args: argparse.Namespace, site: Site, work: Path) -> list[list]:
                 s["cpu_per_page"] / o["cpu_per_page"],
             ]
         )
-    rows.append(["median", *(statistics.median(r[i] for r in rows) for i in range(1, 11))])
+    rows.append(["median", *(statistics.median(r[i] for r in rows) for i in range(1, 13))])
     return rows
 
 
@@ -136,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     site = Site(graph, host_of=lambda i: hosts[i // block], addresses=hosts)
     sections = []
     head = ["pair", "pages (scrapy)", "pages (opic)", "scrapy pages/s", "opic pages/s"]
+    head += ["scrapy links/page", "opic links/page"]
     head += ["scrapy CPU ms/page", "opic CPU ms/page", "scrapy peak MB", "opic peak MB"]
     head += ["pages/s ratio", "CPU ratio"]
     with tempfile.TemporaryDirectory() as tmp, site:

@@ -510,6 +510,26 @@ def test_a_member_is_claimed_by_one_process_at_a_time(crawl):
     assert k in a.held and k not in b.held
 
 
+def test_a_lease_is_renewed_well_before_it_lapses(crawl):
+    """Every way a lease is renewed (the claim, a write, a renewal alone) makes the next
+    renewal due within half the lease: a process that runs never lets its leases lapse."""
+    a = crawl(lease=30.0)
+    a.schedule([Entry(key(url(n)), url(n), 0, "", b"seed") for n in range(8)])
+    half = a.lease_seconds / 2
+
+    def due_soon() -> bool:
+        now = time.monotonic()
+        return all(0 < h.renew_at - now <= half for h in a.held.values())
+
+    assert a.held and due_soon()  # (claimed)
+    a.flush()
+    assert due_soon()  # (written)
+    for h in a.held.values():
+        h.renew_at = 0.0
+    a.flush()
+    assert due_soon()  # (renewed with nothing to write)
+
+
 def test_a_lease_that_lapsed_and_went_to_another_process_is_lost_at_the_next_renewal(crawl):
     """A process that stalled past its lease finds out at its next renewal, even with nothing
     to write: the renewal of another process's lease fails, and leaves that lease alone."""
