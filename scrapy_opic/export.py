@@ -640,13 +640,13 @@ def _fast_page_lines(
 def _fast_csv_lines(chunk: list[Page], ranked: bool, changes: bool) -> list[str]:
     if changes:
         return [
-            f"{u},{i!r},{r!r},{c!r},{h!r},{v},{t!r},{f},{st},{host},"
+            f"{u},{i!r},{'' if r is None else repr(r)},{c!r},{h!r},{v},{t!r},{f},{st},{host},"
             f"{'' if rate is None else repr(rate)},{last or ''}\n"
             for u, i, c, h, v, t, f, st, host, r, rate, last in chunk
         ]
     if ranked:
         return [
-            f"{u},{i!r},{r!r},{c!r},{h!r},{v},{t!r},{f},{st},{host}\n"
+            f"{u},{i!r},{'' if r is None else repr(r)},{c!r},{h!r},{v},{t!r},{f},{st},{host}\n"
             for u, i, c, h, v, t, f, st, host, r, _rate, _last in chunk
         ]
     return [
@@ -658,7 +658,8 @@ def _fast_csv_lines(chunk: list[Page], ranked: bool, changes: bool) -> list[str]
 def _fast_json_lines(chunk: list[Page], ranked: bool, changes: bool) -> list[str]:
     if changes:
         return [
-            f'{{"url": "{u}", "importance": {i!r}, "pagerank": {r!r}, "cash": {c!r}, '
+            f'{{"url": "{u}", "importance": {i!r}, '
+            f'"pagerank": {"null" if r is None else repr(r)}, "cash": {c!r}, '
             f'"history": {h!r}, "visits": {v}, "last_visit": {t!r}, '
             f'"fetched": {"true" if f else "false"}, "status": "{st}", "host": "{host}", '
             f'"change_rate": {"null" if rate is None else repr(rate)}, '
@@ -667,7 +668,8 @@ def _fast_json_lines(chunk: list[Page], ranked: bool, changes: bool) -> list[str
         ]
     if ranked:
         return [
-            f'{{"url": "{u}", "importance": {i!r}, "pagerank": {r!r}, "cash": {c!r}, '
+            f'{{"url": "{u}", "importance": {i!r}, '
+            f'"pagerank": {"null" if r is None else repr(r)}, "cash": {c!r}, '
             f'"history": {h!r}, "visits": {v}, "last_visit": {t!r}, '
             f'"fetched": {"true" if f else "false"}, "status": "{st}", "host": "{host}"}}\n'
             for u, i, c, h, v, t, f, st, host, r, _rate, _last in chunk

@@ -526,16 +526,18 @@ def test_display_url_shows_characters_and_keeps_ascii_escapes():
     assert display_url("http://h/%FF%FE") == "http://h/%FF%FE"  # not UTF-8: as it was
 
 
-def test_the_change_columns_are_written_and_read_back_in_both_formats(tmp_path):
+@pytest.mark.parametrize("keep_links", [True, False])
+def test_the_change_columns_are_written_and_read_back_in_both_formats(tmp_path, keep_links):
     """A crawl that refetched by freshness: its change columns (a rate for every page, a
     last change for a page seen to change, none for the others) take the fast row paths and
-    read back as the pages say; a URL that needs quoting takes the general writers."""
+    read back as the pages say; a URL that needs quoting takes the general writers. Without
+    kept links there is no PageRank: an empty CSV field, JSON's null."""
     t = [1_700_000_000.0]
     f = sqlite_crawl(
         tmp_path / "c.sqlite",
         refresh=1.0,
         continuous=True,
-        keep_links=True,
+        keep_links=keep_links,
         refetch="freshness",
         time_fn=lambda: t[0],
     )
@@ -561,6 +563,7 @@ def test_the_change_columns_are_written_and_read_back_in_both_formats(tmp_path):
     for row, j, p in zip(rows, lines, expected):
         assert float(row["change_rate"]) == j["change_rate"] == p.change_rate > 0
         assert (row["last_changed"] or None) == j["last_changed"] == p.last_changed
-        assert float(row["pagerank"]) == j["pagerank"] == p.pagerank
+        assert (float(row["pagerank"]) if row["pagerank"] else None) == j["pagerank"]
+        assert j["pagerank"] == p.pagerank and (p.pagerank is None) is not keep_links
     fast = _fast_page_lines(expected[:2], "jsonl", True, True)
     assert fast is not None and [json.loads(x) for x in fast] == lines[:2]
