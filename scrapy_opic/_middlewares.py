@@ -290,7 +290,12 @@ class OpicDownloaderMiddleware:
         if etag and send_etag and b"If-None-Match" not in headers:
             headers[b"If-None-Match"] = etag
             sent.append(b"If-None-Match")
-        if modified and send_modified and b"If-Modified-Since" not in headers:
+        # (A Last-Modified that is no HTTP date is no validator: a server cannot compare it.)
+        if (
+            send_modified
+            and _http_time(modified) is not None
+            and b"If-Modified-Since" not in headers
+        ):
             headers[b"If-Modified-Since"] = modified
             sent.append(b"If-Modified-Since")
         if sent:

@@ -239,6 +239,18 @@ def test_conditional_requests_can_be_turned_off_and_a_requests_own_header_wins(t
     assert len(items_of(items, site, "/a")) == 1
 
 
+def test_a_last_modified_that_is_no_http_date_is_never_sent_back(tmp_path):
+    def script(k: int, headers: dict[str, str]) -> tuple[int, int, dict[str, str]]:
+        status, v, extra = honest()(k, headers)
+        return status, v, {**extra, "Last-Modified": "yesterday, about noon"}
+
+    with ScriptedSite({"/": honest(), "/a": script}) as site:
+        run(tmp_path, site, 15)
+    later = site.of("/a")[1:]
+    assert any(h.inm == '"v0"' for h in later)  # (the ETag is sent back: conditional)
+    assert all(h.ims is None for h in later)
+
+
 def stale_validators() -> Script:
     """A constant ETag while the content changes at every 5th request: a conditional request
     gets a false 304."""
