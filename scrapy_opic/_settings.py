@@ -530,7 +530,7 @@ class OpicSettings:
             closed_links_virtual=self.refused_links == "virtual",
             keep_links=self.keep_links,
             partitions=self.redis_partitions if redis else 1,
-            by=("key" if self.redis_partition == "url" else "host") if redis else "host",
+            by=self.redis_partition if redis else "host",
         )
 
     def as_dict(self) -> dict[str, Any]:

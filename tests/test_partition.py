@@ -587,7 +587,7 @@ def test_a_hosts_pages_are_one_partition_however_the_host_is_written():
     assert partition_of("mailto:x@example.com", b"k", 16) == 7
     assert partition_of("http://[::1]:80/x", b"k", 16) == 14
     # By key: the page's key alone, whatever its URL.
-    assert partition_of(same[0], b"k", 16, by="key") == partition_of(same[1], b"k", 16, by="key")
+    assert partition_of(same[0], b"k", 16, by="url") == partition_of(same[1], b"k", 16, by="url")
 
 
 def test_a_message_applied_here_is_confirmed_only_once_its_application_is_durable():

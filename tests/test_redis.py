@@ -302,6 +302,8 @@ def test_a_crawl_of_other_parameters_partitions_or_layout_is_refused(crawl, redi
         crawl(epsilon=0.3)
     with pytest.raises(StoreError, match="has 16 partitions by host, not 32 by host"):
         crawl(partitions=32)
+    with pytest.raises(StoreError, match="has 16 partitions by host, not 16 by url"):
+        crawl(by="url")
     client = redis.Redis.from_url(redis_url)
     old = f"opic:old:{uuid.uuid4().hex}"
     client.hset("{" + old + "}:meta", "layout", "20261124")  # (an earlier layout)

@@ -32,7 +32,8 @@ class CrawlConfig:
     #: A link to a closed page gives its share to the virtual page (else it is no link).
     closed_links_virtual: bool = False
     keep_links: bool = False
-    #: The crawl's partitions, and what puts a page in one: its URL's ``"host"`` or its ``"key"``.
+    #: The crawl's partitions, and what puts a page in one: its URL's ``"host"``, or its
+    #: request (``"url"``, hashed by key).
     partitions: int = 1
     by: str = "host"
 

@@ -11,9 +11,9 @@ from urllib.parse import urlsplit
 
 
 def partition_of(url: str | None, key: Hashable, parts: int, by: str = "host") -> int:
-    """The partition of a page: a hash of its URL's host (``by="host"``: lower case, without
-    user or port) or of its key (``by="key"``), modulo ``parts``. A URL without a host goes by
-    its text."""
+    """The partition of a page, modulo ``parts``: a hash of its URL's host (``by="host"``:
+    lower case, without user or port; a URL without a host goes by its text) or of its key
+    (``by="url"``: a host's pages spread over the partitions)."""
     if parts == 1:
         return 0
     if by == "host" and url is not None:
