@@ -3,8 +3,9 @@
 Enabled by the add-on, or with ``EXTENSIONS = {"scrapy_opic.OpicLogStats": 500}``; off with
 ``OPIC_LOGSTATS = False`` (or ``LOGSTATS_INTERVAL = 0``). Every ``LOGSTATS_INTERVAL`` seconds it
 logs the scheduler's :meth:`~scrapy_opic._scheduler.OpicScheduler.status_line`: the frontier's
-figures and, with the embedded frontier, its current top page (one numpy pass over the pages'
-estimates). Nothing on the per-request path.
+figures and, with the embedded store, its current top page (one numpy pass over the pages'
+estimates; a process of a Redis crawl sees only its own partitions' pages, so it names none).
+Nothing on the per-request path.
 """
 
 from __future__ import annotations

@@ -129,9 +129,9 @@ class CrawlStats:
             f"; G={f['G']:.4f}, error factor 1/G={f['error_factor']:.4f}, virtual cash "
             f"{f['virtual_cash']:.4f}"
         )
+        if crawl.shared:  # (no top page: this process sees only its partitions')
+            return line + f"; this process: {in_flight} in flight, {crawl.round_trips} round trips"
         top = self.top_page(crawl)
         if top is not None:
             line += f"; top page: {top[0]} ({top[1]:.4f})"
-        if crawl.shared:
-            line += f"; this process: {in_flight} in flight, {crawl.round_trips} round trips"
         return line

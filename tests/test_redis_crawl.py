@@ -340,8 +340,13 @@ def test_redirects_errors_offsite_and_callback_errors_keep_cash_at_one(tmp_path,
             OPIC_REFUSED_LINKS="virtual",
             REDIRECT_MAX_TIMES=3,
             OPIC_EXPORT=str(tmp_path / "importance.csv"),
+            LOGSTATS_INTERVAL=0.2,
             **settings,
         )
+    # The periodic line: the crawl's figures, and no top page (a process sees only its own
+    # partitions': `scrapy opic-top` reads the crawl's).
+    lines = [x for x in (tmp_path / "crawl.log").read_text().splitlines() if "OPIC (Redis" in x]
+    assert lines and not any("top page" in x for x in lines)
     assert stats["opic/redirected"] >= 2
     assert stats["opic/failed"] >= 2  # the two 500s
     assert stats["opic/ignored"] >= 1  # an endless redirect chain, given up
