@@ -28,18 +28,24 @@ _TWISTED_FILTER: logging.Filter | None = None
 STORE_FAILED = "opic_store_failed"
 
 
-def stop_crawl(crawler: Any, exc: BaseException, jobdir: bool, closing: bool) -> None:
+def stop_crawl(
+    crawler: Any, exc: BaseException, jobdir: bool, closing: bool, kept: bool = True
+) -> None:
     """A crawl's store failed for good (a full disk, an I/O error): one error line, and the
     spider closes (unless ``closing`` already). Nothing more is written, so the state stays
-    that of its last commit (resumable with its JOBDIR once the cause is gone); ``scrapy
-    crawl`` exits with 1, as for a crawl that failed to start."""
+    that of its last commit (resumable with its JOBDIR once the cause is gone; ``kept``
+    False: no state is left, as the error says); ``scrapy crawl`` exits with 1, as for a
+    crawl that failed to start."""
     from scrapy import signals
     from scrapy.utils.defer import deferred_from_coro
 
-    resume = " (resume it with the same JOBDIR once the cause is gone)" if jobdir else ""
-    logger.error(
-        "OPIC: %s: the crawl stops; its state is that of its last checkpoint%s", exc, resume
-    )
+    if not kept:
+        logger.error("OPIC: %s: the crawl stops", exc)
+    else:
+        resume = " (resume it with the same JOBDIR once the cause is gone)" if jobdir else ""
+        logger.error(
+            "OPIC: %s: the crawl stops; its state is that of its last checkpoint%s", exc, resume
+        )
 
     def failed() -> None:
         # Scrapy's crawler process counts a crawl whose crawler has no spider at the end as one

@@ -67,7 +67,7 @@ from scrapy.spidermiddlewares.httperror import HttpError
 from scrapy.utils.misc import build_from_crawler, load_object
 from twisted.internet import task
 
-from ._backends import StoreError, masked_url
+from ._backends import CrawlGone, StoreError, masked_url
 from ._backends.crawl import Crawl
 from ._errors import raise_in_one_line, stop_crawl
 from ._leases import Leases, quiet_seconds, slot_concurrency
@@ -293,11 +293,12 @@ class OpicScheduler(BaseScheduler):
 
     def _stop(self, exc: StoreError) -> None:
         """The crawl's store failed for good (a full disk, an I/O error): one error line, and
-        the spider closes; the state stays that of its last commit (``scrapy crawl`` exits
-        with 1)."""
+        the spider closes; the state stays that of its last commit, if any is left (``scrapy
+        crawl`` exits with 1)."""
         if self._failed is None:
             self._failed = str(exc)
-            stop_crawl(self.crawler, exc, bool(self.settings.jobdir), self._closing)
+            kept = not isinstance(exc, CrawlGone)
+            stop_crawl(self.crawler, exc, bool(self.settings.jobdir), self._closing, kept)
 
     @property
     def frontier(self) -> Crawl:

@@ -205,8 +205,8 @@ MUTANTS: list[tuple[str, list[tuple[str, str, str]], list[str] | None]] = [
         [
             (
                 REDIS,
-                'endow = int(self.client.hget(self.ns + ":meta", "endowed")) == k',
-                "endow = True",
+                "first = endowed == str(k).encode()",
+                "first = True",
             )
         ],
         None,
@@ -259,7 +259,13 @@ MUTANTS: list[tuple[str, list[tuple[str, str, str]], list[str] | None]] = [
     ),
     (
         "a member claimed while another process holds its lease",
-        [(REDIS, "token, nx=True, px=self.lease_ms)", "token, nx=False, px=self.lease_ms)")],
+        [
+            (
+                REDIS,
+                "redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])",
+                "redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])",
+            )
+        ],
         None,
     ),
     (

@@ -344,6 +344,103 @@ def test_an_emptied_redis_stops_the_crawl(tmp_path):
         f.store.client.close()
 
 
+def keys_of(client, name: str) -> list[bytes]:
+    """Every key of the crawl ``name`` (under its tag or a member's)."""
+    return sorted({*client.keys("{" + name + "}:*"), *client.keys("{" + name + ":*")})
+
+
+def empty(client, name: str) -> None:
+    """What FLUSHDB does to the crawl ``name`` (without touching the other tests' keys)."""
+    if keys := keys_of(client, name):
+        client.delete(*keys)
+
+
+@pytest.mark.parametrize("when", ["first second", "with writes", "renewals only", "making"])
+def test_an_emptied_redis_is_caught_whenever_it_happens_and_nothing_is_written(
+    crawl, when, monkeypatch
+):
+    """The crawl's keys vanish: right after it opened, mid-crawl with records to write, with
+    only leases to renew, or while a partition is being made (between its lease and its
+    adoption). The process finds out at its next step with one line that says nothing is
+    left, and writes no key into the emptied server (no lease, no partition, no meta)."""
+    import scrapy_opic._backends.redis as redis_store
+    from scrapy_opic._backends import CrawlGone
+
+    a = crawl()
+    client = a.store.client
+    if when != "first second":
+        a.schedule([Entry(key(url(i)), url(i), 0, "", b"seed") for i in range(3)])
+        run([a], until_idle=False, steps=4)
+        a.commit()
+    with pytest.raises(CrawlGone, match=r"is gone from Redis .* nothing of it is left"):
+        if when == "making":
+            made = redis_store.load_member
+
+            def emptied_meanwhile(*args):
+                empty(client, crawl.key)
+                return made(*args)
+
+            monkeypatch.setattr(redis_store, "load_member", emptied_meanwhile)
+            fresh = next(
+                u
+                for u in (f"http://new{n}.example/p" for n in range(100))
+                if partition_of(u, key(u), 16) not in a.fleet.parts
+            )
+            a.schedule([Entry(key(fresh), fresh, 0, "", b"new")])
+        else:
+            empty(client, crawl.key)
+            if when == "renewals only":
+                for h in a.held.values():
+                    h.renew_at = 0.0
+                a.flush()
+            elif when == "with writes":
+                a.schedule([Entry(key(url(i)), url(i), 0, "", b"more") for i in range(3, 40)])
+                a.flush()
+            a._next_rebalance = 0.0
+            a.maintain([])
+    assert keys_of(client, crawl.key) == []
+
+
+def test_what_is_left_of_an_emptied_crawl_is_called_incomplete_and_never_joined(crawl):
+    """Keys of a crawl without its meta (what an emptied server got from a process of an
+    earlier version, say): a process refuses to take them for a new crawl, and the status
+    and a join say the crawl is incomplete."""
+    a = crawl()
+    a.schedule([Entry(key(url(0)), url(0), 0, "", b"seed")])
+    a.commit()
+    client = a.store.client
+    client.delete("{" + crawl.key + "}:meta")
+    with pytest.raises(StoreError, match="is incomplete .* start afresh"):
+        crawl()
+    client.hset("{" + crawl.key + "}:meta", "endowed", 0)
+    with pytest.raises(StoreError, match="is incomplete"):
+        fleet_status(client, crawl.key)
+    with pytest.raises(StoreError, match="is incomplete"):
+        crawl()
+
+
+def test_a_crawl_of_an_older_version_is_named_and_reset_removes_it(redis_url):
+    """A crawl an earlier version made (its meta a string, its keys of another layout): one
+    line that names the way forward (no raw WRONGTYPE), and the reset that line names
+    deletes every key of it."""
+    from scrapy_opic._backends.redis import RedisStore
+
+    client = redis.Redis.from_url(redis_url)
+    name = f"opic:older:{uuid.uuid4().hex}"
+    client.set("{" + name + "}:meta", '{"layout": 20261124.0}')
+    client.set("{" + name + "}:s", b"state")
+    client.hset("{" + name + "}:p:0", "x", 1)
+    client.rpush("{" + name + ":3}:log", b"x")
+    try:
+        with pytest.raises(StoreError, match="another version of scrapy-opic: start afresh"):
+            redis_crawl(redis_url, name)
+        assert RedisStore(client, name).clear() == 4
+        assert keys_of(client, name) == []
+    finally:
+        empty(client, name)
+        client.close()
+
+
 def test_the_status_of_a_fleet_counts_its_processes_and_partitions(crawl):
     a, b = crawl(), crawl()
     a.schedule([Entry(key(url(i)), url(i), 0, "", b"r") for i in range(12)])

@@ -554,6 +554,42 @@ def test_a_crawl_rides_out_a_redis_restart_and_stops_on_an_emptied_one(tmp_path,
         assert size == 0  # (the emptied server got no key of the crawl's)
 
 
+@pytest.mark.parametrize("after", [2, 60], ids=["first-pages", "mid-crawl"])
+def test_every_process_of_a_fleet_stops_on_an_emptied_redis_and_writes_nothing(tmp_path, after):
+    """FLUSHALL while three processes crawl (after their first pages, or mid-crawl): each
+    stops with one error line that says the crawl is gone and nothing of it is left (its
+    spider closed as a failed store's: ``scrapy crawl`` exits with 1, see the test below),
+    and the emptied server gets no key from any of them."""
+    from tests.support.sites import RedisServer
+
+    g = site_graph(400, seed=5)
+    procs: dict[str, subprocess.Popen] = {}
+    with (
+        RedisServer(tmp_path) as url,
+        Site(g, delay=0.05, host_of=lambda i: HOSTS[i % 6], addresses=HOSTS) as site,
+    ):
+        settings = settings_for(url, "opic:emptied", CONCURRENT_REQUESTS=2, OPIC_REDIS_LEASE=5)
+        try:
+            for n in range(3):
+                procs[f"w{n}"] = start_worker(tmp_path, f"w{n}", site.url(0), settings, HOSTS)
+            wait_for(lambda: len(site.hits) >= after, f"{after} pages fetched")
+            client = redis.Redis.from_url(url)
+            client.flushall()
+            for proc in procs.values():
+                proc.wait(timeout=120)
+            size = client.dbsize()
+            client.close()
+        finally:
+            kill_all(procs.values())
+    assert size == 0
+    for name in procs:
+        log = (tmp_path / name / "crawl.log").read_text()
+        errors = [ln for ln in log.splitlines() if " ERROR: " in ln]
+        assert "Spider closed (opic_store_failed)" in log and "Traceback" not in log, log[-3000:]
+        assert len(errors) == 1 and "is gone from Redis" in errors[0], errors
+        assert "nothing of it is left" in errors[0] and "last checkpoint" not in errors[0]
+
+
 def test_no_command_prints_the_password_of_a_redis_crawl(tmp_path):
     """A Redis crawl on a server that requires a password: the crawl's log, every command's
     output and every file they write leave the password out, whether the commands find the

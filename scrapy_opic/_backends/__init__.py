@@ -23,6 +23,11 @@ class StoreError(Exception):
     """A crawl's state is missing, unreadable, unreachable or not an OPIC state."""
 
 
+class CrawlGone(StoreError):
+    """The crawl's keys vanished from its Redis while it ran (the server was emptied, or
+    restarted without persistence): nothing of it is left to resume."""
+
+
 def is_redis_location(location: Any) -> bool:
     """Is ``location`` a crawl in Redis (``redis://host:port/db#key``) rather than a file?"""
     return isinstance(location, str) and location.startswith(REDIS_SCHEMES)
@@ -41,4 +46,11 @@ def masked_url(url: str) -> str:
     return re.sub(r"^([a-z]+://)[^@/]*@", r"\1***@", url)
 
 
-__all__ = ["REDIS_SCHEMES", "StoreError", "is_redis_location", "masked_url", "split_location"]
+__all__ = [
+    "REDIS_SCHEMES",
+    "CrawlGone",
+    "StoreError",
+    "is_redis_location",
+    "masked_url",
+    "split_location",
+]

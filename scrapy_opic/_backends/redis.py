@@ -30,6 +30,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
 import socket
 import time
 import uuid
@@ -38,9 +39,10 @@ from typing import Any
 
 from ..opic.config import CrawlConfig
 from ..opic.messages import POOL, Message, Note
-from . import StoreError
+from . import CrawlGone, StoreError
 from .redis_state import (
     LAYOUT,
+    START_AFRESH,
     RedisSnapshot,
     crawl_meta,
     load_member,
@@ -82,8 +84,10 @@ if #ARGV >= 6 + 2 * fields then redis.call('XDEL', KEYS[4], unpack(ARGV, 6 + 2 *
 return 0
 """
 _FLUSH = """
-local members, ms = tonumber(ARGV[1]), ARGV[2]
-local at, spans = 3, {}
+local meta, parts = KEYS[#KEYS - 1], KEYS[#KEYS]
+if redis.call('HEXISTS', meta, 'config') == 0 then return {-3} end
+local members, ms, made = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
+local at, spans = 4 + made, {}
 for i = 1, members do
   if redis.call('GET', KEYS[(i - 1) * 5 + 1]) ~= ARGV[at] then return {-1, i} end
   local n = tonumber(ARGV[at + 3])
@@ -112,14 +116,39 @@ for i = 1, members do
   for j = a + 6 + items, a + 5 + items + consumed do redis.call('XDEL', KEYS[k + 4], ARGV[j]) end
 end
 for j = at, #ARGV, 2 do redis.call('XADD', KEYS[tonumber(ARGV[j])], '*', 'm', ARGV[j + 1]) end
+for j = 4, 3 + made do redis.call('SADD', parts, ARGV[j]) end
 return out
 """
 _BEAT = """
-if redis.call('EXISTS', KEYS[2]) == 0 then return -1 end
+if redis.call('HEXISTS', KEYS[2], 'config') == 0 then return -1 end
 local t = redis.call('TIME')
 local ms = t[1] * 1000 + math.floor(t[2] / 1000)
 redis.call('HSET', KEYS[1], ARGV[1], ms)
 return ms
+"""
+_OPEN = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+if redis.call('EXISTS', KEYS[2], KEYS[3]) > 0 then return -1 end
+redis.call('HSET', KEYS[1], 'layout', ARGV[1], 'config', ARGV[2], 'info', ARGV[3])
+return 1
+"""
+_CLAIM = """
+if #KEYS > 1 and redis.call('HEXISTS', KEYS[2], 'config') == 0 then return -1 end
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
+return 0
+"""
+_ADOPT = """
+if redis.call('HEXISTS', KEYS[1], 'config') == 0 then return false end
+if ARGV[3] == '1' then
+  redis.call('HSETNX', KEYS[1], 'endowed', ARGV[1])
+  redis.call('SADD', KEYS[2], ARGV[1])
+end
+redis.call('HSET', KEYS[3], ARGV[1], ARGV[2])
+return redis.call('HGET', KEYS[1], 'endowed') or ''
+"""
+_PARTS = """
+if redis.call('HEXISTS', KEYS[1], 'config') == 0 then return -1 end
+return redis.call('SADD', KEYS[2], unpack(ARGV))
 """
 _RENEW = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
@@ -220,27 +249,24 @@ class RedisStore:
         """Join the crawl under this key, creating it if there is none; whether this call
         created it."""
         self.config = config
-        meta_key = self.ns + ":meta"
-        self.round_trips += 1
-        created = bool(self.client.hsetnx(meta_key, "layout", LAYOUT))
-        if created:
-            info = json.dumps({**meta, "started": time.time()}, default=str)
-            fields = {"config": json.dumps(dataclasses.asdict(config)), "info": info}
-            self.client.hset(meta_key, mapping=fields)
-        stored = crawl_meta(self.client, self.key)
-        for _ in range(100):  # (a creator between its two writes)
-            if "config" in stored or stored.get("layout") != LAYOUT:
-                break
-            time.sleep(0.02)
-            stored = crawl_meta(self.client, self.key)
-        theirs = stored_config(self.key, stored)
+        info = json.dumps({**meta, "started": time.time()}, default=str)
+        keys = [self.ns + ":meta", self.ns + ":parts", self.ns + ":owners"]
+        args = [LAYOUT, json.dumps(dataclasses.asdict(config)), info]
+        self.round_trips += 2
+        got = int(self._run(self.client, _OPEN, keys, args))
+        if got == -1:  # (keys of a crawl without its meta: not to be taken for a new crawl)
+            raise CrawlGone(
+                f"the OPIC crawl {self.key!r} in Redis is incomplete (its partitions without "
+                f"its parameters: the server was emptied while it ran?): {START_AFRESH}"
+            )
+        theirs = stored_config(self.key, crawl_meta(self.client, self.key))
         if (theirs.partitions, theirs.by) != (config.partitions, config.by):
             raise StoreError(
                 f"the OPIC crawl {self.key!r} in Redis has {theirs.partitions} partitions by "
                 f"{theirs.by}, not {config.partitions} by {config.by}: every process of a crawl "
                 "sets the same OPIC_REDIS_PARTITIONS and OPIC_REDIS_PARTITION"
             )
-        return created
+        return got == 1
 
     def exists(self) -> bool:
         """Is there a crawl under this key (of any layout)?"""
@@ -248,12 +274,23 @@ class RedisStore:
         return bool(self.client.exists(self.ns + ":meta"))
 
     def clear(self) -> int:
-        """Delete every key of this crawl; returns how many."""
-        raw = self.client.hget(self.ns + ":meta", "config")
-        parts = json.loads(raw)["partitions"] if raw else 0
-        known = {int(k) for k in self.client.smembers(self.ns + ":parts")}
+        """Delete every key of this crawl (of any layout); returns how many."""
+        import redis
+
+        meta = crawl_meta(self.client, self.key)
+        if meta.get("layout", LAYOUT) != LAYOUT:
+            # A crawl of an older layout: its keys, under the crawl's tag or a member's
+            # ({K}:... or {K:...), found by a scan.
+            tag = "{" + re.sub(r"([*?\[\]\\])", r"\\\1", self.key)
+            old = {k for p in (tag + "}:*", tag + ":*") for k in self.client.scan_iter(p, 1000)}
+            return int(self.client.unlink(*old)) if old else 0
+        parts = json.loads(meta["config"])["partitions"] if "config" in meta else 0
+        try:
+            known = {int(k) for k in self.client.smembers(self.ns + ":parts")}
+        except redis.ResponseError:  # (not a set: what is left of another layout)
+            known = set()
         pipe = self.client.pipeline(transaction=False)
-        for suffix in ("meta", "workers", "parts", "owners", "endowed"):
+        for suffix in ("meta", "workers", "parts", "owners"):
             pipe.unlink(f"{self.ns}:{suffix}")
         for k in sorted(set(range(-1, parts)) | known):
             for key in self._keys(k):
@@ -273,36 +310,48 @@ class RedisStore:
         now, workers, parts, owners = pipe.execute()
         if now == -1:
             self._gone = True  # (nothing more is written: it would make a crawl of a part)
-            raise StoreError(
-                f"the OPIC crawl {self.key!r} is gone from Redis (the server was emptied, or "
-                "restarted without persistence?)"
-            )
+            raise self._gone_error()
         alive = {w.decode() for w, beat in workers.items() if int(now) - int(beat) < self.lease_ms}
         data = sorted(int(k) for k in parts)
         self._known_parts |= set(data)
         owner = {int(k): w.decode() for k, w in owners.items()}
         return FleetView(sorted(alive | {self.worker}), data, owner)
 
+    def _gone_error(self) -> CrawlGone:
+        self._gone = True  # (nothing more is written: it would make a crawl of a part)
+        return CrawlGone(
+            f"the OPIC crawl {self.key!r} is gone from Redis (the server was emptied, or "
+            f"restarted without persistence?): nothing of it is left; {START_AFRESH}"
+        )
+
     def claim(self, k: int) -> Claim | None:
         token = f"{self.worker}:{uuid.uuid4().hex[:8]}"
-        self.round_trips += 1
-        if not self.client.set(member_key(self.key, k, "lease"), token, nx=True, px=self.lease_ms):
+        lease = member_key(self.key, k, "lease")
+        # (With the crawl's meta in one script on a plain Redis: a lease is never written into
+        # an emptied server. On a Redis Cluster the meta is on another node: the adoption
+        # below finds the crawl gone, and the lease is deleted again.)
+        keys = [lease] if not self.atomic else [lease, self.ns + ":meta"]
+        self.round_trips += 3
+        got = int(self._run(self.client, _CLAIM, keys, [token, self.lease_ms]))
+        if got == -1:
+            raise self._gone_error()
+        if got == 0:
             return None
         try:
             member, log, series, new = load_member(self.client, self.key, k, self.config)
-            kept = None if k != POOL else {"series": series or []}
-            endow = False
-            if k != POOL and not member.endowed:  # type: ignore[attr-defined]
-                # The first partition made takes the crawl's endowment.
-                self.client.hsetnx(self.ns + ":meta", "endowed", k)
-                endow = int(self.client.hget(self.ns + ":meta", "endowed")) == k
-            if k != POOL and k not in self._known_parts:
-                self.client.sadd(self.ns + ":parts", k)
-                self._known_parts.add(k)
-            self.client.hset(self.ns + ":owners", str(k), self.worker)
+            keys = [self.ns + ":meta", self.ns + ":parts", self.ns + ":owners"]
+            endowed = self._run(self.client, _ADOPT, keys, [k, self.worker, int(k != POOL)])
+            if endowed is None:
+                raise self._gone_error()
         except BaseException:
-            self._run(self.client, _RELEASE, [member_key(self.key, k, "lease")], [token])
+            self._run(self.client, _RELEASE, [lease], [token])
             raise
+        if k != POOL:
+            self._known_parts.add(k)
+        # (The first partition made takes the crawl's endowment.)
+        first = endowed == str(k).encode()
+        endow = k != POOL and first and not member.endowed  # type: ignore[attr-defined]
+        kept = None if k != POOL else {"series": series or []}
         return Claim(member, token, log, new, endow, kept)
 
     def release(self, k: int, token: str) -> None:
@@ -327,12 +376,11 @@ class RedisStore:
             self._run(pipe, _RENEW, [member_key(self.key, k, "lease")], [token, self.lease_ms])
             plan.append(("renew", k))
         entries = self._entries(sends, notes)
+        # (The partitions that messages make: the crawl's list of partitions gets them.)
+        made = sorted({dst for dst, _, _ in entries} - self._known_parts - {POOL})
+        self._known_parts.update(made)
         queue = self._queue_all if self.atomic else self._queue_each
-        plan += queue(pipe, writes, entries)
-        for dst in {dst for dst, _, _ in entries} - self._known_parts - {POOL}:
-            pipe.sadd(self.ns + ":parts", dst)
-            plan.append(("sadd", dst))
-            self._known_parts.add(dst)
+        plan += queue(pipe, writes, entries, made)
         for k, start in reads.items():
             pipe.xrange(
                 member_key(self.key, k, "in"), min=_min_id(start), max="+", count=READ_COUNT
@@ -358,10 +406,14 @@ class RedisStore:
     ) -> None:
         """Read the reply ``got`` to one step of a flush into ``out``."""
         failed = isinstance(got, Exception)
+        if kind == "parts" and got == -1:
+            raise self._gone_error()
         if kind == "renew":
             if got == 0:  # (the lease lapsed: another process's now; an error is never 0)
                 out.written[info] = Outcome(LOST)
         elif kind == "all":
+            if not isinstance(got, Exception) and int(got[0]) == -3:
+                raise self._gone_error()
             self._all_outcome(got, writes, sends, out)
         elif kind == "write":
             out.written[info] = self._write_outcome(info, got)
@@ -416,24 +468,38 @@ class RedisStore:
             self._run(pipe, _APPEND, keys[:4], args + w.consumed)
 
     def _queue_each(
-        self, pipe: Any, writes: list[Write], entries: list[tuple[int, bytes, list[Message]]]
+        self,
+        pipe: Any,
+        writes: list[Write],
+        entries: list[tuple[int, bytes, list[Message]]],
+        made: list[int],
     ) -> list[tuple[str, Any]]:
-        """A script per write and an XADD per inbox entry (a Redis Cluster): the plan's steps."""
+        """A script per write, an XADD per inbox entry and the partitions ``made`` added (a
+        Redis Cluster): the plan's steps."""
+        plan: list[tuple[str, Any]] = []
+        if made:
+            self._run(pipe, _PARTS, [self.ns + ":meta", self.ns + ":parts"], made)
+            plan.append(("parts", made))
         for w in writes:
             self._queue_write(pipe, w)
         for dst, blob, _messages in entries:
             pipe.xadd(member_key(self.key, dst, "in"), {"m": blob})
-        return [("write", w.k) for w in writes] + [("send", m) for _, _, m in entries]
+        return plan + [("write", w.k) for w in writes] + [("send", m) for _, _, m in entries]
 
     def _queue_all(
-        self, pipe: Any, writes: list[Write], entries: list[tuple[int, bytes, list[Message]]]
+        self,
+        pipe: Any,
+        writes: list[Write],
+        entries: list[tuple[int, bytes, list[Message]]],
+        made: list[int],
     ) -> list[tuple[str, Any]]:
-        """The atomic flush of a plain Redis (the script ``_FLUSH``): every write and every
-        message, in one step or not at all; the plan's step (none with nothing to write)."""
+        """The atomic flush of a plain Redis (the script ``_FLUSH``): every write, every
+        message and the partitions ``made``, in one step or not at all (nothing if the crawl
+        is gone); the plan's step (none with nothing to write)."""
         if not (writes or entries):
             return []
         keys: list[str] = []
-        args: list[Any] = [len(writes), self.lease_ms]
+        args: list[Any] = [len(writes), self.lease_ms, len(made), *made]
         for w in writes:
             items = self._items(w)
             keys += self._keys(w.k)
@@ -445,6 +511,7 @@ class RedisStore:
         for dst, blob, _messages in entries:
             keys.append(member_key(self.key, dst, "in"))
             args += [len(keys), blob]
+        keys += [self.ns + ":meta", self.ns + ":parts"]
         self._run(pipe, _FLUSH, keys, args)
         return [("all", None)]
 

@@ -150,20 +150,35 @@ def pack_member(member: Member, series: list | None) -> dict[str, bytes]:
 
 
 def crawl_meta(client: Any, key: str) -> dict[str, str]:
-    """The crawl's ``{K}:meta`` fields (empty if there is no crawl)."""
-    raw = client.hgetall("{" + key + "}:meta")
+    """The crawl's ``{K}:meta`` fields (empty if there is no crawl; a layout of ``"older"`` if
+    the key is not a hash: a crawl of a version before this layout)."""
+    import redis
+
+    try:
+        raw = client.hgetall("{" + key + "}:meta")
+    except redis.ResponseError:  # (WRONGTYPE: an older version kept its meta as a string)
+        return {"layout": "older"}
     return {k.decode(): v.decode() for k, v in raw.items()}
+
+
+#: How to leave a crawl that cannot be used (the end of an error's line).
+START_AFRESH = "start afresh (OPIC_REDIS_RESET=True, or another OPIC_REDIS_KEY)"
 
 
 def stored_config(key: str, meta: dict[str, str]) -> CrawlConfig:
     """The parameters of the crawl whose meta fields are ``meta`` (:class:`StoreError` if there
-    is no crawl, or one of another layout)."""
+    is no crawl, one of another layout, or what is left of one)."""
     if not meta:
         raise StoreError(f"no OPIC crawl under the key {key!r} in Redis")
-    if meta.get("layout") != LAYOUT or "config" not in meta:
+    if meta.get("layout", LAYOUT) != LAYOUT:
         raise StoreError(
             f"the OPIC crawl {key!r} in Redis was made by another version of scrapy-opic: "
-            "start afresh (OPIC_REDIS_RESET=True, or another OPIC_REDIS_KEY)"
+            f"{START_AFRESH}"
+        )
+    if "layout" not in meta or "config" not in meta:
+        raise StoreError(
+            f"the OPIC crawl {key!r} in Redis is incomplete (what is left of a crawl whose "
+            f"server was emptied while it ran?): {START_AFRESH}"
         )
     return CrawlConfig(**json.loads(meta["config"]))
 
