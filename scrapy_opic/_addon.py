@@ -7,8 +7,10 @@ from typing import Any
 
 class Addon:
     """Installs the OPIC scheduler, both middlewares and the log-line extension at their
-    documented positions. A position the project already gave one of them is kept, and a
-    ``SCHEDULER`` set by the project (an OpicScheduler subclass...) wins over the add-on's."""
+    documented positions, and for a Redis crawl the download handlers that look last before a
+    request goes out (:mod:`~scrapy_opic._handler`). A position the project already gave one
+    of them is kept, and a ``SCHEDULER`` set by the project (an OpicScheduler subclass...)
+    wins over the add-on's."""
 
     def update_settings(self, settings: Any) -> None:
         from ._extensions import OpicLogStats
@@ -21,3 +23,7 @@ class Addon:
             ("EXTENSIONS", OpicLogStats, 500),
         ):
             settings.setdefault_in_component_priority_dict(name, component, position)
+        if str(settings.get("OPIC_STORE", "")).strip().lower() == "redis":
+            from ._sending import wrap_handlers
+
+            wrap_handlers(settings)

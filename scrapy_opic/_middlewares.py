@@ -330,6 +330,8 @@ class OpicDownloaderMiddleware:
         own); a 304 nobody asked for is no answer (HttpErrorMiddleware fails it)."""
         h = request.headers
         if request.meta.get(SENT_META) or b"If-None-Match" in h or b"If-Modified-Since" in h:
+            if request.meta.get(SENT_META):
+                self._refetched(urlparse_cached(request).hostname, True, False)
             self._unchanged(request)
 
     def _changed(
@@ -343,7 +345,16 @@ class OpicDownloaderMiddleware:
         if sig is None or kept[3] is None:
             return True
         self.audit.observe(host, Snapshot(kept[1], kept[2], kept[3]), Snapshot(etag, modified, sig))
+        self._refetched(host, bool(request.meta.get(SENT_META)), sig != kept[3])
         return sig != kept[3]
+
+    def _refetched(self, host: str | None, conditional: bool, changed: bool) -> None:
+        if self.audit.refetched(host, conditional, changed):
+            logger.warning(
+                "OPIC: %s answers 304 (unchanged) to conditional requests for pages that "
+                "changed: its validators are no longer sent",
+                host,
+            )
 
     def _unchanged(self, request: Request) -> None:
         """The page is unchanged: its visit, then (unless the callback is wanted) a mark that

@@ -289,6 +289,15 @@ class OpicScheduler(BaseScheduler):
         self._tick = task.LoopingCall(self._maintain)
         self._tick.start(self.frontier.maintain_interval, now=False)
         log_opening(s, masked_url(self.frontier.location or "in memory"))
+        if self.frontier.shared:
+            from ._sending import installed
+
+            if not installed(self.crawler.settings):
+                logger.warning(
+                    "OPIC: a Redis crawl without the add-on (ADDONS = {'scrapy_opic.Addon': 0}):"
+                    " a process that stalls past OPIC_REDIS_LEASE sends the requests it had "
+                    "queued for hosts that other processes crawl by then"
+                )
         return self.df.open() if self.df is not None else None
 
     def _stop(self, exc: StoreError) -> None:
@@ -589,6 +598,20 @@ class OpicScheduler(BaseScheduler):
             if code == NEEDS_PAYLOAD:
                 self._unfiled.add(o)
         return visit.importance
+
+    @_guarded(True)
+    def may_send(self, request: Request) -> bool:
+        """The last look before ``request`` goes out (:mod:`~scrapy_opic._handler`): False, and
+        its page handed back to its partition, if the partition may no longer be this
+        process's by then (a process of a Redis crawl that stalled past its lease: another
+        process owns the page's host now, or is about to)."""
+        lease = self.leases.of(request)
+        if lease is None or self.frontier.may_send(lease):
+            return True
+        self.leases.end(lease.key)
+        self.frontier.release([lease])  # (a stale lease: nothing; else the page waits again)
+        self.counts["opic/unsent"] += 1
+        return False
 
     @_guarded(None)
     def settle_unchanged(self, request: Request) -> bool:

@@ -92,17 +92,29 @@ def check_resume(
         )
     saved = meta.get("crawl") or {}
     mine = dataclasses.asdict(config)
-    differ = [
-        f"{name}={saved[field]!r} there, {mine[field]!r} here"
-        for field, name in RESUME_SETTINGS.items()
-        if field in saved and saved[field] != mine[field]
-    ]
-    if differ:
-        raise StoreError(
-            f"{where} holds a crawl made with other settings ({'; '.join(differ)}): resume it "
-            "with its own values, or start afresh elsewhere (another JOBDIR or OPIC_REDIS_KEY, "
-            "or OPIC_REDIS_RESET)"
+    fields = [f for f in RESUME_SETTINGS if f in saved and saved[f] != mine[f]]
+    if fields:
+        differ = "; ".join(
+            f"{RESUME_SETTINGS[f]}={saved[f]!r} there, {mine[f]!r} here" for f in fields
         )
+        raise StoreError(
+            f"{where} holds a crawl made with other settings ({differ}): resume it with "
+            f"{' '.join(_its_values(fields, saved, mine))}, or start afresh elsewhere (another "
+            "JOBDIR or OPIC_REDIS_KEY, or OPIC_REDIS_RESET)"
+        )
+
+
+def _its_values(fields: list[str], saved: dict[str, Any], mine: dict[str, Any]) -> list[str]:
+    """The command-line settings that resume a crawl whose ``fields`` differ. (Links are kept
+    here because refetches by freshness need them: a crawl made without keeps refetching by
+    cash.)"""
+    out = []
+    for f in fields:
+        if f == "keep_links" and not saved[f] and mine.get("refetch") == "freshness":
+            out.append("-s OPIC_REFETCH=cash")
+        else:
+            out.append(f"-s {RESUME_SETTINGS[f]}={saved[f]}")
+    return list(dict.fromkeys(out))
 
 
 def open_frontier(

@@ -238,23 +238,17 @@ MUTANTS: list[tuple[str, list[tuple[str, str, str]], list[str] | None]] = [
     # -- leases: timing, expiry, a stalled owner ------------------------------------------------
     (
         "leases renewed too late: they lapse while their owner runs",
-        [
-            (
-                HELD,
-                "self.renew_at = time.monotonic() + lease / 3",
-                "self.renew_at = time.monotonic() + lease * 3",
-            ),
-            (
-                CRAWL,
-                "self.held[k].renew_at = now + self.lease_seconds / 3",
-                "self.held[k].renew_at = now + self.lease_seconds * 3",
-            ),
-            (
-                CRAWL,
-                "held.renew_at = time.monotonic() + self.lease_seconds / 3",
-                "held.renew_at = time.monotonic() + self.lease_seconds * 3",
-            ),
-        ],
+        [(HELD, "self.renew_at = at + lease / 3", "self.renew_at = at + lease * 3")],
+        None,
+    ),
+    (
+        "a request goes out whatever is left of its partition's lease",
+        [(CRAWL, "time.monotonic() + self.quiet < held.valid_until", "True")],
+        None,
+    ),
+    (
+        "a partition whose lease is about to lapse still gives pages",
+        [(CRAWL, "if soon >= h.valid_until}", "if False}")],
         None,
     ),
     (

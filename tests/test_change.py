@@ -238,3 +238,30 @@ def test_conditional_requests_leave_distrusted_validators_off_and_audit_now_and_
     assert asked == [(True, True)] * 3 + [(False, False)] + [(True, True)] * 3 + [(False, False)]
     replay(audit, "h", [Snapshot(None, "same", k) for k in range(3)])
     assert audit.conditional("h") == (True, False)
+
+
+def test_304s_that_hide_changes_are_found_out_and_honest_304s_are_not():
+    """A server that answers 304 to every conditional request (its full responses honest):
+    the audits' unconditional refetches find changes its conditional ones never do, and its
+    validators stop within a few audits. Honest servers, whose conditional and unconditional
+    refetches find changes at one rate, keep theirs (two hundred of them, at rates from rare
+    to most refetches)."""
+    rng = np.random.default_rng(5)
+    liar = ValidatorAudit(audit_every=16)
+    found_at = None
+    for n in range(1, 400):
+        conditional = liar.conditional("liar") != (False, False)
+        changed = bool(rng.random() < 0.5) and not conditional  # (a 304 hides the change)
+        if liar.refetched("liar", conditional, changed):
+            found_at = n
+            break
+    assert found_at is not None and found_at <= 16 * 8, found_at
+    assert not liar.trusted("liar", "etag") and liar.conditional("liar") == (False, False)
+    false_alarms = 0
+    for h in range(200):
+        honest = ValidatorAudit(audit_every=16)
+        rate = rng.uniform(0.02, 0.9)
+        for _ in range(600):
+            conditional = honest.conditional(h) != (False, False)
+            false_alarms += honest.refetched(h, conditional, bool(rng.random() < rate))
+    assert false_alarms <= 1

@@ -646,6 +646,28 @@ def test_a_lease_that_lapsed_and_went_to_another_process_is_lost_at_the_next_ren
     assert a.store.client.get(lease_key) == b.held[k].token.encode()
 
 
+def test_no_request_goes_out_for_a_partition_whose_lease_may_have_lapsed(crawl):
+    """By the process's own clock: a lease set or renewed at ``t`` is surely its own until
+    ``t + lease``. A request of a partition whose lease would lapse within its hosts' delay
+    (``quiet``) may not go out, and such a partition gives no more pages; one of a partition
+    lost since the pop never goes out."""
+    a = crawl(lease=30.0)
+    a.quiet = 0.5
+    a.schedule(
+        [Entry(key(url(0)), url(0), 0, "", b"seed"), Entry(key(url(6)), url(6), 0, "", b"s")]
+    )
+    lease = a.pop()
+    assert lease is not None and a.may_send(lease)
+    k = partition_of(lease.url, lease.key, 16)
+    a.held[k].valid_until = time.monotonic() + 0.4  # (stalled: the lease is nearly gone)
+    assert not a.may_send(lease)
+    assert a.pop() is None  # (the other page is of the same host: its partition too)
+    a.held[k].renewed(time.monotonic(), a.lease_seconds)
+    assert a.may_send(lease)
+    a._lose(k)
+    assert not a.may_send(lease)
+
+
 def test_a_partition_made_mid_crawl_is_owed_the_teleport_credit_given_before(crawl):
     """A partition made while the crawl runs starts with the back pay of every page: the
     teleport credit the crawl gave before it existed (as one engine gives a page it meets)."""

@@ -264,14 +264,27 @@ def stale_validators() -> Script:
     return script
 
 
+def always_304() -> Script:
+    """Honest ETags on full responses (one per version; the content changes at every 3rd
+    request), and a 304 to every conditional request, whatever changed."""
+
+    def script(k: int, headers: dict[str, str]) -> tuple[int, int, dict[str, str]]:
+        v = k // 3
+        if headers.get("if-none-match") is not None:
+            return 304, v, {"ETag": f'"v{v}"'}
+        return 200, v, {"ETag": f'"v{v}"'}
+
+    return script
+
+
 def noisy_validators() -> Script:
     """A new ETag at every response of unchanged content: never a 304."""
     return lambda k, headers: (200, 0, {"ETag": f'"r{k}"'})
 
 
-@pytest.mark.parametrize("liar", ["stale", "noisy"])
+@pytest.mark.parametrize("liar", ["stale", "noisy", "always-304"])
 def test_a_host_whose_validators_lie_is_no_longer_sent_them(tmp_path, liar):
-    script = stale_validators if liar == "stale" else noisy_validators
+    script = {"stale": stale_validators, "noisy": noisy_validators, "always-304": always_304}[liar]
     with ScriptedSite({"/": script(), "/a": script(), "/b": script()}) as site:
         items, stats = run(tmp_path, site, 160)
     hits = site.hits
@@ -279,6 +292,9 @@ def test_a_host_whose_validators_lie_is_no_longer_sent_them(tmp_path, liar):
     # to disagree with the content, and the last requests carry none.
     assert any(h.inm for h in hits[:60])
     assert not any(h.inm for h in hits[-30:]), [h.inm for h in hits[-30:]]
+    if liar == "always-304":
+        log = (tmp_path / "crawl.log").read_text()
+        assert log.count("answers 304 (unchanged) to conditional requests") == 1
     if liar == "stale":
         # Once they are no longer trusted, every change is seen: the callback is called for
         # each version the server served in full after the last request with validators.

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from scrapy.exceptions import IgnoreRequest
 
 from scrapy_opic._settings import DEFAULTS, SETTINGS, OpicSettings, OpicSettingsError
 
@@ -190,6 +191,66 @@ def test_the_addon_installs_everything_and_keeps_a_projects_own_positions():
     assert own.getdict("EXTENSIONS") == {"scrapy_opic.OpicLogStats": None}
 
 
+def test_the_addon_wraps_the_download_handlers_of_a_redis_crawl_and_keeps_a_projects_own():
+    """For OPIC_STORE = "redis" the add-on wraps the http and https handlers (Scrapy's, or
+    the project's own) in its own, which look last before a request goes out; a scheme the
+    project switched off stays off; other stores keep Scrapy's handlers."""
+    import asyncio
+
+    from scrapy.http import Request
+    from scrapy.utils.misc import load_object
+    from scrapy.utils.test import get_crawler
+
+    from scrapy_opic._handler import OpicHttpsHandler
+    from scrapy_opic._sending import WRAPPED, installed, wrapped_handler
+
+    embedded = get_crawler(settings_dict={"ADDONS": {"scrapy_opic.Addon": 0}}).settings
+    assert not installed(embedded) and WRAPPED not in embedded
+    own_https = "tests.test_settings.RecordingHandler"
+    settings = {
+        "ADDONS": {"scrapy_opic.Addon": 0},
+        "OPIC_STORE": "redis",
+        "DOWNLOAD_HANDLERS": {"https": own_https, "ftp": None},
+    }
+    crawler = get_crawler(settings_dict=settings)
+    s = crawler.settings
+    handlers = s.getwithbase("DOWNLOAD_HANDLERS")
+    assert installed(s) and handlers["ftp"] is None
+    assert load_object(handlers["https"]) is OpicHttpsHandler
+    assert s.getdict(WRAPPED)["https"] == own_https
+    scrapys = get_crawler(settings_dict={}).settings.getwithbase("DOWNLOAD_HANDLERS")["http"]
+    assert wrapped_handler(s, "http") == scrapys
+    # The wrapper sends through the project's handler, unless the scheduler refuses.
+    handler = OpicHttpsHandler.from_crawler(crawler)
+    assert isinstance(handler.wrapped, RecordingHandler)
+    request = Request("https://example.com/")
+    assert asyncio.run(handler.download_request(request)) == "sent"
+    handler._refused = lambda r: True
+    with pytest.raises(IgnoreRequest, match="not sent"):
+        asyncio.run(handler.download_request(request))
+    assert handler.wrapped.sent == [request]
+
+
+class RecordingHandler:
+    """A project's own download handler (the add-on's wrapper's test)."""
+
+    lazy = True
+
+    def __init__(self) -> None:
+        self.sent: list = []
+
+    @classmethod
+    def from_crawler(cls, crawler):
+        return cls()
+
+    async def download_request(self, request):
+        self.sent.append(request)
+        return "sent"
+
+    async def close(self) -> None:
+        pass
+
+
 def test_keep_links_is_a_boolean_and_a_resume_checks_it():
     from scrapy_opic._backends import StoreError
     from scrapy_opic._state import check_resume
@@ -198,9 +259,23 @@ def test_keep_links_is_a_boolean_and_a_resume_checks_it():
     on = OpicSettings.from_settings({"OPIC_KEEP_LINKS": "True"})
     assert on.keep_links is True
     saved = {"spider": "s", "crawl": dataclasses.asdict(OpicSettings.from_settings({}).crawl)}
-    with pytest.raises(StoreError, match="OPIC_KEEP_LINKS=False there, True here"):
+    with pytest.raises(
+        StoreError,
+        match="OPIC_KEEP_LINKS=False there, True here.*resume it with -s OPIC_KEEP_LINKS=False,",
+    ):
         check_resume(on.crawl, "s", saved, "JOBDIR j")
     check_resume(OpicSettings.from_settings({}).crawl, "s", saved, "JOBDIR j")
+    # A continuous crawl made before refetches by freshness (no kept links, no OPIC_REFETCH
+    # saved): freshness keeps links whatever OPIC_KEEP_LINKS says, so the advice that works
+    # is OPIC_REFETCH=cash, and following it resumes the crawl.
+    old = dataclasses.asdict(OpicSettings.from_settings({"OPIC_CONTINUOUS": True}).crawl)
+    old = {k: v for k, v in old.items() if k != "refetch"} | {"keep_links": False}
+    saved = {"spider": "s", "crawl": old}
+    now = OpicSettings.from_settings({"OPIC_CONTINUOUS": True, "OPIC_KEEP_LINKS": False})
+    with pytest.raises(StoreError, match=r"resume it with -s OPIC_REFETCH=cash, or"):
+        check_resume(now.crawl, "s", saved, "JOBDIR j")
+    advised = OpicSettings.from_settings({"OPIC_CONTINUOUS": True, "OPIC_REFETCH": "cash"})
+    check_resume(advised.crawl, "s", saved, "JOBDIR j")
 
 
 def test_a_misspelled_setting_is_named_with_the_closest_one():

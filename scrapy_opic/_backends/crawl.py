@@ -150,12 +150,13 @@ class Crawl:
 
     def _claim(self, k: int) -> Member | None:
         """Take member ``k`` if no process owns it: loaded, and this process's from now on."""
+        asked = time.monotonic()
         got: Claim | None = self.store.claim(k)
         if got is None:
             return None
         member = got.member
         held = self.held[k] = Held(member, got.token, got.log)
-        held.renew_at = time.monotonic() + self.lease_seconds / 3
+        held.renewed(asked, self.lease_seconds)
         if got.crawl is not None:
             self.series = Series.from_list(got.crawl.get("series", []))
             self._elapsed_before = self.series.last_elapsed()
@@ -208,6 +209,26 @@ class Crawl:
             self._commit_when_ready()
         return codes
 
+    def may_send(self, lease: Lease) -> bool:
+        """Whether the request of ``lease`` may go out now: its partition is still this
+        process's, and by this process's clock its store lease stays so for :attr:`quiet`
+        seconds more (its hosts' download delay: a next owner sends only once the lease has
+        lapsed, so no two processes' requests to a host come closer than that)."""
+        if not self.store.shared:
+            return True
+        k = self.fleet.holder(lease)
+        held = self.held.get(k) if k is not None else None
+        return held is not None and time.monotonic() + self.quiet < held.valid_until
+
+    def _lapsing(self) -> set[int]:
+        """The members this process may no longer own by the time a request popped now goes
+        out (see :meth:`may_send`), and those being handed over: none of their pages is
+        popped."""
+        if not self.store.shared:
+            return self._leaving
+        soon = time.monotonic() + self.quiet
+        return self._leaving | {k for k, h in self.held.items() if soon >= h.valid_until}
+
     def pop(self, full_slots: Collection[Hashable] = ()) -> Lease | None:
         if self.patience.waiting:
             return None  # (what it would fetch now could be lost with its leases)
@@ -221,7 +242,7 @@ class Crawl:
         if self.patience.waiting:
             return None
         # (A partition being handed over gives no more pages.)
-        lease = self.fleet.pop(full_slots, self._leaving)
+        lease = self.fleet.pop(full_slots, self._lapsing())
         # (Hungry: no page to pop at all, not merely the slots with pages full.)
         self._hungry = lease is None and not len(self.fleet)
         return lease
@@ -386,14 +407,16 @@ class Crawl:
         for w in writes:
             held = self.held.get(w.k)
             outcome = got.written.get(w.k, Outcome(FAILED))
-            if held is not None and not held.written(w, marks[w.k], outcome, self.lease_seconds):
+            if held is not None and not held.written(
+                w, marks[w.k], outcome, self.lease_seconds, now
+            ):
                 lost.append(w.k)
         for k in renew:
             renewed = got.written.get(k)
             if renewed is not None and renewed.status == LOST:
                 lost.append(k)
             else:  # (still held: nothing since the flush lost a member)
-                self.held[k].renew_at = now + self.lease_seconds / 3
+                self.held[k].renewed(now, self.lease_seconds)
         if lost and self.store.atomic:
             # What this process applied at once may have come from a member it lost: it owns
             # nothing any more.
@@ -402,6 +425,14 @@ class Crawl:
         else:
             self._resend.extend(got.unsent)
         self._received(got, lost)
+        if lost:
+            logger.warning(
+                "OPIC: this process lost %d partitions of the crawl (their leases lapsed: it "
+                "did not renew them within OPIC_REDIS_LEASE=%gs, stalled or starved of CPU?); "
+                "other processes take them over, and its requests for their pages are not sent",
+                len(set(lost) - {POOL}),
+                self.lease_seconds,
+            )
         for k in dict.fromkeys(lost):
             self._lose(k, release=self.store.atomic)
         self._resend.sort(key=lambda m: (m.dst, m.src, m.seq))

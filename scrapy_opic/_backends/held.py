@@ -38,8 +38,17 @@ class Held:
         self.checkpoint_at = time.monotonic()
         self.figures: dict[str, float] | None = None
         self.renew_at = 0.0
+        #: Until when the lease is surely this process's, on its clock (the store's expiry is
+        #: later: the lease was set or renewed after this process asked).
+        self.valid_until = float("inf")
         self.leaving = False
         self.last_active = time.monotonic()
+
+    def renewed(self, at: float, lease: float) -> None:
+        """The lease was set or renewed by a call made at ``at`` (this process's clock): its
+        next renewal is due at a third of it, well before it lapses."""
+        self.renew_at = at + lease / 3
+        self.valid_until = at + lease
 
     def write(
         self, k: int, journaled: bool, committing: bool, kept: dict | None, now: float
@@ -84,10 +93,10 @@ class Held:
         old = now - self.checkpoint_at >= CHECKPOINT_SECONDS
         return bool(self.unwritten) and (self.since_checkpoint >= CHECKPOINT_BATCHES or old)
 
-    def written(self, w: Write, records: int, outcome: Outcome, lease: float) -> bool:
-        """After the write ``w``, which makes the member's first ``records`` records durable:
-        whether this process still owns it. A write that failed is made again at the next
-        flush."""
+    def written(self, w: Write, records: int, outcome: Outcome, lease: float, at: float) -> bool:
+        """After the write ``w`` (made at ``at``, which renewed the lease if it landed), which
+        makes the member's first ``records`` records durable: whether this process still owns
+        it. A write that failed is made again at the next flush."""
         if outcome.status == FAILED:
             return True
         if outcome.status == LOST:  # another process holds the lease: this one stalled past it
@@ -97,7 +106,7 @@ class Held:
         self.member.durable = records
         self.unwritten = []
         del self.consumed[: len(w.consumed)]
-        self.renew_at = time.monotonic() + lease / 3
+        self.renewed(at, lease)
         if w.checkpoint is not None:
             self.log = 0
             self.since_checkpoint = 0

@@ -156,8 +156,10 @@ def crawl_meta(client: Any, key: str) -> dict[str, str]:
 
     try:
         raw = client.hgetall("{" + key + "}:meta")
-    except redis.ResponseError:  # (WRONGTYPE: an older version kept its meta as a string)
-        return {"layout": "older"}
+    except redis.ResponseError as exc:
+        if "WRONGTYPE" not in str(exc):
+            raise
+        return {"layout": "older"}  # (an older version kept its meta as a string)
     return {k.decode(): v.decode() for k, v in raw.items()}
 
 

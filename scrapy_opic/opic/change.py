@@ -298,12 +298,24 @@ class ValidatorAudit:
     and are more than ``max_share`` of its comparisons. Stale ones can only be seen on full
     responses to requests that did not send that validator: :meth:`conditional` leaves the
     validators off one refetch in ``audit_every`` of each key (and all of them once distrusted).
+
+    A server may also answer 304 whatever its validators (honest ETags on full responses, and
+    a 304 to every conditional request): no pair of full responses shows it. Its refetches are
+    compared instead (:meth:`refetched`): with validators sent, a page is found changed (a 200
+    of new content) at some rate; without (the audits), at about the same rate on an honest
+    server, since both come from one schedule. Changes that unconditional refetches find far
+    more often than conditional ones (a one-sided binomial tail under ``1e-3``, at least
+    ``min_evidence`` of them) are 304s that hid a change: the key's conditional requests stop.
     """
 
     def __init__(self, min_evidence: int = 2, max_share: float = 0.1, audit_every: int = 16):
         self.min_evidence, self.max_share, self.audit_every = min_evidence, max_share, audit_every
         #: (key, kind) -> [agreements, noisy, stale]
         self.counts: dict[tuple[Hashable, str], list[int]] = {}
+        #: key -> [conditional refetches, of them changed, unconditional ones, of them changed]
+        self.refetches: dict[Hashable, list[int]] = {}
+        #: The keys whose 304s were found to hide changes.
+        self.false_304: set[Hashable] = set()
         self._asked: dict[Hashable, int] = {}
 
     def observe(self, key: Hashable, before: Snapshot, after: Snapshot) -> None:
@@ -317,8 +329,29 @@ class ValidatorAudit:
             same = old == new
             c[0 if same == same_content else (1 if same_content else 2)] += 1
 
+    def refetched(self, key: Hashable, conditional: bool, changed: bool) -> bool:
+        """A refetch of a page of ``key`` with validators sent (``conditional``: a 304 is
+        unchanged) or without, and whether it found the page changed since its last full
+        response; True when this makes the key's 304s untrusted (see the class docstring)."""
+        c = self.refetches.setdefault(key, [0, 0, 0, 0])
+        at = 0 if conditional else 2
+        c[at] += 1
+        c[at + 1] += changed
+        if key in self.false_304 or conditional or not changed:
+            return False
+        n_c, changed_c, n_u, changed_u = c
+        if changed_u < max(self.min_evidence, 3):
+            return False
+        p = (changed_c + 1) / (n_c + 2)  # (the conditional refetches' rate, smoothed)
+        if _binomial_tail(changed_u, n_u, p) >= 1e-3:
+            return False
+        self.false_304.add(key)
+        return True
+
     def trusted(self, key: Hashable, kind: str) -> bool:
         """Whether ``kind`` of ``key`` may be sent and its 304s believed."""
+        if key in self.false_304:
+            return False
         agree, noisy, stale = self.counts.get((key, kind), (0, 0, 0))
         bad = noisy + stale
         return not (bad >= self.min_evidence and bad > self.max_share * (agree + bad))
@@ -330,3 +363,8 @@ class ValidatorAudit:
         if self.audit_every and n % self.audit_every == 0:
             return False, False
         return self.trusted(key, "etag"), self.trusted(key, "last_modified")
+
+
+def _binomial_tail(k: int, n: int, p: float) -> float:
+    """P(X >= k) for X ~ Binomial(n, p)."""
+    return sum(math.comb(n, i) * p**i * (1.0 - p) ** (n - i) for i in range(k, n + 1))

@@ -362,6 +362,15 @@ class Fleet:
         self.planner.plan(parts, now)
         self.planner.plan_cost = time.perf_counter() - started
 
+    def holder(self, lease: Lease) -> int | None:
+        """The partition of ``lease`` if this process has owned it since the lease was handed
+        out (else None: the lease is stale)."""
+        token = lease.token
+        if not isinstance(token, tuple) or len(token) != 3:
+            return None
+        k = token[0]
+        return k if k in self.parts and self.epochs.get(k) == token[1] else None
+
     def _part_of(self, lease: Lease) -> tuple[Partition | None, Lease]:
         token = lease.token
         if not isinstance(token, tuple) or len(token) != 3:

@@ -110,6 +110,8 @@ class Site(_LoopbackServer):
         #: The access log: (host, path, start, end) per request, on this machine's monotonic
         #: clock, from the moment the server reads the request to the moment it has answered.
         self.access_log: list[tuple[str, str, float, float]] = []
+        #: The User-Agent of each request of the access log (which process sent it).
+        self.agents: list[str] = []
         site = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -131,6 +133,7 @@ class Site(_LoopbackServer):
                 self.end_headers()
                 self.wfile.write(body)
                 site.access_log.append((host, self.path, start, time.monotonic()))
+                site.agents.append(self.headers.get("User-Agent") or "")
 
         self._serve(Handler, addresses)
 
