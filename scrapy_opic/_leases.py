@@ -143,6 +143,12 @@ class Leases:
         request.meta["opic_priority"] = base[0]
         return True
 
+    def take(self, request: Request) -> tuple[Lease, Request | None] | None:
+        """The lease ``request`` was handed out under, if this process still holds it
+        (:meth:`of`), ended (:meth:`end`), with the request to fetch its page with later."""
+        lease = self.of(request)
+        return None if lease is None else (lease, self.end(lease.key)[1])
+
     def end(self, key: Hashable) -> tuple[Lease | None, Request | None]:
         """This process's lease of page ``key`` ends (its outcome is being reported): the lease,
         and the request to fetch the page with later if the one in flight was a follow-up."""

@@ -81,6 +81,7 @@ from ._requests import (
     refused_weight,
     with_validators,
 )
+from ._sending import warn_unguarded
 from ._settings import OpicSettings, OpicSettingsError
 from ._state import open_frontier
 from ._stats import CrawlStats, log_opening
@@ -290,14 +291,7 @@ class OpicScheduler(BaseScheduler):
         self._tick.start(self.frontier.maintain_interval, now=False)
         log_opening(s, masked_url(self.frontier.location or "in memory"))
         if self.frontier.shared:
-            from ._sending import installed
-
-            if not installed(self.crawler.settings):
-                logger.warning(
-                    "OPIC: a Redis crawl without the add-on (ADDONS = {'scrapy_opic.Addon': 0}):"
-                    " a process that stalls past OPIC_REDIS_LEASE sends the requests it had "
-                    "queued for hosts that other processes crawl by then"
-                )
+            warn_unguarded(self.crawler.settings)
         return self.df.open() if self.df is not None else None
 
     def _stop(self, exc: StoreError) -> None:
@@ -547,10 +541,8 @@ class OpicScheduler(BaseScheduler):
         self.crawler.engine.crawl(request)
         if self._nudged is request:  # (a request_scheduled handler dropped it)
             self._nudged = None
-            lease = self.leases.of(request)
-            if lease is not None:
-                self.leases.end(lease.key)
-                self.frontier.forfeit(lease, IGNORED)
+            if (taken := self.leases.take(request)) is not None:
+                self.frontier.forfeit(taken[0], IGNORED)
 
     # -- outcomes (called by the middlewares) -----------------------------------------------
     @_guarded(None)
@@ -601,10 +593,8 @@ class OpicScheduler(BaseScheduler):
 
     @_guarded(True)
     def may_send(self, request: Request) -> bool:
-        """The last look before ``request`` goes out (:mod:`~scrapy_opic._handler`): False, and
-        its page handed back to its partition, if the partition may no longer be this
-        process's by then (a process of a Redis crawl that stalled past its lease: another
-        process owns the page's host now, or is about to)."""
+        """The last look before ``request`` goes out (:mod:`~scrapy_opic._handler`): False, its
+        page handed back, if its partition may no longer be this process's (see ``Crawl``)."""
         lease = self.leases.of(request)
         if lease is None or self.frontier.may_send(lease):
             return True
@@ -615,15 +605,12 @@ class OpicScheduler(BaseScheduler):
 
     @_guarded(None)
     def settle_unchanged(self, request: Request) -> bool:
-        """``request``'s page was refetched and is unchanged (a 304 to its validators, or a
-        200 whose signature is that of its last full response): a visit over the links of its
-        last parsed visit. False if the page was not in flight here."""
-        lease = self.leases.of(request)
-        if lease is None:
+        """``request``'s page was refetched and is unchanged (a 304, or a 200 of the signature
+        of its last full response): a visit over its kept links. False if not in flight here."""
+        if (taken := self.leases.take(request)) is None:
             return False
-        seen = request.meta.get(SEEN_META)
-        later = self.leases.end(lease.key)[1]
-        if seen is not None:
+        lease, later = taken
+        if (seen := request.meta.get(SEEN_META)) is not None:
             later = with_validators(request, later, seen)
         if self.frontier.unchanged(lease, later) is None:
             self.counts["opic/stale"] += 1
@@ -635,15 +622,12 @@ class OpicScheduler(BaseScheduler):
     @_guarded(None)
     def settle_callback_error(self, request: Request, exception: BaseException) -> None:
         """The callback of ``request``'s page raised before yielding anything (or Scrapy's
-        HttpErrorMiddleware refused the response: ``HttpError``): a visit with no out-links,
-        with the outcome ``http_<status>`` or ``spider_error``."""
-        lease = self.leases.of(request)
-        if lease is not None:
-            later = self.leases.end(lease.key)[1]
+        HttpErrorMiddleware refused the response): a visit with no out-links, as it says."""
+        if (taken := self.leases.take(request)) is not None:
             # (Whatever the callback raised, a TimeoutError included, is the spider's error.)
             outcome = exception.response.status if isinstance(exception, HttpError) else None
             outcome = SPIDER_ERROR if outcome is None else int(outcome)
-            if self.frontier.fail(lease, outcome, later):
+            if self.frontier.fail(taken[0], outcome, taken[1]):
                 self.counts["opic/failed"] += 1
 
     @_guarded(None)
@@ -651,10 +635,9 @@ class OpicScheduler(BaseScheduler):
         """An in-flight request ended in ``exception`` (:func:`~scrapy_opic._requests.outcome_of`
         names it): an HTTP error status or a download error was a fetch with no links; any other
         ``IgnoreRequest`` (robots.txt, offsite...) fetched nothing: the page is given up."""
-        lease = self.leases.of(request)
-        if lease is None:
+        if (taken := self.leases.take(request)) is None:
             return
-        later = self.leases.end(lease.key)[1]
+        lease, later = taken
         outcome = outcome_of(exception)
         if isinstance(exception, IgnoreRequest) and not isinstance(exception, HttpError):
             if self.frontier.forfeit(lease, outcome):

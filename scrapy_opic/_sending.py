@@ -3,7 +3,10 @@ what they wrap: read by the add-on, the handlers and the scheduler, without impo
 
 from __future__ import annotations
 
+import logging
 from typing import Any
+
+logger = logging.getLogger(__name__)
 
 #: The setting that holds the wrapped handlers: ``{scheme: handler class or its path}``.
 WRAPPED = "_OPIC_WRAPPED_DOWNLOAD_HANDLERS"
@@ -30,6 +33,16 @@ def wrapped_handler(settings: Any, scheme: str) -> Any:
 def installed(settings: Any) -> bool:
     """Whether the ``http`` handler of ``settings`` is the OPIC one."""
     return _name(settings.getwithbase("DOWNLOAD_HANDLERS").get("http")) == HANDLERS["http"]
+
+
+def warn_unguarded(settings: Any) -> None:
+    """One warning for a Redis crawl whose handlers are not the OPIC ones."""
+    if not installed(settings):
+        logger.warning(
+            "OPIC: a Redis crawl without the add-on (ADDONS = {'scrapy_opic.Addon': 0}): a "
+            "process that stalls past OPIC_REDIS_LEASE sends the requests it had queued for "
+            "hosts that other processes crawl by then"
+        )
 
 
 def wrap_handlers(settings: Any) -> None:
