@@ -38,7 +38,9 @@ validators replace these when it holds a copy, and the cached copy it returns fo
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
 
@@ -61,6 +63,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from scrapy.crawler import Crawler
     from scrapy.http import Response
 
+#: The file of a JOBDIR that keeps the validators' audit (see OpicDownloaderMiddleware).
+AUDIT_FILE = "opic_validators.json"
 logger = logging.getLogger(__name__)
 
 
@@ -264,6 +268,31 @@ class OpicDownloaderMiddleware:
         self.settings = settings
         self.watch = settings.continuous and settings.refetch == "freshness"
         self.audit = ValidatorAudit()
+        # What the audit found is kept with a JOBDIR crawl (a resume must not trust a liar
+        # again), written whenever a verdict changes: rare, and so never lost to a kill.
+        self._audit_path = (
+            os.path.join(settings.jobdir, AUDIT_FILE) if settings.jobdir and self.watch else None
+        )
+        if self._audit_path is not None and os.path.exists(self._audit_path):
+            self._load_audit(self._audit_path)
+
+    def _load_audit(self, path: str) -> None:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                self.audit.load(json.load(fh))
+        except (OSError, ValueError) as exc:
+            logger.warning("OPIC: %s is unreadable (%s): validators are judged afresh", path, exc)
+
+    def _save_audit(self) -> None:
+        if self._audit_path is None:
+            return
+        tmp = self._audit_path + ".tmp"
+        try:
+            with open(tmp, "w", encoding="utf-8") as fh:
+                json.dump(self.audit.state(), fh)
+            os.replace(tmp, self._audit_path)
+        except OSError as exc:
+            logger.warning("OPIC: cannot keep the validators' audit in %s (%s)", tmp, exc)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> OpicDownloaderMiddleware:
@@ -344,8 +373,11 @@ class OpicDownloaderMiddleware:
             return None
         if sig is None or kept[3] is None:
             return True
+        before = self.audit.distrusted(host)
         self.audit.observe(host, Snapshot(kept[1], kept[2], kept[3]), Snapshot(etag, modified, sig))
         self._refetched(host, bool(request.meta.get(SENT_META)), sig != kept[3])
+        if self.audit.distrusted(host) != before:
+            self._save_audit()
         return sig != kept[3]
 
     def _refetched(self, host: str | None, conditional: bool, changed: bool) -> None:
@@ -355,6 +387,7 @@ class OpicDownloaderMiddleware:
                 "changed: its validators are no longer sent",
                 host,
             )
+            self._save_audit()
 
     def _unchanged(self, request: Request) -> None:
         """The page is unchanged: its visit, then (unless the callback is wanted) a mark that

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -265,3 +266,17 @@ def test_304s_that_hide_changes_are_found_out_and_honest_304s_are_not():
             conditional = honest.conditional(h) != (False, False)
             false_alarms += honest.refetched(h, conditional, bool(rng.random() < rate))
     assert false_alarms <= 1
+
+
+def test_an_audits_verdicts_are_kept_and_read_back_and_anything_else_is_refused():
+    audit = ValidatorAudit()
+    replay(audit, "stale", [Snapshot(None, "same", k) for k in range(3)])
+    audit.false_304.add("liar")
+    audit.refetched("liar", True, False)
+    back = ValidatorAudit()
+    back.load(json.loads(json.dumps(audit.state())))
+    assert back.distrusted("stale") == (False, True) and back.distrusted("liar") == (True, True)
+    assert back.distrusted("honest") == (False, False)
+    for bad in ({}, {"counts": [[1]], "refetches": [], "false_304": []}, {"counts": 3}):
+        with pytest.raises(ValueError, match="not a validator audit"):
+            ValidatorAudit().load(bad)

@@ -306,6 +306,25 @@ def test_a_host_whose_validators_lie_is_no_longer_sent_them(tmp_path, liar):
     assert stats["opic/total_cash"] == pytest.approx(1.0, abs=1e-9)
 
 
+def test_the_distrust_of_a_liar_survives_a_jobdir_resume(tmp_path):
+    """A host found to answer 304 to changed pages is not trusted again by the resumed crawl
+    (the verdict is kept in the JOBDIR); a damaged record of it is one warning, and the
+    validators are judged afresh."""
+    job = str(tmp_path / "job")
+    pages = {"/": always_304(), "/a": always_304(), "/b": always_304()}
+    with ScriptedSite(pages) as site:
+        run(tmp_path / "first", site, 160, JOBDIR=job)
+        assert not any(h.inm for h in site.hits[-30:])
+        before = len(site.hits)
+        run(tmp_path / "resumed", site, 230, JOBDIR=job)
+        assert len(site.hits) > before and not any(h.inm for h in site.hits[before:])
+    (tmp_path / "job" / "opic_validators.json").write_text("{not json")
+    with ScriptedSite({"/": honest(), "/a": honest()}) as site:
+        run(tmp_path / "damaged", site, 250, JOBDIR=job)
+    log = (tmp_path / "damaged" / "crawl.log").read_text()
+    assert log.count("opic_validators.json is unreadable") == 1
+
+
 def test_a_304_to_a_request_that_sent_no_validator_is_a_failed_fetch(tmp_path):
     def bogus(k: int, headers: dict[str, str]) -> tuple[int, int, dict[str, str]]:
         return (304, 0, {}) if k == 0 else (200, 0, {"ETag": '"v0"'})

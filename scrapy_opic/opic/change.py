@@ -348,6 +348,32 @@ class ValidatorAudit:
         self.false_304.add(key)
         return True
 
+    def distrusted(self, key: Hashable) -> tuple[bool, ...]:
+        """Which of ``key``'s validator kinds (:data:`KINDS`) are distrusted."""
+        return tuple(not self.trusted(key, kind) for kind in KINDS)
+
+    def state(self) -> dict[str, list]:
+        """What the audit learned, as JSON-ready lists (keys are host names)."""
+        return {
+            "counts": [[k, kind, c] for (k, kind), c in self.counts.items()],
+            "refetches": [[k, c] for k, c in self.refetches.items()],
+            "false_304": sorted(map(str, self.false_304)),
+        }
+
+    def load(self, state: Mapping[str, list]) -> None:
+        """Take back what :meth:`state` gave (:class:`ValueError` if it is not that)."""
+        try:
+            counts = {(k, kind): [int(x) for x in c] for k, kind, c in state["counts"]}
+            refetches = {k: [int(x) for x in c] for k, c in state["refetches"]}
+            false_304: set[Hashable] = {str(k) for k in state["false_304"]}
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"not a validator audit ({exc})") from None
+        if any(len(c) != 3 for c in counts.values()) or any(
+            len(c) != 4 for c in refetches.values()
+        ):
+            raise ValueError("not a validator audit (counts of another length)")
+        self.counts, self.refetches, self.false_304 = counts, refetches, false_304
+
     def trusted(self, key: Hashable, kind: str) -> bool:
         """Whether ``kind`` of ``key`` may be sent and its 304s believed."""
         if key in self.false_304:
