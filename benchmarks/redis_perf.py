@@ -62,6 +62,7 @@ def run(args, hosts: list[str], url: str, kind: str, n: int, per_host: int, wd: 
     if kind == "redis":
         key = f"opic:bench:{uuid.uuid4().hex[:8]}"
         settings |= {"OPIC_STORE": "redis", "OPIC_REDIS_URL": url, "OPIC_REDIS_KEY": key}
+        settings["ADDONS"] = {"scrapy_opic.Addon": 0}  # (its download handlers, as users run it)
         client = open_client(url)
         cpu0 = redis_cpu(client)
     graph = site_graph(args.pages * (n if kind == "redis" else 1), seed=7)
