@@ -358,9 +358,10 @@ class OpicDownloaderMiddleware:
         """A 304: the page is unchanged if the request asked (it sent validators, ours or its
         own); a 304 nobody asked for is no answer (HttpErrorMiddleware fails it)."""
         h = request.headers
-        if request.meta.get(SENT_META) or b"If-None-Match" in h or b"If-Modified-Since" in h:
-            if request.meta.get(SENT_META):
-                self._refetched(urlparse_cached(request).hostname, True, False)
+        sent = request.meta.get(SENT_META)
+        if sent:
+            self._refetched(urlparse_cached(request).hostname, True, False)
+        if sent or b"If-None-Match" in h or b"If-Modified-Since" in h:
             self._unchanged(request)
 
     def _changed(
@@ -373,7 +374,7 @@ class OpicDownloaderMiddleware:
             return None
         if sig is None or kept[3] is None:
             return True
-        before = self.audit.distrusted(host)
+        before = self.audit.distrusted(host)  # (a verdict that changes is kept: _save_audit)
         self.audit.observe(host, Snapshot(kept[1], kept[2], kept[3]), Snapshot(etag, modified, sig))
         self._refetched(host, bool(request.meta.get(SENT_META)), sig != kept[3])
         if self.audit.distrusted(host) != before:
@@ -387,7 +388,6 @@ class OpicDownloaderMiddleware:
                 "changed: its validators are no longer sent",
                 host,
             )
-            self._save_audit()
 
     def _unchanged(self, request: Request) -> None:
         """The page is unchanged: its visit, then (unless the callback is wanted) a mark that

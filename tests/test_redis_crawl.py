@@ -134,6 +134,19 @@ def importance_error(state, g, port: int, pages: set[int]) -> float:
     return float(np.abs(got / got.sum() - want / want.sum()).sum())
 
 
+def assert_clean_then_clear(redis_url: str, key: str) -> None:
+    """The crawl ``key`` checks clean as stored (see test_redis.check); its keys are deleted
+    after, whatever the check found."""
+    from scrapy_opic._backends.redis import RedisStore
+
+    client = redis.Redis.from_url(redis_url)
+    try:
+        assert check(client, key) == []
+    finally:
+        RedisStore(client, key).clear()
+        client.close()
+
+
 @pytest.mark.parametrize("delay", [0.2, 0.0], ids=["delay", "concurrency"])
 def test_four_processes_keep_each_hosts_politeness_with_a_cpu_hog(tmp_path, redis_url, delay):
     """Each host's pages are one partition, crawled by one process at a time with Scrapy's own
@@ -187,14 +200,7 @@ def test_four_processes_keep_each_hosts_politeness_with_a_cpu_hog(tmp_path, redi
             assert most_at_once(access, host) <= per_domain, host
     visits = [json.loads((tmp_path / f"w{n}" / "stats.json").read_text()) for n in range(4)]
     assert sum(1 for v in visits if v.get("opic/visits", 0) > 0) >= 2  # a fleet, not one
-    client = redis.Redis.from_url(redis_url)
-    try:
-        assert check(client, key) == []
-    finally:
-        from scrapy_opic._backends.redis import RedisStore
-
-        RedisStore(client, key).clear()
-        client.close()
+    assert_clean_then_clear(redis_url, key)
 
 
 def test_a_process_stalled_past_its_lease_sends_nothing_of_the_hosts_it_lost(tmp_path, redis_url):
@@ -252,14 +258,7 @@ def test_a_process_stalled_past_its_lease_sends_nothing_of_the_hosts_it_lost(tmp
     lines = (tmp_path / "w0" / "crawl.log").read_text().splitlines()
     lost = [ln for ln in lines if " WARNING: " in ln and "lost" in ln and "OPIC_REDIS_LEASE" in ln]
     assert len(lost) == 1, lost
-    client = redis.Redis.from_url(redis_url)
-    try:
-        assert check(client, key) == []
-    finally:
-        from scrapy_opic._backends.redis import RedisStore
-
-        RedisStore(client, key).clear()
-        client.close()
+    assert_clean_then_clear(redis_url, key)
 
 
 def test_four_processes_find_pagerank_as_one_process_does(tmp_path, redis_url):

@@ -309,7 +309,6 @@ class RedisStore:
         self.round_trips += 1
         now, workers, parts, owners = pipe.execute()
         if now == -1:
-            self._gone = True  # (nothing more is written: it would make a crawl of a part)
             raise self._gone_error()
         alive = {w.decode() for w, beat in workers.items() if int(now) - int(beat) < self.lease_ms}
         data = sorted(int(k) for k in parts)
@@ -412,7 +411,7 @@ class RedisStore:
             if got == 0:  # (the lease lapsed: another process's now; an error is never 0)
                 out.written[info] = Outcome(LOST)
         elif kind == "all":
-            if not isinstance(got, Exception) and int(got[0]) == -3:
+            if not failed and int(got[0]) == -3:
                 raise self._gone_error()
             self._all_outcome(got, writes, sends, out)
         elif kind == "write":
