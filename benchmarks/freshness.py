@@ -1,18 +1,20 @@
 """Refetch policies on a site whose pages change at known Poisson rates: an offline simulation.
 
-    python -m benchmarks.freshness [--nodes 2000] [--seeds 1 2 3] [--out benchmarks/results]
+    python -m benchmarks.freshness [--nodes 2000] [--seeds 1 2 3] [--static 0 0.3 0.4]
+                                   [--out benchmarks/results]
 
 The site of ``benchmarks/freshness_crawl.py`` (``tests.support.changing_site.PoissonSite``), not
 served, its time in *passes* (``n`` fetches, the budget): ``n`` pages, importance their PageRank,
-30% never changing, the others at rates log-uniform over 0.1 to 10 changes per pass, regardless of
-links or the fastest for the highest PageRank. A discovery pass (an order all policies share), then
-the refetches, earliest due first (``RefetchSchedule``) of an allocation: ``optimal``, the
-``optimal_allocation`` of the true rates; ``learned``, of the rates its own fetches saw
-(``ChangeRates``, a change prior of weights (0.1, 1) or as said), planned every ``n/20`` fetches
-with a floor of 0.05 the mean frequency; ``uniform``; ``proportional`` to
-importance. Over fetches ``3n`` to ``6n``: *freshness* (``sum w fresh / sum w``, fresh from a fetch
-to the page's next change) and *static*, the share of fetches to pages that never change. (The
-crawl's own policy, on OPIC's importance, and one by cash: ``benchmarks/freshness_crawl.py``.)
+a share ``--static`` never changing (a table per share), the others at rates log-uniform over 0.1
+to 10 changes per pass, regardless of links or the fastest for the highest PageRank. A discovery
+pass (an order all policies share), then the refetches, earliest due first
+(``RefetchSchedule``) of an allocation: ``optimal``, the ``optimal_allocation`` of the true
+rates; ``learned``, of the rates its own fetches saw (``ChangeRates``, the crawl's change prior
+``PRIOR_WEIGHTS`` or as said), planned every ``n/20`` fetches with a floor of 0.05 the mean
+frequency; ``uniform``; ``proportional`` to importance. Over fetches ``3n`` to ``6n``:
+*freshness* (``sum w fresh / sum w``, fresh from a fetch to the page's next change) and
+*static*, the share of fetches to pages that never change. (The crawl's own policy, on OPIC's
+importance, and one by cash: ``benchmarks/freshness_crawl.py``.)
 """
 
 from __future__ import annotations
@@ -29,8 +31,9 @@ from scrapy_opic.opic import freshness as alloc
 from tests.support.changing_site import PoissonSite
 
 CASES = {"independent": "rates independent of links", "linked": "the highest PageRank fastest"}
-RUNS = {p: (p, 0.1) for p in ("optimal", "learned", "uniform", "proportional")}
-RUNS["learned, prior weights (1, 1)"] = ("learned", 1.0)  # (a row: a policy, its change prior)
+RUNS = {p: (p, change.PRIOR_WEIGHTS[0]) for p in ("optimal", "learned", "uniform", "proportional")}
+RUNS["learned, prior weights (0.1, 1)"] = ("learned", 0.1)  # (a row: a policy, its change prior)
+RUNS["learned, prior weights (1, 1)"] = ("learned", 1.0)
 
 
 def make_site(n: int, case: str = "independent", static: float = 0.3, seed: int = 0) -> PoissonSite:
@@ -39,7 +42,7 @@ def make_site(n: int, case: str = "independent", static: float = 0.3, seed: int 
     return PoissonSite(n, seed, linked_fastest=case == "linked", **kw)
 
 
-def simulate(site: PoissonSite, policy: str, prior: float = 0.1) -> dict:
+def simulate(site: PoissonSite, policy: str, prior: float = change.PRIOR_WEIGHTS[0]) -> dict:
     """``policy`` for ``6n`` fetches: its ``freshness`` and ``static`` share, passes 3 to 6."""
     w, rate, n = site.pagerank_before(), site.rates, site.n
     schedule = refetch.RefetchSchedule()
@@ -76,19 +79,22 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--nodes", type=int, default=2000)
     p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    p.add_argument("--static", type=float, nargs="+", default=[0.0, 0.3, 0.4])
     p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args(argv)
     data, sections = {"nodes": args.nodes, "seeds": args.seeds}, []
-    for k, (case, title) in enumerate(CASES.items()):
-        sites = [make_site(args.nodes, case, seed=seed) for seed in args.seeds]
-        data[case] = runs = {name: [simulate(s, *run) for s in sites] for name, run in RUNS.items()}
+    cases = [(case, title, share) for share in args.static for case, title in CASES.items()]
+    for k, (case, title, share) in enumerate(cases):
+        sites = [make_site(args.nodes, case, share, seed) for seed in args.seeds]
+        runs = {name: [simulate(s, *run) for s in sites] for name, run in RUNS.items()}
+        data[f"{case}, static {share:g}"] = runs
         best, rows = np.array([r["freshness"] for r in runs["optimal"]]), []
         for name, rs in runs.items():
             fresh = np.array([r["freshness"] for r in rs])
             static, ratio = 100 * np.mean([r["static"] for r in rs]), fresh / best
             rows.append([name, fresh.mean(), ratio.mean(), ratio.min(), static])
         header = ["policy", "freshness", "ratio", "lowest ratio", "static (%)"]
-        sections += [f"## Case {k + 1}: {title}", table(header, rows)]
+        sections += [f"## Case {k + 1}: {title}, {share:.0%} static", table(header, rows)]
     text = page(
         "Freshness: refetch policies on a site with known change rates",
         f"{args.nodes} pages, seeds {', '.join(map(str, args.seeds))}; the site, the policies "

@@ -9,7 +9,13 @@ import numpy as np
 import pytest
 from scipy.optimize import brentq
 
-from scrapy_opic.opic.change import ChangeRates, Snapshot, ValidatorAudit, solve_rates
+from scrapy_opic.opic.change import (
+    PRIOR_WEIGHTS,
+    ChangeRates,
+    Snapshot,
+    ValidatorAudit,
+    solve_rates,
+)
 
 LN2 = math.log(2.0)
 
@@ -28,7 +34,7 @@ def observe_page(cr: ChangeRates, i: int, rate: float, intervals, rng) -> tuple[
     return changed, unchanged
 
 
-def exact_mle(changed, unchanged, tau=LN2, weights=(0.1, 1.0)) -> float:
+def exact_mle(changed, unchanged, tau=LN2, weights=PRIOR_WEIGHTS) -> float:
     """The smoothed MLE from every interval (no quadrature), by Brent's method."""
 
     def score(lam: float) -> float:
@@ -129,7 +135,7 @@ def test_solving_many_pages_at_once_equals_solving_each():
     np.testing.assert_allclose(together, alone, rtol=0, atol=0)
     a = cr.a
     direct = solve_rates(a["n_c"][:50], a["s1"][:50], a["s2"][:50], a["s3"][:50], a["u"][:50],
-                         1.0, (0.1, 1.0))  # fmt: skip
+                         1.0, PRIOR_WEIGHTS)  # fmt: skip
     np.testing.assert_allclose(together, direct, rtol=1e-12)
 
 

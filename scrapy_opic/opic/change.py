@@ -117,6 +117,12 @@ def solve_rates(
     return np.exp((lo + hi) / 2.0)
 
 
+#: The weights of the pseudo-observations (changed, unchanged) of a crawl's change rates: a
+#: small changed weight lets a page never seen changing fall toward static soon, as a site
+#: where a share of the pages never changes wants (``benchmarks/freshness.py`` measures the
+#: choice against the freshness it costs on sites where every page changes).
+PRIOR_WEIGHTS = (0.05, 1.0)
+
 #: The per-page fields that add up over pages into one page's worth of observations.
 SUMS = ("n_c", "s1", "s2", "s3", "u")
 
@@ -138,7 +144,7 @@ class ChangeRates:
     def __init__(
         self,
         prior_rate: float = 1.0,
-        prior_weights: tuple[float, float] = (0.1, 1.0),
+        prior_weights: tuple[float, float] = PRIOR_WEIGHTS,
         bounds: tuple[float, float] = (1e-9, 1e9),
         capacity: int = 0,
     ) -> None:

@@ -1,5 +1,5 @@
-"""A site whose pages change at known Poisson rates, served on 127.0.0.1: the freshness tests'
-and ``benchmarks/freshness_crawl.py``'s ground truth.
+"""A site whose pages change at known Poisson rates, served on 127.0.0.1 (or ``host``): the
+freshness tests' and ``benchmarks/freshness_crawl.py``'s ground truth.
 
     with PoissonSite(n=300, seed=1) as site:
         ...  # crawl site.url(0)
@@ -218,12 +218,13 @@ class PoissonSite:
         clock: Callable[[], float] = time.monotonic,
         wall: float | None = None,
         changes: Mapping[int, Sequence[float]] | None = None,
+        host: str = "127.0.0.1",
     ) -> None:
         if lying not in LYING:
             raise ValueError(f"lying must be one of {LYING}")
         if not 0 < rates[0] <= rates[1]:
             raise ValueError("rates must be 0 < lo <= hi")
-        self.n, self.seed = n, seed
+        self.n, self.seed, self.host = n, seed, host
         self.validators, self.weak, self.lying = validators, weak, lying
         self.gone_status = gone_status
         self.pace, self.delay = pace, delay
@@ -419,7 +420,7 @@ class PoissonSite:
                 self.change_time = self.now() if t is None else t
 
     def url(self, i: int) -> str:
-        return f"http://127.0.0.1:{self.port}/p/{i}"
+        return f"http://{self.host}:{self.port}/p/{i}"
 
     def etag(self, i: int, version: int) -> str:
         tag = f'"p{i}v{version}-{self.seed}"'
@@ -553,7 +554,7 @@ class PoissonSite:
                 if body:
                     self.wfile.write(body)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer((self.host, 0), Handler)
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
         self.t0 = self.clock()

@@ -127,7 +127,8 @@ class SiteSpider(scrapy.Spider):
         self, start_url: str, allowed: list[str] | None = None, raise_on=(), start_when=None, **kw
     ) -> None:
         super().__init__(**kw)
-        self.start_urls = [start_url]
+        # (Several start URLs: a list, e.g. one site per host.)
+        self.start_urls = [start_url] if isinstance(start_url, str) else list(start_url)
         self.start_when = start_when  # a file: the crawl starts once it exists
         self.allowed_domains = allowed or ["127.0.0.1"]
         self.links = LinkExtractor()
