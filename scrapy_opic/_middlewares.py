@@ -41,6 +41,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
 
@@ -49,7 +50,14 @@ from scrapy import Request, signals
 from scrapy.downloadermiddlewares.offsite import OffsiteMiddleware
 from scrapy.utils.httpobj import urlparse_cached
 
-from ._requests import SEEN_META, SENT_META, UNCHANGED_META, VALIDATORS_META, NotModified
+from ._requests import (
+    SEEN_META,
+    SENT_META,
+    UNCHANGED_META,
+    VALIDATORS_META,
+    NotModified,
+    Seen,
+)
 from ._scheduler import OpicScheduler, prepare
 from ._settings import OpicSettings
 from .opic.change import Snapshot, ValidatorAudit
@@ -349,7 +357,8 @@ class OpicDownloaderMiddleware:
         host = urlparse_cached(request).hostname
         changed = self._changed(request, host, etag, modified, sig)
         since = _http_time(modified) if self.audit.trusted(host, "last_modified") else None
-        meta[SEEN_META] = (request.url, etag, modified, sig, changed, since)
+        lie_found = self.audit.lie_found(host)
+        meta[SEEN_META] = Seen(request.url, etag, modified, sig, changed, since, lie_found)
         if changed is False:
             self._unchanged(request)
         return response
@@ -378,6 +387,7 @@ class OpicDownloaderMiddleware:
         self.audit.observe(host, Snapshot(kept[1], kept[2], kept[3]), Snapshot(etag, modified, sig))
         self._refetched(host, bool(request.meta.get(SENT_META)), sig != kept[3])
         if self.audit.distrusted(host) != before:
+            self.audit.judge(host, time.time())
             self._save_audit()
         return sig != kept[3]
 

@@ -10,7 +10,7 @@ import logging
 import pickle
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from scrapy import exceptions as scrapy_exceptions
 from scrapy.exceptions import IgnoreRequest
@@ -85,9 +85,26 @@ FOLLOW_UP_META = (
 #: what the page's last full response showed, ``(url, ETag, Last-Modified, signature)``.
 VALIDATORS_META = "opic_validators"
 #: Meta of a request in flight (set by the downloader middleware): what its response showed,
-#: ``(url, ETag, Last-Modified, signature, changed, modified)``, ``modified`` the time a
-#: trusted Last-Modified gives (seconds since the epoch) or None.
+#: a :class:`Seen`.
 SEEN_META = "_opic_seen"
+
+
+class Seen(NamedTuple):
+    """What a full response of a page showed, as the downloader middleware read it; its first
+    four fields are what :data:`VALIDATORS_META` keeps."""
+
+    url: str
+    etag: bytes | None
+    last_modified: bytes | None
+    signature: int | None
+    #: Whether the content changed since the page's last full response (None: unknown).
+    changed: bool | None
+    #: The time a trusted Last-Modified gives (seconds since the epoch), or None.
+    modified: float | None
+    #: When the host's validators were found to lie, or None.
+    lie_found: float | None
+
+
 #: Meta of a request in flight: the validator headers the downloader middleware added to it
 #: (not the request's own: they never go into the request the page is refetched with).
 SENT_META = "_opic_sent"
@@ -215,11 +232,11 @@ def later_request(request: Request, priority: int, dont_filter: bool) -> Request
     return request.replace(priority=priority, dont_filter=dont_filter, meta=meta)
 
 
-def with_validators(request: Request, later: Request | None, seen: tuple) -> Request | None:
+def with_validators(request: Request, later: Request | None, seen: Seen) -> Request | None:
     """The request to refetch ``request``'s page with, carrying what its last full response
     showed (``seen``: see :data:`SEEN_META`); ``later`` (the one it would be refetched with
     otherwise: ``None`` for the stored one) if that did not change."""
-    shown = tuple(seen[:4])
+    shown = tuple(seen[:4])  # (url, ETag, Last-Modified, signature)
     base = later if later is not None else request
     if base.meta.get(VALIDATORS_META) == shown and SENT_META not in base.meta:
         return later

@@ -578,7 +578,7 @@ class OpicScheduler(BaseScheduler):
         seen = request.meta.get(SEEN_META)
         if seen is not None:  # (a crawl that refetches by freshness)
             later = with_validators(request, later, seen)
-            kw["changed"], kw["modified"] = seen[4], seen[5]
+            kw.update(changed=seen.changed, modified=seen.modified, lie_found=seen.lie_found)
         importance = bool(self.settings.item_field)
         visit = self.frontier.visit(lease, links, virtual_weight, importance, later, **kw)
         if visit is None:  # the lease had expired: another process fetches the page
@@ -610,9 +610,11 @@ class OpicScheduler(BaseScheduler):
         if (taken := self.leases.take(request)) is None:
             return False
         lease, later = taken
+        lie_found = None
         if (seen := request.meta.get(SEEN_META)) is not None:
             later = with_validators(request, later, seen)
-        if self.frontier.unchanged(lease, later) is None:
+            lie_found = seen.lie_found
+        if self.frontier.unchanged(lease, later, lie_found) is None:
             self.counts["opic/stale"] += 1
             return False
         self.counts["opic/visits"] += 1

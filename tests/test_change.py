@@ -274,15 +274,39 @@ def test_304s_that_hide_changes_are_found_out_and_honest_304s_are_not():
     assert false_alarms <= 1
 
 
+def test_a_host_found_to_lie_is_dated_once_and_one_that_never_sends_a_304_is_not():
+    audit = ValidatorAudit()
+    replay(audit, "noisy", [Snapshot(f'"{k}"', None, 0) for k in range(4)])  # new tag, same page
+    replay(audit, "stale", [Snapshot('"same"', None, k) for k in range(4)])  # same tag, new page
+    audit.false_304.add("liar")
+    for key in ("noisy", "stale", "liar", "honest"):
+        audit.judge(key, 100.0)
+    audit.judge("stale", 200.0)  # (already dated)
+    assert audit.distrusted("noisy") == (True, False)  # (never a 304: its rates told no lie)
+    assert [audit.lie_found(k) for k in ("noisy", "stale", "liar", "honest")] == [
+        None,
+        100.0,
+        100.0,
+        None,
+    ]
+
+
 def test_an_audits_verdicts_are_kept_and_read_back_and_anything_else_is_refused():
     audit = ValidatorAudit()
     replay(audit, "stale", [Snapshot(None, "same", k) for k in range(3)])
     audit.false_304.add("liar")
     audit.refetched("liar", True, False)
+    audit.judge("liar", 12.5)
     back = ValidatorAudit()
     back.load(json.loads(json.dumps(audit.state())))
     assert back.distrusted("stale") == (False, True) and back.distrusted("liar") == (True, True)
     assert back.distrusted("honest") == (False, False)
-    for bad in ({}, {"counts": [[1]], "refetches": [], "false_304": []}, {"counts": 3}):
+    assert back.lied == audit.lied
+    for bad in (
+        {},
+        {"counts": [[1]], "refetches": [], "false_304": [], "lied": []},
+        {"counts": [], "refetches": [], "false_304": [], "lied": [["h", "soon"]]},
+        {"counts": 3},
+    ):
         with pytest.raises(ValueError, match="not a validator audit"):
             ValidatorAudit().load(bad)

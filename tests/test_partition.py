@@ -491,7 +491,7 @@ def test_a_journal_of_refetches_by_change_replays_bit_for_bit():
     )
     bus = Bus(fs)
     seed(fs, pages[0])
-    rnd = random.Random(2)
+    rnd = random.Random(3)  # (a run whose refetches see links change: asserted below)
     for step in range(400):
         fresh_step(rnd.choice(fs), links, rnd, clock, step)
         bus.round()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -323,6 +324,54 @@ def test_the_distrust_of_a_liar_survives_a_jobdir_resume(tmp_path):
         run(tmp_path / "damaged", site, 250, JOBDIR=job)
     log = (tmp_path / "damaged" / "crawl.log").read_text()
     assert log.count("opic_validators.json is unreadable") == 1
+
+
+def timed(period: float, lie: bool) -> Script:
+    """A page whose version steps every ``period`` seconds; its ETag honest on full
+    responses; ``lie``: a 304 to every conditional request (else an honest 304)."""
+    start = time.monotonic()
+
+    def script(k: int, headers: dict[str, str]) -> tuple[int, int, dict[str, str]]:
+        v = int((time.monotonic() - start) / period)
+        sent = headers.get("if-none-match")
+        if sent is not None and (lie or sent == f'"v{v}"'):
+            return 304, v, {"ETag": f'"v{v}"'}
+        return 200, v, {"ETag": f'"v{v}"'}
+
+    return script
+
+
+def test_the_rates_a_liar_taught_are_forgotten_when_it_is_found_out(tmp_path):
+    """Two hosts whose pages change alike, one answering 304 to every conditional request:
+    once it is found out, what its 304s said ("unchanged") is dropped, and its pages' learned
+    change rates come within 2x of the honest host's (judged by the rates in the export).
+    (Here the lie lasts about 50 requests, too short for the rates to fall 2x without the
+    forgetting: ``test_refresh`` checks that the lie's evidence is dropped.)"""
+    paths = ["/", "/a", "/b"]
+    with (
+        ScriptedSite({p: timed(1.0, False) for p in paths}) as honest_site,
+        ScriptedSite({p: timed(1.0, True) for p in paths}, host="127.0.0.2") as liar,
+    ):
+        honest_site.links = {"/": paths[1:] + [liar.url("/")]}
+        liar.links = {"/": paths[1:]}
+        crawl(
+            tmp_path,
+            honest_site.url(),
+            allowed=["127.0.0.1", "127.0.0.2"],
+            CLOSESPIDER_PAGECOUNT=250,
+            DOWNLOAD_DELAY=0.05,
+            **CONTINUOUS,
+        )
+    log = (tmp_path / "crawl.log").read_text()
+    assert log.count("127.0.0.2 answers 304 (unchanged)") == 1
+    found = max(n for n, h in enumerate(liar.hits) if h.inm is not None)
+    assert len(liar.hits) - found > 30  # (full refetches after it was found out)
+    with open_state(tmp_path / ".scrapy" / "opic" / "site.sqlite") as state:
+        rates = {p.url: p.change_rate for p in state.pages()}
+    honest_rates = sorted(rates[honest_site.url(p)] for p in paths)
+    liar_rates = sorted(rates[liar.url(p)] for p in paths)
+    median_honest, median_liar = honest_rates[1], liar_rates[1]
+    assert median_honest / 2 <= median_liar <= 2 * median_honest, (honest_rates, liar_rates)
 
 
 def test_a_304_to_a_request_that_sent_no_validator_is_a_failed_fetch(tmp_path):

@@ -508,6 +508,28 @@ def test_a_trusted_last_modified_is_evidence_at_a_first_look_and_dates_a_change(
     assert 10_000.0 < last[2] < 10_100.0  # (the expected time within the interval)
 
 
+def test_a_lie_found_drops_once_what_each_page_was_thought_unchanged():
+    """Pages of a host that answered "unchanged" for changed pages (false 304s): at each
+    page's first look after the lie was found, its unchanged time is dropped (its changes
+    seen stand); later looks add up again, and a page of an honest host keeps everything."""
+    clock = Clock()
+    r = Refresher(wall=clock)
+    for i in (0, 1):
+        r.observed(i, None, now=0.0)
+        for k in range(1, 60):  # 59 "unchanged" looks a second apart (304s)...
+            r.observed(i, False, now=float(k))
+        r.observed(i, True, now=60.0)  # ...then a change
+    before = r.rates.rates(prior_rate=1.0)[0]  # (a prior as the crawl's: one change a second)
+    r.observed(0, True, now=61.0, lie_found=60.5)
+    assert r.rates.a["u"][0] == 0.0 and r.rates.a["n_c"][0] == 2
+    r.observed(1, True, now=61.0)  # (the honest host's page, observed alike)
+    assert r.rates.a["u"][1] == 59.0
+    rates = r.rates.rates(prior_rate=1.0)
+    assert rates[0] > 10 * before and rates[0] > 10 * rates[1]
+    r.observed(0, False, now=62.0, lie_found=60.5)  # (seen since the lie: nothing dropped)
+    assert r.rates.a["u"][0] == 1.0
+
+
 def test_plans_take_at_most_a_twentieth_of_the_crawls_time():
     clock = Clock()
     r = Refresher(Planner(plan_every=1, plan_seconds=1.0), wall=clock)

@@ -272,14 +272,18 @@ class Crawl:
         outcome: int = OK,
         changed: bool | None = None,
         modified: float | None = None,
+        lie_found: float | None = None,
     ) -> Visit | None:
         got = self.fleet.visit(
-            lease, links, virtual_weight, importance, payload, outcome, changed, modified
-        )
+            lease, links, virtual_weight, importance, payload, outcome, changed, modified,
+            lie_found,
+        )  # fmt: skip
         return self._active(lease, got)
 
-    def unchanged(self, lease: Lease, payload: Any = None) -> Visit | None:
-        return self._active(lease, self.fleet.unchanged(lease, payload))
+    def unchanged(
+        self, lease: Lease, payload: Any = None, lie_found: float | None = None
+    ) -> Visit | None:
+        return self._active(lease, self.fleet.unchanged(lease, payload, lie_found))
 
     def fail(self, lease: Lease, outcome: int = ERROR, payload: Any = None) -> bool:
         return self._active(lease, self.fleet.fail(lease, outcome, payload))

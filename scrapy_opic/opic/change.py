@@ -190,6 +190,12 @@ class ChangeRates:
             a["u"][i] += t
             a["n_u"][i] += 1.0
 
+    def forget_unchanged(self, i: int) -> None:
+        """Drop page ``i``'s unchanged intervals (a lie told them: its changed ones stand)."""
+        if i < self.n:
+            self.a["u"][i] = 0.0
+            self.a["n_u"][i] = 0.0
+
     def last_seen(self, i: int) -> float:
         """When page ``i`` was last observed in full (nan: never)."""
         return float(self.a["last"][i]) if i < self.n else math.nan
@@ -312,6 +318,10 @@ class ValidatorAudit:
     server, since both come from one schedule. Changes that unconditional refetches find far
     more often than conditional ones (a one-sided binomial tail under ``1e-3``, at least
     ``min_evidence`` of them) are 304s that hid a change: the key's conditional requests stop.
+
+    A key whose 304s may have hid changes (a stale kind distrusted, or false 304s) *lied*: the
+    "unchanged" its pages were found before then is not evidence of their change rates
+    (:meth:`lie_found` says since when, once :meth:`judge` has been told the time).
     """
 
     def __init__(self, min_evidence: int = 2, max_share: float = 0.1, audit_every: int = 16):
@@ -322,6 +332,8 @@ class ValidatorAudit:
         self.refetches: dict[Hashable, list[int]] = {}
         #: The keys whose 304s were found to hide changes.
         self.false_304: set[Hashable] = set()
+        #: key -> when it was found to lie (see the class docstring).
+        self.lied: dict[Hashable, float] = {}
         self._asked: dict[Hashable, int] = {}
 
     def observe(self, key: Hashable, before: Snapshot, after: Snapshot) -> None:
@@ -354,6 +366,22 @@ class ValidatorAudit:
         self.false_304.add(key)
         return True
 
+    def judge(self, key: Hashable, now: float) -> None:
+        """Note ``now`` as the time ``key`` was found to lie, if it lies and was not already
+        (call it when a verdict may have changed)."""
+        if key in self.lied:
+            return
+        stale = any(
+            self.counts.get((key, kind), (0, 0, 0))[2] and not self.trusted(key, kind)
+            for kind in KINDS
+        )
+        if stale or key in self.false_304:
+            self.lied[key] = now
+
+    def lie_found(self, key: Hashable) -> float | None:
+        """When ``key`` was found to lie (None: it was not)."""
+        return self.lied.get(key)
+
     def distrusted(self, key: Hashable) -> tuple[bool, ...]:
         """Which of ``key``'s validator kinds (:data:`KINDS`) are distrusted."""
         return tuple(not self.trusted(key, kind) for kind in KINDS)
@@ -364,6 +392,7 @@ class ValidatorAudit:
             "counts": [[k, kind, c] for (k, kind), c in self.counts.items()],
             "refetches": [[k, c] for k, c in self.refetches.items()],
             "false_304": sorted(map(str, self.false_304)),
+            "lied": [[k, t] for k, t in self.lied.items()],
         }
 
     def load(self, state: Mapping[str, list]) -> None:
@@ -372,6 +401,7 @@ class ValidatorAudit:
             counts = {(k, kind): [int(x) for x in c] for k, kind, c in state["counts"]}
             refetches = {k: [int(x) for x in c] for k, c in state["refetches"]}
             false_304: set[Hashable] = {str(k) for k in state["false_304"]}
+            lied: dict[Hashable, float] = {str(k): float(t) for k, t in state["lied"]}
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"not a validator audit ({exc})") from None
         if any(len(c) != 3 for c in counts.values()) or any(
@@ -379,6 +409,7 @@ class ValidatorAudit:
         ):
             raise ValueError("not a validator audit (counts of another length)")
         self.counts, self.refetches, self.false_304 = counts, refetches, false_304
+        self.lied = lied
 
     def trusted(self, key: Hashable, kind: str) -> bool:
         """Whether ``kind`` of ``key`` may be sent and its 304s believed."""

@@ -391,9 +391,11 @@ class Fleet:
         self._touched(part)
         return got
 
-    def unchanged(self, lease: Lease, payload: Any = None) -> Visit | None:
+    def unchanged(
+        self, lease: Lease, payload: Any = None, lie_found: float | None = None
+    ) -> Visit | None:
         data = self._data(payload, lease.url)[0]
-        return self._settle(lease, None, lambda part, own: part.unchanged(own, data))
+        return self._settle(lease, None, lambda part, own: part.unchanged(own, data, lie_found))
 
     def visit(
         self,
@@ -405,6 +407,7 @@ class Fleet:
         outcome: int = OK,
         changed: bool | None = None,
         modified: float | None = None,
+        lie_found: float | None = None,
     ) -> Visit | None:
         """The partition's visit, each link routed once (:func:`_route`)."""
         part, own = self._part_of(lease)
@@ -413,14 +416,15 @@ class Fleet:
         data = self._data(payload, lease.url)[0]
         if self.P == 1:  # (every page here)
             visit = part.visit(
-                own, links, virtual_weight, importance, data, outcome, changed, modified
+                own, links, virtual_weight, importance, data, outcome, changed, modified, lie_found
             )
             self._touched(part)
             return visit
         kept, routes, codes, virtual_weight = _route(self, part.k, links, virtual_weight)
         visit = part.visit(
-            own, kept, virtual_weight, importance, data, outcome, changed, modified, routes=routes
-        )
+            own, kept, virtual_weight, importance, data, outcome, changed, modified, lie_found,
+            routes=routes,
+        )  # fmt: skip
         self._touched(part)
         if visit is None:
             return None

@@ -427,10 +427,12 @@ class MemoryFrontier:
         outcome: int = OK,
         changed: bool | None = None,
         modified: float | None = None,
+        lie_found: float | None = None,
     ) -> Visit | None:
         got = self.visit_out(
-            lease, links, (), virtual_weight, importance, payload, outcome, changed, modified
-        )
+            lease, links, (), virtual_weight, importance, payload, outcome, changed, modified,
+            lie_found=lie_found,
+        )  # fmt: skip
         return None if got is None else got[0]
 
     def visit_out(
@@ -444,6 +446,7 @@ class MemoryFrontier:
         outcome: int = OK,
         changed: bool | None = None,
         modified: float | None = None,
+        lie_found: float | None = None,
     ) -> tuple[Visit, list[tuple[float, float]]] | None:
         """:meth:`~.contract.Frontier.visit` of a page that also links to pages this frontier
         does not hold (see :meth:`OpicEngine.visit_out
@@ -464,7 +467,7 @@ class MemoryFrontier:
             share = r.keep(i, paid, weights, virtual_weight)
             if share is not None:  # (a revisit: how far the site's links moved)
                 self.engine.links_changed(share)
-            r.observed(i, changed, since=modified)
+            r.observed(i, changed, since=modified, lie_found=lie_found)
         self._record_outcome(i, outcome)
         if outcome != OK:
             self.failed_visits += 1
@@ -477,12 +480,18 @@ class MemoryFrontier:
         ]
         return Visit(codes, importance_of(self.engine, i) if importance else None), shares
 
-    def unchanged(self, lease: Lease, payload: Any = None) -> Visit | None:
-        got = self.unchanged_out(lease, (), payload)
+    def unchanged(
+        self, lease: Lease, payload: Any = None, lie_found: float | None = None
+    ) -> Visit | None:
+        got = self.unchanged_out(lease, (), payload, lie_found)
         return None if got is None else got[0]
 
     def unchanged_out(
-        self, lease: Lease, outside: Sequence[float], payload: Any = None
+        self,
+        lease: Lease,
+        outside: Sequence[float],
+        payload: Any = None,
+        lie_found: float | None = None,
     ) -> tuple[Visit, list[tuple[float, float]]] | None:
         """:meth:`~.contract.Frontier.unchanged` of a page whose kept links also lead to pages this
         frontier does not hold: ``outside``, their weights; returns the visit and
@@ -497,7 +506,7 @@ class MemoryFrontier:
         else:
             shares = self.engine.visit_out(i, (), None, 0.0, outside)[1]
         if r is not None:
-            r.observed(i, False)
+            r.observed(i, False, lie_found=lie_found)
         if self.outcome[i] != SPIDER_ERROR:  # (its content is the last parse's: so is that)
             self._record_outcome(i, OK)
         self.backoff.answered(i, self.slot_of(i))

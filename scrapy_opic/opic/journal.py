@@ -31,12 +31,14 @@ class Visited(NamedTuple):
     outcome: int
     changed: bool | None
     modified: float | None
+    lie_found: float | None
 
 
 class Unchanged(NamedTuple):
     at: float
     key: Hashable
     payload: Any
+    lie_found: float | None
 
 
 class Relayed(NamedTuple):

@@ -306,6 +306,7 @@ class Partition(Member):
         outcome: int = OK,
         changed: bool | None = None,
         modified: float | None = None,
+        lie_found: float | None = None,
         *,
         routes: Sequence[int] | None = None,
         now: float | None = None,
@@ -319,8 +320,9 @@ class Partition(Member):
         fr = self.frontier
         outside = [r.weight for r in remote.values()]
         got = fr.visit_out(
-            lease, local, outside, virtual_weight, importance, payload, outcome, changed, modified
-        )
+            lease, local, outside, virtual_weight, importance, payload, outcome, changed, modified,
+            lie_found,
+        )  # fmt: skip
         if got is None:
             return None
         visit, shares = got
@@ -342,6 +344,7 @@ class Partition(Member):
             outcome,
             changed,
             modified,
+            lie_found,
         )
         if len(local) == len(links):
             return visit
@@ -400,7 +403,11 @@ class Partition(Member):
         return [x.weight for x in remote], remote
 
     def unchanged(
-        self, lease: Lease, payload: Any = None, now: float | None = None
+        self,
+        lease: Lease,
+        payload: Any = None,
+        lie_found: float | None = None,
+        now: float | None = None,
     ) -> Visit | None:
         """The frontier's :meth:`~.frontier.MemoryFrontier.unchanged`; the shares of the kept
         links to pages of other partitions leave as transfers."""
@@ -408,11 +415,11 @@ class Partition(Member):
         fr = self.frontier
         i = fr.engine.id_of(lease.key)
         outside, remote = self._outside(i) if i is not None else ([], [])
-        got = fr.unchanged_out(lease, outside, payload)
+        got = fr.unchanged_out(lease, outside, payload, lie_found)
         if got is None:
             return None
         self._transfer(remote, got[1])
-        self._log(Unchanged, at, lease.key, payload)
+        self._log(Unchanged, at, lease.key, payload, lie_found)
         return got[0]
 
     def relay_after(self, popped: int) -> None:
@@ -638,9 +645,10 @@ _REPLAY: dict[type, Callable[[Partition, Any], object]] = {
         r.outcome,
         r.changed,
         r.modified,
+        r.lie_found,
         now=r.at,
     ),
-    Unchanged: lambda p, r: p.unchanged(p._held(r.key), r.payload, r.at),
+    Unchanged: lambda p, r: p.unchanged(p._held(r.key), r.payload, r.lie_found, r.at),
     Relayed: _replay_relay,
     Failed: lambda p, r: p.fail(p._held(r.key), r.outcome, r.payload, r.at),
     Forfeited: lambda p, r: p.forfeit(p._held(r.key), r.outcome, r.at),
