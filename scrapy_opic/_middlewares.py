@@ -38,9 +38,7 @@ validators replace these when it holds a copy, and the cached copy it returns fo
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import time
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
@@ -71,8 +69,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from scrapy.crawler import Crawler
     from scrapy.http import Response
 
-#: The file of a JOBDIR that keeps the validators' audit (see OpicDownloaderMiddleware).
-AUDIT_FILE = "opic_validators.json"
+#: Seconds between two reads of the crawl's verdicts on validators (see
+#: OpicDownloaderMiddleware).
+VERDICTS_EVERY = 10.0
 logger = logging.getLogger(__name__)
 
 
@@ -276,31 +275,39 @@ class OpicDownloaderMiddleware:
         self.settings = settings
         self.watch = settings.continuous and settings.refetch == "freshness"
         self.audit = ValidatorAudit()
-        # What the audit found is kept with a JOBDIR crawl (a resume must not trust a liar
-        # again), written whenever a verdict changes: rare, and so never lost to a kill.
-        self._audit_path = (
-            os.path.join(settings.jobdir, AUDIT_FILE) if settings.jobdir and self.watch else None
-        )
-        if self._audit_path is not None and os.path.exists(self._audit_path):
-            self._load_audit(self._audit_path)
+        # The verdicts are the crawl's, kept in its store: a host found to lie is not trusted
+        # again after a resume, nor by the process that crawls it next. Read now and then
+        # (another process may have found one of the hosts this one takes over).
+        self._verdicts_read = -VERDICTS_EVERY
 
-    def _load_audit(self, path: str) -> None:
-        try:
-            with open(path, encoding="utf-8") as fh:
-                self.audit.load(json.load(fh))
-        except (OSError, ValueError) as exc:
-            logger.warning("OPIC: %s is unreadable (%s): validators are judged afresh", path, exc)
-
-    def _save_audit(self) -> None:
-        if self._audit_path is None:
+    def _read_verdicts(self, now: float) -> None:
+        self._verdicts_read = now
+        scheduler = OpicScheduler.of(self.crawler)
+        if scheduler is None:
             return
-        tmp = self._audit_path + ".tmp"
-        try:
-            with open(tmp, "w", encoding="utf-8") as fh:
-                json.dump(self.audit.state(), fh)
-            os.replace(tmp, self._audit_path)
-        except OSError as exc:
-            logger.warning("OPIC: cannot keep the validators' audit in %s (%s)", tmp, exc)
+        for host, verdict in scheduler.validator_verdicts().items():
+            try:
+                self.audit.merge(host, verdict)
+            except ValueError as exc:
+                logger.warning("OPIC: the kept verdict on %s's validators is unreadable (%s): "
+                               "they are judged afresh", host, exc)  # fmt: skip
+
+    def _judged(self, host: str, before: tuple[bool, ...]) -> None:
+        """``host``'s verdict changed from ``before``: said once, dated if it lied, kept."""
+        audit = self.audit
+        now = time.time()
+        audit.judge(host, now)
+        for kind, was, now_bad in zip(("ETag", "Last-Modified"), before, audit.distrusted(host)):
+            if now_bad and not was and host not in audit.false_304:
+                logger.warning(
+                    "OPIC: %s's %s disagrees with its content (the same for changed pages, or "
+                    "new for unchanged ones): it is no longer sent",
+                    host,
+                    kind,
+                )
+        scheduler = OpicScheduler.of(self.crawler)
+        if scheduler is not None:
+            scheduler.judge_validators(host, audit.verdict(host))
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> OpicDownloaderMiddleware:
@@ -315,6 +322,9 @@ class OpicDownloaderMiddleware:
             headers.pop(name, None)
         kept = meta.get(VALIDATORS_META)
         if self.settings.conditional and kept and kept[0] == request.url:
+            now = time.monotonic()
+            if now - self._verdicts_read >= VERDICTS_EVERY:
+                self._read_verdicts(now)
             self._send_validators(request, kept)
 
     def _send_validators(self, request: Request, kept: tuple) -> None:
@@ -383,12 +393,11 @@ class OpicDownloaderMiddleware:
             return None
         if sig is None or kept[3] is None:
             return True
-        before = self.audit.distrusted(host)  # (a verdict that changes is kept: _save_audit)
+        before = self.audit.distrusted(host)
         self.audit.observe(host, Snapshot(kept[1], kept[2], kept[3]), Snapshot(etag, modified, sig))
         self._refetched(host, bool(request.meta.get(SENT_META)), sig != kept[3])
-        if self.audit.distrusted(host) != before:
-            self.audit.judge(host, time.time())
-            self._save_audit()
+        if self.audit.distrusted(host) != before and host is not None:
+            self._judged(host, before)
         return sig != kept[3]
 
     def _refetched(self, host: str | None, conditional: bool, changed: bool) -> None:

@@ -21,6 +21,7 @@ import numpy as np
 
 from ._backends import masked_url
 from .export import OpicState, output_file
+from .opic.change import ValidatorAudit
 
 _STYLE = """
 body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222}
@@ -243,6 +244,43 @@ def _freshness(state: OpicState) -> str:
         f"freshness of the copies at {when}: <b>{summary['freshness']:.3f}</b> (each page "
         "fresh with probability e<sup>-rate × age</sup>).</p>"
         + _table(["change rate", "pages", "importance"], rows, {1, 2})
+        + _validators(state)
+    )
+
+
+def _validators(state: OpicState) -> str:
+    """The hosts whose validators the crawl stopped trusting, and why ("" if none)."""
+    rows = []
+    for host, v in sorted((state.meta.get("validators") or {}).items()):
+        try:
+            if not ValidatorAudit().merge(host, v):  # (trusted again)
+                continue
+        except ValueError:  # (unreadable: the crawl judges the host again)
+            continue
+        why = []
+        if v.get("false_304"):
+            why.append("304 (unchanged) for pages that had changed")
+        for kind, name in (("etag", "ETag"), ("last_modified", "Last-Modified")):
+            agree, noisy, stale = (v.get("counts") or {}).get(kind, (0, 0, 0))
+            if stale:
+                why.append(
+                    f"the same {name} for changed content ({stale} of {agree + noisy + stale})"
+                )
+            if noisy:
+                why.append(
+                    f"a new {name} for unchanged content ({noisy} of {agree + noisy + stale})"
+                )
+        lied = v.get("lied")
+        since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(lied)) if lied else ""
+        rows.append([html.escape(host), html.escape("; ".join(why)), since])
+    if not rows:
+        return ""
+    return (
+        "<p>Hosts whose validators disagree with their content: they are sent none (each "
+        "refetch is a full download). A host that said a changed page was unchanged lied: "
+        "what its pages were thought unchanged before it was found out is not counted in "
+        "their change rates.</p>"
+        + _table(["host", "what its validators did", "found lying"], rows, set())
     )
 
 

@@ -622,6 +622,16 @@ class OpicScheduler(BaseScheduler):
         return True
 
     @_guarded(None)
+    def judge_validators(self, host: str, verdict: dict[str, Any]) -> None:
+        """Keep the downloader middleware's verdict on ``host``'s validators with the crawl."""
+        self.frontier.judge(host, verdict)
+
+    @_guarded({})
+    def validator_verdicts(self) -> dict[str, dict[str, Any]]:
+        """The crawl's verdicts on hosts' validators, by host."""
+        return self.frontier.verdicts()
+
+    @_guarded(None)
     def settle_callback_error(self, request: Request, exception: BaseException) -> None:
         """The callback of ``request``'s page raised before yielding anything (or Scrapy's
         HttpErrorMiddleware refused the response): a visit with no out-links, as it says."""

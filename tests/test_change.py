@@ -291,22 +291,30 @@ def test_a_host_found_to_lie_is_dated_once_and_one_that_never_sends_a_304_is_not
     ]
 
 
-def test_an_audits_verdicts_are_kept_and_read_back_and_anything_else_is_refused():
+def test_a_verdict_is_taken_back_when_it_distrusts_what_is_trusted_and_anything_else_refused():
     audit = ValidatorAudit()
     replay(audit, "stale", [Snapshot(None, "same", k) for k in range(3)])
     audit.false_304.add("liar")
     audit.refetched("liar", True, False)
     audit.judge("liar", 12.5)
     back = ValidatorAudit()
-    back.load(json.loads(json.dumps(audit.state())))
+    for host in ("stale", "liar", "honest"):
+        taken = back.merge(host, json.loads(json.dumps(audit.verdict(host))))
+        assert taken == (host != "honest")
     assert back.distrusted("stale") == (False, True) and back.distrusted("liar") == (True, True)
     assert back.distrusted("honest") == (False, False)
-    assert back.lied == audit.lied
+    assert back.lied == audit.lied and back.refetches["liar"] == [1, 0, 0, 0]
+    # (What this process distrusts already, it keeps: its own counts are not replaced.)
+    assert not back.merge("stale", ValidatorAudit().verdict("stale"))
+    assert back.distrusted("stale") == (False, True)
+    verdict = audit.verdict("liar")
     for bad in (
         {},
-        {"counts": [[1]], "refetches": [], "false_304": [], "lied": []},
-        {"counts": [], "refetches": [], "false_304": [], "lied": [["h", "soon"]]},
-        {"counts": 3},
+        {**verdict, "counts": {"etag": [1]}},
+        {**verdict, "counts": {"colour": [1, 2, 3]}},
+        {**verdict, "refetches": [1, 2]},
+        {**verdict, "lied": "soon"},
+        {**verdict, "counts": 3},
     ):
-        with pytest.raises(ValueError, match="not a validator audit"):
-            ValidatorAudit().load(bad)
+        with pytest.raises(ValueError, match="not a verdict on validators"):
+            ValidatorAudit().merge("h", bad)

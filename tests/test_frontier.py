@@ -308,6 +308,14 @@ def test_figures_name_every_status(frontiers):
     assert f.has_pending() is frontiers.kind.startswith("redis")  # a lease out, none pending
 
 
+def test_verdicts_on_validators_are_kept_one_per_host(frontiers):
+    f = frontiers.make()
+    f.judge("a.example", {"lied": 1.0})
+    f.judge("b.example", {"lied": None})
+    f.judge("a.example", {"lied": 2.0})  # (replaces the one kept)
+    assert f.verdicts() == {"a.example": {"lied": 2.0}, "b.example": {"lied": None}}
+
+
 # -- the in-memory frontier's life cycle under random operations --------------------------------
 
 

@@ -355,14 +355,17 @@ def empty(client, name: str) -> None:
         client.delete(*keys)
 
 
-@pytest.mark.parametrize("when", ["first second", "with writes", "renewals only", "making"])
+@pytest.mark.parametrize(
+    "when", ["first second", "with writes", "renewals only", "making", "a verdict"]
+)
 def test_an_emptied_redis_is_caught_whenever_it_happens_and_nothing_is_written(
     crawl, when, monkeypatch
 ):
     """The crawl's keys vanish: right after it opened, mid-crawl with records to write, with
     only leases to renew, or while a partition is being made (between its lease and its
     adoption). The process finds out at its next step with one line that says nothing is
-    left, and writes no key into the emptied server (no lease, no partition, no meta)."""
+    left, and writes no key into the emptied server (no lease, no partition, no meta, no
+    verdict on a host's validators)."""
     import scrapy_opic._backends.redis as redis_store
     from scrapy_opic._backends import CrawlGone
 
@@ -389,6 +392,8 @@ def test_an_emptied_redis_is_caught_whenever_it_happens_and_nothing_is_written(
             a.schedule([Entry(key(fresh), fresh, 0, "", b"new")])
         else:
             empty(client, crawl.key)
+            if when == "a verdict":  # (on a host's validators, kept for the whole crawl)
+                a.store.judge("liar.example", {"false_304": True})
             if when == "renewals only":
                 for h in a.held.values():
                     h.renew_at = 0.0

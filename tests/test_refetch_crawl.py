@@ -307,10 +307,9 @@ def test_a_host_whose_validators_lie_is_no_longer_sent_them(tmp_path, liar):
     assert stats["opic/total_cash"] == pytest.approx(1.0, abs=1e-9)
 
 
-def test_the_distrust_of_a_liar_survives_a_jobdir_resume(tmp_path):
+def test_the_distrust_of_a_liar_survives_a_jobdir_resume_and_is_in_the_report(tmp_path):
     """A host found to answer 304 to changed pages is not trusted again by the resumed crawl
-    (the verdict is kept in the JOBDIR); a damaged record of it is one warning, and the
-    validators are judged afresh."""
+    (the verdict is kept in the state), and the report names it."""
     job = str(tmp_path / "job")
     pages = {"/": always_304(), "/a": always_304(), "/b": always_304()}
     with ScriptedSite(pages) as site:
@@ -319,11 +318,30 @@ def test_the_distrust_of_a_liar_survives_a_jobdir_resume(tmp_path):
         before = len(site.hits)
         run(tmp_path / "resumed", site, 230, JOBDIR=job)
         assert len(site.hits) > before and not any(h.inm for h in site.hits[before:])
-    (tmp_path / "job" / "opic_validators.json").write_text("{not json")
-    with ScriptedSite({"/": honest(), "/a": honest()}) as site:
-        run(tmp_path / "damaged", site, 250, JOBDIR=job)
-    log = (tmp_path / "damaged" / "crawl.log").read_text()
-    assert log.count("opic_validators.json is unreadable") == 1
+    with open_state(Path(job) / "opic.sqlite") as state:
+        report = build_report(state)
+    assert "found lying" in report and "304 (unchanged) for pages that had changed" in report
+
+
+def test_the_distrust_of_a_liar_passes_to_the_next_process_of_a_redis_crawl(tmp_path, redis_url):
+    """One process finds the liar out; the next process on the crawl (its new owner) sends it
+    no validator; an unreadable kept verdict is one warning, and that host is judged again."""
+    redis = on_redis(redis_url, tmp_path)
+    pages = {"/": always_304(), "/a": always_304(), "/b": always_304()}
+    with ScriptedSite(pages) as site:
+        run(tmp_path / "first", site, 160, **redis)
+        assert not any(h.inm for h in site.hits[-30:])
+        import redis as redis_client
+
+        client = redis_client.Redis.from_url(redis_url)
+        key = "{" + redis["OPIC_REDIS_KEY"] + "}:validators"
+        assert client.hkeys(key) == [b"127.0.0.1"]
+        client.hset(key, "127.0.0.9", "{not json")
+        before = len(site.hits)
+        run(tmp_path / "next", site, 230, **redis)
+        assert len(site.hits) > before and not any(h.inm for h in site.hits[before:])
+    log = (tmp_path / "next" / "crawl.log").read_text()
+    assert log.count("127.0.0.9's validators is unreadable") == 1
 
 
 def timed(period: float, lie: bool) -> Script:

@@ -76,6 +76,19 @@ def test_a_checkpoint_round_trips_and_resumes(tmp_path):
     g.close([])
 
 
+def test_verdicts_on_validators_are_kept_with_a_checkpoint(tmp_path):
+    path = tmp_path / "s.sqlite"
+    f = frontier_at(path)
+    f.schedule([entry(0)])
+    crawl_some(f, 3)
+    f.judge("liar.example", {"false_304": True})
+    f.commit(wait=True)
+    crash(f)
+    g = frontier_at(path, resume=True)
+    assert g.verdicts() == {"liar.example": {"false_304": True}}
+    g.close([])
+
+
 def test_the_adaptive_window_resumes_where_a_kill_left_it(tmp_path):
     """The adaptive window's watch (the change it saw, its running mean) is saved with each
     commit: a crawl killed after a change resumes with the window it had, not a full one."""

@@ -135,6 +135,7 @@ class Crawl:
         self._global_at = -1e9
         self._started = time.monotonic()
         self._elapsed_before = 0.0
+        self._unjudged: dict[str, dict[str, Any]] = {}  # verdicts the store did not take yet
 
     @property
     def round_trips(self) -> int:
@@ -374,6 +375,30 @@ class Crawl:
             self._resend.extend(messages)
             raise
         self._take(writes, marks, renew, got, now)
+        if self._unjudged:
+            self._judge_unjudged()
+
+    # -- verdicts on hosts' validators --------------------------------------------------------
+    def judge(self, host: str, verdict: dict[str, Any]) -> None:
+        """Keep a verdict on ``host``'s validators in the store (:meth:`Store.judge
+        <scrapy_opic._backends.store.Store.judge>`); a store that does not answer takes it
+        after a flush that it answers."""
+        self._unjudged[host] = verdict
+        self._judge_unjudged()
+
+    def _judge_unjudged(self) -> None:
+        with contextlib.suppress(*self.store.unanswered):
+            for host in list(self._unjudged):
+                self.store.judge(host, self._unjudged[host])
+                del self._unjudged[host]
+
+    def verdicts(self) -> dict[str, dict[str, Any]]:
+        """The verdicts on hosts' validators kept in the store (none while it does not
+        answer), with this process's own not yet taken."""
+        got: dict[str, dict[str, Any]] = {}
+        with contextlib.suppress(*self.store.unanswered):
+            got = self.store.verdicts()
+        return {**got, **self._unjudged}
 
     def _writes(self, now: float) -> tuple[list[Write], dict[int, int], dict[int, str]]:
         """The members' writes (of those with anything new), the records each makes durable

@@ -50,6 +50,7 @@ from .redis_state import (
     pack,
     pack_member,
     read_figures,
+    read_verdicts,
     stored_config,
     unpack,
 )
@@ -149,6 +150,10 @@ return redis.call('HGET', KEYS[1], 'endowed') or ''
 _PARTS = """
 if redis.call('HEXISTS', KEYS[1], 'config') == 0 then return -1 end
 return redis.call('SADD', KEYS[2], unpack(ARGV))
+"""
+_JUDGE = """
+if redis.call('HEXISTS', KEYS[1], 'config') == 0 then return -1 end
+return redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 """
 _RENEW = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
@@ -290,7 +295,7 @@ class RedisStore:
         except redis.ResponseError:  # (not a set: what is left of another layout)
             known = set()
         pipe = self.client.pipeline(transaction=False)
-        for suffix in ("meta", "workers", "parts", "owners"):
+        for suffix in ("meta", "workers", "parts", "owners", "validators"):
             pipe.unlink(f"{self.ns}:{suffix}")
         for k in sorted(set(range(-1, parts)) | known):
             for key in self._keys(k):
@@ -352,6 +357,18 @@ class RedisStore:
         endow = k != POOL and first and not member.endowed  # type: ignore[attr-defined]
         kept = None if k != POOL else {"series": series or []}
         return Claim(member, token, log, new, endow, kept)
+
+    def judge(self, host: str, verdict: dict[str, Any]) -> None:
+        if self._gone:
+            return
+        keys = [self.ns + ":meta", self.ns + ":validators"]
+        self.round_trips += 1
+        if int(self._run(self.client, _JUDGE, keys, [host, json.dumps(verdict)])) == -1:
+            raise self._gone_error()
+
+    def verdicts(self) -> dict[str, dict[str, Any]]:
+        self.round_trips += 1
+        return read_verdicts(self.client, self.key)
 
     def release(self, k: int, token: str) -> None:
         if self._gone:

@@ -13,6 +13,7 @@ notes), ``fig`` (its figures).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import pickle
 import zlib
@@ -163,6 +164,18 @@ def crawl_meta(client: Any, key: str) -> dict[str, str]:
     return {k.decode(): v.decode() for k, v in raw.items()}
 
 
+def read_verdicts(client: Any, key: str) -> dict[str, Any]:
+    """The verdicts on hosts' validators the crawl keeps (``{K}:validators``: host -> JSON);
+    one that does not parse is None (its reader judges the host again)."""
+    out = {}
+    for host, raw in client.hgetall("{" + key + "}:validators").items():
+        verdict = None
+        with contextlib.suppress(ValueError, UnicodeDecodeError):
+            verdict = json.loads(raw)
+        out[host.decode(errors="replace")] = verdict
+    return out
+
+
 #: How to leave a crawl that cannot be used (the end of an error's line).
 START_AFRESH = "start afresh (OPIC_REDIS_RESET=True, or another OPIC_REDIS_KEY)"
 
@@ -293,6 +306,7 @@ class RedisSnapshot:
         #: Cash on its way: messages not applied yet, and the endowment if no partition has it.
         self.transit = self._in_transit(messages.values())
         self._meta.setdefault("series", series or [])
+        self._meta["validators"] = read_verdicts(client, key)
         self._build(config)
 
     def _in_transit(self, messages: Iterable[Message]) -> float:

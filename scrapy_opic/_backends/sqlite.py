@@ -630,6 +630,8 @@ class SqliteStore:
             raise ValueError("the embedded store keeps a crawl of one partition")
         self.config = config
         self.meta = dict(meta)
+        if self._saved is not None and "validators" in self._saved.meta:
+            self.meta["validators"] = dict(self._saved.meta["validators"])
         try:
             self.file = SqliteFile(self.path, self.lock, fresh=self._saved is None)
         except BaseException:
@@ -772,6 +774,14 @@ class SqliteStore:
         if fr.refresher is not None:
             columns.update(fr.refresher.columns(len(columns["f.hash"])))
         return columns
+
+    def judge(self, host: str, verdict: dict[str, Any]) -> None:
+        # (In the meta of the next checkpoint: a verdict found since the last one is found
+        # again, as the pages crawled since are crawled again.)
+        self.meta.setdefault("validators", {})[host] = verdict
+
+    def verdicts(self) -> dict[str, dict[str, Any]]:
+        return dict(self.meta.get("validators", {}))
 
     def release(self, k: int, token: str) -> None:
         pass

@@ -13,7 +13,9 @@ and computes nothing of OPIC. It:
   reads the members' inboxes;
 * keeps the leases (renewed by each write, released, lapsed when a process stops renewing)
   and tells who is alive and owns what (:meth:`Store.beat`);
-* adds up the figures of the members it keeps (:meth:`Store.figures`).
+* adds up the figures of the members it keeps (:meth:`Store.figures`);
+* keeps the verdicts on hosts' validators (:meth:`Store.judge`), for every process and every
+  resume: a host found to lie is not trusted again by whoever crawls it next.
 
 Two stores implement it: :class:`~scrapy_opic._backends.sqlite.SqliteStore` (one process, one
 partition, checkpoints in a sqlite file) and :class:`~scrapy_opic._backends.redis.RedisStore`
@@ -140,6 +142,13 @@ class Store(Protocol):
     def release(self, k: int, token: str) -> None:
         """Give up member ``k``'s lease (if still this process's)."""
 
+    def judge(self, host: str, verdict: dict[str, Any]) -> None:
+        """Keep ``verdict`` (JSON-ready) on ``host``'s validators, replacing the one kept; it
+        lasts as long as the crawl (written with the next checkpoint, or at once)."""
+
+    def verdicts(self) -> dict[str, dict[str, Any]]:
+        """The verdicts kept, by host (as :meth:`judge` kept them, whichever process did)."""
+
     def figures(self, skip: Collection[int]) -> dict[str, float]:
         """A shared store: the crawl's figures as the members but ``skip`` last wrote them, the
         messages in their inboxes (``messages``), the processes (``workers``) and partitions in
@@ -166,6 +175,7 @@ class MemoryStore:
 
     def __init__(self) -> None:
         self.config: CrawlConfig | None = None
+        self._verdicts: dict[str, dict[str, Any]] = {}
 
     def saved(self) -> dict[str, Any] | None:
         return None
@@ -195,6 +205,12 @@ class MemoryStore:
 
     def release(self, k: int, token: str) -> None:
         pass
+
+    def judge(self, host: str, verdict: dict[str, Any]) -> None:
+        self._verdicts[host] = verdict
+
+    def verdicts(self) -> dict[str, dict[str, Any]]:
+        return dict(self._verdicts)
 
     def figures(self, skip: Collection[int]) -> dict[str, float]:
         return {}

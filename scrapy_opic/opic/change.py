@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Mapping, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -386,30 +386,46 @@ class ValidatorAudit:
         """Which of ``key``'s validator kinds (:data:`KINDS`) are distrusted."""
         return tuple(not self.trusted(key, kind) for kind in KINDS)
 
-    def state(self) -> dict[str, list]:
-        """What the audit learned, as JSON-ready lists (keys are host names)."""
+    def verdict(self, key: Hashable) -> dict[str, Any]:
+        """What the audit learned of ``key``, JSON-ready (:meth:`merge` takes it back)."""
         return {
-            "counts": [[k, kind, c] for (k, kind), c in self.counts.items()],
-            "refetches": [[k, c] for k, c in self.refetches.items()],
-            "false_304": sorted(map(str, self.false_304)),
-            "lied": [[k, t] for k, t in self.lied.items()],
+            "counts": {kind: c for kind in KINDS if (c := self.counts.get((key, kind)))},
+            "refetches": self.refetches.get(key, [0, 0, 0, 0]),
+            "false_304": key in self.false_304,
+            "lied": self.lied.get(key),
         }
 
-    def load(self, state: Mapping[str, list]) -> None:
-        """Take back what :meth:`state` gave (:class:`ValueError` if it is not that)."""
+    def merge(self, key: Hashable, verdict: Mapping[str, Any]) -> bool:
+        """Take ``verdict`` (:meth:`verdict`, another process's or an earlier run's) on
+        ``key`` if it distrusts a validator this audit trusts; whether it did.
+        :class:`ValueError` if it is no verdict."""
+        other = ValidatorAudit(self.min_evidence, self.max_share, self.audit_every)
         try:
-            counts = {(k, kind): [int(x) for x in c] for k, kind, c in state["counts"]}
-            refetches = {k: [int(x) for x in c] for k, c in state["refetches"]}
-            false_304: set[Hashable] = {str(k) for k in state["false_304"]}
-            lied: dict[Hashable, float] = {str(k): float(t) for k, t in state["lied"]}
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"not a validator audit ({exc})") from None
-        if any(len(c) != 3 for c in counts.values()) or any(
-            len(c) != 4 for c in refetches.values()
-        ):
-            raise ValueError("not a validator audit (counts of another length)")
-        self.counts, self.refetches, self.false_304 = counts, refetches, false_304
-        self.lied = lied
+            counts = {kind: [int(x) for x in c] for kind, c in verdict["counts"].items()}
+            refetches = [int(x) for x in verdict["refetches"]]
+            lied = verdict["lied"]
+            lied = None if lied is None else float(lied)
+            false_304 = bool(verdict["false_304"])
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ValueError(f"not a verdict on validators ({exc!r})") from None
+        if set(counts) - set(KINDS) or any(len(c) != 3 for c in counts.values()):
+            raise ValueError("not a verdict on validators (counts of another kind)")
+        if len(refetches) != 4:
+            raise ValueError("not a verdict on validators (refetches of another length)")
+        other.counts = {(key, kind): c for kind, c in counts.items()}
+        if false_304:
+            other.false_304.add(key)
+        if not any(a and not b for a, b in zip(other.distrusted(key), self.distrusted(key))):
+            return False
+        for kind in KINDS:
+            self.counts.pop((key, kind), None)
+        self.counts.update(other.counts)
+        self.refetches[key] = refetches
+        if false_304:
+            self.false_304.add(key)
+        if lied is not None:
+            self.lied[key] = lied
+        return True
 
     def trusted(self, key: Hashable, kind: str) -> bool:
         """Whether ``kind`` of ``key`` may be sent and its 304s believed."""
