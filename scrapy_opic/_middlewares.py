@@ -295,8 +295,8 @@ class OpicDownloaderMiddleware:
     def _judged(self, host: str, before: tuple[bool, ...]) -> None:
         """``host``'s verdict changed from ``before``: said once, dated if it lied, kept."""
         audit = self.audit
-        now = time.time()
-        audit.judge(host, now)
+        lied = audit.lie_found(host) is not None
+        audit.judge(host, time.time())
         for kind, was, now_bad in zip(("ETag", "Last-Modified"), before, audit.distrusted(host)):
             if now_bad and not was and host not in audit.false_304:
                 logger.warning(
@@ -308,6 +308,8 @@ class OpicDownloaderMiddleware:
         scheduler = OpicScheduler.of(self.crawler)
         if scheduler is not None:
             scheduler.judge_validators(host, audit.verdict(host))
+            if not lied and audit.lie_found(host) is not None:
+                scheduler.forget_lies(host)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> OpicDownloaderMiddleware:
@@ -367,8 +369,7 @@ class OpicDownloaderMiddleware:
         host = urlparse_cached(request).hostname
         changed = self._changed(request, host, etag, modified, sig)
         since = _http_time(modified) if self.audit.trusted(host, "last_modified") else None
-        lie_found = self.audit.lie_found(host)
-        meta[SEEN_META] = Seen(request.url, etag, modified, sig, changed, since, lie_found)
+        meta[SEEN_META] = Seen(request.url, etag, modified, sig, changed, since)
         if changed is False:
             self._unchanged(request)
         return response

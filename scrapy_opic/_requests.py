@@ -101,8 +101,6 @@ class Seen(NamedTuple):
     changed: bool | None
     #: The time a trusted Last-Modified gives (seconds since the epoch), or None.
     modified: float | None
-    #: When the host's validators were found to lie, or None.
-    lie_found: float | None
 
 
 #: Meta of a request in flight: the validator headers the downloader middleware added to it

@@ -578,7 +578,7 @@ class OpicScheduler(BaseScheduler):
         seen = request.meta.get(SEEN_META)
         if seen is not None:  # (a crawl that refetches by freshness)
             later = with_validators(request, later, seen)
-            kw.update(changed=seen.changed, modified=seen.modified, lie_found=seen.lie_found)
+            kw.update(changed=seen.changed, modified=seen.modified)
         importance = bool(self.settings.item_field)
         visit = self.frontier.visit(lease, links, virtual_weight, importance, later, **kw)
         if visit is None:  # the lease had expired: another process fetches the page
@@ -610,11 +610,9 @@ class OpicScheduler(BaseScheduler):
         if (taken := self.leases.take(request)) is None:
             return False
         lease, later = taken
-        lie_found = None
         if (seen := request.meta.get(SEEN_META)) is not None:
             later = with_validators(request, later, seen)
-            lie_found = seen.lie_found
-        if self.frontier.unchanged(lease, later, lie_found) is None:
+        if self.frontier.unchanged(lease, later) is None:
             self.counts["opic/stale"] += 1
             return False
         self.counts["opic/visits"] += 1
@@ -625,6 +623,11 @@ class OpicScheduler(BaseScheduler):
     def judge_validators(self, host: str, verdict: dict[str, Any]) -> None:
         """Keep the downloader middleware's verdict on ``host``'s validators with the crawl."""
         self.frontier.judge(host, verdict)
+
+    @_guarded(0)
+    def forget_lies(self, host: str) -> int:
+        """``host``'s validators lied: its pages forget what the lie taught their rates."""
+        return self.frontier.forget_lies(host)
 
     @_guarded({})
     def validator_verdicts(self) -> dict[str, dict[str, Any]]:

@@ -19,7 +19,7 @@ from scrapy_opic.opic.contract import Entry
 from scrapy_opic.opic.engine import OpicEngine
 from scrapy_opic.opic.fleet import Fleet
 from scrapy_opic.opic.frontier import MemoryFrontier
-from scrapy_opic.opic.journal import Relayed, Unchanged, Visited
+from scrapy_opic.opic.journal import Forgot, Relayed, Unchanged, Visited
 from scrapy_opic.opic.messages import POOL, Figures, Mailbox, Payment, Report, Transfer
 from scrapy_opic.opic.pagerank import pagerank
 from scrapy_opic.opic.partition import Partition
@@ -502,9 +502,12 @@ def test_a_journal_of_refetches_by_change_replays_bit_for_bit():
         fresh_step(rnd.choice(fs), links, rnd, clock, step)
         if step % 5 == 0:
             bus.round(shuffle=True)
+        if step == 250:  # (a host found to lie: its pages forget, a record replayed too)
+            part = next(p for f in fs for p in f.parts.values() if p.frontier.engine.n)
+            assert part.forget_lies(part.frontier.slot_of(0)) > 0
     written(bus, fs)
     journaled = {type(rec) for js in bus.store.journals.values() for rec in js}
-    assert {Unchanged, Relayed, Visited} <= journaled
+    assert {Unchanged, Relayed, Visited, Forgot} <= journaled
     for f in fs:
         for k, live in f.parts.items():
             again = bus.store.load(k, f)

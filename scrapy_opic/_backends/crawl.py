@@ -273,18 +273,14 @@ class Crawl:
         outcome: int = OK,
         changed: bool | None = None,
         modified: float | None = None,
-        lie_found: float | None = None,
     ) -> Visit | None:
         got = self.fleet.visit(
-            lease, links, virtual_weight, importance, payload, outcome, changed, modified,
-            lie_found,
-        )  # fmt: skip
+            lease, links, virtual_weight, importance, payload, outcome, changed, modified
+        )
         return self._active(lease, got)
 
-    def unchanged(
-        self, lease: Lease, payload: Any = None, lie_found: float | None = None
-    ) -> Visit | None:
-        return self._active(lease, self.fleet.unchanged(lease, payload, lie_found))
+    def unchanged(self, lease: Lease, payload: Any = None) -> Visit | None:
+        return self._active(lease, self.fleet.unchanged(lease, payload))
 
     def fail(self, lease: Lease, outcome: int = ERROR, payload: Any = None) -> bool:
         return self._active(lease, self.fleet.fail(lease, outcome, payload))
@@ -379,6 +375,12 @@ class Crawl:
             self._judge_unjudged()
 
     # -- verdicts on hosts' validators --------------------------------------------------------
+    def forget_lies(self, host: str) -> int:
+        """The pages of ``host`` (its download slot) forget what its lying validators taught
+        their change rates (:meth:`Fleet.forget_lies <scrapy_opic.opic.fleet.Fleet.forget_lies>`);
+        how many pages."""
+        return self.fleet.forget_lies(host)
+
     def judge(self, host: str, verdict: dict[str, Any]) -> None:
         """Keep a verdict on ``host``'s validators in the store (:meth:`Store.judge
         <scrapy_opic._backends.store.Store.judge>`); a store that does not answer takes it

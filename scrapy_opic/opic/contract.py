@@ -148,7 +148,6 @@ class Frontier(Protocol):
         outcome: int = OK,
         changed: bool | None = None,
         modified: float | None = None,
-        lie_found: float | None = None,
     ) -> Visit | None:
         """The page was fetched and parsed, and follows ``links`` (self-links are not paid):
         its cash moves into its history and is paid out, ``epsilon`` to the virtual page and the
@@ -159,18 +158,13 @@ class Frontier(Protocol):
         part-way (``spider_error``: the links found before the failure are paid all the same).
         ``changed``: whether its content changed since its last parsed visit (None: unknown),
         and ``modified``: its last change as a trusted ``Last-Modified`` dates it (seconds since
-        the epoch), for a crawl that learns change rates. ``lie_found``: when its host's
-        validators were found to lie (304s that hid changes): what the page's change rate
-        learned from "unchanged" before then is dropped, once."""
+        the epoch), for a crawl that learns change rates."""
         ...
 
-    def unchanged(
-        self, lease: Lease, payload: Any = None, lie_found: float | None = None
-    ) -> Visit | None:
+    def unchanged(self, lease: Lease, payload: Any = None) -> Visit | None:
         """The page was refetched and is unchanged (a 304, or the content of its last parsed
         visit): a visit over the links of that visit (a page with none kept is dangling: its
-        cash goes to the virtual page), and an observation of its change rate (``lie_found``:
-        as for :meth:`visit`)."""
+        cash goes to the virtual page), and an observation of its change rate."""
         ...
 
     def fail(self, lease: Lease, outcome: int = ERROR, payload: Any = None) -> bool:

@@ -391,11 +391,9 @@ class Fleet:
         self._touched(part)
         return got
 
-    def unchanged(
-        self, lease: Lease, payload: Any = None, lie_found: float | None = None
-    ) -> Visit | None:
+    def unchanged(self, lease: Lease, payload: Any = None) -> Visit | None:
         data = self._data(payload, lease.url)[0]
-        return self._settle(lease, None, lambda part, own: part.unchanged(own, data, lie_found))
+        return self._settle(lease, None, lambda part, own: part.unchanged(own, data))
 
     def visit(
         self,
@@ -407,7 +405,6 @@ class Fleet:
         outcome: int = OK,
         changed: bool | None = None,
         modified: float | None = None,
-        lie_found: float | None = None,
     ) -> Visit | None:
         """The partition's visit, each link routed once (:func:`_route`)."""
         part, own = self._part_of(lease)
@@ -416,15 +413,14 @@ class Fleet:
         data = self._data(payload, lease.url)[0]
         if self.P == 1:  # (every page here)
             visit = part.visit(
-                own, links, virtual_weight, importance, data, outcome, changed, modified, lie_found
+                own, links, virtual_weight, importance, data, outcome, changed, modified
             )
             self._touched(part)
             return visit
         kept, routes, codes, virtual_weight = _route(self, part.k, links, virtual_weight)
         visit = part.visit(
-            own, kept, virtual_weight, importance, data, outcome, changed, modified, lie_found,
-            routes=routes,
-        )  # fmt: skip
+            own, kept, virtual_weight, importance, data, outcome, changed, modified, routes=routes
+        )
         self._touched(part)
         if visit is None:
             return None
@@ -446,6 +442,16 @@ class Fleet:
 
     def forfeit(self, lease: Lease, outcome: int = FORBIDDEN) -> bool:
         return self._settle(lease, False, lambda part, own: part.forfeit(own, outcome))
+
+    def forget_lies(self, slot: Hashable) -> int:
+        """:meth:`Partition.forget_lies <.partition.Partition.forget_lies>` in every partition
+        this process owns (a host's pages are in one, when partitioned by host)."""
+        n = 0
+        for part in self.parts.values():
+            if got := part.forget_lies(slot):
+                n += got
+                self._touched(part)
+        return n
 
     def drop(self, key: Hashable, outcome: int = FILTERED, url: str | None = None) -> bool:
         if url is None and self.by == "host":

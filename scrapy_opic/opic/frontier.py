@@ -427,12 +427,10 @@ class MemoryFrontier:
         outcome: int = OK,
         changed: bool | None = None,
         modified: float | None = None,
-        lie_found: float | None = None,
     ) -> Visit | None:
         got = self.visit_out(
-            lease, links, (), virtual_weight, importance, payload, outcome, changed, modified,
-            lie_found=lie_found,
-        )  # fmt: skip
+            lease, links, (), virtual_weight, importance, payload, outcome, changed, modified
+        )
         return None if got is None else got[0]
 
     def visit_out(
@@ -446,7 +444,6 @@ class MemoryFrontier:
         outcome: int = OK,
         changed: bool | None = None,
         modified: float | None = None,
-        lie_found: float | None = None,
     ) -> tuple[Visit, list[tuple[float, float]]] | None:
         """:meth:`~.contract.Frontier.visit` of a page that also links to pages this frontier
         does not hold (see :meth:`OpicEngine.visit_out
@@ -467,7 +464,7 @@ class MemoryFrontier:
             share = r.keep(i, paid, weights, virtual_weight)
             if share is not None:  # (a revisit: how far the site's links moved)
                 self.engine.links_changed(share)
-            r.observed(i, changed, since=modified, lie_found=lie_found)
+            r.observed(i, changed, since=modified)
         self._record_outcome(i, outcome)
         if outcome != OK:
             self.failed_visits += 1
@@ -480,18 +477,12 @@ class MemoryFrontier:
         ]
         return Visit(codes, importance_of(self.engine, i) if importance else None), shares
 
-    def unchanged(
-        self, lease: Lease, payload: Any = None, lie_found: float | None = None
-    ) -> Visit | None:
-        got = self.unchanged_out(lease, (), payload, lie_found)
+    def unchanged(self, lease: Lease, payload: Any = None) -> Visit | None:
+        got = self.unchanged_out(lease, (), payload)
         return None if got is None else got[0]
 
     def unchanged_out(
-        self,
-        lease: Lease,
-        outside: Sequence[float],
-        payload: Any = None,
-        lie_found: float | None = None,
+        self, lease: Lease, outside: Sequence[float], payload: Any = None
     ) -> tuple[Visit, list[tuple[float, float]]] | None:
         """:meth:`~.contract.Frontier.unchanged` of a page whose kept links also lead to pages this
         frontier does not hold: ``outside``, their weights; returns the visit and
@@ -506,7 +497,7 @@ class MemoryFrontier:
         else:
             shares = self.engine.visit_out(i, (), None, 0.0, outside)[1]
         if r is not None:
-            r.observed(i, False, lie_found=lie_found)
+            r.observed(i, False)
         if self.outcome[i] != SPIDER_ERROR:  # (its content is the last parse's: so is that)
             self._record_outcome(i, OK)
         self.backoff.answered(i, self.slot_of(i))
@@ -668,6 +659,18 @@ class MemoryFrontier:
             return room is None or room(slot(tier[j]) if tier[j] else "")
 
         return r.due(eligible, early, now)
+
+    def forget_lies(self, slot: Hashable) -> int:
+        """The pages of download slot ``slot`` (a host whose validators lied) forget the time
+        they were thought unchanged (:meth:`~.refresh.Refresher.forget`); how many pages."""
+        r = self.refresher
+        if r is None:
+            return 0
+        codes = [c for c, (_p, s) in enumerate(self.tiers.as_list(), 1) if s == slot]
+        n = self.engine.n
+        ids = np.flatnonzero(np.isin(np.frombuffer(self.tier, np.uint32, n), codes))
+        r.forget(ids)
+        return len(ids)
 
     def relay_pick(self, popped: int) -> int | None:
         """The page a relay visit after the refetch pop of ``popped`` is for (see

@@ -31,14 +31,12 @@ class Visited(NamedTuple):
     outcome: int
     changed: bool | None
     modified: float | None
-    lie_found: float | None
 
 
 class Unchanged(NamedTuple):
     at: float
     key: Hashable
     payload: Any
-    lie_found: float | None
 
 
 class Relayed(NamedTuple):
@@ -65,6 +63,13 @@ class Dropped(NamedTuple):
     at: float
     key: Hashable
     outcome: int
+
+
+class Forgot(NamedTuple):
+    """The pages of a download slot forgot what a lie taught their change rates."""
+
+    at: float
+    slot: Hashable
 
 
 class Retried(NamedTuple):

@@ -47,6 +47,7 @@ from .journal import (
     Failed,
     Filed,
     Forfeited,
+    Forgot,
     Member,
     PaidOut,
     Redirected,
@@ -306,7 +307,6 @@ class Partition(Member):
         outcome: int = OK,
         changed: bool | None = None,
         modified: float | None = None,
-        lie_found: float | None = None,
         *,
         routes: Sequence[int] | None = None,
         now: float | None = None,
@@ -320,9 +320,8 @@ class Partition(Member):
         fr = self.frontier
         outside = [r.weight for r in remote.values()]
         got = fr.visit_out(
-            lease, local, outside, virtual_weight, importance, payload, outcome, changed, modified,
-            lie_found,
-        )  # fmt: skip
+            lease, local, outside, virtual_weight, importance, payload, outcome, changed, modified
+        )
         if got is None:
             return None
         visit, shares = got
@@ -344,7 +343,6 @@ class Partition(Member):
             outcome,
             changed,
             modified,
-            lie_found,
         )
         if len(local) == len(links):
             return visit
@@ -403,11 +401,7 @@ class Partition(Member):
         return [x.weight for x in remote], remote
 
     def unchanged(
-        self,
-        lease: Lease,
-        payload: Any = None,
-        lie_found: float | None = None,
-        now: float | None = None,
+        self, lease: Lease, payload: Any = None, now: float | None = None
     ) -> Visit | None:
         """The frontier's :meth:`~.frontier.MemoryFrontier.unchanged`; the shares of the kept
         links to pages of other partitions leave as transfers."""
@@ -415,11 +409,11 @@ class Partition(Member):
         fr = self.frontier
         i = fr.engine.id_of(lease.key)
         outside, remote = self._outside(i) if i is not None else ([], [])
-        got = fr.unchanged_out(lease, outside, payload, lie_found)
+        got = fr.unchanged_out(lease, outside, payload)
         if got is None:
             return None
         self._transfer(remote, got[1])
-        self._log(Unchanged, at, lease.key, payload, lie_found)
+        self._log(Unchanged, at, lease.key, payload)
         return got[0]
 
     def relay_after(self, popped: int) -> None:
@@ -459,6 +453,14 @@ class Partition(Member):
         if done:
             self._log(Dropped, at, key, outcome)
         return done
+
+    def forget_lies(self, slot: Hashable, now: float | None = None) -> int:
+        """The frontier's :meth:`~.frontier.MemoryFrontier.forget_lies`, recorded."""
+        at = self._begin(now)
+        n = self.frontier.forget_lies(slot)
+        if n:
+            self._log(Forgot, at, slot)
+        return n
 
     def retry(self, lease: Lease, entry: Entry, now: float | None = None) -> int | None:
         at = self._begin(now)
@@ -645,14 +647,14 @@ _REPLAY: dict[type, Callable[[Partition, Any], object]] = {
         r.outcome,
         r.changed,
         r.modified,
-        r.lie_found,
         now=r.at,
     ),
-    Unchanged: lambda p, r: p.unchanged(p._held(r.key), r.payload, r.lie_found, r.at),
+    Unchanged: lambda p, r: p.unchanged(p._held(r.key), r.payload, r.at),
     Relayed: _replay_relay,
     Failed: lambda p, r: p.fail(p._held(r.key), r.outcome, r.payload, r.at),
     Forfeited: lambda p, r: p.forfeit(p._held(r.key), r.outcome, r.at),
     Dropped: lambda p, r: p.drop(r.key, r.outcome, r.at),
+    Forgot: lambda p, r: p.forget_lies(r.slot, r.at),
     Retried: lambda p, r: p.retry(p._held(r.key), r.entry, r.at),
     Redirected: lambda p, r: p.redirect(p._held(r.key), r.entry, r.permanent, r.at),
     PaidOut: lambda p, r: p.pay_out(r.others),

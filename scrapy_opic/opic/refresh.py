@@ -313,20 +313,13 @@ class Refresher:
         changed: bool | None,
         now: float | None = None,
         since: float | None = None,
-        lie_found: float | None = None,
     ) -> None:
         """Page ``i`` was seen in full (a 200) or confirmed unchanged (a 304) at ``now``.
         ``since``: when it last changed, as a trusted ``Last-Modified`` says. At a first look
         (``changed`` None) that is an observation already: the page went unchanged from then
         to now (a page unchanged for a year is not a page that changes hourly); after a
-        change seen, it dates the change. ``lie_found``: when the page's host was found to
-        answer "unchanged" for changed pages; a page not seen since then forgets the time it
-        was thought unchanged (:meth:`~.change.ChangeRates.forget_unchanged`): that evidence
-        rested on the lie, and would keep its rate low long after."""
+        change seen, it dates the change."""
         now = self.wall() if now is None else now
-        rates = self.rates
-        if lie_found is not None and not rates.last_seen(i) >= lie_found:  # (nan: never seen)
-            rates.forget_unchanged(i)
         self._observe(i, changed, now, since)
         sched = self.schedule
         sched.grow(i + 1)
@@ -348,6 +341,15 @@ class Refresher:
             # (A change dated before the previous look is a date that lies: not used.)
             dated = changed and since is not None and since > before
             rates.observe(i, now, changed, at=since if dated else None)
+
+    def forget(self, ids: np.ndarray) -> None:
+        """Pages ``ids`` forget the time they were thought unchanged: their host's validators
+        lied (304s that hid changes, a constant ``Last-Modified``), and that evidence would
+        hold their rates low (and their refetches rare) long after; their changes seen stand.
+        Re-planned soon."""
+        self.rates.forget_unchanged(ids)
+        if len(ids):
+            self.planner.wanted = True
 
     def failed(self, i: int, now: float | None = None) -> None:
         """Page ``i``'s fetch failed and the page stays open: due again a period later."""

@@ -44,7 +44,8 @@ comparison, ``*`` too) wins over ``If-Modified-Since``; a match is a 304 with th
 and no body. ``validators=False``: none sent, conditional headers ignored.
 ``lying="noisy"``: a new ETag and ``Last-Modified`` "now" at every response, never a 304.
 ``lying="stale"``: a constant ETag and ``Last-Modified`` per page while the content changes,
-so that a conditional request gets a false 304.
+so that a conditional request gets a false 304. ``lying="always-304"``: honest validators on
+full responses, and a 304 to every conditional request.
 
 Requests are answered at most ``pace`` per second, ``1 / pace`` apart (a fixed fetch rate,
 whatever the crawler's concurrency and the machine's load, as long as the crawler keeps a
@@ -75,7 +76,7 @@ from scrapy_opic.opic.pagerank import pagerank
 ALPHA = 0.85
 #: A page that never changed was last modified this long before the site started (seconds).
 BIRTH = -86_400.0
-LYING = (None, "noisy", "stale")
+LYING = (None, "noisy", "stale", "always-304")
 WORDS = [
     "alpha",
     "amber",
@@ -507,6 +508,8 @@ class PoissonSite:
         """Whether the conditional headers ask for a 304 (RFC 9110 13.2.2 order)."""
         if not self.validators or self.lying == "noisy":
             return False
+        if self.lying == "always-304" and (inm is not None or ims is not None):
+            return True
         if inm is not None:
             tags = {tag.strip().removeprefix("W/") for tag in inm.split(",")}
             return "*" in tags or out["ETag"].removeprefix("W/") in tags
