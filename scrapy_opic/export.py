@@ -61,7 +61,7 @@ from ._backends import StoreError, is_redis_location, masked_url, split_location
 from ._backends.sqlite_state import StateReader
 from ._formats import output_format
 from ._series import Series
-from .opic.change import SUMS, ChangeRates
+from .opic.change import SUMS, ChangeRates, pool_sums
 from .opic.constants import (
     CLOSED,
     FETCHED,
@@ -273,8 +273,8 @@ class OpicState:
             gone += int((closed & ((cols["flags"] & FETCHED) != 0)).sum())
             counts += np.bincount(cols["f.status"], minlength=len(STATUSES))[: len(STATUSES)]
             if "r.u" in cols:
-                for f in SUMS:
-                    pooled[f] = pooled.get(f, 0.0) + float(cols[f"r.{f}"].sum())
+                for f, v in pool_sums({f: cols[f"r.{f}"] for f in (*SUMS, "n_u")}).items():
+                    pooled[f] = pooled.get(f, 0.0) + v
         self._total, self._counts, self._gone = total, counts, gone
         if pooled:
             self._pooled_rate = ChangeRates(prior_rate=PRIOR_RATE).rate_of_sums(pooled)

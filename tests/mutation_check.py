@@ -290,6 +290,11 @@ MUTANTS: list[tuple[str, list[tuple[str, str, str]], list[str] | None]] = [
         ],
         None,
     ),
+    (
+        "a new owner's replay skips a liar's pages forgetting what the lie taught",
+        [(PART, "Forgot: lambda p, r: p.forget_lies(r.slot, r.at),", "Forgot: lambda p, r: 0,")],
+        ["tests/test_partition.py"],
+    ),
     # -- one host, one partition ----------------------------------------------------------------
     (
         "a host's partition depends on the case it is written in",

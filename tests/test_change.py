@@ -11,6 +11,7 @@ from scipy.optimize import brentq
 
 from scrapy_opic.opic.change import (
     PRIOR_WEIGHTS,
+    SUMS,
     ChangeRates,
     Snapshot,
     ValidatorAudit,
@@ -147,7 +148,28 @@ def test_confidence_grows_with_evidence_and_the_pooled_rate_of_alike_pages_is_th
     se = cr.log_se()
     assert se[0] > se[1] > se[2]
     assert se[2] == pytest.approx(1 / math.sqrt(500 * 0.55), rel=0.3)  # the Fisher information
-    assert cr.pooled_rate() == pytest.approx(1.0, rel=0.15)
+    alike = ChangeRates(capacity=20)
+    for i in range(20):
+        observe_page(alike, i, 1.0, rng.exponential(0.7, 100), rng)
+    assert alike.pooled_rate() == pytest.approx(1.0, rel=0.15)
+
+
+def test_the_pooled_rate_weighs_each_page_once_however_long_it_was_watched():
+    """Pages that never change, watched for a day, do not drag the prior of the others to
+    none: the prior is about the mean of the pages' own rates."""
+    rng = np.random.default_rng(8)
+    cr = ChangeRates(capacity=10)
+    for i in range(10):
+        if i < 3:  # (never changing: one look a day ago, one now)
+            cr.observe(i, 0.0, None)
+            cr.observe(i, 86_400.0, False)
+        else:
+            observe_page(cr, i, 1.0, rng.exponential(0.5, 60), rng)
+    assert cr.pooled_rate() == pytest.approx(0.7 * 1.0, rel=0.2)
+    # (All the observations together: a rate near none, as the prior before.)
+    tot = {f: np.array([cr.sums()[f]]) for f in SUMS}
+    together = solve_rates(tot["n_c"], tot["s1"], tot["s2"], tot["s3"], tot["u"])
+    assert together[0] < 0.01
 
 
 def test_an_unknown_rate_has_a_wide_confidence():

@@ -229,18 +229,24 @@ class ChangeRates:
         )  # fmt: skip
 
     def pooled_rate(self) -> float:
-        """One rate for all pages' observations together (their sums are additive): a prior
-        for pages with little evidence of their own (empirical Bayes)."""
+        """The prior for pages with little evidence of their own (empirical Bayes): the mean
+        over the pages observed of their rough rates (:func:`pool_sums`; each page weighs
+        one, however long it was watched: a page that never changes, watched for a day,
+        would otherwise drag every page's prior toward none); before any change is seen, the
+        rate of all observations together."""
         return self.rate_of_sums(self.sums())
 
     def sums(self) -> dict[str, float]:
-        """The totals of :data:`SUMS` over all pages (additive: pages of several parts pool
-        by adding them)."""
-        return {f: float(self.a[f][: self.n].sum()) for f in SUMS}
+        """What :meth:`rate_of_sums` reads, as totals over the pages (additive: pages of
+        several parts pool by adding them): see :func:`pool_sums`."""
+        return pool_sums({f: self.a[f][: self.n] for f in SUMS + ("n_u",)})
 
     def rate_of_sums(self, sums: Mapping[str, float]) -> float:
-        """The rate of observations given as the totals of :data:`SUMS` (of many pages, read
-        a part at a time: :meth:`pooled_rate` of a saved crawl)."""
+        """The rate :meth:`pooled_rate` gives of totals (:func:`pool_sums`, of many pages,
+        read a part at a time: that of a saved crawl)."""
+        if sums.get("looked", 0.0) > 0 and sums.get("crude", 0.0) > 0:
+            low, high = self.bounds
+            return float(min(max(sums["crude"] / sums["looked"], low), high))
         tot = {f: np.array([sums.get(f, 0.0)]) for f in SUMS}
         rate = solve_rates(
             tot["n_c"], tot["s1"], tot["s2"], tot["s3"], tot["u"],
@@ -283,6 +289,25 @@ class ChangeRates:
         """Observations (intervals compared) per page."""
         k = self._ids(ids)
         return self.a["n_c"][k] + self.a["n_u"][k]
+
+
+def pool_sums(columns: Mapping[str, np.ndarray]) -> dict[str, float]:
+    """The totals :meth:`ChangeRates.rate_of_sums` reads, of pages given as their arrays of
+    :data:`SUMS` and ``n_u``: those of :data:`SUMS`, the pages observed (``looked``) and the
+    sum of their rough rates (``crude``): ``-ln(1 - k / (N + 1)) / t``, the rate at which
+    ``k`` of ``N`` looks ``t`` apart would show a change (``t`` their mean interval, the
+    changed ones counted by their geometric mean; ``N + 1`` keeps a page changed at every
+    look finite)."""
+    n_c, s1, u, n_u = columns["n_c"], columns["s1"], columns["u"], columns["n_u"]
+    looks = n_c + n_u
+    changed = n_c * np.exp(np.divide(s1, n_c, out=np.zeros_like(s1), where=n_c > 0))
+    mean = np.divide(u + changed, looks, out=np.zeros_like(u), where=looks > 0)
+    shown = -np.log1p(-n_c / (looks + 1.0))
+    crude = np.divide(shown, mean, out=np.zeros_like(mean), where=mean > 0)
+    out = {f: float(columns[f].sum()) for f in SUMS}
+    out["looked"] = float(((n_c + n_u) > 0).sum())
+    out["crude"] = float(crude.sum())
+    return out
 
 
 class Snapshot(NamedTuple):
