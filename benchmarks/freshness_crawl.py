@@ -1,18 +1,23 @@
 """Freshness of a real continuous Scrapy crawl of a site whose pages change at known rates.
 
     python -m benchmarks.freshness_crawl [--set NAME=VALUE ...] [--pages 300] [--pace 60]
+                                         [--static 0.3] [--lying always-304]
                                          [--out benchmarks/results/freshness_crawl.md]
 
-The site, ``tests.support.changing_site.PoissonSite``: N pages, 30% never changing, the others at
+The site, ``tests.support.changing_site.PoissonSite``: N pages, 30% (``--static``) never
+changing, the others at
 rates log-uniform over 0.1 to 10 changes per N requests, regardless of links or the fastest for the
-highest PageRank; honest validators; ``--pace`` requests a second whatever the crawler's
+highest PageRank; honest validators (``--lying``: validators that lie, as ``PoissonSite`` says,
+the default cases crawled again beside it); ``--pace`` requests a second whatever the crawler's
 concurrency. A crawl (the add-on, continuous, 4 concurrent requests, 6N requests) per case with the
 defaults, then with ``--set`` (``OPIC_REFETCH=cash``: by cash, blind to change;
 ``OPIC_STORE=redis``: on Redis). Requests 3N to 6N in the server's log, against the true change
 times: *freshness* weighted by PageRank (fresh while the page's last 200 is current) and its *ratio*
 to the optimal allocation's at the same fetch rate; *unchanged 200s*, of the version the crawler
 had; *static*, fetches of pages that never change; *304*s (*false*: of changed pages); *tau*, of the
-importance at the end against PageRank.
+importance at the end against PageRank; *report*, the expected freshness ``opic-report`` gives
+at the end (``OpicState.change_summary``), beside *end*, the server's: the crawl's importance
+held by the pages whose copy is current when the crawl ends.
 """
 
 from __future__ import annotations
@@ -32,15 +37,16 @@ from benchmarks._harness import RESULTS, page, table, write_results
 from scrapy_opic.export import open_state
 from scrapy_opic.opic import freshness as alloc
 from tests.support import RUNNER
-from tests.support.changing_site import PoissonSite
+from tests.support.changing_site import LYING, PoissonSite
 
 COLUMNS = ("case", "settings", "freshness", "ratio", "unchanged 200s (%)", "static (%)", "304")
-COLUMNS += ("false 304", "tau")
+COLUMNS += ("false 304", "tau", "report", "end")
 
 
-def crawl(site: PoissonSite, sets: list[str], work: Path) -> np.ndarray:
+def crawl(site: PoissonSite, sets: list[str], work: Path) -> tuple[np.ndarray, float]:
     """A continuous crawl of ``site`` (``sets``: Scrapy settings) until Scrapy has 6N responses
-    (the server as many page requests, or a few more): the exported importance by page id."""
+    (the server as many page requests, or a few more): the exported importance by page id,
+    and the expected freshness the state reports."""
     key, path = f"freshness-{os.getpid()}-{work.name}", str(work / "opic.sqlite")
     settings = {"OPIC_STATE_PATH": path, "OPIC_REDIS_KEY": key, "OPIC_REDIS_RESET": True}
     settings |= dict(s.split("=", 1) for s in sets)
@@ -58,22 +64,35 @@ def crawl(site: PoissonSite, sets: list[str], work: Path) -> np.ndarray:
     with open_state(path) as state:
         for p in state.pages():
             x[int(p.url.rsplit("/", 1)[1])] = p.importance
-    return x
+        reported = state.change_summary().get("freshness", float("nan"))
+    return x, reported
 
 
-def measure(case: str, n: int, pace: float, sets: list[str], work: Path) -> dict:
+def measure(
+    case: str,
+    n: int,
+    pace: float,
+    sets: list[str],
+    work: Path,
+    static: float = 0.3,
+    lying: str | None = None,
+) -> dict:
     """One crawl of ``case``'s site: the figures of the module docstring."""
     rates = (0.1 * pace / n, 10.0 * pace / n)
-    with PoissonSite(n, 1, rates=rates, linked_fastest=case == "linked", pace=pace) as site:
-        x = crawl(site, sets, work)
+    kw = {"rates": rates, "linked_fastest": case == "linked", "pace": pace, "static": static}
+    with PoissonSite(n, 1, lying=lying, **kw) as site:
+        x, reported = crawl(site, sets, work)
+        ended = site.now()
     log = [f for f in site.log if f.page >= 0]
     t0, t1, window = log[3 * n - 1].t, log[6 * n - 1].t, log[3 * n : 6 * n]
     w, rate, budget = site.pagerank_before()[:n], site.rates[:n], len(window) / (t1 - t0)
     optimum = alloc.weighted_freshness(alloc.optimal_allocation(w, rate, budget), rate, w)
     fresh = site.weighted_freshness(log, t0, t1, site.pagerank_before())
+    copies = {f.page: f.version for f in log if f.status == 200}  # (each page's last 200)
+    current = np.array([copies.get(i, -1) == site.version(i, ended) for i in range(n)])
     return {
         "case": case,
-        "settings": ", ".join(sets) or "defaults",
+        "settings": ", ".join([*sets, *([f"lying={lying}"] if lying else [])]) or "defaults",
         "freshness": fresh,
         "ratio": fresh / optimum,
         "unchanged 200s (%)": 100 * np.mean([f.status == 200 and f.had for f in window]),
@@ -81,6 +100,8 @@ def measure(case: str, n: int, pace: float, sets: list[str], work: Path) -> dict
         "304": sum(f.status == 304 for f in window),
         "false 304": sum(f.status == 304 and not f.had for f in window),
         "tau": kendalltau(x[:n], w).statistic,
+        "report": reported,
+        "end": float((x[:n] * current).sum() / x[:n].sum()),
     }
 
 
@@ -89,17 +110,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="NAME=VALUE")
     p.add_argument("--pages", type=int, default=300)
     p.add_argument("--pace", type=float, default=60.0, help="server requests per second")
+    p.add_argument("--static", type=float, default=0.3, help="share of pages never changing")
+    p.add_argument("--lying", choices=[x for x in LYING if x], help="validators that lie")
     p.add_argument("--out", type=Path, default=RESULTS / "freshness_crawl.md")
     args = p.parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for k, sets in enumerate([[], args.sets] if args.sets else [[]]):
+        runs: list[tuple[list[str], str | None]] = [([], None)]
+        runs += [(args.sets, args.lying)] if args.sets or args.lying else []
+        for k, (sets, lying) in enumerate(runs):
             for case in ("independent", "linked"):
                 (work := Path(tmp) / f"{k}-{case}").mkdir()
-                rows.append(measure(case, args.pages, args.pace, sets, work))
+                rows.append(measure(case, args.pages, args.pace, sets, work, args.static, lying))
     text = page(
         "Freshness of a continuous crawl",
-        f"{args.pages} pages at {args.pace:g} requests/s; page requests 3N to 6N from the "
+        f"{args.pages} pages ({args.static:.0%} never changing) at {args.pace:g} requests/s; "
+        "page requests 3N to 6N from the "
         "server's access log (each column: the docstring of `benchmarks/freshness_crawl.py`).",
         table(COLUMNS, [[r[k] for k in COLUMNS] for r in rows]),
     )

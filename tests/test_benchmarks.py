@@ -191,8 +191,9 @@ def test_freshness_crawl_smoke(tmp_path):
     assert ratio and 0.5 < float(ratio.group(1)) <= 1.05  # (freshness over the optimum's)
     # Importance keeps converging while refetches go unevenly (by freshness): its Kendall tau
     # against PageRank is no lower than with refetches by cash alone.
+    at = mod.COLUMNS.index("tau") - 2  # (the columns after case and settings)
     tau = {
-        (case, sets.strip()): float(row.split("|")[-2])
+        (case, sets.strip()): float(row.split("|")[at])
         for case in ("independent", "linked")
         for sets, row in re.findall(rf"^\| {case} \|([^|]+)\|(.*)$", text, re.M)
     }

@@ -615,4 +615,4 @@ class PoissonSite:
         return float((w * self.freshness(log, t0, t1)).sum() / w.sum())
 
 
-__all__ = ["ALPHA", "BIRTH", "Fetch", "PoissonSite", "reachable", "restricted_pagerank"]
+__all__ = ["ALPHA", "BIRTH", "LYING", "Fetch", "PoissonSite", "reachable", "restricted_pagerank"]
