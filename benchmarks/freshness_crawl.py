@@ -14,7 +14,9 @@ defaults, then with ``--set`` (``OPIC_REFETCH=cash``: by cash, blind to change;
 ``OPIC_STORE=redis``: on Redis). Requests 3N to 6N in the server's log, against the true change
 times: *freshness* weighted by PageRank (fresh while the page's last 200 is current) and its *ratio*
 to the optimal allocation's at the same fetch rate; *unchanged 200s*, of the version the crawler
-had; *static*, fetches of pages that never change; *304*s (*false*: of changed pages); *tau*, of the
+had; *static*, fetches of pages that never change; *304*s (*false*: of changed pages); *static
+over changing*, the static pages fetched more than once more than a changing page of at least
+their PageRank; *tau*, of the
 importance at the end against PageRank; *report*, the expected freshness ``opic-report`` gives
 at the end (``OpicState.change_summary``), beside *end*, the server's: the crawl's importance
 held by the pages whose copy is current when the crawl ends.
@@ -40,7 +42,7 @@ from tests.support import RUNNER
 from tests.support.changing_site import LYING, PoissonSite
 
 COLUMNS = ("case", "settings", "freshness", "ratio", "unchanged 200s (%)", "static (%)", "304")
-COLUMNS += ("false 304", "tau", "report", "end")
+COLUMNS += ("false 304", "static over changing", "tau", "report", "end")
 
 
 def crawl(site: PoissonSite, sets: list[str], work: Path) -> tuple[np.ndarray, float]:
@@ -89,6 +91,12 @@ def measure(
     optimum = alloc.weighted_freshness(alloc.optimal_allocation(w, rate, budget), rate, w)
     fresh = site.weighted_freshness(log, t0, t1, site.pagerank_before())
     copies = {f.page: f.version for f in log if f.status == 200}  # (each page's last 200)
+    fetches = np.bincount([f.page for f in window], minlength=site.total)[:n]
+    changing = np.flatnonzero(rate > 0)
+    over = sum(
+        int(fetches[i] > fetches[changing[w[changing] >= w[i]]].min(initial=1 << 30) + 1)
+        for i in np.flatnonzero(rate == 0)
+    )
     current = np.array([copies.get(i, -1) == site.version(i, ended) for i in range(n)])
     return {
         "case": case,
@@ -99,6 +107,7 @@ def measure(
         "static (%)": 100 * np.mean([rate[f.page] == 0 for f in window]),
         "304": sum(f.status == 304 for f in window),
         "false 304": sum(f.status == 304 and not f.had for f in window),
+        "static over changing": over,
         "tau": kendalltau(x[:n], w).statistic,
         "report": reported,
         "end": float((x[:n] * current).sum() / x[:n].sum()),

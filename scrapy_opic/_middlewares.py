@@ -279,6 +279,7 @@ class OpicDownloaderMiddleware:
         # again after a resume, nor by the process that crawls it next. Read now and then
         # (another process may have found one of the hosts this one takes over).
         self._verdicts_read = -VERDICTS_EVERY
+        self._unreadable: set[str] = set()  # (hosts whose kept verdict was said unreadable)
 
     def _read_verdicts(self, now: float) -> None:
         self._verdicts_read = now
@@ -289,8 +290,10 @@ class OpicDownloaderMiddleware:
             try:
                 self.audit.merge(host, verdict)
             except ValueError as exc:
-                logger.warning("OPIC: the kept verdict on %s's validators is unreadable (%s): "
-                               "they are judged afresh", host, exc)  # fmt: skip
+                if host not in self._unreadable:
+                    self._unreadable.add(host)
+                    logger.warning("OPIC: the kept verdict on %s's validators is unreadable "
+                                   "(%s): they are judged afresh", host, exc)  # fmt: skip
 
     def _judged(self, host: str, before: tuple[bool, ...]) -> None:
         """``host``'s verdict changed from ``before``: said once, dated if it lied, kept."""
