@@ -19,7 +19,7 @@ over changing*, the static pages fetched more than once more than a changing pag
 their PageRank; *tau*, of the
 importance at the end against PageRank; *report*, the expected freshness ``opic-report`` gives
 at the end (``OpicState.change_summary``), beside *end*, the server's: the crawl's importance
-held by the pages whose copy is current when the crawl ends.
+held by the pages whose copy is current at the crawl's last request.
 """
 
 from __future__ import annotations
@@ -84,12 +84,12 @@ def measure(
     kw = {"rates": rates, "linked_fastest": case == "linked", "pace": pace, "static": static}
     with PoissonSite(n, 1, lying=lying, **kw) as site:
         x, reported = crawl(site, sets, work)
-        ended = site.now()
     log = [f for f in site.log if f.page >= 0]
     t0, t1, window = log[3 * n - 1].t, log[6 * n - 1].t, log[3 * n : 6 * n]
     w, rate, budget = site.pagerank_before()[:n], site.rates[:n], len(window) / (t1 - t0)
     optimum = alloc.weighted_freshness(alloc.optimal_allocation(w, rate, budget), rate, w)
     fresh = site.weighted_freshness(log, t0, t1, site.pagerank_before())
+    ended = log[-1].t  # (the crawl's last request: the time the report's figure is for)
     copies = {f.page: f.version for f in log if f.status == 200}  # (each page's last 200)
     fetches = np.bincount([f.page for f in window], minlength=site.total)[:n]
     changing = np.flatnonzero(rate > 0)
