@@ -4,11 +4,12 @@ the commands): its members loaded as their next owner would load them, its figur
 The keys of crawl ``K``: ``{K}:meta`` (the layout, the partition count, the crawl's parameters,
 what its creator recorded), ``{K}:workers`` (each process's last beat), ``{K}:parts``
 (partitions that have pages or messages), ``{K}:owners`` (who owns what, as the owners last
-said), ``{K}:validators`` (host -> the verdict on its validators, JSON); and per member ``k`` (a partition, or ``pool``), with the hash tag ``{K:k}`` so that a
-Redis Cluster keeps them on one node: ``lease``, ``ck`` (its checkpoint: a hash of a header,
-blocks of page arrays and blocks of keys, URLs and requests, each compressed), ``log`` (the
-journal since: a list of batches of records), ``in`` (its inbox: a stream of messages and
-notes), ``fig`` (its figures).
+said), ``{K}:validators`` (host -> the verdict on its validators, JSON); and per member ``k``
+(a partition, or ``pool``), with the hash tag ``{K:k}`` so that a Redis Cluster keeps them on
+one node: ``lease``, ``ck`` (its checkpoint: a hash of a header, blocks of page arrays and
+blocks of keys, URLs and requests, each compressed), ``log`` (the journal since: a list of
+batches of records), ``in`` (its inbox: a stream of messages and notes), ``fig`` (its
+figures).
 """
 
 from __future__ import annotations
