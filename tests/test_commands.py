@@ -99,6 +99,12 @@ def test_fetched_is_one_number_everywhere(tmp_path):
     counts["opic-top"] = _number(r"\d+ pages known, (\d+) fetched", top.out)
     status = project.scrapy("opic-status", "mixed")
     counts["opic-status"] = _number(r"\d+ pages known, (\d+) fetched", status.out)
+    # --json: one object of the same figures as the line.
+    line = project.scrapy("opic-status", "mixed", "--json").out.strip().splitlines()[-1]
+    got = json.loads(line)
+    assert got["fetched"] == counts["opic-status"]
+    assert f"{got['pages']} pages known" in status.out and f"{got['visits']} visits" in status.out
+    assert f"G={got['G']:.4f}" in status.out and got["time"].endswith("+00:00")
     export = project.scrapy("opic-export", "mixed", "-o", "pages.csv")
     assert export.returncode == 0, export.out
     with open(project.root / "pages.csv") as fh:

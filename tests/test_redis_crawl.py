@@ -534,6 +534,9 @@ def test_the_commands_read_a_redis_crawl(tmp_path, redis_crawl):
     status = scrapy("opic-status", "--state", state)
     assert "80 pages known" in status.stdout or "pages known" in status.stdout
     assert "partitions in use" in status.stdout
+    got = json.loads(scrapy("opic-status", "--state", state, "--json").stdout)
+    assert f"{got['pages']} pages known, {got['fetched']} fetched" in status.stdout
+    assert f"{got['workers']} processes, {got['partitions']} partitions in use" in status.stdout
     scrapy("opic-report", "--state", state, "-o", str(tmp_path / "r.html"))
     assert "<img" in (tmp_path / "r.html").read_text()
 

@@ -1,11 +1,14 @@
 """``scrapy opic-status SPIDER``: one line of a crawl's figures, now or every N seconds (to watch
-a fleet of processes on one Redis frontier)."""
+a fleet of processes on one Redis frontier); with ``--json``, one JSON object per line, the
+same figures (:data:`JSON_FIELDS`) for scripts and monitoring."""
 
 from __future__ import annotations
 
 import argparse
 import functools
+import json
 import time
+from datetime import datetime, timezone
 from typing import Any
 
 from .._backends import is_redis_location
@@ -19,6 +22,38 @@ def redis_status(location: str) -> dict[str, Any]:
     from .._backends.redis_state import fleet_status
 
     return read_redis_crawl(location, fleet_status)
+
+
+#: The fields of ``--json`` (those of a crawl in Redis only when it is one), each what the text
+#: line says of it.
+JSON_FIELDS = {
+    "time": "when the figures were read (ISO 8601, UTC)",
+    "pages": "pages known",
+    "fetched": "pages fetched",
+    "visits": "visits (a page refetched counts each time)",
+    "failed_visits": "visits that failed (HTTP errors, download errors, callback errors)",
+    "pending": "pages waiting to be fetched",
+    "G": "the clock: total history",
+    "virtual_cash": "the virtual page's cash",
+    "in_flight": "Redis: pages leased by a process and not yet settled",
+    "workers": "Redis: processes alive",
+    "partitions": "Redis: partitions in use (with pages or messages)",
+    "owners": "Redis: partitions owned, by process",
+    "messages": "Redis: message batches queued",
+    "unconfirmed": "Redis: messages not yet known delivered",
+    "G_low": "Redis: the slowest partition's clock",
+}
+
+
+def status_json(f: dict[str, Any]) -> str:
+    """The figures as one line of JSON (:data:`JSON_FIELDS`)."""
+    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    out: dict[str, Any] = {"time": now}
+    for name in JSON_FIELDS:
+        if name in f:
+            value = f[name]
+            out[name] = value.item() if hasattr(value, "item") else value  # (numpy scalars)
+    return json.dumps(out, sort_keys=False)
 
 
 def status_line(f: dict[str, Any]) -> str:
@@ -55,6 +90,12 @@ class Command(StateCommand):
             metavar="SECONDS",
             help="print a line every SECONDS until interrupted (default: once)",
         )
+        parser.add_argument(
+            "--json",
+            action="store_true",
+            help="print each line as a JSON object of the same figures: "
+            + "; ".join(f"{k}: {v}" for k, v in JSON_FIELDS.items()),
+        )
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         if opts.every < 0:
@@ -71,7 +112,10 @@ class Command(StateCommand):
                 return dict(state.stats())
 
         def show(f: dict[str, Any]) -> bool:
-            print(f"{time.strftime('%H:%M:%S')} {status_line(f)}", flush=True)
+            if opts.json:
+                print(status_json(f), flush=True)
+            else:
+                print(f"{time.strftime('%H:%M:%S')} {status_line(f)}", flush=True)
             return True
 
         try:
