@@ -53,7 +53,7 @@ def status_json(f: dict[str, Any]) -> str:
         if name in f:
             value = f[name]
             out[name] = value.item() if hasattr(value, "item") else value  # (numpy scalars)
-    return json.dumps(out, sort_keys=False)
+    return json.dumps(out)
 
 
 def status_line(f: dict[str, Any]) -> str:

@@ -305,7 +305,7 @@ def pool_sums(columns: Mapping[str, np.ndarray]) -> dict[str, float]:
     shown = -np.log1p(-n_c / (looks + 1.0))
     crude = np.divide(shown, mean, out=np.zeros_like(mean), where=mean > 0)
     out = {f: float(columns[f].sum()) for f in SUMS}
-    out["looked"] = float(((n_c + n_u) > 0).sum())
+    out["looked"] = float((looks > 0).sum())
     out["crude"] = float(crude.sum())
     return out
 

@@ -372,14 +372,11 @@ class Fleet:
         return k if k in self.parts and self.epochs.get(k) == token[1] else None
 
     def _part_of(self, lease: Lease) -> tuple[Partition | None, Lease]:
-        token = lease.token
-        if not isinstance(token, tuple) or len(token) != 3:
+        k = self.holder(lease)
+        if k is None:
             return None, lease
-        part = self.parts.get(token[0])
-        if part is None or self.epochs.get(token[0]) != token[1]:
-            return None, lease
-        self.heads.mark(token[0])
-        return part, lease._replace(token=token[2])
+        self.heads.mark(k)
+        return self.parts[k], lease._replace(token=lease.token[2])
 
     def _settle(self, lease: Lease, stale: Any, act: Callable[[Partition, Lease], Any]) -> Any:
         """``act(partition, its lease)`` for the partition of ``lease``; ``stale`` if the lease
