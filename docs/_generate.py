@@ -40,9 +40,10 @@ def commands_page() -> str:
         "# Commands",
         "",
         "Installed with the package (Scrapy finds them through its `scrapy.commands` entry",
-        "point). Each reads a spider's OPIC state read-only: where its crawl kept it (the",
-        "project's settings: `JOBDIR`, `OPIC_STATE_PATH`, or the Redis crawl), or the one",
-        "`--state` names. An expected failure is one `error: ...` line and exit code 1.",
+        "point). Each reads a spider's OPIC state read-only (`opic-feed` adds start URLs to",
+        "its feed and writes nothing else): where its crawl kept it (the project's settings:",
+        "`JOBDIR`, `OPIC_STATE_PATH`, or the Redis crawl), or the one `--state` names. An",
+        "expected failure is one `error: ...` line and exit code 1.",
         "",
     ]
     commands = [ep for ep in entry_points(group="scrapy.commands") if ep.name.startswith("opic-")]

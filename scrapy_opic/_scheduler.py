@@ -81,6 +81,7 @@ from ._requests import (
     refused_weight,
     with_validators,
 )
+from ._seeds import SeedIntake
 from ._sending import warn_unguarded
 from ._settings import OpicSettings, OpicSettingsError
 from ._state import open_frontier
@@ -232,6 +233,7 @@ class OpicScheduler(BaseScheduler):
         self._claimed = False  # a prepared scheduler handed to Scrapy's engine
         self._failed: str | None = None  # why the crawl's store failed (see _stop)
         self._closing = False
+        self.seeds = SeedIntake(self)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> OpicScheduler:
@@ -290,6 +292,7 @@ class OpicScheduler(BaseScheduler):
         self._tick = task.LoopingCall(self._maintain)
         self._tick.start(self.frontier.maintain_interval, now=False)
         log_opening(s, masked_url(self.frontier.location or "in memory"))
+        self.seeds.start()
         if self.frontier.shared:
             warn_unguarded(self.crawler.settings)
         return self.df.open() if self.df is not None else None
@@ -304,6 +307,15 @@ class OpicScheduler(BaseScheduler):
             stop_crawl(self.crawler, exc, bool(self.settings.jobdir), self._closing, kept)
 
     @property
+    def failed(self) -> bool:
+        """Whether the crawl's store failed for good (the crawl is stopping)."""
+        return self._failed is not None
+
+    def stop_on(self, exc: StoreError) -> None:
+        """The crawl's store failed for good: see :meth:`_stop`."""
+        self._stop(exc)
+
+    @property
     def frontier(self) -> Crawl:
         """The crawl's frontier, once :meth:`open` (or :func:`prepare`) opened it."""
         if self._frontier is None:
@@ -314,6 +326,7 @@ class OpicScheduler(BaseScheduler):
         self._closing = True
         if self._tick is not None and self._tick.running:
             self._tick.stop()
+        self.seeds.stop()
         frontier = self._frontier
         if frontier is None:  # open() failed: nothing was opened but the dupefilter, maybe
             _RUNNING.pop(self.crawler, None)
@@ -504,6 +517,8 @@ class OpicScheduler(BaseScheduler):
             return self._ready.popleft()
         request = self._pop()
         self._starved = request is None
+        if request is not None:
+            self.seeds.busy()
         return request
 
     def _pop(self) -> Request | None:

@@ -77,6 +77,16 @@ def _number(low: float, high: float = math.inf, *, open_low: bool = False) -> Ca
     return parse
 
 
+def _idle_time(value: Any) -> float:
+    """Seconds >= 0, or ``inf`` (for ever)."""
+    if value == math.inf or str(value).strip().lower() in ("inf", "infinity"):
+        return math.inf
+    try:
+        return float(_number(0.0)(value))
+    except ValueError:
+        raise ValueError("a number of seconds >= 0, or inf (for ever)") from None
+
+
 def _integer(low: int) -> Callable:
     def parse(value: Any) -> int:
         if isinstance(value, float) and value.is_integer():
@@ -378,6 +388,14 @@ SETTINGS: tuple[Setting, ...] = (
         _optional(_text),
     ),
     Setting(
+        "OPIC_MAX_IDLE_TIME",
+        0.0,
+        "seconds a crawl with nothing to do stays open, waiting for start URLs pushed into "
+        "it (scrapy opic-feed), before it closes (reason idle_timeout); 0 closes at once, inf "
+        "never (scrapy-redis: MAX_IDLE_TIME_BEFORE_CLOSE, where 0 is never)",
+        _idle_time,
+    ),
+    Setting(
         "OPIC_LOGSTATS",
         True,
         "log an OPIC line every LOGSTATS_INTERVAL seconds (the OpicLogStats extension)",
@@ -470,6 +488,7 @@ class OpicSettings:
     export: dict[str, dict[str, Any]]
     keep_links: bool
     item_field: str | None
+    max_idle_time: float
     logstats: bool
     store: str
     redis_url: str

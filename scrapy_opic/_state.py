@@ -19,6 +19,7 @@ from typing import Any
 
 from ._backends import StoreError, masked_url
 from ._backends.crawl import Crawl
+from ._backends.feed import Feed, FileFeed, RedisFeed, feed_path
 from ._backends.store import MemoryStore, Store
 from ._settings import OpicSettings
 from .opic.config import CrawlConfig
@@ -137,9 +138,12 @@ def open_frontier(
     return _open_sqlite(settings, spider_name, encode, meta)
 
 
-def _crawl_options(settings: OpicSettings, encode: Callable) -> dict[str, Any]:
+def _crawl_options(
+    settings: OpicSettings, encode: Callable, feed: Feed | None = None
+) -> dict[str, Any]:
     return {
         "encode": encode,
+        "feed": feed,
         "lease": settings.redis_lease,
         "commit_visits": settings.commit_visits,
         "commit_seconds": settings.commit_seconds,
@@ -194,7 +198,8 @@ def _open_sqlite(
         break
     try:
         config = settings.crawl.replace(partitions=1)
-        crawl = open_crawl(store, config, meta, where, **_crawl_options(settings, encode))
+        feed = FileFeed(feed_path(first))
+        crawl = open_crawl(store, config, meta, where, **_crawl_options(settings, encode, feed))
     except BaseException:
         store.close(discard=True)
         raise
@@ -229,7 +234,9 @@ def _open_redis(
             n = store.clear()
             logger.info("OPIC_REDIS_RESET: deleted the %d keys of the crawl %r", n, key)
         where = f"the crawl {key!r} on Redis {shown}"
-        crawl = open_crawl(store, settings.crawl, meta, where, **_crawl_options(settings, encode))
+        feed = RedisFeed(store.client, key, store.worker)
+        options = _crawl_options(settings, encode, feed)
+        crawl = open_crawl(store, settings.crawl, meta, where, **options)
     except (redis.RedisError, redis.RedisClusterException) as exc:
         if store is not None:
             store.client.close()

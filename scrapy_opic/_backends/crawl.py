@@ -44,6 +44,7 @@ from ..opic.messages import POOL, Message, in_transit
 from ..opic.partition import Partition
 from ..opic.pool import Pool
 from . import StoreError, masked_url
+from .feed import Feed
 from .held import Held
 from .patience import Patience
 from .store import FAILED, LOST, Claim, Flushed, Outcome, Store, Write
@@ -81,6 +82,7 @@ class Crawl:
     :param commit_visits: a store that keeps checkpoints alone writes one every this many
         visits (doubling from 1 at the start), or every ``commit_seconds``, which also paces
         the crawl's time series.
+    :param feed: where start URLs pushed into the running crawl wait, if anywhere.
     """
 
     def __init__(
@@ -92,9 +94,11 @@ class Crawl:
         lease: float = 30.0,
         commit_visits: int = 500,
         commit_seconds: float = 10.0,
+        feed: Feed | None = None,
         time_fn: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
+        self.feed = feed
         self.config = config
         self.fleet = Fleet(
             config,
@@ -139,7 +143,8 @@ class Crawl:
 
     @property
     def round_trips(self) -> int:
-        return self.store.round_trips
+        """Round trips to the store (and to the feed) made by this process."""
+        return self.store.round_trips + (self.feed.round_trips if self.feed is not None else 0)
 
     # -- opening ----------------------------------------------------------------------------
     def open(self, meta: dict[str, Any]) -> bool:
@@ -373,6 +378,29 @@ class Crawl:
         self._take(writes, marks, renew, got, now)
         if self._unjudged:
             self._judge_unjudged()
+
+    # -- seeds pushed into the running crawl ---------------------------------------------------
+    def take_seeds(self) -> list[bytes]:
+        """Seeds pushed into the crawl to file now (:meth:`Feed.take
+        <scrapy_opic._backends.feed.Feed.take>`): none without a feed, or while the store does
+        not answer (they wait in the feed)."""
+        if self.feed is None or self.patience.waiting:
+            return []
+        with self.patience.answered():
+            return self.feed.take(self._live)
+        return []
+
+    def seeds_filed(self) -> bool:
+        """The seeds taken are filed: made durable (a commit), then dropped from the feed;
+        whether they were. (A store that does not answer keeps them in the feed, and the next
+        take gives them again: filed twice, a page is a duplicate the second time.)"""
+        if self.feed is None:
+            return True
+        with self.patience.answered():
+            self.commit()
+            self.feed.done()
+            return True
+        return False
 
     # -- verdicts on hosts' validators --------------------------------------------------------
     def forget_lies(self, host: str) -> int:

@@ -1,5 +1,6 @@
 """Scrapy commands installed through the ``scrapy.commands`` entry point: ``opic-export``,
-``opic-top``, ``opic-report`` and ``opic-status``. They read a spider's OPIC state where its
+``opic-top``, ``opic-report``, ``opic-status`` and ``opic-feed`` (which adds start URLs to a
+crawl's feed, :mod:`scrapy_opic._backends.feed`). They read a spider's OPIC state where its
 crawl kept it (``JOBDIR/opic.sqlite`` with ``-s JOBDIR=DIR``, else ``OPIC_STATE_PATH`` or
 ``.scrapy/opic/<spider>.sqlite``; with ``OPIC_STORE = "redis"``, the crawl in Redis) or the
 one given with ``--state`` (a file, a JOBDIR, or ``redis://host:port/db#KEY``), read-only."""
@@ -83,15 +84,24 @@ class StateCommand(ScrapyCommand):
                 f"{exc}, and this is not a Scrapy project (no scrapy.cfg here or above): run "
                 "the command in the spider's project, or give --state PATH"
             )
+        return self.unknown_spider(spider) or str(exc)
+
+    def unknown_spider(self, spider: str) -> str | None:
+        """The error for a spider that is not one of the project's (a typo), if it is not;
+        None outside a project, or if its spiders do not import (nothing known to say)."""
+        from scrapy.utils.project import inside_project
+
+        if not inside_project():
+            return None
         try:
             from scrapy.spiderloader import get_spider_loader
 
             assert self.settings is not None  # (Scrapy sets them before it runs a command)
             known = sorted(get_spider_loader(self.settings).list())
-        except Exception:  # not in a project, or its spiders do not import: say what we know
-            return str(exc)
+        except Exception:  # its spiders do not import: say what we know
+            return None
         if spider in known:
-            return str(exc)
+            return None
         return f"unknown spider {spider!r} (this project's spiders: {', '.join(known) or 'none'})"
 
     def fail(self, message: str, code: int = 1) -> None:
