@@ -10,7 +10,8 @@ makes them durable and the feed forgets them.
 
 A seed is one line: a URL, or a JSON object with ``url`` and optionally ``priority`` (an
 integer), ``meta`` (an object) and ``callback`` (the name of a public method of the spider; a
-spider with an ``opic_seed_callbacks`` attribute allows only the names it lists).
+spider with an ``opic_seed_callbacks`` attribute allows only the names it lists). It becomes a
+start request (``is_start_request`` in its meta, ``dont_filter``), as those of ``start_urls``.
 """
 
 from __future__ import annotations
@@ -96,7 +97,10 @@ def seed_request(raw: bytes, spider: Spider) -> Request:
         ):
             raise ValueError(f"the spider {spider.name!r} has no callback {name!r} for seeds")
         callback = method
-    return Request(fields["url"], callback=callback, priority=priority, meta=dict(meta))
+    # A start request, as Scrapy makes those of start_urls (exempt from the offsite filter and
+    # a project's dupefilter); the frontier still files a known page once.
+    meta = {**meta, "is_start_request": True}
+    return Request(fields["url"], callback, priority=priority, meta=meta, dont_filter=True)
 
 
 class Scheduler(Protocol):
@@ -165,15 +169,21 @@ class SeedIntake:
         except StoreError as exc:
             scheduler.stop_on(exc)
             return 0
-        except OSError as exc:  # (a feed file this process may not read or rename)
-            if not self._unreadable:
+        except Exception as exc:  # (a feed file it may not rename, a key that is not a list)
+            if not self._unreadable:  # (said once until a take works again)
                 self._unreadable = True
-                logger.warning("OPIC: cannot take the start URLs of %s: %s", crawl.feed.name, exc)
+                logger.warning(
+                    "OPIC: cannot take the start URLs of %s (%s: %s); trying again every %g s",
+                    crawl.feed.name,
+                    type(exc).__name__,
+                    exc,
+                    FEED_SECONDS,
+                )
             return 0
         self._unreadable = False
         self.counts["opic/seeds_taken"] += len(raw)
         logger.info(
-            "OPIC: took %d start URLs from %s: %d new pages, %d known, %d refused",
+            "OPIC: took %d start URLs from %s: %d filed, %d already known, %d refused",
             len(raw),
             crawl.feed.name,
             filed,

@@ -1,7 +1,7 @@
 """Mutation check of the crawl over partitions: each edit below breaks one rule of the
 distributed path (cash in transit, the once-only apply, the takeover's replay, the virtual
 page's parts, the durability of what a message leaves from, lease timing, ownership changes,
-the routing of a host's pages) and must make a test fail.
+the routing of a host's pages, the seeds pushed into a crawl) and must make a test fail.
 
     python tests/mutation_check.py [--redis-url URL] [--only TEXT]
 
@@ -28,10 +28,11 @@ POOLF, FLEET, ENGINE, ROUTING = (
     OPIC + "engine.py",
     (OPIC + "routing.py"),
 )
-REDIS, CRAWL, HELD = (
+REDIS, CRAWL, HELD, FEED = (
     "scrapy_opic/_backends/redis.py",
     "scrapy_opic/_backends/crawl.py",
     "scrapy_opic/_backends/held.py",
+    "scrapy_opic/_backends/feed.py",
 )
 TESTS = ["tests/test_partition.py", "tests/test_redis.py"]
 
@@ -310,6 +311,21 @@ MUTANTS: list[tuple[str, list[tuple[str, str, str]], list[str] | None]] = [
         "a host's partition depends on the URL's user",
         [(ROUTING, 'host = netloc.rpartition("@")[2]', "host = netloc")],
         None,
+    ),
+    (
+        "a process takes the seeds another, alive, took and has not filed yet",
+        [(FEED, "if held[i] == mine or not alive[held[i]] then", "if true then")],
+        ["tests/test_feed.py"],
+    ),
+    (
+        "a process forgets the seeds it took and did not mark filed",
+        [(FEED, "if held[i] == mine or not alive[held[i]] then", "if not alive[held[i]] then")],
+        ["tests/test_feed.py"],
+    ),
+    (
+        "a file feed's take reads new seeds while those it took are not filed",
+        [(FEED, "        if not os.path.exists(self.taken):\n", "        if True:\n")],
+        ["tests/test_feed.py"],
     ),
 ]
 

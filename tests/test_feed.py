@@ -115,7 +115,8 @@ def test_a_seed_is_the_request_it_says_or_refused_with_the_reason():
         "url": "http://a.example/y", "priority": 5, "meta": {"k": 1}, "callback": "parse_item"
     }  # fmt: skip
     full = seed_request(raw, spider)
-    assert full.priority == 5 and full.meta == {"k": 1} and full.callback == spider.parse_item
+    assert full.priority == 5 and full.callback == spider.parse_item and full.dont_filter
+    assert full.meta == {"k": 1, "is_start_request": True}
     assert seed_bytes("http://a.example/z") == b"http://a.example/z"
     for bad, why in (
         (b"{not json", "not JSON"),

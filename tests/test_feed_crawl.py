@@ -99,7 +99,7 @@ def test_a_jobdir_crawl_takes_urls_pushed_while_it_runs_and_while_none_runs(tmp_
         proc, d = crawl_once(tmp_path / "second", {"JOBDIR": str(job)}, [])
         assert proc.wait(timeout=120) == 0, (d / "crawl.log").read_text()[-3000:]
         log = (d / "crawl.log").read_text()
-        assert "took 2 start URLs" in log and "1 new pages, 1 known" in log, log[-3000:]
+        assert "took 2 start URLs" in log and "1 filed, 1 already known" in log, log[-3000:]
         assert all(fetched_once(s) for s in (a, b, c))
         assert not (job / "opic.start_urls.taken").exists()
 
