@@ -311,8 +311,12 @@ class OpicDownloaderMiddleware:
         scheduler = OpicScheduler.of(self.crawler)
         if scheduler is not None:
             scheduler.judge_validators(host, audit.verdict(host))
-            if not lied and audit.lie_found(host) is not None:
-                scheduler.forget_lies(host)
+            # A lie found: the time thought unchanged goes; a Last-Modified distrusted (a
+            # lie, or noise): the changes it dated at first looks go.
+            unchanged = not lied and audit.lie_found(host) is not None
+            dated = audit.distrusted(host)[1] and not before[1]
+            if unchanged or dated:
+                scheduler.forget_lies(host, unchanged=unchanged, dated=dated)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> OpicDownloaderMiddleware:

@@ -640,9 +640,10 @@ class OpicScheduler(BaseScheduler):
         self.frontier.judge(host, verdict)
 
     @_guarded(0)
-    def forget_lies(self, host: str) -> int:
-        """``host``'s validators lied: its pages forget what the lie taught their rates."""
-        return self.frontier.forget_lies(host)
+    def forget_lies(self, host: str, *, unchanged: bool = True, dated: bool = False) -> int:
+        """``host``'s validators lied: its pages forget what the lie taught their rates (see
+        :meth:`Crawl.forget_lies <scrapy_opic._backends.crawl.Crawl.forget_lies>`)."""
+        return self.frontier.forget_lies(host, unchanged=unchanged, dated=dated)
 
     @_guarded({})
     def validator_verdicts(self) -> dict[str, dict[str, Any]]:

@@ -293,7 +293,13 @@ MUTANTS: list[tuple[str, list[tuple[str, str, str]], list[str] | None]] = [
     ),
     (
         "a new owner's replay skips a liar's pages forgetting what the lie taught",
-        [(PART, "Forgot: lambda p, r: p.forget_lies(r.slot, r.at),", "Forgot: lambda p, r: 0,")],
+        [
+            (
+                PART,
+                "Forgot: lambda p, r: p.forget_lies(",
+                "Forgot: lambda p, r: 0 and p.forget_lies(",
+            )
+        ],
         ["tests/test_partition.py"],
     ),
     # -- one host, one partition ----------------------------------------------------------------

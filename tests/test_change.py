@@ -11,7 +11,6 @@ from scipy.optimize import brentq
 
 from scrapy_opic.opic.change import (
     PRIOR_WEIGHTS,
-    SUMS,
     ChangeRates,
     Snapshot,
     ValidatorAudit,
@@ -167,8 +166,8 @@ def test_the_pooled_rate_weighs_each_page_once_however_long_it_was_watched():
             observe_page(cr, i, 1.0, rng.exponential(0.5, 60), rng)
     assert cr.pooled_rate() == pytest.approx(0.7 * 1.0, rel=0.2)
     # (All the observations together: a rate near none, as the prior before.)
-    tot = {f: np.array([cr.sums()[f]]) for f in SUMS}
-    together = solve_rates(tot["n_c"], tot["s1"], tot["s2"], tot["s3"], tot["u"])
+    tot = {f: np.array([v]) for f, v in cr.sums().items()}
+    together = solve_rates(tot["n_c"], tot["s1"], tot["s2"], tot["s3"], tot["u"], exact=tot["n_e"])
     assert together[0] < 0.01
 
 

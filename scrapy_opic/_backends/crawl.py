@@ -403,11 +403,11 @@ class Crawl:
         return False
 
     # -- verdicts on hosts' validators --------------------------------------------------------
-    def forget_lies(self, host: str) -> int:
+    def forget_lies(self, host: str, *, unchanged: bool = True, dated: bool = False) -> int:
         """The pages of ``host`` (its download slot) forget what its lying validators taught
         their change rates (:meth:`Fleet.forget_lies <scrapy_opic.opic.fleet.Fleet.forget_lies>`);
         how many pages."""
-        return self.fleet.forget_lies(host)
+        return self.fleet.forget_lies(host, unchanged=unchanged, dated=dated)
 
     def judge(self, host: str, verdict: dict[str, Any]) -> None:
         """Keep a verdict on ``host``'s validators in the store (:meth:`Store.judge

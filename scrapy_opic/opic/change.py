@@ -8,7 +8,15 @@ Model. Page ``i`` changes as a Poisson process of rate ``l``. Two full observati
     L'(l) = sum_C h(t, l) - sum_U t,        h(t, l) = t / (e^(l t) - 1)
 
 ``h`` decreases in ``l`` from ``1/l`` (``l t -> 0``) to 0, so ``L'`` is strictly decreasing and
-its root, the maximum-likelihood rate, is found by bisection (in ``log l``). Changes counted over
+its root, the maximum-likelihood rate, is found by bisection (in ``log l``).
+
+Dated changes. A trusted ``Last-Modified`` at a page's first look dates its last change: it
+changed then, and not since. Looking back from any moment, a Poisson process's last change is
+``Exp(l)`` before it, so that observation's likelihood is ``l e^(-l s)`` (``s`` the time since
+the change): an *exact* change, adding ``1/l`` to ``L'`` (the limit of ``h`` for a vanishing
+interval), and ``s`` to the unchanged time. (Counted as unchanged time alone, it would read a
+page that changed a minute before its first look as one that had not changed for a minute, and
+every page's first rate low.) Changes counted over
 elapsed time (``|C| / sum t``) is biased low: it sees one change where several fell between two
 fetches; the MLE is not.
 
@@ -95,12 +103,13 @@ def solve_rates(
     prior_rate: float | np.ndarray = 1.0,
     prior_weights: tuple[float, float] = (1.0, 1.0),
     bounds: tuple[float, float] = (1e-9, 1e9),
+    exact: np.ndarray | float = 0.0,
 ) -> np.ndarray:
     """The smoothed maximum-likelihood change rates (see the module docstring), vectorised:
     ``n_changed`` changed intervals with power sums ``s1, s2, s3`` of their logs, ``unchanged``
-    the total length of the unchanged ones, per page. Solves by bisection in ``log l`` within
-    ``bounds`` (a root outside them is clipped); ``prior_weights``: the pseudo-observations
-    ``(changed, unchanged)``."""
+    the total length of the unchanged ones, ``exact`` the dated changes, per page. Solves by
+    bisection in ``log l`` within ``bounds`` (a root outside them is clipped);
+    ``prior_weights``: the pseudo-observations ``(changed, unchanged)``."""
     t1, t2, a1, a2 = quadrature(n_changed, s1, s2, s3)
     tau = np.broadcast_to(math.log(2.0) / np.asarray(prior_rate, float), t1.shape)
     a_c, a_u = prior_weights
@@ -111,6 +120,7 @@ def solve_rates(
         mid = (lo + hi) / 2.0
         lam = np.exp(mid)
         lhs = n_changed * (a1 * _h(t1, lam) + a2 * _h(t2, lam)) + a_c * _h(tau, lam)
+        lhs = lhs + exact / lam
         above = lhs > rhs  # L' > 0: the root is higher
         lo = np.where(above, mid, lo)
         hi = np.where(above, hi, mid)
@@ -119,12 +129,14 @@ def solve_rates(
 
 #: The weights of the pseudo-observations (changed, unchanged) of a crawl's change rates: a
 #: small changed weight lets a page never seen changing fall toward static soon, as a site
-#: where a share of the pages never changes wants (``benchmarks/freshness.py`` measures the
-#: choice against the freshness it costs on sites where every page changes).
-PRIOR_WEIGHTS = (0.05, 1.0)
+#: where a share of the pages never changes wants; a small unchanged weight keeps the prior's
+#: unchanged pseudo-interval from holding a fast page's rate (and the freshness it expects of
+#: it) down long after its own looks say otherwise. ``benchmarks/freshness.py`` measures the
+#: choice against the freshness it costs on sites where every page changes.
+PRIOR_WEIGHTS = (0.05, 0.25)
 
 #: The per-page fields that add up over pages into one page's worth of observations.
-SUMS = ("n_c", "s1", "s2", "s3", "u")
+SUMS = ("n_c", "s1", "s2", "s3", "u", "u_e")
 
 
 class ChangeRates:
@@ -135,11 +147,13 @@ class ChangeRates:
     :param prior_weights: the weights of the pseudo-observations (changed, unchanged).
     :param bounds: the rates are clipped to ``[low, high]``.
 
-    Per page, 9 floats: the time of the last full observation, the changed-interval count and
-    log power sums (4), the unchanged total and count (2), and the bracket of the last change.
+    Per page, 10 floats: the time of the last full observation, the changed-interval count and
+    log power sums (4), the unchanged total and count (2), the time unchanged since a dated
+    change (a first look's: 0 if none, see the module docstring), and the bracket of the last
+    change.
     """
 
-    FIELDS = ("last", "n_c", "s1", "s2", "s3", "u", "n_u", "after", "by")
+    FIELDS = ("last", "n_c", "s1", "s2", "s3", "u", "n_u", "u_e", "after", "by")
 
     def __init__(
         self,
@@ -190,13 +204,27 @@ class ChangeRates:
             a["u"][i] += t
             a["n_u"][i] += 1.0
 
-    def forget_unchanged(self, ids: np.ndarray | Sequence[int]) -> None:
-        """Drop the unchanged intervals of pages ``ids`` (validators that lied told them:
-        their changed ones stand)."""
+    def dated(self, i: int, now: float, since: float) -> None:
+        """Page ``i``, observed in full at ``now`` for the first time, last changed at
+        ``since``, as a trusted ``Last-Modified`` says (before ``now``): an exact change then,
+        and unchanged since (see the module docstring)."""
+        self.grow(i + 1)
+        a = self.a
+        a["last"][i] = now
+        a["u_e"][i] = now - since
+        a["after"][i] = a["by"][i] = since
+
+    def forget(
+        self, ids: np.ndarray | Sequence[int], *, unchanged: bool = True, dated: bool = False
+    ) -> None:
+        """Pages ``ids`` drop what validators that lied told them: with ``unchanged``, their
+        unchanged intervals (304s that hid changes: their changed intervals stand); with
+        ``dated``, their dated change (a ``Last-Modified`` that lied)."""
         k = np.asarray(ids, dtype=np.int64)
         k = k[k < self.n]
-        self.a["u"][k] = 0.0
-        self.a["n_u"][k] = 0.0
+        fields = ("u", "n_u") * unchanged + ("u_e",) * dated
+        for f in fields:
+            self.a[f][k] = 0.0
 
     def last_seen(self, i: int) -> float:
         """When page ``i`` was last observed in full (nan: never)."""
@@ -215,17 +243,18 @@ class ChangeRates:
         """The observation sums of pages ``ids`` (all if None) that :meth:`rates_of` reads:
         those of several parts concatenated column by column are one solve."""
         k, a = self._ids(ids), self.a
-        return [a[f][k] for f in ("n_c", "s1", "s2", "s3", "u")]
+        u_e = a["u_e"][k]
+        return [a["n_c"][k], a["s1"][k], a["s2"][k], a["s3"][k], a["u"][k] + u_e, u_e > 0]
 
     def rates_of(
         self, columns: Sequence[np.ndarray], prior_rate: float | None = None
     ) -> np.ndarray:
         """The smoothed MLE rate of each page of ``columns`` (:meth:`sums_of`)."""
-        n_c, s1, s2, s3, u = columns
+        n_c, s1, s2, s3, u, n_e = columns
         return solve_rates(
             n_c, s1, s2, s3, u,
             self.prior_rate if prior_rate is None else prior_rate,
-            self.prior_weights, self.bounds,
+            self.prior_weights, self.bounds, exact=n_e,
         )  # fmt: skip
 
     def pooled_rate(self) -> float:
@@ -247,10 +276,10 @@ class ChangeRates:
         if sums.get("looked", 0.0) > 0 and sums.get("crude", 0.0) > 0:
             low, high = self.bounds
             return float(min(max(sums["crude"] / sums["looked"], low), high))
-        tot = {f: np.array([sums.get(f, 0.0)]) for f in SUMS}
+        tot = {f: np.array([sums.get(f, 0.0)]) for f in ("n_c", "s1", "s2", "s3", "u", "n_e")}
         rate = solve_rates(
             tot["n_c"], tot["s1"], tot["s2"], tot["s3"], tot["u"],
-            self.prior_rate, self.prior_weights, self.bounds,
+            self.prior_rate, self.prior_weights, self.bounds, exact=tot["n_e"],
         )  # fmt: skip
         return float(rate[0])
 
@@ -272,7 +301,7 @@ class ChangeRates:
             return np.where(q > 0, (q / np.sinh(np.maximum(q, 1e-300))) ** 2, 1.0)
 
         total = a["n_c"][k] * (a1 * info(t1) + a2 * info(t2)) + self.prior_weights[0] * info(tau)
-        return 1.0 / np.sqrt(total)
+        return 1.0 / np.sqrt(total + (a["u_e"][k] > 0))  # (an exact change: the limit t -> 0)
 
     def last_changed(
         self, ids: np.ndarray | Sequence[int] | None = None, rates: np.ndarray | None = None
@@ -286,25 +315,28 @@ class ChangeRates:
         return by - np.clip(back, 0.0, np.where(t > 0, t, 0.0))
 
     def observations(self, ids: np.ndarray | Sequence[int] | None = None) -> np.ndarray:
-        """Observations (intervals compared) per page."""
+        """Observations (intervals compared, dated changes) per page."""
         k = self._ids(ids)
-        return self.a["n_c"][k] + self.a["n_u"][k]
+        return self.a["n_c"][k] + self.a["n_u"][k] + (self.a["u_e"][k] > 0)
 
 
 def pool_sums(columns: Mapping[str, np.ndarray]) -> dict[str, float]:
     """The totals :meth:`ChangeRates.rate_of_sums` reads, of pages given as their arrays of
-    :data:`SUMS` and ``n_u``: those of :data:`SUMS`, the pages observed (``looked``) and the
+    :data:`SUMS` and ``n_u``: the changed intervals' sums, the unchanged time (``u``, the
+    dated changes' included), the dated changes (``n_e``), the pages observed (``looked``) and the
     sum of their rough rates (``crude``): ``-ln(1 - k / (N + 1)) / t``, the rate at which
     ``k`` of ``N`` looks ``t`` apart would show a change (``t`` their mean interval, the
-    changed ones counted by their geometric mean; ``N + 1`` keeps a page changed at every
-    look finite)."""
-    n_c, s1, u, n_u = columns["n_c"], columns["s1"], columns["u"], columns["n_u"]
-    looks = n_c + n_u
+    changed ones counted by their geometric mean; a dated change is a look that showed one;
+    ``N + 1`` keeps a page changed at every look finite)."""
+    n_c, s1, n_u, u_e = columns["n_c"], columns["s1"], columns["n_u"], columns["u_e"]
+    u, n_e = columns["u"] + u_e, (u_e > 0).astype(float)
+    looks = n_c + n_u + n_e
     changed = n_c * np.exp(np.divide(s1, n_c, out=np.zeros_like(s1), where=n_c > 0))
     mean = np.divide(u + changed, looks, out=np.zeros_like(u), where=looks > 0)
-    shown = -np.log1p(-n_c / (looks + 1.0))
+    shown = -np.log1p(-(n_c + n_e) / (looks + 1.0))
     crude = np.divide(shown, mean, out=np.zeros_like(mean), where=mean > 0)
-    out = {f: float(columns[f].sum()) for f in SUMS}
+    out = {f: float(columns[f].sum()) for f in ("n_c", "s1", "s2", "s3")}
+    out["u"], out["n_e"] = float(u.sum()), float(n_e.sum())
     out["looked"] = float((looks > 0).sum())
     out["crude"] = float(crude.sum())
     return out

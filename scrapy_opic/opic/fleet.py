@@ -440,12 +440,12 @@ class Fleet:
     def forfeit(self, lease: Lease, outcome: int = FORBIDDEN) -> bool:
         return self._settle(lease, False, lambda part, own: part.forfeit(own, outcome))
 
-    def forget_lies(self, slot: Hashable) -> int:
+    def forget_lies(self, slot: Hashable, *, unchanged: bool = True, dated: bool = False) -> int:
         """:meth:`Partition.forget_lies <.partition.Partition.forget_lies>` in every partition
         this process owns (a host's pages are in one, when partitioned by host)."""
         n = 0
         for part in self.parts.values():
-            if got := part.forget_lies(slot):
+            if got := part.forget_lies(slot, unchanged=unchanged, dated=dated):
                 n += got
                 self._touched(part)
         return n

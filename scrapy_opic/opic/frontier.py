@@ -660,16 +660,16 @@ class MemoryFrontier:
 
         return r.due(eligible, early, now)
 
-    def forget_lies(self, slot: Hashable) -> int:
-        """The pages of download slot ``slot`` (a host whose validators lied) forget the time
-        they were thought unchanged (:meth:`~.refresh.Refresher.forget`); how many pages."""
+    def forget_lies(self, slot: Hashable, *, unchanged: bool = True, dated: bool = False) -> int:
+        """The pages of download slot ``slot`` (a host whose validators lied) forget what the
+        lie taught them (:meth:`~.refresh.Refresher.forget`); how many pages."""
         r = self.refresher
         if r is None:
             return 0
         codes = [c for c, (_p, s) in enumerate(self.tiers.as_list(), 1) if s == slot]
         n = self.engine.n
         ids = np.flatnonzero(np.isin(np.frombuffer(self.tier, np.uint32, n), codes))
-        r.forget(ids)
+        r.forget(ids, unchanged=unchanged, dated=dated)
         return len(ids)
 
     def relay_pick(self, popped: int) -> int | None:

@@ -66,10 +66,13 @@ class Dropped(NamedTuple):
 
 
 class Forgot(NamedTuple):
-    """The pages of a download slot forgot what a lie taught their change rates."""
+    """The pages of a download slot forgot what a lie taught their change rates: the time
+    they were thought unchanged, the change a first look's ``Last-Modified`` dated, or both."""
 
     at: float
     slot: Hashable
+    unchanged: bool
+    dated: bool
 
 
 class Retried(NamedTuple):

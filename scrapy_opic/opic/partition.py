@@ -454,12 +454,19 @@ class Partition(Member):
             self._log(Dropped, at, key, outcome)
         return done
 
-    def forget_lies(self, slot: Hashable, now: float | None = None) -> int:
+    def forget_lies(
+        self,
+        slot: Hashable,
+        now: float | None = None,
+        *,
+        unchanged: bool = True,
+        dated: bool = False,
+    ) -> int:
         """The frontier's :meth:`~.frontier.MemoryFrontier.forget_lies`, recorded."""
         at = self._begin(now)
-        n = self.frontier.forget_lies(slot)
+        n = self.frontier.forget_lies(slot, unchanged=unchanged, dated=dated)
         if n:
-            self._log(Forgot, at, slot)
+            self._log(Forgot, at, slot, unchanged, dated)
         return n
 
     def retry(self, lease: Lease, entry: Entry, now: float | None = None) -> int | None:
@@ -654,7 +661,7 @@ _REPLAY: dict[type, Callable[[Partition, Any], object]] = {
     Failed: lambda p, r: p.fail(p._held(r.key), r.outcome, r.payload, r.at),
     Forfeited: lambda p, r: p.forfeit(p._held(r.key), r.outcome, r.at),
     Dropped: lambda p, r: p.drop(r.key, r.outcome, r.at),
-    Forgot: lambda p, r: p.forget_lies(r.slot, r.at),
+    Forgot: lambda p, r: p.forget_lies(r.slot, r.at, unchanged=r.unchanged, dated=r.dated),
     Retried: lambda p, r: p.retry(p._held(r.key), r.entry, r.at),
     Redirected: lambda p, r: p.redirect(p._held(r.key), r.entry, r.permanent, r.at),
     PaidOut: lambda p, r: p.pay_out(r.others),

@@ -316,9 +316,11 @@ class Refresher:
     ) -> None:
         """Page ``i`` was seen in full (a 200) or confirmed unchanged (a 304) at ``now``.
         ``since``: when it last changed, as a trusted ``Last-Modified`` says. At a first look
-        (``changed`` None) that is an observation already: the page went unchanged from then
-        to now (a page unchanged for a year is not a page that changes hourly); after a
-        change seen, it dates the change."""
+        (``changed`` None) that is an observation already: a change then, and none since (a
+        page unchanged for a year is not a page that changes hourly, one changed a minute ago
+        not one unchanged for a minute: :meth:`ChangeRates.dated
+        <scrapy_opic.opic.change.ChangeRates.dated>`); after a change seen, it dates the
+        change."""
         now = self.wall() if now is None else now
         self._observe(i, changed, now, since)
         sched = self.schedule
@@ -335,19 +337,19 @@ class Refresher:
             since = None  # (a date in the future: no evidence)
         before = rates.last_seen(i)
         if changed is None and since is not None and np.isnan(before):
-            rates.observe(i, since, None)
-            rates.observe(i, now, False)
+            rates.dated(i, now, since)
         else:
             # (A change dated before the previous look is a date that lies: not used.)
             dated = changed and since is not None and since > before
             rates.observe(i, now, changed, at=since if dated else None)
 
-    def forget(self, ids: np.ndarray) -> None:
-        """Pages ``ids`` forget the time they were thought unchanged: their host's validators
-        lied (304s that hid changes, a constant ``Last-Modified``), and that evidence would
-        hold their rates low (and their refetches rare) long after; their changes seen stand.
-        Re-planned soon."""
-        self.rates.forget_unchanged(ids)
+    def forget(self, ids: np.ndarray, *, unchanged: bool = True, dated: bool = False) -> None:
+        """Pages ``ids`` forget what their host's lying validators taught them: with
+        ``unchanged``, the time they were thought unchanged (304s that hid changes, a constant
+        ``Last-Modified``: evidence that would hold their rates low, and their refetches rare,
+        long after; their changes seen stand); with ``dated``, the change a ``Last-Modified``
+        dated at their first look. Re-planned soon."""
+        self.rates.forget(ids, unchanged=unchanged, dated=dated)
         if len(ids):
             self.planner.wanted = True
 
