@@ -31,9 +31,9 @@ from scrapy_opic.opic import freshness as alloc
 from tests.support.changing_site import PoissonSite
 
 CASES = {"independent": "rates independent of links", "linked": "the highest PageRank fastest"}
-RUNS = {p: (p, change.PRIOR_WEIGHTS[0]) for p in ("optimal", "learned", "uniform", "proportional")}
-RUNS["learned, prior weights (0.1, 1)"] = ("learned", 0.1)  # (a row: a policy, its change prior)
-RUNS["learned, prior weights (1, 1)"] = ("learned", 1.0)
+RUNS = {p: (p, change.PRIOR_WEIGHTS) for p in ("optimal", "learned", "uniform", "proportional")}
+RUNS["learned, prior weights (0.05, 1)"] = ("learned", (0.05, 1.0))  # (a policy, its prior)
+RUNS["learned, prior weights (1, 1)"] = ("learned", (1.0, 1.0))
 
 
 def make_site(n: int, case: str = "independent", static: float = 0.3, seed: int = 0) -> PoissonSite:
@@ -42,11 +42,13 @@ def make_site(n: int, case: str = "independent", static: float = 0.3, seed: int 
     return PoissonSite(n, seed, linked_fastest=case == "linked", **kw)
 
 
-def simulate(site: PoissonSite, policy: str, prior: float = change.PRIOR_WEIGHTS[0]) -> dict:
+def simulate(
+    site: PoissonSite, policy: str, prior: tuple[float, float] = change.PRIOR_WEIGHTS
+) -> dict:
     """``policy`` for ``6n`` fetches: its ``freshness`` and ``static`` share, passes 3 to 6."""
     w, rate, n = site.pagerank_before(), site.rates, site.n
     schedule = refetch.RefetchSchedule()
-    rates = change.ChangeRates(prior_weights=(prior, 1.0), capacity=n)
+    rates = change.ChangeRates(prior_weights=prior, capacity=n)
     schedule.grow(n)
     fixed = {"optimal": (w, rate, n), "uniform": (n, n), "proportional": (w, n)}
     if policy in fixed:
