@@ -8,7 +8,9 @@ Model. Page ``i`` changes as a Poisson process of rate ``l``. Two full observati
     L'(l) = sum_C h(t, l) - sum_U t,        h(t, l) = t / (e^(l t) - 1)
 
 ``h`` decreases in ``l`` from ``1/l`` (``l t -> 0``) to 0, so ``L'`` is strictly decreasing and
-its root, the maximum-likelihood rate, is found by bisection (in ``log l``).
+its root, the maximum-likelihood rate, is found by bisection (in ``log l``). Changes counted over
+elapsed time (``|C| / sum t``) is biased low: it sees one change where several fell between two
+fetches; the MLE is not.
 
 Dated changes. A trusted ``Last-Modified`` at a page's first look dates its last change: it
 changed then, and not since. Looking back from any moment, a Poisson process's last change is
@@ -16,9 +18,7 @@ changed then, and not since. Looking back from any moment, a Poisson process's l
 the change): an *exact* change, adding ``1/l`` to ``L'`` (the limit of ``h`` for a vanishing
 interval), and ``s`` to the unchanged time. (Counted as unchanged time alone, it would read a
 page that changed a minute before its first look as one that had not changed for a minute, and
-every page's first rate low.) Changes counted over
-elapsed time (``|C| / sum t``) is biased low: it sees one change where several fell between two
-fetches; the MLE is not.
+every page's first rate low.)
 
 Smoothing and bounds. Without unchanged intervals the MLE is infinite; without changed ones it is
 0 ("static" after one look). Every page therefore carries a pseudo-observation of each kind, a
