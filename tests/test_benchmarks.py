@@ -215,3 +215,51 @@ def test_export_perf_smoke(tmp_path):
         assert f"| {run} | without |" in text
     assert "| pagerank() (scipy) | with links |" in text
     assert "| export CSV with pagerank | with links |" in text
+
+
+def test_web_order_smoke(tmp_path):
+    mod = load("web_order")
+    args = ["--graph", "", "--generated", "3000", "--generated-seeds", "1", "--out", str(tmp_path)]
+    assert mod.main(args) == 0
+    data = json.loads((tmp_path / "web_order.json").read_text())
+    (run,) = data["generated-3000"]
+    ratios = run["ratios"]
+    for name in ("bfs", "opic", "partial_pr", "link_rank/its hosts", "host_bfs/16 hosts"):
+        assert 0 < ratios[name] < 2
+    assert "link_rank/its hosts" in (tmp_path / "web_order.md").read_text()
+
+
+def test_web_order_link_rank_pushed_out_solves_its_linear_system(monkeypatch):
+    """Every page fetched and every residual pushed: rank = (1 - ALPHA) + ALPHA * (the rank of
+    each page linking to it over that page's out-degree), for every page."""
+    mod = load("web_order")
+    monkeypatch.setattr(mod, "THETA", 1e-12)
+    from scrapy_opic.opic.graph import power_law_graph
+
+    g = mod.Crawlable(power_law_graph(300, seed=2), "small")
+    est = mod.LinkRank(g)
+    for i in np.random.default_rng(0).permutation(g.n):
+        est.fetch(int(i))
+    x = est.rank + est.residual
+    expected = (1 - mod.ALPHA) + mod.ALPHA * np.bincount(
+        g.dst, weights=(x / np.maximum(g.graph.out_degree, 1))[g.src], minlength=g.n
+    )
+    assert np.allclose(x, expected, rtol=1e-6, atol=1e-9)
+    assert est.residual.max() < 1e-9 * x.max() + 1e-12
+
+
+def test_web_order_host_turns_share_fetches_evenly():
+    """Two hosts reachable from the seed, the seed's host with 60 pages in sight at once and the
+    other a chain discovered a page at a time: while both have pages to fetch, their fetch
+    counts differ by at most one (breadth-first alone would fetch the 60 first)."""
+    mod = load("web_order")
+    from scrapy_opic.opic.graph import from_edges
+
+    src = [0] * 61 + list(range(61, 160))
+    dst = list(range(1, 62)) + list(range(62, 161))  # 0 -> 1..61; 61 -> 62 -> ... -> 160
+    g = mod.Crawlable(from_edges(np.array(src), np.array(dst), 161), "two")
+    hosts = np.array([0] * 61 + [1] * 100)
+    order = mod.host_bfs(g, 0, 100, hosts)
+    lead = np.cumsum(np.where(hosts[order] == 0, 1, -1))  # host 0's fetches over host 1's
+    assert len(order) == 100 and set(lead[:100].tolist()) == {0, 1}
+    assert mod.host_bfs(g, 0, 100, None)[:61] == list(range(61))  # (breadth-first: host 0 first)

@@ -1,0 +1,457 @@
+"""Which pages a one-pass crawl fetches first, on web graphs: the PageRank share of its first
+pages, beside the orders a crawl is judged against.
+
+    python -m benchmarks.web_order [--graph EDGES] [--seeds 247028,263046,162973,265611]
+        [--fraction 0.1] [--site-size 1024] [--generated 100000] [--out ...]
+
+Every order starts from one seed page and, at each step, fetches one page it has discovered
+(a page it fetched links to it), one at a time; what it knows of the graph is the links of the
+pages it fetched. The figure of an order is the share of the whole graph's PageRank (damping
+0.85) held by its first ``--fraction`` of the graph's pages, and its ratio to
+*frontier-omniscient*'s: among the pages discovered, always the one whose true PageRank is
+highest (the best a crawler can do without knowing pages it has not discovered). The orders:
+
+- ``bfs``: breadth-first (Scrapy's default order with ``DEPTH_PRIORITY``/FIFO queues);
+- ``backlinks``: the most links from fetched pages;
+- ``opic``: the plugin's one-pass order, through the plugin's own frontier (the embedded
+  store's code, in memory): the most cash;
+- ``partial_pr``: partial PageRank (Cho, Garcia-Molina, Page 1998): the PageRank of the known
+  graph (fetched pages and their links; pages not fetched yet dangle), recomputed every 1,000
+  fetches, 30 power iterations;
+- ``link_rank``: a candidate, online: every fetched page adds a unit of rank (a teleport);
+  rank is pushed along the links of fetched pages (damping ``ALPHA``), a page pushing only
+  what it received since its last push and only above ``THETA``, so that a fetch costs a
+  bounded, amortised number of pushes (counted); an unfetched page's score is the rank pushed
+  to it. No recomputation of the known graph.
+- ``host_bfs/H`` and ``link_rank/H``: *host turns*: the hosts ``H`` take turns (the host with
+  the fewest fetches so far among those with a page to fetch), each turn fetching the host's
+  next page by breadth-first, or by link rank. ``host_bfs`` shows what the turns alone bring.
+
+A host is a block of ``--site-size`` consecutive page ids (a URL-ordered graph, as cnr-2000 is,
+keeps a site's pages together), or one of 16 equal blocks; the column names which.
+``--generated N`` adds a graph of N pages made here with a host structure (hosts of Zipf sizes,
+home and section pages that a host's pages link to, links across hosts to any page of popular
+hosts), so that an order is not judged on one graph alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import time
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from benchmarks._harness import RESULTS, page, table, write_results
+from benchmarks.paper_figures import REAL_GRAPH
+from scrapy_opic.opic.graph import Graph, from_edges, load_edge_list
+from scrapy_opic.opic.pagerank import pagerank
+
+#: The candidate link rank's damping and push threshold (see the module docstring).
+ALPHA = 0.5
+THETA = 0.05
+#: Partial PageRank: fetches between recomputations, damping, power iterations.
+PPR_EVERY, PPR_ALPHA, PPR_ITERATIONS = 1000, 0.85, 30
+
+Order = Callable[["Crawlable", int, int, "np.ndarray | None"], list[int]]
+
+
+class Crawlable:
+    """A graph with what the orders share: out-links as lists (built once, on demand), true
+    PageRank, edge arrays for partial PageRank."""
+
+    def __init__(self, graph: Graph, name: str) -> None:
+        self.graph, self.name, self.n = graph, name, graph.n
+        self._kids: list[list[int] | None] = [None] * graph.n
+        self.pr = pagerank(graph, alpha=0.85)
+        self.src = graph.sources()
+        self.dst = graph.indices.astype(np.int64)
+
+    def kids(self, i: int) -> list[int]:
+        k = self._kids[i]
+        if k is None:
+            g = self.graph
+            k = self._kids[i] = g.indices[g.indptr[i] : g.indptr[i + 1]].tolist()
+        return k
+
+
+def bfs(g: Crawlable, seed: int, stop: int, hosts: np.ndarray | None = None) -> list[int]:
+    seen, queue, out = {seed}, deque([seed]), []
+    while queue and len(out) < stop:
+        i = queue.popleft()
+        out.append(i)
+        for j in g.kids(i):
+            if j not in seen:
+                seen.add(j)
+                queue.append(j)
+    return out
+
+
+def _greedy(g: Crawlable, seed: int, stop: int, key: Callable[[int], float]) -> list[int]:
+    """Greedy on a key that only rises while a page waits (lazy heap)."""
+    fetched = np.zeros(g.n, bool)
+    heap, out = [(-key(seed), seed)], []
+    while heap and len(out) < stop:
+        k, i = heapq.heappop(heap)
+        if fetched[i] or -k != key(i):
+            continue
+        fetched[i] = True
+        out.append(i)
+        for j in g.kids(i):
+            if not fetched[j]:
+                heapq.heappush(heap, (-key(j), j))
+    return out
+
+
+def omniscient(g: Crawlable, seed: int, stop: int, hosts: np.ndarray | None = None) -> list[int]:
+    pr = g.pr
+    return _greedy(g, seed, stop, lambda i: float(pr[i]))
+
+
+def backlinks(g: Crawlable, seed: int, stop: int, hosts: np.ndarray | None = None) -> list[int]:
+    count = np.zeros(g.n)
+    fetched = np.zeros(g.n, bool)
+    heap, out = [(0.0, seed)], []
+    while heap and len(out) < stop:
+        k, i = heapq.heappop(heap)
+        if fetched[i] or -k != count[i]:
+            continue
+        fetched[i] = True
+        out.append(i)
+        for j in g.kids(i):
+            if not fetched[j]:
+                count[j] += 1
+                heapq.heappush(heap, (-count[j], j))
+    return out
+
+
+def partial_pagerank(
+    g: Crawlable, seed: int, stop: int, hosts: np.ndarray | None = None
+) -> list[int]:
+    n = g.n
+    fetched = np.zeros(n, bool)
+    known = np.zeros(n, bool)
+    known[seed] = True
+    score = np.zeros(n)
+    out: list[int] = []
+    while len(out) < stop:
+        if out:
+            score = _known_pagerank(g, fetched, known)
+        heap = [(-score[j], int(j)) for j in np.flatnonzero(known & ~fetched)]
+        if not heap:
+            break
+        heapq.heapify(heap)
+        for _ in range(PPR_EVERY):
+            if not heap or len(out) >= stop:
+                break
+            _, i = heapq.heappop(heap)
+            if fetched[i]:
+                continue
+            fetched[i] = True
+            out.append(i)
+            for j in g.kids(i):
+                if not known[j]:
+                    known[j] = True
+                    heapq.heappush(heap, (-score[j], j))
+    return out
+
+
+def _known_pagerank(g: Crawlable, fetched: np.ndarray, known: np.ndarray) -> np.ndarray:
+    n = g.n
+    m = fetched[g.src]
+    s, d = g.src[m], g.dst[m]
+    out_deg = np.bincount(s, minlength=n).astype(float)
+    inv = np.zeros(n)
+    inv[out_deg > 0] = 1.0 / out_deg[out_deg > 0]
+    walk = sp.csr_matrix((inv[s], (d, s)), shape=(n, n))
+    jump = known / known.sum()
+    dangling = known & (out_deg == 0)
+    x = jump.copy()
+    for _ in range(PPR_ITERATIONS):
+        x = PPR_ALPHA * (walk @ x + x[dangling].sum() * jump) + (1 - PPR_ALPHA) * jump
+    return x
+
+
+class LinkRank:
+    """The candidate order's estimator (see the module docstring): ``rank`` (pushed) and
+    ``residual`` (received, not pushed yet) per page; ``pushes`` counts the pushes."""
+
+    def __init__(self, g: Crawlable) -> None:
+        self.g = g
+        self.rank = np.zeros(g.n)
+        self.residual = np.zeros(g.n)
+        self.fetched = np.zeros(g.n, bool)
+        self.pushes = 0
+        self._due: list[tuple[float, int]] = []  # fetched pages with residual above THETA
+        #: Called with each unfetched page whose score rose.
+        self.raised: Callable[[int], None] = lambda i: None
+
+    def fetch(self, i: int) -> None:
+        self.fetched[i] = True
+        self.residual[i] += 1.0 - ALPHA
+        self._push(i)
+        due, r = self._due, self.residual
+        while due:
+            k, v = heapq.heappop(due)
+            if -k == r[v] and r[v] > THETA:
+                self._push(v)
+
+    def _push(self, v: int) -> None:
+        r, fetched = self.residual, self.fetched
+        got, r[v] = r[v], 0.0
+        self.rank[v] += got
+        self.pushes += 1
+        kids = self.g.kids(v)
+        if not kids:
+            return
+        share = ALPHA * got / len(kids)
+        for c in kids:
+            r[c] += share
+            if fetched[c]:
+                if r[c] > THETA:
+                    heapq.heappush(self._due, (-r[c], c))
+            else:
+                self.raised(c)
+
+
+def link_rank(g: Crawlable, seed: int, stop: int, hosts: np.ndarray | None = None) -> list[int]:
+    """The unfetched page with the highest link rank; with ``hosts``, the hosts take turns
+    (see :func:`host_turns`)."""
+    est = LinkRank(g)
+    r = est.residual
+    out = host_turns(seed, stop, hosts, lambda i: -r[i], est)
+    link_rank.pushes = est.pushes / max(1, len(out))  # type: ignore[attr-defined]
+    return out
+
+
+def host_bfs(g: Crawlable, seed: int, stop: int, hosts: np.ndarray | None = None) -> list[int]:
+    """Breadth-first within each host, the hosts taking turns: what host turns alone bring."""
+    est = Discovery(g)
+    est.order[seed] = 0.0
+    return host_turns(seed, stop, hosts, lambda i: est.order[i], est)
+
+
+class Discovery:
+    """Pages in the order they were discovered (``order``: a count, -1 not yet)."""
+
+    def __init__(self, g: Crawlable) -> None:
+        self.g = g
+        self.order = np.full(g.n, -1.0)
+        self.fetched = np.zeros(g.n, bool)
+        self.count = 0.0
+        self.raised: Callable[[int], None] = lambda i: None
+
+    def fetch(self, i: int) -> None:
+        self.fetched[i] = True
+        for j in self.g.kids(i):
+            if self.order[j] < 0:
+                self.count += 1
+                self.order[j] = self.count
+                self.raised(j)
+
+
+def host_turns(
+    seed: int,
+    stop: int,
+    hosts: np.ndarray | None,
+    key: Callable[[int], float],
+    est: LinkRank | Discovery,
+) -> list[int]:
+    """Fetch order: the host with the fewest fetches so far among those with a page to fetch
+    (ties: the lower host id), then its page of lowest ``key`` (a key that only falls while
+    the page waits); ``est.fetch(i)`` tells of each fetch, ``est.raised(i)`` is called back with
+    every page whose key fell. ``hosts`` None: one host."""
+    host = (lambda i: 0) if hosts is None else (lambda i: int(hosts[i]))
+    pages: dict[int, list[tuple[float, int]]] = {}
+    fetches: dict[int, int] = {}
+    turns: list[tuple[int, int]] = []  # (fetches, host) of hosts that may have pages
+
+    def raised(i: int) -> None:
+        h = host(i)
+        heap = pages.setdefault(h, [])
+        if not heap:
+            heapq.heappush(turns, (fetches.get(h, 0), h))
+        heapq.heappush(heap, (key(i), i))
+
+    est.raised = raised
+    raised(seed)
+    out: list[int] = []
+    while turns and len(out) < stop:
+        n, h = heapq.heappop(turns)
+        heap = pages[h]
+        while heap:
+            k, i = heapq.heappop(heap)
+            if not est.fetched[i] and k == key(i):
+                break
+        else:
+            continue  # no page left: back in turn when one is raised
+        out.append(i)
+        fetches[h] = n + 1
+        if heap:
+            heapq.heappush(turns, (n + 1, h))
+        est.fetch(i)
+    return out
+
+
+def opic(g: Crawlable, seed: int, stop: int, hosts: np.ndarray | None = None) -> list[int]:
+    """The plugin's one-pass order: its crawl code (frontier, engine, virtual page), in memory."""
+    from scrapy_opic._backends.store import MemoryStore
+    from scrapy_opic._state import open_crawl
+    from scrapy_opic.opic.config import CrawlConfig
+    from scrapy_opic.opic.constants import NEEDS_PAYLOAD
+    from scrapy_opic.opic.contract import Entry, Link
+
+    never = 10**12
+    crawl = open_crawl(
+        MemoryStore(), CrawlConfig(), {"spider": "bench"}, "", commit_visits=never,
+        commit_seconds=never,
+    )  # fmt: skip
+    crawl.schedule([Entry(seed, str(seed), payload="r")])
+    out: list[int] = []
+    while len(out) < stop and (lease := crawl.pop()) is not None:
+        i = lease.key
+        out.append(i)
+        kids = g.kids(i)
+        visit = crawl.visit(lease, [Link(j, str(j)) for j in kids])
+        wanted = [j for j, code in zip(kids, visit.codes) if code == NEEDS_PAYLOAD]
+        crawl.schedule([Entry(j, str(j), payload="r") for j in wanted])
+    return out
+
+
+ORDERS: dict[str, Order] = {
+    "bfs": bfs,
+    "backlinks": backlinks,
+    "opic": opic,
+    "partial_pr": partial_pagerank,
+    "link_rank": link_rank,
+    "host_bfs": host_bfs,
+}
+
+
+def host_graph(n: int, seed: int = 0) -> tuple[Graph, np.ndarray]:
+    """A web-like graph of about ``n`` pages on hosts of Zipf sizes, pages of a host
+    consecutive: each page links to its host's home page (the host's first page), to one of the
+    host's section pages (its next ~sqrt(size) pages), to a few pages of its host near it, and
+    with some chance to any page of another host, the host drawn by popularity (Zipf).
+    Returns the graph and each page's host."""
+    rng = np.random.default_rng(seed)
+    sizes: list[int] = []
+    while sum(sizes) < n:
+        sizes.append(int(min(5000, max(3, rng.pareto(1.2) * 8))))
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    total = int(starts[-1])
+    hosts = len(sizes)
+    popularity = 1.0 / np.arange(1, hosts + 1) ** 1.1
+    rng.shuffle(popularity)
+    popularity /= popularity.sum()
+    host_of = np.repeat(np.arange(hosts), sizes)
+    base = starts[host_of]
+    size = np.asarray(sizes)[host_of]
+    page = np.arange(total)
+    srcs, dsts = [page], [base]  # the home page
+    sections = np.maximum(1, np.sqrt(size).astype(np.int64))
+    srcs.append(page)
+    dsts.append(base + 1 + rng.integers(0, np.maximum(1, sections), total) % size)
+    for _ in range(4):  # pages near it: a listing's neighbours
+        srcs.append(page)
+        near = (page - base + rng.integers(-20, 21, total)) % size
+        dsts.append(base + near)
+    for _ in range(2):  # across hosts: any page of a host drawn by popularity
+        go = rng.random(total) < 0.15
+        target_host = rng.choice(hosts, size=int(go.sum()), p=popularity)
+        srcs.append(page[go])
+        dsts.append(starts[target_host] + rng.integers(0, np.asarray(sizes)[target_host]))
+    return from_edges(np.concatenate(srcs), np.concatenate(dsts), total), host_of
+
+
+def reaching_seeds(g: Crawlable, count: int, stop: int) -> list[int]:
+    """Pages drawn at random (a fixed draw) from which breadth-first reaches ``stop`` pages."""
+    seeds: list[int] = []
+    for i in np.random.default_rng(1).permutation(g.n):
+        if len(bfs(g, int(i), stop)) >= stop:
+            seeds.append(int(i))
+            if len(seeds) == count:
+                break
+    return seeds
+
+
+def measure(g: Crawlable, seeds: list[int], fraction: float, hostings: dict[str, np.ndarray]):
+    """Every order from every seed; ``hostings``: the host of each page, by the name of the
+    way the graph's pages were given hosts."""
+    stop = int(g.n * fraction)
+    rows, data = [], []
+    turns = ("host_bfs", "link_rank")
+    columns = [
+        *(o for o in ORDERS if o != "host_bfs"),
+        *(f"{o}/{h}" for h in hostings for o in turns),
+    ]
+    for seed in seeds:
+        best = g.pr[omniscient(g, seed, stop)].sum()
+        got: dict[str, float] = {"omniscient_share": float(best)}
+        seconds: dict[str, float] = {}
+        for name in columns:
+            order_name, _, hosting = name.partition("/")
+            fn, hosts = ORDERS[order_name], hostings.get(hosting)
+            t0 = time.perf_counter()
+            order = fn(g, seed, stop, hosts)
+            seconds[name] = time.perf_counter() - t0
+            got[name] = float(g.pr[order].sum() / best)
+            if fn is link_rank:
+                got[f"{name} pushes/fetch"] = float(link_rank.pushes)  # type: ignore[attr-defined]
+        data.append({"seed": seed, "ratios": got, "seconds": seconds})
+        rows.append([seed, *(got[c] for c in columns), best])
+        print(g.name, seed, {k: round(v, 3) for k, v in got.items()}, flush=True)
+    means = [float(np.mean([d["ratios"][c] for d in data])) for c in columns]
+    rows.append(["mean", *means, float(np.mean([d["ratios"]["omniscient_share"] for d in data]))])
+    header = ["seed", *columns, "omniscient (share)"]
+    return header, rows, data
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--graph", default=str(REAL_GRAPH), help="an edge list; '': none")
+    p.add_argument("--seeds", default="247028,263046,162973,265611")
+    p.add_argument("--fraction", type=float, default=0.1)
+    p.add_argument("--site-size", default="1024", help="comma-separated block sizes")
+    p.add_argument("--generated", type=int, default=100_000, help="0: no generated graph")
+    p.add_argument("--generated-seeds", type=int, default=3)
+    p.add_argument("--out", type=Path, default=RESULTS)
+    args = p.parse_args(argv)
+    t0 = time.perf_counter()
+    site_sizes = [int(s) for s in args.site_size.split(",") if s]
+    sections, data = [], {}
+    graphs = []
+    if args.graph:
+        g = Crawlable(load_edge_list(args.graph), Path(args.graph).name.split(".")[0])
+        ids = np.arange(g.n)
+        blocks = {f"{b} ids": ids // b for b in site_sizes}
+        blocks["16 hosts"] = ids * 16 // g.n
+        graphs.append((g, [int(s) for s in args.seeds.split(",")], blocks))
+    if args.generated:
+        graph, host_of = host_graph(args.generated)
+        g = Crawlable(graph, f"generated-{args.generated}")
+        seeds = reaching_seeds(g, args.generated_seeds, int(g.n * args.fraction))
+        graphs.append((g, seeds, {"its hosts": host_of, "16 hosts": np.arange(g.n) * 16 // g.n}))
+    for g, seeds, hostings in graphs:
+        header, rows, d = measure(g, seeds, args.fraction, hostings)
+        data[g.name] = d
+        sections.append(f"## {g.name}: {g.n:,} pages, {g.graph.n_edges:,} links\n\n"
+                        + table(header, rows))  # fmt: skip
+    summary = (
+        f"The PageRank share of the first {args.fraction:.0%} of each graph's pages fetched, "
+        "as a ratio to frontier-omniscient's share (last column); `pushes/fetch` in the JSON. "
+        "`X/H`: hosts H take turns (blocks of consecutive ids, 16 equal blocks, or the "
+        f"generated graph's own hosts). Link rank: ALPHA={ALPHA}, THETA={THETA}."
+    )
+    text = page("Crawl order on web graphs", summary, *sections)
+    text += f"\n_Total time: {time.perf_counter() - t0:.0f} s._\n"
+    write_results("web_order", data, text, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
