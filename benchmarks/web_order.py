@@ -26,18 +26,31 @@ highest (the best a crawler can do without knowing pages it has not discovered).
 - ``host_bfs/H`` and ``link_rank/H``: *host turns*: the hosts ``H`` take turns (the host with
   the fewest fetches so far among those with a page to fetch), each turn fetching the host's
   next page by breadth-first, or by link rank. ``host_bfs`` shows what the turns alone bring.
+  ``weighted_link_rank/H``: turns in proportion to the square root of the rank a host received
+  over links from other hosts, so that a host that only links to itself (an endless calendar)
+  gets few turns.
 
 A host is a block of ``--site-size`` consecutive page ids (a URL-ordered graph, as cnr-2000 is,
 keeps a site's pages together), or one of 16 equal blocks; the column names which.
 ``--generated N`` adds a graph of N pages made here with a host structure (hosts of Zipf sizes,
 home and section pages that a host's pages link to, links across hosts to any page of popular
 hosts), so that an order is not judged on one graph alone.
+
+``--scrapy H`` measures the plugin's order through Scrapy as well: the graph served on ``H``
+loopback hosts (127.0.0.1 to 127.0.0.H, a host a block of consecutive ids), one ``scrapy``
+process of the crawl runner's ``site`` spider per seed (``--delay``: ``DOWNLOAD_DELAY``), the
+order read from the server's access log (the first ``--fraction`` of distinct pages fetched);
+the results then go to ``web_order_scrapy<H>_delay<D>``.
 """
 
 from __future__ import annotations
 
 import argparse
 import heapq
+import json
+import subprocess
+import sys
+import tempfile
 import time
 from collections import deque
 from collections.abc import Callable
@@ -51,9 +64,11 @@ from benchmarks.paper_figures import REAL_GRAPH
 from scrapy_opic.opic.graph import Graph, from_edges, load_edge_list
 from scrapy_opic.opic.pagerank import pagerank
 
-#: The candidate link rank's damping and push threshold (see the module docstring).
+#: The candidate link rank's damping and push threshold (see the module docstring), and the
+#: weighted host turns' floor of a host's inflow.
 ALPHA = 0.5
 THETA = 0.05
+INFLOW_FLOOR = 0.5
 #: Partial PageRank: fetches between recomputations, damping, power iterations.
 PPR_EVERY, PPR_ALPHA, PPR_ITERATIONS = 1000, 0.85, 30
 
@@ -180,8 +195,11 @@ class LinkRank:
     """The candidate order's estimator (see the module docstring): ``rank`` (pushed) and
     ``residual`` (received, not pushed yet) per page; ``pushes`` counts the pushes."""
 
-    def __init__(self, g: Crawlable) -> None:
+    def __init__(self, g: Crawlable, hosts: np.ndarray | None = None) -> None:
         self.g = g
+        #: With ``hosts``: the rank each host received over links from other hosts.
+        self.hosts = hosts
+        self.inflow = np.zeros(1 if hosts is None else int(hosts.max()) + 1)
         self.rank = np.zeros(g.n)
         self.residual = np.zeros(g.n)
         self.fetched = np.zeros(g.n, bool)
@@ -209,8 +227,11 @@ class LinkRank:
         if not kids:
             return
         share = ALPHA * got / len(kids)
+        hosts = self.hosts
         for c in kids:
             r[c] += share
+            if hosts is not None and hosts[c] != hosts[v]:
+                self.inflow[hosts[c]] += share
             if fetched[c]:
                 if r[c] > THETA:
                     heapq.heappush(self._due, (-r[c], c))
@@ -254,34 +275,59 @@ class Discovery:
                 self.raised(j)
 
 
+def weighted_link_rank(
+    g: Crawlable, seed: int, stop: int, hosts: np.ndarray | None = None
+) -> list[int]:
+    """As :func:`link_rank` with hosts, a host's turns in proportion to the square root of the
+    link rank it received from other hosts (plus ``INFLOW_FLOOR``): a host that only links to
+    itself (a trap) gets few turns."""
+    est = LinkRank(g, hosts)
+    r = est.residual
+
+    def weight(h: int) -> float:
+        return float(np.sqrt(INFLOW_FLOOR + est.inflow[h]))
+
+    out = host_turns(seed, stop, hosts, lambda i: -r[i], est, weight)
+    weighted_link_rank.pushes = est.pushes / max(1, len(out))  # type: ignore[attr-defined]
+    return out
+
+
 def host_turns(
     seed: int,
     stop: int,
     hosts: np.ndarray | None,
     key: Callable[[int], float],
     est: LinkRank | Discovery,
+    weight: Callable[[int], float] | None = None,
 ) -> list[int]:
     """Fetch order: the host with the fewest fetches so far among those with a page to fetch
     (ties: the lower host id), then its page of lowest ``key`` (a key that only falls while
     the page waits); ``est.fetch(i)`` tells of each fetch, ``est.raised(i)`` is called back with
-    every page whose key fell. ``hosts`` None: one host."""
+    every page whose key fell. ``hosts`` None: one host. With ``weight``, turns in proportion to
+    each host's weight (stride scheduling: a fetch moves the host's pass on by 1 / weight; a
+    host that comes, or comes back, starts at the pass of the last turn)."""
     host = (lambda i: 0) if hosts is None else (lambda i: int(hosts[i]))
     pages: dict[int, list[tuple[float, int]]] = {}
-    fetches: dict[int, int] = {}
-    turns: list[tuple[int, int]] = []  # (fetches, host) of hosts that may have pages
+    passes: dict[int, float] = {}
+    turns: list[tuple[float, int]] = []  # (pass, host) of hosts that may have pages
+    now = 0.0
 
     def raised(i: int) -> None:
         h = host(i)
         heap = pages.setdefault(h, [])
         if not heap:
-            heapq.heappush(turns, (fetches.get(h, 0), h))
+            p = passes.get(h, 0.0)
+            if weight is not None:
+                p = passes[h] = max(p, now)
+            heapq.heappush(turns, (p, h))
         heapq.heappush(heap, (key(i), i))
 
     est.raised = raised
     raised(seed)
     out: list[int] = []
     while turns and len(out) < stop:
-        n, h = heapq.heappop(turns)
+        p, h = heapq.heappop(turns)
+        now = max(now, p)
         heap = pages[h]
         while heap:
             k, i = heapq.heappop(heap)
@@ -290,9 +336,9 @@ def host_turns(
         else:
             continue  # no page left: back in turn when one is raised
         out.append(i)
-        fetches[h] = n + 1
+        passes[h] = p + (1.0 if weight is None else 1.0 / max(weight(h), 1e-12))
         if heap:
-            heapq.heappush(turns, (n + 1, h))
+            heapq.heappush(turns, (passes[h], h))
         est.fetch(i)
     return out
 
@@ -329,6 +375,7 @@ ORDERS: dict[str, Order] = {
     "partial_pr": partial_pagerank,
     "link_rank": link_rank,
     "host_bfs": host_bfs,
+    "weighted_link_rank": weighted_link_rank,
 }
 
 
@@ -384,9 +431,9 @@ def measure(g: Crawlable, seeds: list[int], fraction: float, hostings: dict[str,
     way the graph's pages were given hosts."""
     stop = int(g.n * fraction)
     rows, data = [], []
-    turns = ("host_bfs", "link_rank")
+    turns = ("host_bfs", "link_rank", "weighted_link_rank")
     columns = [
-        *(o for o in ORDERS if o != "host_bfs"),
+        *(o for o in ORDERS if o not in turns[::2]),
         *(f"{o}/{h}" for h in hostings for o in turns),
     ]
     for seed in seeds:
@@ -400,8 +447,8 @@ def measure(g: Crawlable, seeds: list[int], fraction: float, hostings: dict[str,
             order = fn(g, seed, stop, hosts)
             seconds[name] = time.perf_counter() - t0
             got[name] = float(g.pr[order].sum() / best)
-            if fn is link_rank:
-                got[f"{name} pushes/fetch"] = float(link_rank.pushes)  # type: ignore[attr-defined]
+            if fn in (link_rank, weighted_link_rank):
+                got[f"{name} pushes/fetch"] = float(fn.pushes)  # type: ignore[attr-defined]
         data.append({"seed": seed, "ratios": got, "seconds": seconds})
         rows.append([seed, *(got[c] for c in columns), best])
         print(g.name, seed, {k: round(v, 3) for k, v in got.items()}, flush=True)
@@ -409,6 +456,56 @@ def measure(g: Crawlable, seeds: list[int], fraction: float, hostings: dict[str,
     rows.append(["mean", *means, float(np.mean([d["ratios"]["omniscient_share"] for d in data]))])
     header = ["seed", *columns, "omniscient (share)"]
     return header, rows, data
+
+
+def through_scrapy(
+    g: Crawlable, seeds: list[int], fraction: float, hosts: int, delay: float
+) -> tuple[list[str], list[list], list[dict]]:
+    """The plugin's order through Scrapy, from the server's access log (see the module
+    docstring): its ratio to frontier-omniscient's share, by seed."""
+    from tests.support import RUNNER
+    from tests.support.sites import Site
+
+    stop = int(g.n * fraction)
+    block = -(-g.n // hosts)
+    names = tuple(f"127.0.0.{h + 1}" for h in range(hosts))
+    site = Site(g.graph, host_of=lambda i: names[i // block], addresses=names)
+    rows, data = [], []
+    with tempfile.TemporaryDirectory() as tmp, site:
+        for seed in seeds:
+            site.access_log.clear()
+            work = Path(tmp) / str(seed)
+            work.mkdir()
+            settings = {
+                "LOG_LEVEL": "WARNING",
+                "CONCURRENT_REQUESTS": 16,
+                "DOWNLOAD_DELAY": delay,
+                "CLOSESPIDER_PAGECOUNT": stop,
+            }
+            config = {
+                "spider": "site", "start_url": site.url(seed), "allowed": list(names),
+                "order": "opic", "items": str(work / "items.jsonl"),
+                "stats": str(work / "stats.json"), "settings": settings,
+            }  # fmt: skip
+            (work / "config.json").write_text(json.dumps(config))
+            t0 = time.perf_counter()
+            subprocess.run([sys.executable, str(RUNNER), str(work / "config.json")], check=True)
+            seconds = time.perf_counter() - t0
+            order: list[int] = []
+            seen: set[int] = set()
+            for _host, path, _start, _end in sorted(site.access_log, key=lambda e: e[2]):
+                if path.startswith("/p/"):
+                    i = int(path[3:].removesuffix(".html"))
+                    if i not in seen:
+                        seen.add(i)
+                        order.append(i)
+            best = g.pr[omniscient(g, seed, stop)].sum()
+            ratio = float(g.pr[order[:stop]].sum() / best)
+            data.append({"seed": seed, "opic": ratio, "pages": len(order), "seconds": seconds})
+            rows.append([seed, ratio, len(order), seconds])
+            print(g.name, seed, "through scrapy", data[-1], flush=True)
+    rows.append(["mean", float(np.mean([d["opic"] for d in data])), "", ""])
+    return ["seed", "opic", "pages fetched", "seconds"], rows, data
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -419,6 +516,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--site-size", default="1024", help="comma-separated block sizes")
     p.add_argument("--generated", type=int, default=100_000, help="0: no generated graph")
     p.add_argument("--generated-seeds", type=int, default=3)
+    p.add_argument("--scrapy", type=int, default=0, help="hosts of a crawl through Scrapy")
+    p.add_argument("--delay", type=float, default=0.0, help="its DOWNLOAD_DELAY")
     p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args(argv)
     t0 = time.perf_counter()
@@ -441,6 +540,14 @@ def main(argv: list[str] | None = None) -> int:
         data[g.name] = d
         sections.append(f"## {g.name}: {g.n:,} pages, {g.graph.n_edges:,} links\n\n"
                         + table(header, rows))  # fmt: skip
+        if args.scrapy:
+            head, lines, got = through_scrapy(g, seeds, args.fraction, args.scrapy, args.delay)
+            data[f"{g.name} through scrapy"] = got
+            sections.append(
+                f"## {g.name} through Scrapy: {args.scrapy} hosts, DOWNLOAD_DELAY "
+                f"{args.delay}\n\nThe plugin's order, ratio to frontier-omniscient's share.\n\n"
+                + table(head, lines)
+            )
     summary = (
         f"The PageRank share of the first {args.fraction:.0%} of each graph's pages fetched, "
         "as a ratio to frontier-omniscient's share (last column); `pushes/fetch` in the JSON. "
@@ -449,7 +556,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     text = page("Crawl order on web graphs", summary, *sections)
     text += f"\n_Total time: {time.perf_counter() - t0:.0f} s._\n"
-    write_results("web_order", data, text, args.out)
+    stem = f"web_order_scrapy{args.scrapy}_delay{args.delay:g}" if args.scrapy else "web_order"
+    write_results(stem, data, text, args.out)
     return 0
 
 

@@ -219,14 +219,16 @@ def test_export_perf_smoke(tmp_path):
 
 def test_web_order_smoke(tmp_path):
     mod = load("web_order")
-    args = ["--graph", "", "--generated", "3000", "--generated-seeds", "1", "--out", str(tmp_path)]
-    assert mod.main(args) == 0
-    data = json.loads((tmp_path / "web_order.json").read_text())
+    args = ["--graph", "", "--generated", "3000", "--generated-seeds", "1", "--scrapy", "2"]
+    assert mod.main([*args, "--out", str(tmp_path)]) == 0
+    data = json.loads((tmp_path / "web_order_scrapy2_delay0.json").read_text())
     (run,) = data["generated-3000"]
+    (crawl,) = data["generated-3000 through scrapy"]
+    assert crawl["pages"] >= 300 and 0 < crawl["opic"] < 2  # (10% of 3,055 pages, from the log)
     ratios = run["ratios"]
     for name in ("bfs", "opic", "partial_pr", "link_rank/its hosts", "host_bfs/16 hosts"):
         assert 0 < ratios[name] < 2
-    assert "link_rank/its hosts" in (tmp_path / "web_order.md").read_text()
+    assert "link_rank/its hosts" in (tmp_path / "web_order_scrapy2_delay0.md").read_text()
 
 
 def test_web_order_link_rank_pushed_out_solves_its_linear_system(monkeypatch):
