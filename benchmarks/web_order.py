@@ -2,7 +2,8 @@
 pages, beside the orders a crawl is judged against.
 
     python -m benchmarks.web_order [--graph EDGES] [--seeds 247028,263046,162973,265611]
-        [--fraction 0.1] [--site-size 1024] [--generated 100000] [--out ...]
+        [--fraction 0.1] [--site-size 1024] [--generated 100000] [--scrapy H [--delay D]]
+        [--out ...]
 
 Every order starts from one seed page and, at each step, fetches one page it has discovered
 (a page it fetched links to it), one at a time; what it knows of the graph is the links of the
@@ -18,7 +19,7 @@ highest (the best a crawler can do without knowing pages it has not discovered).
 - ``partial_pr``: partial PageRank (Cho, Garcia-Molina, Page 1998): the PageRank of the known
   graph (fetched pages and their links; pages not fetched yet dangle), recomputed every 1,000
   fetches, 30 power iterations;
-- ``link_rank``: a candidate, online: every fetched page adds a unit of rank (a teleport);
+- ``link_rank``: a candidate, online: every fetched page adds ``1 - ALPHA`` of rank (a teleport);
   rank is pushed along the links of fetched pages (damping ``ALPHA``), a page pushing only
   what it received since its last push and only above ``THETA``, so that a fetch costs a
   bounded, amortised number of pushes (counted); an unfetched page's score is the rank pushed
@@ -432,8 +433,9 @@ def measure(g: Crawlable, seeds: list[int], fraction: float, hostings: dict[str,
     stop = int(g.n * fraction)
     rows, data = [], []
     turns = ("host_bfs", "link_rank", "weighted_link_rank")
+    only_with_hosts = ("host_bfs", "weighted_link_rank")
     columns = [
-        *(o for o in ORDERS if o not in turns[::2]),
+        *(o for o in ORDERS if o not in only_with_hosts),
         *(f"{o}/{h}" for h in hostings for o in turns),
     ]
     for seed in seeds:
@@ -528,13 +530,14 @@ def main(argv: list[str] | None = None) -> int:
         g = Crawlable(load_edge_list(args.graph), Path(args.graph).name.split(".")[0])
         ids = np.arange(g.n)
         blocks = {f"{b} ids": ids // b for b in site_sizes}
-        blocks["16 hosts"] = ids * 16 // g.n
+        blocks["16 hosts"] = ids // -(-g.n // 16)  # (as --scrapy 16 serves them)
         graphs.append((g, [int(s) for s in args.seeds.split(",")], blocks))
     if args.generated:
         graph, host_of = host_graph(args.generated)
         g = Crawlable(graph, f"generated-{args.generated}")
         seeds = reaching_seeds(g, args.generated_seeds, int(g.n * args.fraction))
-        graphs.append((g, seeds, {"its hosts": host_of, "16 hosts": np.arange(g.n) * 16 // g.n}))
+        sixteen = np.arange(g.n) // -(-g.n // 16)
+        graphs.append((g, seeds, {"its hosts": host_of, "16 hosts": sixteen}))
     for g, seeds, hostings in graphs:
         header, rows, d = measure(g, seeds, args.fraction, hostings)
         data[g.name] = d
