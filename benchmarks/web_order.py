@@ -35,7 +35,8 @@ A host is a block of ``--site-size`` consecutive page ids (a URL-ordered graph, 
 keeps a site's pages together), or one of 16 equal blocks; the column names which.
 ``--generated N`` adds a graph of N pages made here with a host structure (hosts of Zipf sizes,
 home and section pages that a host's pages link to, links across hosts to any page of popular
-hosts), so that an order is not judged on one graph alone.
+hosts), so that an order is not judged on one graph alone; and, with an endless calendar
+added as one more host, the share of each order's fetches that the calendar takes.
 
 ``--scrapy H`` measures the plugin's order through Scrapy as well: the graph served on ``H``
 loopback hosts (127.0.0.1 to 127.0.0.H, a host a block of consecutive ids), one ``scrapy``
@@ -416,6 +417,43 @@ def host_graph(n: int, seed: int = 0) -> tuple[Graph, np.ndarray]:
     return from_edges(np.concatenate(srcs), np.concatenate(dsts), total), host_of
 
 
+def with_trap(
+    graph: Graph, host_of: np.ndarray, size: int, sources: np.ndarray
+) -> tuple[Graph, np.ndarray]:
+    """``graph`` and one more host of ``size`` pages: an endless calendar (day ``d`` links to
+    the next days and months, never out of the host), its first day linked to from the pages
+    ``sources``."""
+    n = graph.n
+    day = np.arange(size)
+    src, dst = [graph.sources()], [graph.indices.astype(np.int64)]
+    for step in (1, 2, 3, 30, 31):
+        ok = day + step < size
+        src.append(n + day[ok])
+        dst.append(n + day[ok] + step)
+    src.append(np.asarray(sources, dtype=np.int64))
+    dst.append(np.full(len(sources), n))
+    hosts = np.concatenate([host_of, np.full(size, host_of.max() + 1)])
+    return from_edges(np.concatenate(src), np.concatenate(dst), n + size), hosts
+
+
+def trap_shares(g: Crawlable, hosts: np.ndarray, seeds: list[int], fraction: float, first: int):
+    """The share of each order's first ``fraction`` of fetches that went to pages ``>= first``
+    (the trap), by seed."""
+    stop = int(first * fraction)
+    names = ["bfs", "opic", "link_rank", "link_rank/its hosts", "weighted_link_rank/its hosts"]
+    rows = []
+    for seed in seeds:
+        row: list = [seed]
+        for name in names:
+            order_name, _, hosting = name.partition("/")
+            order = ORDERS[order_name](g, seed, stop, hosts if hosting else None)
+            row.append(float(np.mean(np.asarray(order) >= first)))
+        rows.append(row)
+        print(g.name, seed, "trap", row, flush=True)
+    rows.append(["mean", *(float(np.mean([r[k] for r in rows])) for k in range(1, len(names) + 1))])
+    return ["seed", *names], rows
+
+
 def reaching_seeds(g: Crawlable, count: int, stop: int) -> list[int]:
     """Pages drawn at random (a fixed draw) from which breadth-first reaches ``stop`` pages."""
     seeds: list[int] = []
@@ -538,6 +576,17 @@ def main(argv: list[str] | None = None) -> int:
         seeds = reaching_seeds(g, args.generated_seeds, int(g.n * args.fraction))
         sixteen = np.arange(g.n) // -(-g.n // 16)
         graphs.append((g, seeds, {"its hosts": host_of, "16 hosts": sixteen}))
+        top = np.argsort(-g.pr)[:10]
+        trapped, trap_hosts = with_trap(graph, host_of, graph.n // 5, top)
+        head, lines = trap_shares(
+            Crawlable(trapped, "trapped"), trap_hosts, seeds, args.fraction, graph.n
+        )
+        trap_section = (
+            f"## A trap: generated-{args.generated} and an endless calendar of "
+            f"{graph.n // 5:,} pages\n\nThe share of the first {args.fraction:.0%} of fetches "
+            "(of the graph without the calendar) that went to the calendar, linked to from the "
+            "graph's 10 pages of highest PageRank.\n\n" + table(head, lines)
+        )
     for g, seeds, hostings in graphs:
         header, rows, d = measure(g, seeds, args.fraction, hostings)
         data[g.name] = d
@@ -551,6 +600,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"{args.delay}\n\nThe plugin's order, ratio to frontier-omniscient's share.\n\n"
                 + table(head, lines)
             )
+    if args.generated:
+        sections.append(trap_section)
     summary = (
         f"The PageRank share of the first {args.fraction:.0%} of each graph's pages fetched, "
         "as a ratio to frontier-omniscient's share (last column); `pushes/fetch` in the JSON. "

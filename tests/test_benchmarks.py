@@ -228,7 +228,8 @@ def test_web_order_smoke(tmp_path):
     ratios = run["ratios"]
     for name in ("bfs", "opic", "partial_pr", "link_rank/its hosts", "host_bfs/16 hosts"):
         assert 0 < ratios[name] < 2
-    assert "link_rank/its hosts" in (tmp_path / "web_order_scrapy2_delay0.md").read_text()
+    text = (tmp_path / "web_order_scrapy2_delay0.md").read_text()
+    assert "link_rank/its hosts" in text and "## A trap" in text
 
 
 def test_web_order_link_rank_pushed_out_solves_its_linear_system(monkeypatch):
