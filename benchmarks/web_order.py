@@ -49,22 +49,21 @@ from __future__ import annotations
 
 import argparse
 import heapq
-import json
-import subprocess
-import sys
 import tempfile
 import time
 from collections import deque
 from collections.abc import Callable
+from itertools import islice
 from pathlib import Path
 
 import numpy as np
-import scipy.sparse as sp
 
 from benchmarks._harness import RESULTS, page, table, write_results
+from benchmarks.crawl_evidence import crawl
 from benchmarks.paper_figures import REAL_GRAPH
 from scrapy_opic.opic.graph import Graph, from_edges, load_edge_list
-from scrapy_opic.opic.pagerank import pagerank
+from scrapy_opic.opic.pagerank import PowerIteration, pagerank
+from tests.support.sites import CALENDAR_STEPS, Site
 
 #: The candidate link rank's damping and push threshold (see the module docstring), and the
 #: weighted host turns' floor of a host's inflow.
@@ -91,8 +90,7 @@ class Crawlable:
     def kids(self, i: int) -> list[int]:
         k = self._kids[i]
         if k is None:
-            g = self.graph
-            k = self._kids[i] = g.indices[g.indptr[i] : g.indptr[i + 1]].tolist()
+            k = self._kids[i] = self.graph.children(i).tolist()
         return k
 
 
@@ -178,19 +176,17 @@ def partial_pagerank(
 
 
 def _known_pagerank(g: Crawlable, fetched: np.ndarray, known: np.ndarray) -> np.ndarray:
-    n = g.n
+    """PPR_ITERATIONS power iterations of PageRank on the known graph (its pages: the known
+    ones, so that the jump and the dangling pages' rank go to them alone), from uniform."""
+    ids = np.flatnonzero(known)
+    where = np.zeros(g.n, np.int64)
+    where[ids] = np.arange(ids.size)
     m = fetched[g.src]
-    s, d = g.src[m], g.dst[m]
-    out_deg = np.bincount(s, minlength=n).astype(float)
-    inv = np.zeros(n)
-    inv[out_deg > 0] = 1.0 / out_deg[out_deg > 0]
-    walk = sp.csr_matrix((inv[s], (d, s)), shape=(n, n))
-    jump = known / known.sum()
-    dangling = known & (out_deg == 0)
-    x = jump.copy()
-    for _ in range(PPR_ITERATIONS):
-        x = PPR_ALPHA * (walk @ x + x[dangling].sum() * jump) + (1 - PPR_ALPHA) * jump
-    return x
+    graph = from_edges(where[g.src[m]], where[g.dst[m]], ids.size)
+    x = next(islice(PowerIteration(graph, PPR_ALPHA).iterate(), PPR_ITERATIONS - 1, None))
+    score = np.zeros(g.n)
+    score[ids] = x
+    return score
 
 
 class LinkRank:
@@ -426,7 +422,7 @@ def with_trap(
     n = graph.n
     day = np.arange(size)
     src, dst = [graph.sources()], [graph.indices.astype(np.int64)]
-    for step in (1, 2, 3, 30, 31):
+    for step in CALENDAR_STEPS:
         ok = day + step < size
         src.append(n + day[ok])
         dst.append(n + day[ok] + step)
@@ -499,37 +495,24 @@ def measure(g: Crawlable, seeds: list[int], fraction: float, hostings: dict[str,
 
 
 def through_scrapy(
-    g: Crawlable, seeds: list[int], fraction: float, hosts: int, delay: float
+    g: Crawlable, best: dict[int, float], fraction: float, hosts: int, delay: float
 ) -> tuple[list[str], list[list], list[dict]]:
     """The plugin's order through Scrapy, from the server's access log (see the module
-    docstring): its ratio to frontier-omniscient's share, by seed."""
-    from tests.support import RUNNER
-    from tests.support.sites import Site
-
+    docstring): its ratio to frontier-omniscient's share ``best[seed]``, by seed."""
     stop = int(g.n * fraction)
     block = -(-g.n // hosts)
     names = tuple(f"127.0.0.{h + 1}" for h in range(hosts))
     site = Site(g.graph, host_of=lambda i: names[i // block], addresses=names)
     rows, data = [], []
     with tempfile.TemporaryDirectory() as tmp, site:
-        for seed in seeds:
+        for seed in best:
             site.access_log.clear()
-            work = Path(tmp) / str(seed)
-            work.mkdir()
-            settings = {
-                "LOG_LEVEL": "WARNING",
-                "CONCURRENT_REQUESTS": 16,
-                "DOWNLOAD_DELAY": delay,
-                "CLOSESPIDER_PAGECOUNT": stop,
-            }
-            config = {
-                "spider": "site", "start_url": site.url(seed), "allowed": list(names),
-                "order": "opic", "items": str(work / "items.jsonl"),
-                "stats": str(work / "stats.json"), "settings": settings,
-            }  # fmt: skip
-            (work / "config.json").write_text(json.dumps(config))
             t0 = time.perf_counter()
-            subprocess.run([sys.executable, str(RUNNER), str(work / "config.json")], check=True)
+            crawl(
+                site.url(seed), "opic", Path(tmp) / str(seed), spider="site",
+                allowed=list(names), CONCURRENT_REQUESTS=16, DOWNLOAD_DELAY=delay,
+                CLOSESPIDER_PAGECOUNT=stop,
+            )  # fmt: skip
             seconds = time.perf_counter() - t0
             order: list[int] = []
             seen: set[int] = set()
@@ -539,8 +522,7 @@ def through_scrapy(
                     if i not in seen:
                         seen.add(i)
                         order.append(i)
-            best = g.pr[omniscient(g, seed, stop)].sum()
-            ratio = float(g.pr[order[:stop]].sum() / best)
+            ratio = float(g.pr[order[:stop]].sum() / best[seed])
             data.append({"seed": seed, "opic": ratio, "pages": len(order), "seconds": seconds})
             rows.append([seed, ratio, len(order), seconds])
             print(g.name, seed, "through scrapy", data[-1], flush=True)
@@ -593,7 +575,8 @@ def main(argv: list[str] | None = None) -> int:
         sections.append(f"## {g.name}: {g.n:,} pages, {g.graph.n_edges:,} links\n\n"
                         + table(header, rows))  # fmt: skip
         if args.scrapy:
-            head, lines, got = through_scrapy(g, seeds, args.fraction, args.scrapy, args.delay)
+            best = {x["seed"]: x["ratios"]["omniscient_share"] for x in d}
+            head, lines, got = through_scrapy(g, best, args.fraction, args.scrapy, args.delay)
             data[f"{g.name} through scrapy"] = got
             sections.append(
                 f"## {g.name} through Scrapy: {args.scrapy} hosts, DOWNLOAD_DELAY "
