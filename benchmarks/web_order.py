@@ -2,8 +2,8 @@
 pages, beside the orders a crawl is judged against.
 
     python -m benchmarks.web_order [--graph EDGES] [--seeds 247028,263046,162973,265611]
-        [--fraction 0.1] [--site-size 1024] [--generated 100000] [--scrapy H [--delay D]]
-        [--out ...]
+        [--fraction 0.1] [--site-size 1024] [--generated 100000]
+        [--scrapy H [--delay D] [--fleet N --redis-url URL]] [--out ...]
 
 Every order starts from one seed page and, at each step, fetches one page it has discovered
 (a page it fetched links to it), one at a time; what it knows of the graph is the links of the
@@ -14,8 +14,11 @@ highest (the best a crawler can do without knowing pages it has not discovered).
 
 - ``bfs``: breadth-first (Scrapy's default order with ``DEPTH_PRIORITY``/FIFO queues);
 - ``backlinks``: the most links from fetched pages;
-- ``opic``: the plugin's one-pass order, through the plugin's own frontier (the embedded
-  store's code, in memory): the most cash;
+- ``opic_cash``: the plugin's one-pass order by cash (``OPIC_ORDER = "cash"``), through the
+  plugin's own frontier (the embedded store's code, in memory): the most cash;
+- ``opic``: the plugin's one-pass order (``OPIC_ORDER = "web"``, the default), the same way;
+  ``opic/H``: each host a download slot, the slots taking turns (without hosts, one slot: the
+  order by cash);
 - ``partial_pr``: partial PageRank (Cho, Garcia-Molina, Page 1998): the PageRank of the known
   graph (fetched pages and their links; pages not fetched yet dangle), recomputed every 1,000
   fetches, 30 power iterations;
@@ -42,15 +45,21 @@ added as one more host, the share of each order's fetches that the calendar take
 loopback hosts (127.0.0.1 to 127.0.0.H, a host a block of consecutive ids), one ``scrapy``
 process of the crawl runner's ``site`` spider per seed (``--delay``: ``DOWNLOAD_DELAY``), the
 order read from the server's access log (the first ``--fraction`` of distinct pages fetched);
-the results then go to ``web_order_scrapy<H>_delay<D>``.
+the results then go to ``web_order_scrapy<H>_delay<D>``. With ``--fleet N``, N such processes
+share each crawl on Redis (``OPIC_STORE = "redis"``, its default partitions by host), each
+closing after its share of the pages: ``web_order_scrapy<H>_delay<D>_fleet<N>``.
 """
 
 from __future__ import annotations
 
 import argparse
 import heapq
+import json
+import subprocess
+import sys
 import tempfile
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable
 from itertools import islice
@@ -63,6 +72,7 @@ from benchmarks.crawl_evidence import crawl
 from benchmarks.paper_figures import REAL_GRAPH
 from scrapy_opic.opic.graph import Graph, from_edges, load_edge_list
 from scrapy_opic.opic.pagerank import PowerIteration, pagerank
+from tests.support import RUNNER
 from tests.support.sites import CALENDAR_STEPS, Site
 
 #: The candidate link rank's damping and push threshold (see the module docstring), and the
@@ -341,8 +351,12 @@ def host_turns(
     return out
 
 
-def opic(g: Crawlable, seed: int, stop: int, hosts: np.ndarray | None = None) -> list[int]:
-    """The plugin's one-pass order: its crawl code (frontier, engine, virtual page), in memory."""
+def opic(
+    g: Crawlable, seed: int, stop: int, hosts: np.ndarray | None = None, order: str = "web"
+) -> list[int]:
+    """The plugin's one-pass order (``OPIC_ORDER``): its crawl code (frontier, engine, virtual
+    page), in memory, each host a download slot (no slot ever full); without ``hosts``, one
+    slot."""
     from scrapy_opic._backends.store import MemoryStore
     from scrapy_opic._state import open_crawl
     from scrapy_opic.opic.config import CrawlConfig
@@ -351,10 +365,11 @@ def opic(g: Crawlable, seed: int, stop: int, hosts: np.ndarray | None = None) ->
 
     never = 10**12
     crawl = open_crawl(
-        MemoryStore(), CrawlConfig(), {"spider": "bench"}, "", commit_visits=never,
+        MemoryStore(), CrawlConfig(order=order), {"spider": "bench"}, "", commit_visits=never,
         commit_seconds=never,
     )  # fmt: skip
-    crawl.schedule([Entry(seed, str(seed), payload="r")])
+    slot = (lambda i: "") if hosts is None else (lambda i: int(hosts[i]))
+    crawl.schedule([Entry(seed, str(seed), slot=slot(seed), payload="r")])
     out: list[int] = []
     while len(out) < stop and (lease := crawl.pop()) is not None:
         i = lease.key
@@ -362,13 +377,19 @@ def opic(g: Crawlable, seed: int, stop: int, hosts: np.ndarray | None = None) ->
         kids = g.kids(i)
         visit = crawl.visit(lease, [Link(j, str(j)) for j in kids])
         wanted = [j for j, code in zip(kids, visit.codes) if code == NEEDS_PAYLOAD]
-        crawl.schedule([Entry(j, str(j), payload="r") for j in wanted])
+        crawl.schedule([Entry(j, str(j), slot=slot(j), payload="r") for j in wanted])
     return out
+
+
+def opic_cash(g: Crawlable, seed: int, stop: int, hosts: np.ndarray | None = None) -> list[int]:
+    """The plugin's order by cash alone (``OPIC_ORDER = "cash"``, the paper's Greedy)."""
+    return opic(g, seed, stop, hosts, "cash")
 
 
 ORDERS: dict[str, Order] = {
     "bfs": bfs,
     "backlinks": backlinks,
+    "opic_cash": opic_cash,
     "opic": opic,
     "partial_pr": partial_pagerank,
     "link_rank": link_rank,
@@ -436,7 +457,10 @@ def trap_shares(g: Crawlable, hosts: np.ndarray, seeds: list[int], fraction: flo
     """The share of each order's first ``fraction`` of fetches that went to pages ``>= first``
     (the trap), by seed."""
     stop = int(first * fraction)
-    names = ["bfs", "opic", "link_rank", "link_rank/its hosts", "weighted_link_rank/its hosts"]
+    names = [
+        "bfs", "opic_cash", "opic", "opic/its hosts", "link_rank", "link_rank/its hosts",
+        "weighted_link_rank/its hosts",
+    ]  # fmt: skip
     rows = []
     for seed in seeds:
         row: list = [seed]
@@ -466,7 +490,7 @@ def measure(g: Crawlable, seeds: list[int], fraction: float, hostings: dict[str,
     way the graph's pages were given hosts."""
     stop = int(g.n * fraction)
     rows, data = [], []
-    turns = ("host_bfs", "link_rank", "weighted_link_rank")
+    turns = ("opic", "host_bfs", "link_rank", "weighted_link_rank")
     only_with_hosts = ("host_bfs", "weighted_link_rank")
     columns = [
         *(o for o in ORDERS if o not in only_with_hosts),
@@ -494,25 +518,61 @@ def measure(g: Crawlable, seeds: list[int], fraction: float, hostings: dict[str,
     return header, rows, data
 
 
+def fleet_crawl(start_url: str, workdir: Path, processes: int, redis_url: str, **options) -> None:
+    """One crawl by ``processes`` crawl runners at once, sharing it on Redis (a key of its own,
+    deleted after), each closing after ``CLOSESPIDER_PAGECOUNT`` pages of its own."""
+    import redis
+
+    key = f"opic-web-order-{uuid.uuid4().hex[:8]}"
+    config = {"spider": "site", "start_url": start_url, "order": "addon"}
+    settings = {"LOG_LEVEL": "WARNING", "RETRY_TIMES": 2, "OPIC_STORE": "redis"}
+    settings |= {"OPIC_REDIS_URL": redis_url, "OPIC_REDIS_KEY": key}
+    for k, v in options.items():
+        (settings if k.isupper() else config)[k] = v
+    runs = []
+    for p in range(processes):
+        d = workdir / f"p{p}"
+        d.mkdir(parents=True, exist_ok=True)
+        items, stats = str(d / "items.jsonl"), str(d / "stats.json")
+        path = d / "config.json"
+        path.write_text(json.dumps(config | {"settings": settings, "items": items, "stats": stats}))
+        runs.append(subprocess.Popen([sys.executable, str(RUNNER), str(path)], cwd=d))
+    codes = [r.wait() for r in runs]
+    client = redis.Redis.from_url(redis_url)
+    for k in client.scan_iter(match=f"{key}*", count=1000):
+        client.delete(k)
+    if any(codes):
+        raise RuntimeError(f"a process of the fleet failed: exit codes {codes}")
+
+
 def through_scrapy(
-    g: Crawlable, best: dict[int, float], fraction: float, hosts: int, delay: float
+    g: Crawlable,
+    best: dict[int, float],
+    fraction: float,
+    hosts: int,
+    delay: float,
+    fleet: int = 0,
+    redis_url: str = "",
 ) -> tuple[list[str], list[list], list[dict]]:
     """The plugin's order through Scrapy, from the server's access log (see the module
-    docstring): its ratio to frontier-omniscient's share ``best[seed]``, by seed."""
+    docstring): its ratio to frontier-omniscient's share ``best[seed]``, by seed; with
+    ``fleet``, that many processes share the crawl on the Redis server ``redis_url``."""
     stop = int(g.n * fraction)
     block = -(-g.n // hosts)
-    names = tuple(f"127.0.0.{h + 1}" for h in range(hosts))
+    names = tuple(f"127.0.{h // 250}.{h % 250 + 1}" for h in range(hosts))
     site = Site(g.graph, host_of=lambda i: names[i // block], addresses=names)
     rows, data = [], []
     with tempfile.TemporaryDirectory() as tmp, site:
         for seed in best:
             site.access_log.clear()
             t0 = time.perf_counter()
-            crawl(
-                site.url(seed), "opic", Path(tmp) / str(seed), spider="site",
-                allowed=list(names), CONCURRENT_REQUESTS=16, DOWNLOAD_DELAY=delay,
-                CLOSESPIDER_PAGECOUNT=stop,
-            )  # fmt: skip
+            options = {"allowed": list(names), "CONCURRENT_REQUESTS": 16}
+            options |= {"DOWNLOAD_DELAY": delay, "CLOSESPIDER_PAGECOUNT": stop}
+            if fleet:  # (each process's share, and a little more: the first pages count)
+                options["CLOSESPIDER_PAGECOUNT"] = -(-stop // fleet) + 100
+                fleet_crawl(site.url(seed), Path(tmp) / str(seed), fleet, redis_url, **options)
+            else:
+                crawl(site.url(seed), "opic", Path(tmp) / str(seed), spider="site", **options)
             seconds = time.perf_counter() - t0
             order: list[int] = []
             seen: set[int] = set()
@@ -540,6 +600,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--generated-seeds", type=int, default=3)
     p.add_argument("--scrapy", type=int, default=0, help="hosts of a crawl through Scrapy")
     p.add_argument("--delay", type=float, default=0.0, help="its DOWNLOAD_DELAY")
+    p.add_argument("--fleet", type=int, default=0, help="processes sharing it on Redis")
+    p.add_argument("--redis-url", default="redis://127.0.0.1:6379/0", help="the fleet's Redis")
     p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args(argv)
     t0 = time.perf_counter()
@@ -576,12 +638,15 @@ def main(argv: list[str] | None = None) -> int:
                         + table(header, rows))  # fmt: skip
         if args.scrapy:
             best = {x["seed"]: x["ratios"]["omniscient_share"] for x in d}
-            head, lines, got = through_scrapy(g, best, args.fraction, args.scrapy, args.delay)
+            head, lines, got = through_scrapy(
+                g, best, args.fraction, args.scrapy, args.delay, args.fleet, args.redis_url
+            )
             data[f"{g.name} through scrapy"] = got
+            fleet = f", {args.fleet} processes on Redis" if args.fleet else ""
             sections.append(
                 f"## {g.name} through Scrapy: {args.scrapy} hosts, DOWNLOAD_DELAY "
-                f"{args.delay}\n\nThe plugin's order, ratio to frontier-omniscient's share.\n\n"
-                + table(head, lines)
+                f"{args.delay}{fleet}\n\nThe plugin's order, ratio to frontier-omniscient's "
+                "share.\n\n" + table(head, lines)
             )
     if args.generated:
         sections.append(trap_section)
@@ -594,6 +659,8 @@ def main(argv: list[str] | None = None) -> int:
     text = page("Crawl order on web graphs", summary, *sections)
     text += f"\n_Total time: {time.perf_counter() - t0:.0f} s._\n"
     stem = f"web_order_scrapy{args.scrapy}_delay{args.delay:g}" if args.scrapy else "web_order"
+    if args.scrapy and args.fleet:
+        stem += f"_fleet{args.fleet}"
     write_results(stem, data, text, args.out)
     return 0
 

@@ -241,6 +241,14 @@ SETTINGS: tuple[Setting, ...] = (
         _one_of("greedy", "random", "cycle"),
     ),
     Setting(
+        "OPIC_ORDER",
+        "web",
+        "a greedy one-pass crawl's order: 'web' (download slots, i.e. hosts, take turns: the "
+        "one with the fewest fetches next, its page with the most cash) or 'cash' (the most "
+        "cash whatever the slot, the paper's Greedy; a continuous crawl's order)",
+        _one_of("web", "cash"),
+    ),
+    Setting(
         "OPIC_EPSILON",
         0.15,
         "share of each visit's cash paid to the virtual page (damping 1 - eps)",
@@ -464,6 +472,7 @@ class OpicSettings:
     ``refresh`` and ``window`` resolved), plus what they need of Scrapy's own settings."""
 
     strategy: str
+    order: str
     epsilon: float
     continuous: bool
     refresh: float
@@ -541,6 +550,7 @@ class OpicSettings:
             window=self.window,
             continuous=self.continuous,
             strategy=self.strategy,
+            order=self.order,
             seed=self.seed,
             discovery=self.discovery,
             refetch=self.refetch,

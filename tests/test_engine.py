@@ -554,7 +554,7 @@ def test_greedy_heaps_pop_the_same_pages_after_a_rebase(kind):
 
     make = {
         "greedy": GreedySelection,
-        "greedy-tiers": lambda e: TieredSelection(e, Tiers(), array("I")),
+        "greedy-tiers": lambda e: TieredSelection(e, Tiers(), array("I"), web=False),
     }[kind]
     plain, rebased = _lockstep_pops(make, slots=6)
     assert plain == rebased

@@ -286,6 +286,44 @@ def test_the_pop_takes_the_richest_page_among_slots_with_room(frontiers):
     assert f.total_cash() == pytest.approx(1.0, abs=TOL)
 
 
+def test_a_one_pass_pop_gives_slots_turns_in_the_web_order(frontiers):
+    """The web order (a one-pass crawl's default): each pop's page comes from a slot with room
+    whose pages were leased the fewest times so far, on every store (with Redis, the slots'
+    hosts are in different partitions: the crawl's pop compares them); ``order="cash"`` does
+    not take turns."""
+    slots = ["a.example", "b.example", "c.example", "d.example"]
+    rnd = random.Random(3)
+    slot_of = {i: rnd.choice(slots) for i in range(60)}
+    slot_of[0] = "a.example"
+
+    def url(i: int) -> str:
+        return f"http://{slot_of[i]}/{i}"
+
+    def crawl(order: str) -> list[bool]:
+        f = frontiers.make(order=order)
+        f.schedule([Entry(key(0), url(0), 0, slot_of[0], b"req0")])
+        leased = dict.fromkeys(slots, 0)
+        fewest = []
+        for _step in range(50):
+            full = set(rnd.sample(slots, rnd.randint(0, 2)))
+            waiting = {slot_of[i] for i in slot_of if f.status_of(key(i)) == "pending"}
+            lease = f.pop(full)
+            if lease is None:
+                assert not waiting - full
+                continue
+            assert lease.slot in waiting - full
+            fewest.append(leased[lease.slot] == min(leased[s] for s in waiting - full))
+            leased[lease.slot] += 1
+            kids = rnd.sample(range(60), 5)
+            links = [L(key(j), url(j), slot=slot_of[j], payload=b"req%d" % j) for j in kids]
+            assert visit(f, lease, links) is not None
+        assert f.total_cash() == pytest.approx(1.0, abs=TOL)
+        return fewest
+
+    assert all(crawl("web"))
+    assert not all(crawl("cash"))  # (the most cash stays in the slots it knows)
+
+
 def test_a_page_with_room_is_found_behind_many_pages_in_full_slots(frontiers):
     f = frontiers.make(refresh=1.0)
     f.schedule([entry(-1)])

@@ -138,8 +138,8 @@ def test_unknown_strategy_is_refused():
 class _Slotted:
     """A :class:`TieredSelection` with one priority, pushed by slot: ``push(i, slot)``."""
 
-    def __init__(self, e):
-        self.sel = TieredSelection(e, Tiers(), array("I"))
+    def __init__(self, e, web=False):
+        self.sel = TieredSelection(e, Tiers(), array("I"), web)
 
     def push(self, i, slot):
         codes = self.sel.codes
@@ -241,7 +241,7 @@ def test_tiers_serve_the_highest_priority_then_the_most_cash(n, seed, steps):
     e.add_pages(n)
     e.init_uniform()
     tiers, codes = Tiers(), array("I", [0]) * n
-    sel = TieredSelection(e, tiers, codes)
+    sel = TieredSelection(e, tiers, codes, web=False)
     tier, host = {}, {}
     for i in range(n):
         tier[i], host[i] = int(rng.integers(-1, 2)), f"h{rng.integers(0, 2)}"
@@ -273,14 +273,17 @@ PRIORITIES = (-1, 0, 2)
 HOSTS = ("h0", "h1", "h2")
 
 
-def reference_best(e, cand, tiers, full, discover):
+def reference_best(e, cand, tiers, full, discover, turns=None):
     """The pages a pop may return, by a list scan over the candidates (``cand``: id -> code):
     the highest priority that has a candidate in a slot with room (with ``discover``, first the
     highest that has a never-fetched one, among those only), then the most cash, a tie between
     a fetched and a never-fetched page going to the never-fetched one. Cash is compared as the
     selection compares it, ``s + acc_unfetched`` for a page never fetched and ``s`` for one
     fetched (true cash minus ``acc_all``, which every live page has), so that rounding cannot
-    make the two disagree; pages of equal cash are all acceptable."""
+    make the two disagree; pages of equal cash are all acceptable. With ``turns`` (the web
+    order; code -> the pages never fetched popped from it), the never-fetched candidate of a
+    priority is the richest of the codes with the fewest turns, and it is compared by cash
+    with the richest fetched one."""
     s = e.stored
 
     def unfetched(i):
@@ -298,6 +301,24 @@ def reference_best(e, cand, tiers, full, discover):
         ]
     groups += [[i for i in allowed if tiers.priority(cand[i]) == p] for p in order]
     for group in groups:
+        if group and turns is not None:
+            fresh = [i for i in group if unfetched(i)]
+            if fresh:
+                fewest = min(turns.get(cand[i], 0) for i in fresh)
+                fresh = [i for i in fresh if turns.get(cand[i], 0) == fewest]
+                best = max(value(i) for i in fresh)
+                fresh = [i for i in fresh if value(i) == best]
+            old = [i for i in group if not unfetched(i)]
+            if old:
+                rich = max(value(i) for i in old)
+                old = [i for i in old if value(i) == rich]
+            if fresh and old:  # (the selection compares its choice: any of the ties)
+                if all(value(i) >= value(old[0]) for i in fresh):
+                    return set(fresh)
+                if all(value(i) < value(old[0]) for i in fresh):
+                    return set(old)
+                return set(fresh) | set(old)
+            return set(fresh or old)
         if group:
             best = max(value(i) for i in group)
             ties = [i for i in group if value(i) == best]
@@ -311,12 +332,13 @@ def reference_best(e, cand, tiers, full, discover):
     seed=st.integers(0, 10**6),
     refresh=st.sampled_from([0.0, 0.5, 1.0]),
     steps=st.integers(1, 120),
+    web=st.booleans(),
 )
-def test_tiered_pops_match_a_reference_model(n, seed, refresh, steps):
+def test_tiered_pops_match_a_reference_model(n, seed, refresh, steps, web):
     """Random interleavings of push, discard, credits (visits, batch visits, redirects), closes
-    and pops with random full slots and discovery flags: every pop is one the reference model
-    allows, so the sequence of popped cash is the reference's (ids differ only among equal
-    cash); membership and counts agree at every step."""
+    and pops with random full slots and discovery flags, in the web order or by cash: every pop
+    is one the reference model allows, so the sequence of popped cash is the reference's (ids
+    differ only among equal cash); membership and counts agree at every step."""
     rng = np.random.default_rng(seed)
     e = OpicEngine(epsilon=0.3, refresh=refresh, capacity=8)
     e.add_pages(n)
@@ -335,9 +357,10 @@ def test_tiered_pops_match_a_reference_model(n, seed, refresh, steps):
         def taken(self, ids):
             pass
 
-    sel = TieredSelection(e, tiers, codes)
+    sel = TieredSelection(e, tiers, codes, web)
     e.add_observer(Codes())
     cand: dict[int, int] = {}  # the reference's candidates: id -> code
+    turns: dict[int, int] | None = {} if web else None  # code -> first fetches popped
     in_flight: set[int] = set()
 
     def push(i):
@@ -388,12 +411,14 @@ def test_tiered_pops_match_a_reference_model(n, seed, refresh, steps):
             full = {h for h in HOSTS if rng.random() < 0.35}
             discover = bool(rng.random() < 0.3)
             e.payout()
-            allowed = reference_best(e, cand, tiers, full, discover)
+            allowed = reference_best(e, cand, tiers, full, discover, turns)
             got = sel.pop(lambda h, full=full: h not in full, discover)
             if not allowed:
                 assert got is None
             else:
                 assert got in allowed
+                if turns is not None and not e.flags[got] & FETCHED:
+                    turns[cand[got]] = turns.get(cand[got], 0) + 1
                 del cand[got]
                 in_flight.add(got)
         assert len(sel) == len(cand)
@@ -402,7 +427,9 @@ def test_tiered_pops_match_a_reference_model(n, seed, refresh, steps):
     while cand:
         e.payout()
         got = sel.pop()
-        assert got in reference_best(e, cand, tiers, set(), False)
+        assert got in reference_best(e, cand, tiers, set(), False, turns)
+        if turns is not None and not e.flags[got] & FETCHED:
+            turns[cand[got]] = turns.get(cand[got], 0) + 1
         del cand[got]
     assert sel.pop() is None and len(sel) == 0
 

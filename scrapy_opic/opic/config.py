@@ -22,6 +22,10 @@ class CrawlConfig:
     window: str = "unbounded"
     continuous: bool = False
     strategy: str = "greedy"
+    #: A greedy one-pass crawl's order: ``"web"`` (download slots take turns, in a slot the
+    #: most cash) or ``"cash"`` (see :class:`~.selection.TieredSelection`). A
+    #: continuous crawl orders by cash: its refetches and first fetches compete by cash.
+    order: str = "web"
     seed: int | None = None
     #: A continuous crawl's share of pops owed to pages never fetched.
     discovery: float = 0.0
@@ -42,6 +46,8 @@ class CrawlConfig:
             raise ValueError(f"epsilon must be in (0, 1], not {self.epsilon!r}")
         if not 0.0 <= self.refresh <= 1.0:
             raise ValueError(f"refresh must be in [0, 1], not {self.refresh!r}")
+        if self.order not in ("web", "cash"):
+            raise ValueError(f"order must be 'web' or 'cash', not {self.order!r}")
         if self.partitions < 1:
             raise ValueError(f"a crawl has at least one partition, not {self.partitions}")
         if not self.continuous:
@@ -72,6 +78,7 @@ class CrawlConfig:
             self.seed,
             keep_links=self.keep_links,
             refresher=refresher,
+            web_order=self.order == "web" and not self.continuous,
             rows=rows,
             backoff=Backoff(self.backoff, self.backoff_max),
         )

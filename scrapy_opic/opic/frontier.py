@@ -66,7 +66,7 @@ from .contract import Entry, Lease, Link, Visit, require_payload
 from .engine import OpicEngine
 from .importance import best_page, importance_of
 from .refresh import Refresher
-from .selection import Selection, TieredSelection, Tiers, make_selection
+from .selection import Pick, Selection, TieredSelection, Tiers, make_selection
 
 #: The payload a store hands out for a page whose request is lost (a restart without stored
 #: requests, a row gone) or damaged (a row that fails its checksum): the page is given up.
@@ -158,6 +158,8 @@ class MemoryFrontier:
     :param continuous: re-pend every visited page (a refresh crawl).
     :param keep_links: record each page's out-links in :attr:`link_changes`.
     :param rows: where URLs and payloads live (:class:`MemoryRows` by default).
+    :param web_order: greedy: pages never fetched in the web order (download slots take
+        turns; see :class:`~.selection.TieredSelection`), else by cash.
     """
 
     def __init__(
@@ -170,6 +172,7 @@ class MemoryFrontier:
         refresher: Refresher | None = None,
         rows: PageRows | None = None,
         backoff: Backoff | None = None,
+        web_order: bool = True,
     ) -> None:
         self.engine = engine
         #: A continuous crawl that refetches by change (:mod:`~scrapy_opic.opic.refresh`):
@@ -198,7 +201,7 @@ class MemoryFrontier:
         self._seq = 0
         self.grow(engine.capacity)  # (the tiered selection reads self.tier)
         self.selection: Selection = (
-            TieredSelection(engine, self.tiers, self.tier)
+            TieredSelection(engine, self.tiers, self.tier, web_order)
             if strategy == "greedy"
             else make_selection(strategy, engine, seed)
         )
@@ -375,12 +378,10 @@ class MemoryFrontier:
                 codes.append(SCHEDULED)
         return codes
 
-    def peek(
-        self, full_slots: Collection[Hashable] = (), discover: bool = False
-    ) -> tuple[int, int, float] | None:
-        """``(page id, priority, true cash)`` of the page a greedy pop would lease (with
-        ``discover``: preferring a page never fetched, see :func:`~.contract.discovery_step`), left
-        pending; ``None`` if none. The caller pays the virtual page out first."""
+    def peek(self, full_slots: Collection[Hashable] = (), discover: bool = False) -> Pick | None:
+        """The page a greedy pop would lease (with ``discover``: preferring a page never
+        fetched, see :func:`~.contract.discovery_step`), left pending; ``None`` if none. The
+        caller pays the virtual page out first."""
         sel = self.selection
         if not isinstance(sel, TieredSelection):
             raise TypeError("peek needs the greedy selection")
@@ -389,6 +390,8 @@ class MemoryFrontier:
     def take(self, i: int) -> Lease | None:
         """Lease pending page ``i`` (the page :meth:`peek` chose, or the page a replayed outcome
         names); ``None`` if its payload is lost: the page is then given up."""
+        if self._tiered:
+            self.selection.turned(i)  # type: ignore[attr-defined]
         self.selection.discard(i)
         return self._lease(i)
 

@@ -1,12 +1,13 @@
 """The best page of each partition a process owns, kept for its pops.
 
-A pop of a crawl over partitions takes the best page of all of them (priority, then cash; in a
-continuous crawl's discovery turn, a page never fetched first). Peeking every partition at
-every pop would cost O(P); :class:`Heads` caches each partition's best page with the
-partition's version, in a heap of their ranks, and peeks again only a partition that changed
-since (:meth:`Heads.mark`), or whose best page's slot is full, or whose candidates change with
-time alone (pages parked for a retry, slots backing off: *volatile*, peeked at every pop). A
-pop then costs O(log P) heap operations.
+A pop of a crawl over partitions takes the best page of all of them (priority, then the fewest
+turns of its download slot, then cash; in a continuous crawl's discovery turn, a page never
+fetched first; a continuous crawl's other pops leave turns out, so refetches go by cash).
+Peeking every partition at every pop would cost O(P); :class:`Heads` caches each partition's
+best page with the partition's version, in a heap of their ranks, and peeks again only a
+partition that changed since (:meth:`Heads.mark`), or whose best page's slot is full, or whose
+candidates change with time alone (pages parked for a retry, slots backing off: *volatile*,
+peeked at every pop). A pop then costs O(log P) heap operations.
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ from typing import Any
 from .constants import PENDING
 from .partition import Partition
 from .pool import Pool
+from .selection import Pick
 
-#: ``(rank, partition, page)``: a page a pop may take, ``rank`` as :meth:`Heads.best` orders.
-Best = tuple[tuple[bool, int, float], Partition, int]
+#: ``(rank, partition, page)``: a page a pop may take, ``rank`` as :meth:`Heads.best` orders:
+#: ``(never fetched in a discovery turn, priority, -turns, cash)`` (:func:`_rank`).
+Best = tuple[tuple[bool, int, float, float], Partition, int]
 _GONE = (None, None)  # (no cached head: no version matches it)
 
 
@@ -75,13 +78,13 @@ class Heads:
         aside = []
         while heap:
             entry = heap[0]
-            k, version = entry[3], entry[4]
+            k, version = entry[4], entry[5]
             owner = parts.get(k)
             cached = heads.get(k, _GONE)
             if owner is None or cached[0] != version or owner.version != version:
                 heapq.heappop(heap)  # (stale: the partition changed, or left)
                 continue
-            rank = (-entry[0], -entry[1], -entry[2])
+            rank = (-entry[0], -entry[1], -entry[2], -entry[3])
             if best is not None and rank <= best[0]:
                 break  # (no partition's best can beat it)
             aside.append(heapq.heappop(heap))
@@ -90,8 +93,8 @@ class Heads:
             _rank, i, slot = cached[1]
             if slot in full_slots:  # its best page waits: its next best?
                 best = _better(best, owner, owner.peek(full_slots, discover), discover)
-            else:
-                best = _better(best, owner, (i, rank[1], rank[2]), discover)
+            elif best is None or rank > best[0]:
+                best = (rank, owner, i)
         for entry in aside:
             heapq.heappush(heap, entry)
         return best
@@ -143,10 +146,9 @@ class Heads:
             if got is None:
                 heads[k] = (part.version, None)
                 continue
-            i, priority, cash = got
-            fresh = discover and not fr.fetched(i)
-            heads[k] = (part.version, ((fresh, priority, cash), i, fr.slot_of(i)))
-            heapq.heappush(heap, (-fresh, -priority, -cash, k, part.version))
+            rank = _rank(part, got, discover)
+            heads[k] = (part.version, (rank, got.page, fr.slot_of(got.page)))
+            heapq.heappush(heap, (-rank[0], -rank[1], -rank[2], -rank[3], k, part.version))
         _trim(heap, heads, parts)
 
     def _update_counts(self, parts: Mapping[int, Partition], pool: Pool | None) -> bool:
@@ -182,16 +184,24 @@ def _trim(heap: list, heads: dict, parts: Mapping[int, Partition]) -> None:
     """Rebuild ``heap`` from the cached ``heads`` once most of its entries are stale."""
     if len(heap) > 4 * len(parts) + 64:
         heap[:] = [
-            (-h[0][0], -h[0][1], -h[0][2], k, v)
+            (-h[0][0], -h[0][1], -h[0][2], -h[0][3], k, v)
             for k, (v, h) in heads.items()
             if h is not None and k in parts
         ]
         heapq.heapify(heap)
 
 
-def _better(best: Best | None, part: Partition, got: Any, discover: bool) -> Best | None:
+def _rank(part: Partition, got: Pick, discover: bool) -> tuple[bool, int, float, float]:
+    """The rank of a partition's pick: a continuous crawl's pop that is not a discovery turn
+    leaves its slot's turns out (refetches go by cash)."""
+    fr = part.frontier
+    fresh = discover and not fr.fetched(got.page)
+    turns = got.turns if discover or not fr.continuous else 0.0
+    return (fresh, got.priority, -turns, got.cash)
+
+
+def _better(best: Best | None, part: Partition, got: Pick | None, discover: bool) -> Best | None:
     if got is None:
         return best
-    i, priority, cash = got
-    rank = (discover and not part.frontier.fetched(i), priority, cash)
-    return (rank, part, i) if best is None or rank > best[0] else best
+    rank = _rank(part, got, discover)
+    return (rank, part, got.page) if best is None or rank > best[0] else best

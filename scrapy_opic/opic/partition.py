@@ -61,6 +61,7 @@ from .journal import (
 from .messages import POOL, Figures, Message, Payment, Payout, Report, Transfer
 from .refresh import Refresher
 from .routing import partition_of
+from .selection import Pick
 from .snapshot import engine_arrays, engine_from_header, engine_header, restore_frontier
 
 
@@ -288,9 +289,7 @@ class Partition(Member):
             e.payout()
             self._log(PaidOut, others)
 
-    def peek(
-        self, full_slots: Collection[Hashable] = (), discover: bool = False
-    ) -> tuple[int, int, float] | None:
+    def peek(self, full_slots: Collection[Hashable] = (), discover: bool = False) -> Pick | None:
         return self.frontier.peek(full_slots, discover)
 
     def take(self, i: int) -> Lease | None:

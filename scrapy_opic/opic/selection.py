@@ -22,10 +22,11 @@ They also observe the engine (``raised``/``taken``/``grow``), so cash moves keep
   batch path, which credits many pages at once, makes the heaps rebuild, in O(candidates).)
   About 8.5 bytes per page (position int32, membership byte, heap slot int32).
 * :class:`TieredSelection`: priority tiers (``request.priority``) over Greedy across download
-  slots (for politeness: the page with the most cash among the slots that have room), for the
-  frontier: each page's ``(priority, slot)`` is a small code (:class:`Tiers`) in an
-  array the frontier keeps, and all tiers share one position array: about 8 bytes per page
-  whatever the number of tiers, and a numpy bulk load for a resumed crawl.
+  slots (for politeness: only slots that have room), by default in the *web order* for pages
+  never fetched (the slots take turns; in a slot, the most cash), for the frontier:
+  each page's ``(priority, slot)`` is a small code (:class:`Tiers`) in an array the frontier
+  keeps, and all tiers share one position array: about 8 bytes per page whatever the number
+  of tiers, and a numpy bulk load for a resumed crawl.
 * :class:`RandomSelection`: uniform among candidates, O(1) per operation.
 * :class:`CycleSelection`: a fixed order (the page ids, i.e. discovery order) cycled around;
   amortised O(1) with a C-level scan of a membership bytearray.
@@ -36,7 +37,7 @@ from __future__ import annotations
 import random
 from array import array
 from collections.abc import Callable, Hashable, Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -44,6 +45,17 @@ from .constants import FETCHED
 from .engine import OpicEngine
 
 _NONE, _FETCHED_HEAP, _UNFETCHED_HEAP = 0, 1, 2
+
+
+class Pick(NamedTuple):
+    """A candidate :meth:`TieredSelection.peek` chose."""
+
+    page: int
+    priority: int
+    #: Its true cash.
+    cash: float
+    #: Its slot's turns (:attr:`TieredSelection.turns`) in the web order, else 0.
+    turns: float
 
 
 def _extend(a: array, n: int, fill: int) -> None:
@@ -312,6 +324,11 @@ class Tiers:
         return tiers
 
 
+#: The head key of a code with no page: fetched heads are keyed by stored cash, heads of pages
+#: never fetched by a pair (see :meth:`TieredSelection._head_value`).
+_LOW = float("-inf")
+_LOW_U = (_LOW, _LOW)
+
 #: Rough bytes of the per-code structures of :class:`TieredSelection` (two page heaps with their
 #: arrays, two head keys and positions, list slots), for :meth:`TieredSelection.nbytes`.
 _CODE_BYTES = 400
@@ -319,8 +336,19 @@ _CODE_BYTES = 400
 
 class TieredSelection(Selection):
     """Priority tiers over a slot-aware Greedy: :meth:`pop` serves the highest priority first
-    (as Scrapy does with ``request.priority``) and, within a tier, the page with the most cash
-    among the download slots that have room (``has_room`` receives the slot).
+    (as Scrapy does with ``request.priority``) and, within a tier, among the download slots that
+    have room (``has_room`` receives the slot):
+
+    * with ``web`` (the *web order*), a page never fetched comes from the slot whose pages never
+      fetched were leased the fewest times so far (its :attr:`turns`; ties: the most cash),
+      and it is that slot's page with the most cash. A fetched page (a refetch) is the
+      richest of the tier's fetched pages, and the two are compared by cash. A slot's count
+      rises by one each time one of its pages never fetched is leased (:meth:`turned`), so a
+      slot found late is served first until it has caught up. Why: most of a web page's links
+      stay in its site, so cash alone keeps a crawl in the few sites it knows best, and the
+      site it has not opened yet, where a page that all of the site's pages link to waits
+      behind one link, is the one it misses;
+    * without ``web``, the page with the most cash (the paper's Greedy).
 
     A page's tier is its *code* ``codes[i]``, a ``(priority, slot)`` pair interned by
     :class:`Tiers`; the frontier owns ``codes`` (one ``array('I')`` entry per page), sets a
@@ -336,8 +364,9 @@ class TieredSelection(Selection):
       all heaps: a page is in at most one. Which of its code's two heaps holds it is the one
       whose item at that position is the page, so nothing else is stored per page;
     * per priority, two heaps of *slot heads* (the codes of that priority, keyed by the stored
-      cash of each code's best fetched / unfetched page), which find the best slot with room
-      in O(log slots), setting full slots aside during a pop.
+      cash of each code's best fetched page, and by ``(-turns, stored cash)`` of its best page
+      never fetched; without ``web``, turns left out), which find the best slot with
+      room in O(log slots), setting full slots aside during a pop.
 
     Push, discard and credit are O(log n + log slots); a pop is O((f + 1) log slots) per tier
     tried, ``f`` the full slots met. :meth:`load` makes many pages candidates at once with numpy
@@ -347,9 +376,13 @@ class TieredSelection(Selection):
 
     name = "greedy-tiers"
 
-    def __init__(self, engine: OpicEngine, tiers: Tiers, codes: array) -> None:
+    def __init__(self, engine: OpicEngine, tiers: Tiers, codes: array, web: bool = True) -> None:
         self.tiers = tiers
         self.codes = codes
+        self.web = web
+        #: By code: how many of its pages never fetched were leased (:meth:`turned`), the
+        #: order of the slots' turns (counted, whether or not turns are on).
+        self.turns = array("d", [0.0])
         self._pos = array("i")
 
         def keys() -> Sequence[float]:
@@ -360,8 +393,9 @@ class TieredSelection(Selection):
         # (Typed loosely: every heap number a page's position leads to holds a heap.)
         self._heaps: list[Any] = [None, None]
         # By code: its entry in its priority's head heaps (key: the stored cash of the code's
-        # best page, -inf when none), and those head heaps.
-        self._head_key: tuple[list[float], list[float]] = ([float("-inf")], [float("-inf")])
+        # best fetched page, -inf when none; of its best page never fetched, (-turns, its
+        # stored cash) in the web order, else (0, its stored cash)), and those head heaps.
+        self._head_key: tuple[list[Any], list[Any]] = ([_LOW], [_LOW_U])
         self._head_pos = (array("i", [-1]), array("i", [-1]))
         self._heads_of: list[Any] = [None]  # (tuple[_Heap, _Heap] | None, as _heaps)
         self._heads: dict[int, tuple[_Heap, _Heap]] = {}  # priority -> its head heaps
@@ -395,9 +429,11 @@ class TieredSelection(Selection):
             more = code + 1 - len(heads_of)
             heads_of.extend([None] * more)
             self._heaps.extend([None] * (2 * more))
+            self._head_key[0].extend([_LOW] * more)
+            self._head_key[1].extend([_LOW_U] * more)
             for st in (0, 1):
-                self._head_key[st].extend([float("-inf")] * more)
                 self._head_pos[st].extend(array("i", [-1]) * more)
+            self.turns.extend(array("d", [0.0]) * more)
         heads = self._heads.get(priority)
         if heads is None:
             key_f, key_u = self._head_key
@@ -434,9 +470,9 @@ class TieredSelection(Selection):
         if not len(heap):
             if inside:
                 heads.remove(k)
-            keys[k] = float("-inf")
+            keys[k] = _LOW_U if st else _LOW
             return
-        key = self.engine.stored_mv[heap.items[0]]
+        key = self._head_value(k, st, heap.items[0])
         old, keys[k] = keys[k], key
         if not inside:
             heads.push(k)
@@ -444,6 +480,26 @@ class TieredSelection(Selection):
             heads.up(self._head_pos[st][k])
         elif key < old:
             heads.down(self._head_pos[st][k])
+
+    def _head_value(self, code: int, st: int, top: int) -> Any:
+        """The head key of ``code`` in head heap ``st`` (0 fetched, 1 never fetched) whose best
+        page is ``top``."""
+        cash = self.engine.stored_mv[top]
+        if not st:
+            return cash
+        return (-self.turns[code] if self.web else 0.0, cash)
+
+    def turned(self, i: int) -> None:
+        """Candidate ``i`` is being leased: a page never fetched uses a turn of its code's
+        slot. (Call before taking it out: a pop does so itself.)"""
+        if self.engine.flags_mv[i] & FETCHED:
+            return
+        code = self.codes[i]
+        if code < len(self.turns):
+            self.turns[code] += 1.0
+            h = 2 * code + 1
+            if self.web and self._pos[i] >= 0 and h < len(self._heaps):
+                self._refresh_head(h)
 
     # -- candidates ------------------------------------------------------------------------------
     def push(self, i: int) -> None:
@@ -547,11 +603,10 @@ class TieredSelection(Selection):
         # The page heaps stay valid (one amount moved every key of a heap: see
         # GreedySelection.rebased), but the head heaps hold copies of each code's top stored
         # cash: read them again, then rebuild each head heap, O(codes).
-        s = self.engine.stored_mv
         for h, heap in enumerate(self._heaps):
             if heap is not None and len(heap):
                 code, st = divmod(h, 2)
-                self._head_key[st][code] = s[heap.items[0]]
+                self._head_key[st][code] = self._head_value(code, st, heap.items[0])
         for pair in self._heads.values():
             for heads in pair:
                 heads.heapify()
@@ -579,30 +634,30 @@ class TieredSelection(Selection):
 
     def peek(
         self, has_room: Callable[[Hashable], bool] | None = None, discover: bool = False
-    ) -> tuple[int, int, float] | None:
-        """``(page, priority, true cash)`` of the candidate :meth:`pop` would take (without the
-        virtual page's payout that a pop makes first: exact for a pooled engine, which pays
-        none), left a candidate; ``None`` if there is none."""
+    ) -> Pick | None:
+        """The candidate :meth:`pop` would take (its true cash without the virtual page's payout
+        that a pop makes first: exact for a pooled engine, which pays none), left a candidate;
+        ``None`` if there is none."""
         if not self._count:
             return None
         return self._choose(has_room, discover, False)
 
     def _choose(
         self, has_room: Callable[[Hashable], bool] | None, discover: bool, take: bool
-    ) -> tuple[int, int, float] | None:
+    ) -> Pick | None:
         if discover:
             for priority in self._order:
                 heads = self._heads[priority]
                 if heads[1].items:
                     got = self._pop_tier(heads, has_room, True, take)
                     if got is not None:
-                        return got[0], priority, got[1]
+                        return Pick(got[0], priority, got[1], got[2])
         for priority in self._order:
             heads = self._heads[priority]
             if heads[0].items or heads[1].items:
                 got = self._pop_tier(heads, has_room, False, take)
                 if got is not None:
-                    return got[0], priority, got[1]
+                    return Pick(got[0], priority, got[1], got[2])
         return None
 
     def _pop_tier(
@@ -611,10 +666,10 @@ class TieredSelection(Selection):
         has_room: Callable[[Hashable], bool] | None,
         unfetched: bool,
         take: bool = True,
-    ) -> tuple[int, float] | None:
-        """The candidate of one priority with the most cash among the slots with room (never
-        fetched only, with ``unfetched``) and its true cash, removed if ``take``; ``None`` if
-        there is none."""
+    ) -> tuple[int, float, float] | None:
+        """The candidate of one priority among the slots with room (never fetched only, with
+        ``unfetched``; see the class docstring), its true cash and its slot's turns (0 without
+        turns), removed if ``take``; ``None`` if there is none."""
         e = self.engine
         head_pos = self._head_pos
         pairs = self.tiers._pairs  # code - 1 -> (priority, slot)
@@ -629,11 +684,14 @@ class TieredSelection(Selection):
                     heap = self._heaps[h]
                     i = heap.items[0]
                     cash = e.stored_mv[i] + e.acc_all + (e.acc_unfetched if st else 0.0)
+                    turns = self.turns[k] if self.web else 0.0
                     if take:
+                        if st:
+                            self.turned(i)
                         heap.remove(i)
                         self._count -= 1
                         self._refresh_head(h)
-                    return i, cash
+                    return i, cash, turns
                 for s2 in (0, 1):  # a full slot: set it aside for this pop
                     if head_pos[s2][k] >= 0:
                         heads[s2].remove(k)
@@ -644,15 +702,19 @@ class TieredSelection(Selection):
                 self._refresh_head(2 * k + 1)
 
     def _richer(self, heads: tuple[_Heap, _Heap], unfetched: bool) -> int:
-        """The number of the heap whose top is the richest of ``heads``' by true cash, a tie
-        going to a page never fetched (discovery), only those with ``unfetched``; 0: none."""
+        """The number of the heap whose top wins: the best code for pages never fetched and the
+        richest code for fetched ones, compared by the true cash of their best pages, a tie
+        going to the page never fetched (discovery); only the former with ``unfetched``; 0:
+        none."""
         tops_f, tops_u = heads[0].items, heads[1].items
         kf = tops_f[0] if tops_f and not unfetched else 0
         ku = tops_u[0] if tops_u else 0
-        keys_f, keys_u = self._head_key
-        if ku and (not kf or keys_u[ku] + self.engine.acc_unfetched >= keys_f[kf]):
-            return 2 * ku + 1
-        return 2 * kf
+        if ku and kf:
+            e = self.engine
+            fresh = e.stored_mv[self._heaps[2 * ku + 1].items[0]] + e.acc_unfetched
+            if fresh < self._head_key[0][kf]:
+                return 2 * kf
+        return 2 * ku + 1 if ku else 2 * kf
 
 
 class RandomSelection(Selection):
