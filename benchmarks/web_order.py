@@ -548,6 +548,7 @@ def fleet_crawl(start_url: str, workdir: Path, processes: int, redis_url: str, *
 def through_scrapy(
     g: Crawlable,
     best: dict[int, float],
+    offline: dict[int, tuple[float, float]],
     fraction: float,
     hosts: int,
     delay: float,
@@ -555,8 +556,9 @@ def through_scrapy(
     redis_url: str = "",
 ) -> tuple[list[str], list[list], list[dict]]:
     """The plugin's order through Scrapy, from the server's access log (see the module
-    docstring): its ratio to frontier-omniscient's share ``best[seed]``, by seed; with
-    ``fleet``, that many processes share the crawl on the Redis server ``redis_url``."""
+    docstring): its ratio to frontier-omniscient's share ``best[seed]``, by seed, beside the
+    ``offline`` ratios of breadth-first and partial PageRank; with ``fleet``, that many
+    processes share the crawl on the Redis server ``redis_url``."""
     stop = int(g.n * fraction)
     block = -(-g.n // hosts)
     names = tuple(f"127.0.{h // 250}.{h % 250 + 1}" for h in range(hosts))
@@ -584,10 +586,12 @@ def through_scrapy(
                         order.append(i)
             ratio = float(g.pr[order[:stop]].sum() / best[seed])
             data.append({"seed": seed, "opic": ratio, "pages": len(order), "seconds": seconds})
-            rows.append([seed, ratio, len(order), seconds])
+            rows.append([seed, ratio, *offline[seed], len(order), seconds])
             print(g.name, seed, "through scrapy", data[-1], flush=True)
-    rows.append(["mean", float(np.mean([d["opic"] for d in data])), "", ""])
-    return ["seed", "opic", "pages fetched", "seconds"], rows, data
+    means = [float(np.mean([r[k] for r in rows])) for k in (1, 2, 3)]
+    rows.append(["mean", *means, "", ""])
+    head = ["seed", "opic", "bfs (offline)", "partial_pr (offline)", "pages fetched", "seconds"]
+    return head, rows, data
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -638,9 +642,11 @@ def main(argv: list[str] | None = None) -> int:
                         + table(header, rows))  # fmt: skip
         if args.scrapy:
             best = {x["seed"]: x["ratios"]["omniscient_share"] for x in d}
+            offline = {x["seed"]: (x["ratios"]["bfs"], x["ratios"]["partial_pr"]) for x in d}
             head, lines, got = through_scrapy(
-                g, best, args.fraction, args.scrapy, args.delay, args.fleet, args.redis_url
-            )
+                g, best, offline, args.fraction, args.scrapy, args.delay, args.fleet,
+                args.redis_url,
+            )  # fmt: skip
             data[f"{g.name} through scrapy"] = got
             fleet = f", {args.fleet} processes on Redis" if args.fleet else ""
             sections.append(

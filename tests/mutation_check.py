@@ -1,7 +1,8 @@
 """Mutation check of the crawl over partitions: each edit below breaks one rule of the
 distributed path (cash in transit, the once-only apply, the takeover's replay, the virtual
 page's parts, the durability of what a message leaves from, lease timing, ownership changes,
-the routing of a host's pages, the seeds pushed into a crawl) and must make a test fail.
+the routing of a host's pages, the seeds pushed into a crawl, the slots' turns of the web
+order) and must make a test fail.
 
     python tests/mutation_check.py [--redis-url URL] [--only TEXT]
 
@@ -34,6 +35,7 @@ REDIS, CRAWL, HELD, FEED = (
     "scrapy_opic/_backends/held.py",
     "scrapy_opic/_backends/feed.py",
 )
+HEADS, SELECTION = OPIC + "heads.py", OPIC + "selection.py"
 TESTS = ["tests/test_partition.py", "tests/test_redis.py"]
 
 #: (what it does, [(file, old text, new text), ...], the tests that guard it: TESTS if None)
@@ -333,6 +335,16 @@ MUTANTS: list[tuple[str, list[tuple[str, str, str]], list[str] | None]] = [
         [(FEED, "        if not os.path.exists(self.taken):\n", "        if True:\n")],
         ["tests/test_feed.py"],
     ),
+    (
+        "the crawl's pop over partitions leaves the slots' turns out (the web order)",
+        [(HEADS, "turns = got.turns if discover or not fr.continuous else 0.0", "turns = 0.0")],
+        ["tests/test_frontier.py"],
+    ),
+    (
+        "a lease of a page never fetched does not count as its slot's turn",
+        [(SELECTION, "            self.turns[code] += 1.0", "            self.turns[code] += 0.0")],
+        ["tests/test_frontier.py", "tests/test_selection.py"],
+    ),
 ]
 
 
@@ -340,7 +352,9 @@ def run_mutant(name: str, edits: list[tuple[str, str, str]], tests: list[str], e
     """True if the tests caught the mutant (failed)."""
     with tempfile.TemporaryDirectory(prefix="opic-mutant-") as tmp:
         copy = Path(tmp) / "repo"
-        shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(".venv", ".git", "*.sqlite"))
+        # (Not the benchmarks' downloads: a documentation package's links point outside.)
+        skip = shutil.ignore_patterns(".venv", ".git", "*.sqlite", ".cache", "build", "_build")
+        shutil.copytree(ROOT, copy, ignore=skip)
         for path, old, new in edits:
             target = copy / path
             text = target.read_text()

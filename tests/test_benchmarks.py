@@ -226,10 +226,26 @@ def test_web_order_smoke(tmp_path):
     (crawl,) = data["generated-3000 through scrapy"]
     assert crawl["pages"] >= 300 and 0 < crawl["opic"] < 2  # (10% of 3,055 pages, from the log)
     ratios = run["ratios"]
-    for name in ("bfs", "opic", "partial_pr", "link_rank/its hosts", "host_bfs/16 hosts"):
+    names = ("bfs", "opic_cash", "opic", "opic/its hosts", "partial_pr", "link_rank/its hosts")
+    for name in (*names, "host_bfs/16 hosts"):
         assert 0 < ratios[name] < 2
     text = (tmp_path / "web_order_scrapy2_delay0.md").read_text()
     assert "link_rank/its hosts" in text and "## A trap" in text
+
+
+def test_web_order_fleet_smoke(tmp_path, redis_url):
+    """The same crawl through Scrapy by two processes sharing it on Redis: the pages come from
+    the server's log, and the fleet's keys are gone after."""
+    import redis
+
+    mod = load("web_order")
+    args = ["--graph", "", "--generated", "3000", "--generated-seeds", "1", "--scrapy", "2"]
+    args += ["--fleet", "2", "--redis-url", redis_url, "--out", str(tmp_path)]
+    assert mod.main(args) == 0
+    data = json.loads((tmp_path / "web_order_scrapy2_delay0_fleet2.json").read_text())
+    (crawl,) = data["generated-3000 through scrapy"]
+    assert crawl["pages"] >= 300 and 0 < crawl["opic"] < 2
+    assert not list(redis.Redis.from_url(redis_url).scan_iter(match="opic-web-order-*"))
 
 
 def test_web_order_link_rank_pushed_out_solves_its_linear_system(monkeypatch):
