@@ -10,6 +10,8 @@ the same run (machines are shared and noisy), best of 3.
   their concurrency limit: CONCURRENT_REQUESTS 16 over 8 per domain fills at most 2), against a
   ``heapq`` greedy with lazy invalidation over the same engine (a new entry on every credit,
   stale ones skipped on pop); entries per page: the queue's size at the end over the pages.
+  Those pop a page fetched again and again (a refetch: by cash); the *one pass* rows pop pages
+  never fetched without pushing them back, by cash and in the web order (the hosts' turns).
 * Memory: bytes per page of the engine's arrays (at exact capacity) by window, and the process's
   resident memory grown while building the engine (anonymous mappings that tracemalloc misses).
 """
@@ -63,12 +65,12 @@ def per_event(n: int, events: int) -> list[list]:
     """Rows: queue, events per second, ratio to the heapq baseline, entries per page."""
     kids = np.random.default_rng(0).integers(0, n, size=(events, 5)).tolist()
 
-    def selection(hosts: int) -> tuple[float, int]:
+    def selection(hosts: int, web: bool = False, again: bool = True) -> tuple[float, int]:
         e = uniform_engine(n)
         if hosts:  # a tier per host (one priority), as the frontier codes its pages
             tiers = Tiers()
             codes = array("I", [tiers.code(0, i % hosts) for i in range(n)])
-            sel = TieredSelection(e, tiers, codes)
+            sel = TieredSelection(e, tiers, codes, web)
             pop = lambda: sel.pop(lambda slot: slot > 1)  # noqa: E731  (slots 0, 1 full)
         else:
             sel = GreedySelection(e)
@@ -80,7 +82,8 @@ def per_event(n: int, events: int) -> list[list]:
         for k in range(events):
             i = pop()
             e.visit(i, kids[k])
-            push(i)
+            if again:
+                push(i)
         return time.perf_counter() - t0, len(sel)
 
     def lazy_heapq() -> tuple[float, int]:
@@ -102,8 +105,14 @@ def per_event(n: int, events: int) -> list[list]:
 
     base, size = lazy_heapq()
     rows = [["heapq with lazy invalidation (baseline)", events / base, 1.0, size / n]]
-    for name, hosts in (("GreedySelection", 0), ("TieredSelection, 100 hosts", 100)):
-        t, size = selection(hosts)
+    runs = (
+        ("GreedySelection", 0, False, True),
+        ("TieredSelection, 100 hosts", 100, False, True),
+        ("TieredSelection, 100 hosts, one pass, by cash", 100, False, False),
+        ("TieredSelection, 100 hosts, one pass, web order", 100, True, False),
+    )
+    for name, hosts, web, again in runs:
+        t, size = selection(hosts, web, again)
         rows.append([name, events / t, base / t, size / n])
     return rows
 

@@ -3,7 +3,7 @@ pages, beside the orders a crawl is judged against.
 
     python -m benchmarks.web_order [--graph EDGES] [--seeds 247028,263046,162973,265611]
         [--fraction 0.1] [--site-size 1024] [--generated 100000]
-        [--scrapy H [--delay D] [--fleet N --redis-url URL]] [--out ...]
+        [--scrapy H [--delay D] [--concurrency C] [--fleet N --redis-url URL]] [--out ...]
 
 Every order starts from one seed page and, at each step, fetches one page it has discovered
 (a page it fetched links to it), one at a time; what it knows of the graph is the links of the
@@ -554,11 +554,13 @@ def through_scrapy(
     delay: float,
     fleet: int = 0,
     redis_url: str = "",
+    concurrency: int = 16,
 ) -> tuple[list[str], list[list], list[dict]]:
     """The plugin's order through Scrapy, from the server's access log (see the module
     docstring): its ratio to frontier-omniscient's share ``best[seed]``, by seed, beside the
     ``offline`` ratios of breadth-first and partial PageRank; with ``fleet``, that many
-    processes share the crawl on the Redis server ``redis_url``."""
+    processes share the crawl on the Redis server ``redis_url``; ``concurrency``: each
+    process's ``CONCURRENT_REQUESTS``."""
     stop = int(g.n * fraction)
     block = -(-g.n // hosts)
     names = tuple(f"127.0.{h // 250}.{h % 250 + 1}" for h in range(hosts))
@@ -568,7 +570,7 @@ def through_scrapy(
         for seed in best:
             site.access_log.clear()
             t0 = time.perf_counter()
-            options = {"allowed": list(names), "CONCURRENT_REQUESTS": 16}
+            options = {"allowed": list(names), "CONCURRENT_REQUESTS": concurrency}
             options |= {"DOWNLOAD_DELAY": delay, "CLOSESPIDER_PAGECOUNT": stop}
             if fleet:  # (each process's share, and a little more: the first pages count)
                 options["CLOSESPIDER_PAGECOUNT"] = -(-stop // fleet) + 100
@@ -605,6 +607,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--scrapy", type=int, default=0, help="hosts of a crawl through Scrapy")
     p.add_argument("--delay", type=float, default=0.0, help="its DOWNLOAD_DELAY")
     p.add_argument("--fleet", type=int, default=0, help="processes sharing it on Redis")
+    p.add_argument("--concurrency", type=int, default=16, help="CONCURRENT_REQUESTS of each")
     p.add_argument("--redis-url", default="redis://127.0.0.1:6379/0", help="the fleet's Redis")
     p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args(argv)
@@ -645,10 +648,11 @@ def main(argv: list[str] | None = None) -> int:
             offline = {x["seed"]: (x["ratios"]["bfs"], x["ratios"]["partial_pr"]) for x in d}
             head, lines, got = through_scrapy(
                 g, best, offline, args.fraction, args.scrapy, args.delay, args.fleet,
-                args.redis_url,
+                args.redis_url, args.concurrency,
             )  # fmt: skip
             data[f"{g.name} through scrapy"] = got
             fleet = f", {args.fleet} processes on Redis" if args.fleet else ""
+            fleet += f", CONCURRENT_REQUESTS {args.concurrency} each"
             sections.append(
                 f"## {g.name} through Scrapy: {args.scrapy} hosts, DOWNLOAD_DELAY "
                 f"{args.delay}{fleet}\n\nThe plugin's order, ratio to frontier-omniscient's "
@@ -667,6 +671,8 @@ def main(argv: list[str] | None = None) -> int:
     stem = f"web_order_scrapy{args.scrapy}_delay{args.delay:g}" if args.scrapy else "web_order"
     if args.scrapy and args.fleet:
         stem += f"_fleet{args.fleet}"
+    if args.scrapy and args.concurrency != 16:
+        stem += f"_c{args.concurrency}"
     write_results(stem, data, text, args.out)
     return 0
 

@@ -337,6 +337,7 @@ def test_politeness_keeps_every_host_busy(tmp_path, graph):
                 SCHEDULER=scheduler,
                 CONCURRENT_REQUESTS=8,
                 CONCURRENT_REQUESTS_PER_DOMAIN=1,
+                OPIC_ORDER="cash",  # (the slot-aware pop alone: the web order takes turns too)
             )
         both[label], peak = _service(site.access_log)
         assert len({r["url"] for r in items}) == graph.n
