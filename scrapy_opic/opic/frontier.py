@@ -390,9 +390,10 @@ class MemoryFrontier:
     def take(self, i: int) -> Lease | None:
         """Lease pending page ``i`` (the page :meth:`peek` chose, or the page a replayed outcome
         names); ``None`` if its payload is lost: the page is then given up."""
-        if self._tiered:
-            self.selection.turned(i)  # type: ignore[attr-defined]
-        self.selection.discard(i)
+        sel = self.selection
+        if isinstance(sel, TieredSelection):  # (a lease of a page never fetched is a turn)
+            sel.turned(i)
+        sel.discard(i)
         return self._lease(i)
 
     def pop(self, full_slots: Collection[Hashable] = ()) -> Lease | None:
