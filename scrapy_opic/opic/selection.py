@@ -676,39 +676,48 @@ class TieredSelection(Selection):
         set_aside: list[int] = []
         try:
             while True:
-                h = self._richer(heads, unfetched)
+                # Both contenders must have room before they are compared: in the web order
+                # the best code for pages never fetched need not be the richest, so a full
+                # one that loses on cash would hide one with room that wins.
+                tops_f, tops_u = heads[0].items, heads[1].items
+                ku = tops_u[0] if tops_u else 0
+                kf = tops_f[0] if tops_f and not unfetched else 0
+                full = 0
+                if has_room is not None:
+                    if ku and not has_room(pairs[ku - 1][1]):
+                        full = ku
+                    elif kf and not has_room(pairs[kf - 1][1]):
+                        full = kf
+                if full:  # set it aside for this pop
+                    for s2 in (0, 1):
+                        if head_pos[s2][full] >= 0:
+                            heads[s2].remove(full)
+                    set_aside.append(full)
+                    continue
+                h = self._richer(ku, kf)
                 if not h:
                     return None
                 k, st = h >> 1, h & 1
-                if has_room is None or has_room(pairs[k - 1][1]):
-                    heap = self._heaps[h]
-                    i = heap.items[0]
-                    cash = e.stored_mv[i] + e.acc_all + (e.acc_unfetched if st else 0.0)
-                    turns = self.turns[k] if self.web else 0.0
-                    if take:
-                        if st:
-                            self.turned(i)
-                        heap.remove(i)
-                        self._count -= 1
-                        self._refresh_head(h)
-                    return i, cash, turns
-                for s2 in (0, 1):  # a full slot: set it aside for this pop
-                    if head_pos[s2][k] >= 0:
-                        heads[s2].remove(k)
-                set_aside.append(k)
+                heap = self._heaps[h]
+                i = heap.items[0]
+                cash = e.stored_mv[i] + e.acc_all + (e.acc_unfetched if st else 0.0)
+                turns = self.turns[k] if self.web else 0.0
+                if take:
+                    if st:
+                        self.turned(i)
+                    heap.remove(i)
+                    self._count -= 1
+                    self._refresh_head(h)
+                return i, cash, turns
         finally:
             for k in set_aside:
                 self._refresh_head(2 * k)
                 self._refresh_head(2 * k + 1)
 
-    def _richer(self, heads: tuple[_Heap, _Heap], unfetched: bool) -> int:
-        """The number of the heap whose top wins: the best code for pages never fetched and the
-        richest code for fetched ones, compared by the true cash of their best pages, a tie
-        going to the page never fetched (discovery); only the former with ``unfetched``; 0:
-        none."""
-        tops_f, tops_u = heads[0].items, heads[1].items
-        kf = tops_f[0] if tops_f and not unfetched else 0
-        ku = tops_u[0] if tops_u else 0
+    def _richer(self, ku: int, kf: int) -> int:
+        """The number of the heap whose top wins between the best code ``ku`` for pages never
+        fetched and the richest code ``kf`` for fetched ones (0: none), compared by the true
+        cash of their best pages, a tie going to the page never fetched (discovery); 0: none."""
         if ku and kf:
             e = self.engine
             fresh = e.stored_mv[self._heaps[2 * ku + 1].items[0]] + e.acc_unfetched
