@@ -72,10 +72,10 @@ def ensure_docs(package: str, subdir: str) -> Path:
     return root / subdir
 
 
-def crawl(start_url: str, order: str, workdir: Path, **options) -> tuple[list[dict], dict]:
-    """One crawl by ``tests/support/crawl_runner.py`` in a process of its own: its items and
-    final stats. ``options``: Scrapy settings (upper case) and the runner's other config keys
-    (``spider``, by default ``evidence``; ``allowed``)."""
+def start_crawl(start_url: str, order: str, workdir: Path, **options) -> subprocess.Popen:
+    """Start one crawl by ``tests/support/crawl_runner.py`` in a process of its own, its files
+    in ``workdir``. ``options``: Scrapy settings (upper case) and the runner's other config
+    keys (``spider``, by default ``evidence``; ``allowed``)."""
     workdir.mkdir(parents=True, exist_ok=True)
     items, stats, path = (workdir / f for f in ("items.jsonl", "stats.json", "config.json"))
     config = {"spider": "evidence", "settings": {"LOG_LEVEL": "WARNING", "RETRY_TIMES": 2}}
@@ -83,9 +83,16 @@ def crawl(start_url: str, order: str, workdir: Path, **options) -> tuple[list[di
         (config["settings"] if k.isupper() else config)[k] = v
     config |= {"start_url": start_url, "order": order, "items": str(items), "stats": str(stats)}
     path.write_text(json.dumps(config))
-    subprocess.run([sys.executable, str(RUNNER), str(path)], cwd=workdir, check=True)
-    rows = [json.loads(line) for line in items.read_text().splitlines()]
-    return rows, json.loads(stats.read_text())
+    return subprocess.Popen([sys.executable, str(RUNNER), str(path)], cwd=workdir)
+
+
+def crawl(start_url: str, order: str, workdir: Path, **options) -> tuple[list[dict], dict]:
+    """One crawl (:func:`start_crawl`), waited for: its items and final stats."""
+    proc = start_crawl(start_url, order, workdir, **options)
+    if proc.wait():
+        raise subprocess.CalledProcessError(proc.returncode, proc.args)
+    rows = [json.loads(line) for line in (workdir / "items.jsonl").read_text().splitlines()]
+    return rows, json.loads((workdir / "stats.json").read_text())
 
 
 def crawled_graph(

@@ -54,9 +54,6 @@ from __future__ import annotations
 
 import argparse
 import heapq
-import json
-import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -68,11 +65,10 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks._harness import RESULTS, page, table, write_results
-from benchmarks.crawl_evidence import crawl
+from benchmarks.crawl_evidence import crawl, start_crawl
 from benchmarks.paper_figures import REAL_GRAPH
 from scrapy_opic.opic.graph import Graph, from_edges, load_edge_list
 from scrapy_opic.opic.pagerank import PowerIteration, pagerank
-from tests.support import RUNNER
 from tests.support.sites import CALENDAR_STEPS, Site
 
 #: The candidate link rank's damping and push threshold (see the module docstring), and the
@@ -524,19 +520,9 @@ def fleet_crawl(start_url: str, workdir: Path, processes: int, redis_url: str, *
     import redis
 
     key = f"opic-web-order-{uuid.uuid4().hex[:8]}"
-    config = {"spider": "site", "start_url": start_url, "order": "addon"}
-    settings = {"LOG_LEVEL": "WARNING", "RETRY_TIMES": 2, "OPIC_STORE": "redis"}
-    settings |= {"OPIC_REDIS_URL": redis_url, "OPIC_REDIS_KEY": key}
-    for k, v in options.items():
-        (settings if k.isupper() else config)[k] = v
-    runs = []
-    for p in range(processes):
-        d = workdir / f"p{p}"
-        d.mkdir(parents=True, exist_ok=True)
-        items, stats = str(d / "items.jsonl"), str(d / "stats.json")
-        path = d / "config.json"
-        path.write_text(json.dumps(config | {"settings": settings, "items": items, "stats": stats}))
-        runs.append(subprocess.Popen([sys.executable, str(RUNNER), str(path)], cwd=d))
+    options |= {"spider": "site", "OPIC_STORE": "redis", "OPIC_REDIS_URL": redis_url}
+    options["OPIC_REDIS_KEY"] = key
+    runs = [start_crawl(start_url, "addon", workdir / f"p{p}", **options) for p in range(processes)]
     codes = [r.wait() for r in runs]
     client = redis.Redis.from_url(redis_url)
     for k in client.scan_iter(match=f"{key}*", count=1000):

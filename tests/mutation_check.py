@@ -337,7 +337,7 @@ MUTANTS: list[tuple[str, list[tuple[str, str, str]], list[str] | None]] = [
     ),
     (
         "the crawl's pop over partitions leaves the slots' turns out (the web order)",
-        [(HEADS, "turns = got.turns if discover or not fr.continuous else 0.0", "turns = 0.0")],
+        [(HEADS, "got.priority, -got.turns, got.cash", "got.priority, 0.0, got.cash")],
         ["tests/test_frontier.py"],
     ),
     (

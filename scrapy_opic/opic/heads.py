@@ -1,8 +1,8 @@
 """The best page of each partition a process owns, kept for its pops.
 
 A pop of a crawl over partitions takes the best page of all of them (priority, then the fewest
-turns of its download slot, then cash; in a continuous crawl's discovery turn, a page never
-fetched first; a continuous crawl's other pops leave turns out, so refetches go by cash).
+turns of its download slot in the web order, then cash; in a continuous crawl's discovery
+turn, a page never fetched first).
 Peeking every partition at every pop would cost O(P); :class:`Heads` caches each partition's
 best page with the partition's version, in a heap of their ranks, and peeks again only a
 partition that changed since (:meth:`Heads.mark`), or whose best page's slot is full, or whose
@@ -192,12 +192,10 @@ def _trim(heap: list, heads: dict, parts: Mapping[int, Partition]) -> None:
 
 
 def _rank(part: Partition, got: Pick, discover: bool) -> tuple[bool, int, float, float]:
-    """The rank of a partition's pick: a continuous crawl's pop that is not a discovery turn
-    leaves its slot's turns out (refetches go by cash)."""
-    fr = part.frontier
-    fresh = discover and not fr.fetched(got.page)
-    turns = got.turns if discover or not fr.continuous else 0.0
-    return (fresh, got.priority, -turns, got.cash)
+    """The rank of a partition's pick (its turns are 0 when its slots take none: a continuous
+    crawl, or ``OPIC_ORDER = "cash"``)."""
+    fresh = discover and not part.frontier.fetched(got.page)
+    return (fresh, got.priority, -got.turns, got.cash)
 
 
 def _better(best: Best | None, part: Partition, got: Pick | None, discover: bool) -> Best | None:

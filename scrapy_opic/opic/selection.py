@@ -381,7 +381,7 @@ class TieredSelection(Selection):
         self.codes = codes
         self.web = web
         #: By code: how many of its pages never fetched were leased (:meth:`turned`), the
-        #: order of the slots' turns (counted, whether or not turns are on).
+        #: order of the slots' turns (all 0 without ``web``).
         self.turns = array("d", [0.0])
         self._pos = array("i")
 
@@ -487,19 +487,18 @@ class TieredSelection(Selection):
         cash = self.engine.stored_mv[top]
         if not st:
             return cash
-        return (-self.turns[code] if self.web else 0.0, cash)
+        return (-self.turns[code], cash)
 
     def turned(self, i: int) -> None:
         """Candidate ``i`` is being leased: a page never fetched uses a turn of its code's
-        slot. (Call before taking it out: a pop does so itself.)"""
-        if self.engine.flags_mv[i] & FETCHED:
+        slot in the web order. (Call before taking it out: a pop does so itself.)"""
+        if not self.web or self.engine.flags_mv[i] & FETCHED:
             return
         code = self.codes[i]
         if code < len(self.turns):
             self.turns[code] += 1.0
-            h = 2 * code + 1
-            if self.web and self._pos[i] >= 0 and h < len(self._heaps):
-                self._refresh_head(h)
+            if self._pos[i] >= 0:  # (a candidate: its code's heaps exist)
+                self._refresh_head(2 * code + 1)
 
     # -- candidates ------------------------------------------------------------------------------
     def push(self, i: int) -> None:
@@ -649,27 +648,28 @@ class TieredSelection(Selection):
             for priority in self._order:
                 heads = self._heads[priority]
                 if heads[1].items:
-                    got = self._pop_tier(heads, has_room, True, take)
+                    got = self._pop_tier(priority, has_room, True, take)
                     if got is not None:
-                        return Pick(got[0], priority, got[1], got[2])
+                        return got
         for priority in self._order:
             heads = self._heads[priority]
             if heads[0].items or heads[1].items:
-                got = self._pop_tier(heads, has_room, False, take)
+                got = self._pop_tier(priority, has_room, False, take)
                 if got is not None:
-                    return Pick(got[0], priority, got[1], got[2])
+                    return got
         return None
 
     def _pop_tier(
         self,
-        heads: tuple[_Heap, _Heap],
+        priority: int,
         has_room: Callable[[Hashable], bool] | None,
         unfetched: bool,
         take: bool = True,
-    ) -> tuple[int, float, float] | None:
-        """The candidate of one priority among the slots with room (never fetched only, with
-        ``unfetched``; see the class docstring), its true cash and its slot's turns (0 without
-        turns), removed if ``take``; ``None`` if there is none."""
+    ) -> Pick | None:
+        """The candidate of ``priority`` among the slots with room (never fetched only, with
+        ``unfetched``; see the class docstring), removed if ``take``; ``None`` if there is
+        none."""
+        heads = self._heads[priority]
         e = self.engine
         head_pos = self._head_pos
         pairs = self.tiers._pairs  # code - 1 -> (priority, slot)
@@ -701,14 +701,14 @@ class TieredSelection(Selection):
                 heap = self._heaps[h]
                 i = heap.items[0]
                 cash = e.stored_mv[i] + e.acc_all + (e.acc_unfetched if st else 0.0)
-                turns = self.turns[k] if self.web else 0.0
+                got = Pick(i, priority, cash, self.turns[k])
                 if take:
                     if st:
                         self.turned(i)
                     heap.remove(i)
                     self._count -= 1
                     self._refresh_head(h)
-                return i, cash, turns
+                return got
         finally:
             for k in set_aside:
                 self._refresh_head(2 * k)
