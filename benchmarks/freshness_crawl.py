@@ -4,25 +4,24 @@
                                          [--static 0.3] [--lying always-304] [--repeat 1]
                                          [--out benchmarks/results/freshness_crawl.md]
 
-The site, ``tests.support.changing_site.PoissonSite``: N pages, 30% (``--static``) never
-changing, the others at
-rates log-uniform over 0.1 to 10 changes per N requests, regardless of links or the fastest for the
-highest PageRank; honest validators (``--lying``: validators that lie, as ``PoissonSite`` says,
-the default cases crawled again beside it); ``--pace`` requests a second whatever the crawler's
-concurrency. A crawl (the add-on, continuous, 4 concurrent requests, 6N requests) per case with the
+The site, ``tests.support.changing_site.PoissonSite``: N pages, 30% (``--static``) never changing,
+the others at rates log-uniform over 0.1 to 10 changes per N requests, regardless of links or the
+fastest for the highest PageRank; honest validators (``--lying``: validators that lie, as
+``PoissonSite`` says, the default cases crawled again beside it); ``--pace`` requests a second
+whatever the crawler's concurrency; ``--repeat`` crawls per case, each of its own site (seeds 1, 2,
+...). A crawl (the add-on, continuous, 4 concurrent requests, 6N requests) per case with the
 defaults, then with ``--set`` (``OPIC_REFETCH=cash``: by cash, blind to change;
 ``OPIC_STORE=redis``: on Redis). Requests 3N to 6N in the server's log, against the true change
-times: *freshness* weighted by PageRank (fresh while the page's last 200 is current) and its *ratio*
-to the optimal allocation's at the same fetch rate; *unchanged 200s*, of the version the crawler
-had; *static*, fetches of pages that never change; *304*s (*false*: of changed pages); *static
-over changing*, the static pages fetched more than once more than a changing page of at least
-their PageRank; *tau*, of the
-importance at the end against PageRank; *report*, the expected freshness ``opic-report`` gives
-at the end (``OpicState.change_summary``), beside *end*, the server's: the crawl's importance
-held by the pages whose copy is current at the crawl's last request, and *end (true rates)*,
-what the report would say knowing each page's true rate (``e^(-rate * age)``, the age since the
-server last served or confirmed the copy's version): *end* is one draw of it, as noisy as a
-few heavy pages make it.
+times: *freshness* weighted by PageRank (fresh while the page's last 200 is current) and its
+*ratio* to the optimal allocation's at the same fetch rate; *unchanged 200s*, of the version the
+crawler had; *static*, fetches of pages that never change; *304*s (*false*: of changed pages);
+*static over changing*, the static pages fetched more than once more than a changing page of at
+least their PageRank; *tau*, of the importance at the end against PageRank; *report*, the expected
+freshness ``opic-report`` gives at the end (``OpicState.change_summary``), beside *end*, the
+server's: the crawl's importance held by the pages whose copy is current at the crawl's last
+request, and *end (true rates)*, what the report would say knowing each page's true rate
+(``e^(-rate * age)``, the age since the server last served or confirmed the copy's version): *end*
+is one draw of it, as noisy as a few heavy pages make it.
 """
 
 from __future__ import annotations
@@ -83,11 +82,12 @@ def measure(
     work: Path,
     static: float = 0.3,
     lying: str | None = None,
+    seed: int = 1,
 ) -> dict:
-    """One crawl of ``case``'s site: the figures of the module docstring."""
+    """One crawl of ``case``'s site drawn from ``seed``: the figures of the module docstring."""
     rates = (0.1 * pace / n, 10.0 * pace / n)
     kw = {"rates": rates, "linked_fastest": case == "linked", "pace": pace, "static": static}
-    with PoissonSite(n, 1, lying=lying, **kw) as site:
+    with PoissonSite(n, seed, lying=lying, **kw) as site:
         x, reported = crawl(site, sets, work)
     log = [f for f in site.log if f.page >= 0]
     t0, t1, window = log[3 * n - 1].t, log[6 * n - 1].t, log[3 * n : 6 * n]
@@ -143,7 +143,11 @@ def main(argv: list[str] | None = None) -> int:
                 got = []
                 for r in range(args.repeat):
                     (work := Path(tmp) / f"{k}-{case}-{r}").mkdir()
-                    got.append(measure(case, args.pages, args.pace, sets, work, args.static, lying))
+                    # Each repeat its own site (rates, links, change times): the server's
+                    # end figure is one draw of the change times, and the same draw
+                    # repeated would average nothing.
+                    kw = {"static": args.static, "lying": lying, "seed": 1 + r}
+                    got.append(measure(case, args.pages, args.pace, sets, work, **kw))
                 crawls.append(got)
                 rows.append({c: got[0][c] if isinstance(got[0][c], str) else
                              float(np.mean([g[c] for g in got])) for c in COLUMNS})  # fmt: skip
