@@ -19,6 +19,9 @@ highest (the best a crawler can do without knowing pages it has not discovered).
 - ``opic``: the plugin's one-pass order (``OPIC_ORDER = "web"``, the default), the same way;
   ``opic/H``: each host a download slot, the slots taking turns (without hosts, one slot: the
   order by cash);
+- ``opic_continuous_cash`` and ``opic_continuous``: the first fetches of the plugin's
+  continuous crawl (``OPIC_CONTINUOUS``, refetches by cash), by cash and in the web order
+  (its discovery pops take turns); ``opic_continuous/H`` as ``opic/H``;
 - ``partial_pr``: partial PageRank (Cho, Garcia-Molina, Page 1998): the PageRank of the known
   graph (fetched pages and their links; pages not fetched yet dangle), recomputed every 1,000
   fetches, 30 power iterations;
@@ -348,11 +351,18 @@ def host_turns(
 
 
 def opic(
-    g: Crawlable, seed: int, stop: int, hosts: np.ndarray | None = None, order: str = "web"
+    g: Crawlable,
+    seed: int,
+    stop: int,
+    hosts: np.ndarray | None = None,
+    order: str = "web",
+    continuous: bool = False,
 ) -> list[int]:
     """The plugin's one-pass order (``OPIC_ORDER``): its crawl code (frontier, engine, virtual
     page), in memory, each host a download slot (no slot ever full); without ``hosts``, one
-    slot."""
+    slot. With ``continuous``, the order of the first fetches of a continuous crawl that
+    refetches by cash, its defaults otherwise (the pages refetched are visited again over
+    their links: the graph does not change)."""
     from scrapy_opic._backends.store import MemoryStore
     from scrapy_opic._state import open_crawl
     from scrapy_opic.opic.config import CrawlConfig
@@ -360,16 +370,23 @@ def opic(
     from scrapy_opic.opic.contract import Entry, Link
 
     never = 10**12
+    config = CrawlConfig(order=order)
+    if continuous:  # (OPIC_CONTINUOUS's defaults: refresh 1, the adaptive window)
+        config = config.replace(
+            continuous=True, refresh=1.0, window="adaptive:30", discovery=0.5, refetch="cash"
+        )
     crawl = open_crawl(
-        MemoryStore(), CrawlConfig(order=order), {"spider": "bench"}, "", commit_visits=never,
-        commit_seconds=never,
-    )  # fmt: skip
+        MemoryStore(), config, {"spider": "bench"}, "", commit_visits=never, commit_seconds=never
+    )
     slot = (lambda i: "") if hosts is None else (lambda i: int(hosts[i]))
     crawl.schedule([Entry(seed, str(seed), slot=slot(seed), payload="r")])
     out: list[int] = []
+    seen: set[int] = set()
     while len(out) < stop and (lease := crawl.pop()) is not None:
         i = lease.key
-        out.append(i)
+        if i not in seen:
+            seen.add(i)
+            out.append(i)
         kids = g.kids(i)
         visit = crawl.visit(lease, [Link(j, str(j)) for j in kids])
         wanted = [j for j, code in zip(kids, visit.codes) if code == NEEDS_PAYLOAD]
@@ -382,11 +399,28 @@ def opic_cash(g: Crawlable, seed: int, stop: int, hosts: np.ndarray | None = Non
     return opic(g, seed, stop, hosts, "cash")
 
 
+def opic_continuous(
+    g: Crawlable, seed: int, stop: int, hosts: np.ndarray | None = None
+) -> list[int]:
+    """The first fetches of the plugin's continuous crawl (``OPIC_CONTINUOUS``), by default in
+    the web order in its discovery turns (half its pops while pages wait for a first fetch)."""
+    return opic(g, seed, stop, hosts, continuous=True)
+
+
+def opic_continuous_cash(
+    g: Crawlable, seed: int, stop: int, hosts: np.ndarray | None = None
+) -> list[int]:
+    """The same by cash alone (``OPIC_ORDER = "cash"``)."""
+    return opic(g, seed, stop, hosts, "cash", continuous=True)
+
+
 ORDERS: dict[str, Order] = {
     "bfs": bfs,
     "backlinks": backlinks,
     "opic_cash": opic_cash,
     "opic": opic,
+    "opic_continuous_cash": opic_continuous_cash,
+    "opic_continuous": opic_continuous,
     "partial_pr": partial_pagerank,
     "link_rank": link_rank,
     "host_bfs": host_bfs,
@@ -454,7 +488,8 @@ def trap_shares(g: Crawlable, hosts: np.ndarray, seeds: list[int], fraction: flo
     (the trap), by seed."""
     stop = int(first * fraction)
     names = [
-        "bfs", "opic_cash", "opic", "opic/its hosts", "link_rank", "link_rank/its hosts",
+        "bfs", "opic_cash", "opic", "opic/its hosts", "opic_continuous_cash",
+        "opic_continuous/its hosts", "link_rank", "link_rank/its hosts",
         "weighted_link_rank/its hosts",
     ]  # fmt: skip
     rows = []
@@ -486,7 +521,7 @@ def measure(g: Crawlable, seeds: list[int], fraction: float, hostings: dict[str,
     way the graph's pages were given hosts."""
     stop = int(g.n * fraction)
     rows, data = [], []
-    turns = ("opic", "host_bfs", "link_rank", "weighted_link_rank")
+    turns = ("opic", "opic_continuous", "host_bfs", "link_rank", "weighted_link_rank")
     only_with_hosts = ("host_bfs", "weighted_link_rank")
     columns = [
         *(o for o in ORDERS if o not in only_with_hosts),

@@ -243,9 +243,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "OPIC_ORDER",
         "web",
-        "a greedy one-pass crawl's order: 'web' (download slots, i.e. hosts, take turns: the "
-        "one with the fewest fetches next, its page with the most cash) or 'cash' (the most "
-        "cash whatever the slot, the paper's Greedy; a continuous crawl's order)",
+        "a greedy crawl's order of first fetches: 'web' (download slots, i.e. hosts, take "
+        "turns: the one with the fewest first fetches next, its page with the most cash; in a "
+        "continuous crawl, its discovery turns) or 'cash' (the most cash whatever the slot, "
+        "the paper's Greedy)",
         _one_of("web", "cash"),
     ),
     Setting(

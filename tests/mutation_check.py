@@ -345,6 +345,22 @@ MUTANTS: list[tuple[str, list[tuple[str, str, str]], list[str] | None]] = [
         [(SELECTION, "            self.turns[code] += 1.0", "            self.turns[code] += 0.0")],
         ["tests/test_frontier.py", "tests/test_selection.py"],
     ),
+    (
+        "a continuous crawl's discovery pops leave the slots' turns out",
+        [
+            (
+                SELECTION,
+                "heads[2] if unfetched and self._discovery_heads else",
+                "heads[1] if True else",
+            )
+        ],
+        ["tests/test_frontier.py", "tests/test_selection.py"],
+    ),
+    (
+        "a continuous crawl's other pops take turns too (first fetches no longer weighed by cash)",
+        [(SELECTION, "self._every_pop = web and not continuous", "self._every_pop = web")],
+        ["tests/test_selection.py"],
+    ),
 ]
 
 

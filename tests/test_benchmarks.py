@@ -173,6 +173,14 @@ def test_crawl_cost_smoke(tmp_path, monkeypatch):
     assert all(float(x.replace(",", "")) > 0 for _, cells in rows for x in cells.split("|"))
 
 
+def test_crawl_cost_graph_of_k_links_gives_every_page_k_other_pages():
+    g = load("crawl_cost").regular_graph(50, 7, seed=3)
+    assert g.n == 50
+    for i in range(g.n):
+        kids = g.children(i).tolist()
+        assert len(set(kids)) == 7 and i not in kids
+
+
 def test_boost_smoke(tmp_path):
     mod = load("boost")
     out = tmp_path / "boost.md"

@@ -324,6 +324,49 @@ def test_a_one_pass_pop_gives_slots_turns_in_the_web_order(frontiers):
     assert not all(crawl("cash"))  # (the most cash stays in the slots it knows)
 
 
+def test_a_continuous_crawls_discovery_pops_give_slots_turns(frontiers):
+    """A continuous crawl whose every pop is owed to discovery (``discovery=1``) while pages
+    wait for a first fetch: each first fetch comes from a slot with room whose pages never
+    fetched were leased the fewest times (of the slots that have one waiting), on every store;
+    ``order="cash"`` does not take turns. (Its other pops weigh first fetches and refetches by
+    cash: the reference model of ``test_selection.py`` checks those.)"""
+    slots = ["a.example", "b.example", "c.example", "d.example"]
+    rnd = random.Random(5)
+    slot_of = {i: rnd.choice(slots) for i in range(80)}
+    slot_of[0] = "a.example"
+    by_key = {key(i): i for i in slot_of}
+
+    def url(i: int) -> str:
+        return f"http://{slot_of[i]}/{i}"
+
+    def crawl(order: str) -> list[bool]:
+        f = frontiers.make(refresh=1.0, continuous=True, discovery=1.0, order=order)
+        f.schedule([Entry(key(0), url(0), 0, slot_of[0], b"req0")])
+        firsts = dict.fromkeys(slots, 0)  # first fetches leased, by slot
+        fetched: set[int] = set()
+        fewest = []
+        for _step in range(70):
+            full = set(rnd.sample(slots, rnd.randint(0, 2)))
+            new = {slot_of[i] for i in slot_of if i not in fetched and f.status_of(key(i))}
+            new = {s for s in new if s not in full}
+            lease = f.pop(full)
+            assert lease is not None  # (a continuous crawl's pages wait again at once)
+            i = by_key[lease.key]
+            if new:
+                assert i not in fetched  # (a discovery pop while first fetches wait)
+                fewest.append(firsts[lease.slot] == min(firsts[s] for s in new))
+                firsts[lease.slot] += 1
+            fetched.add(i)
+            kids = rnd.sample(range(80), 4)
+            links = [L(key(j), url(j), slot=slot_of[j], payload=b"req%d" % j) for j in kids]
+            assert visit(f, lease, links) is not None
+        assert f.total_cash() == pytest.approx(1.0, abs=TOL)
+        return fewest
+
+    assert all(crawl("web"))
+    assert not all(crawl("cash"))
+
+
 def test_a_page_with_room_is_found_behind_many_pages_in_full_slots(frontiers):
     f = frontiers.make(refresh=1.0)
     f.schedule([entry(-1)])

@@ -273,7 +273,7 @@ PRIORITIES = (-1, 0, 2)
 HOSTS = ("h0", "h1", "h2")
 
 
-def reference_best(e, cand, tiers, full, discover, turns=None):
+def reference_best(e, cand, tiers, full, discover, turns=None, continuous=False):
     """The pages a pop may return, by a list scan over the candidates (``cand``: id -> code):
     the highest priority that has a candidate in a slot with room (with ``discover``, first the
     highest that has a never-fetched one, among those only), then the most cash, a tie between
@@ -283,7 +283,8 @@ def reference_best(e, cand, tiers, full, discover, turns=None):
     make the two disagree; pages of equal cash are all acceptable. With ``turns`` (the web
     order; code -> the pages never fetched popped from it), the never-fetched candidate of a
     priority is the richest of the codes with the fewest turns, and it is compared by cash
-    with the richest fetched one."""
+    with the richest fetched one; with ``continuous`` too, only a discovery pop's pages never
+    fetched are chosen so, the others by cash alone."""
     s = e.stored
 
     def unfetched(i):
@@ -293,15 +294,18 @@ def reference_best(e, cand, tiers, full, discover, turns=None):
         return s[i] + e.acc_unfetched if unfetched(i) else s[i]
 
     allowed = [i for i, c in cand.items() if tiers.slot(c) not in full]
-    groups = []
+    groups = []  # (candidates, whether turns choose among them)
     order = sorted({tiers.priority(c) for c in cand.values()}, reverse=True)
     if discover:
         groups += [
-            [i for i in allowed if tiers.priority(cand[i]) == p and unfetched(i)] for p in order
+            ([i for i in allowed if tiers.priority(cand[i]) == p and unfetched(i)], True)
+            for p in order
         ]
-    groups += [[i for i in allowed if tiers.priority(cand[i]) == p] for p in order]
-    for group in groups:
-        if group and turns is not None:
+    groups += [
+        ([i for i in allowed if tiers.priority(cand[i]) == p], not continuous) for p in order
+    ]
+    for group, by_turns in groups:
+        if group and turns is not None and by_turns:
             fresh = [i for i in group if unfetched(i)]
             if fresh:
                 fewest = min(turns.get(cand[i], 0) for i in fresh)
@@ -333,10 +337,12 @@ def reference_best(e, cand, tiers, full, discover, turns=None):
     refresh=st.sampled_from([0.0, 0.5, 1.0]),
     steps=st.integers(1, 120),
     web=st.booleans(),
+    continuous=st.booleans(),
 )
-def test_tiered_pops_match_a_reference_model(n, seed, refresh, steps, web):
+def test_tiered_pops_match_a_reference_model(n, seed, refresh, steps, web, continuous):
     """Random interleavings of push, discard, credits (visits, batch visits, redirects), closes
-    and pops with random full slots and discovery flags, in the web order or by cash: every pop
+    and pops with random full slots and discovery flags, in the web order (in every pop, or a
+    continuous crawl's discovery pops) or by cash: every pop
     is one the reference model allows, so the sequence of popped cash is the reference's (ids
     differ only among equal cash); membership and counts agree at every step."""
     rng = np.random.default_rng(seed)
@@ -357,7 +363,7 @@ def test_tiered_pops_match_a_reference_model(n, seed, refresh, steps, web):
         def taken(self, ids):
             pass
 
-    sel = TieredSelection(e, tiers, codes, web)
+    sel = TieredSelection(e, tiers, codes, web, continuous)
     e.add_observer(Codes())
     cand: dict[int, int] = {}  # the reference's candidates: id -> code
     turns: dict[int, int] | None = {} if web else None  # code -> first fetches popped
@@ -411,7 +417,7 @@ def test_tiered_pops_match_a_reference_model(n, seed, refresh, steps, web):
             full = {h for h in HOSTS if rng.random() < 0.35}
             discover = bool(rng.random() < 0.3)
             e.payout()
-            allowed = reference_best(e, cand, tiers, full, discover, turns)
+            allowed = reference_best(e, cand, tiers, full, discover, turns, continuous)
             got = sel.pop(lambda h, full=full: h not in full, discover)
             if not allowed:
                 assert got is None
@@ -427,7 +433,7 @@ def test_tiered_pops_match_a_reference_model(n, seed, refresh, steps, web):
     while cand:
         e.payout()
         got = sel.pop()
-        assert got in reference_best(e, cand, tiers, set(), False, turns)
+        assert got in reference_best(e, cand, tiers, set(), False, turns, continuous)
         if turns is not None and not e.flags[got] & FETCHED:
             turns[cand[got]] = turns.get(cand[got], 0) + 1
         del cand[got]

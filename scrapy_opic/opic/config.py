@@ -22,9 +22,10 @@ class CrawlConfig:
     window: str = "unbounded"
     continuous: bool = False
     strategy: str = "greedy"
-    #: A greedy one-pass crawl's order: ``"web"`` (download slots take turns, in a slot the
-    #: most cash) or ``"cash"`` (see :class:`~.selection.TieredSelection`). A
-    #: continuous crawl orders by cash: its refetches and first fetches compete by cash.
+    #: A greedy crawl's order of first fetches: ``"web"`` (download slots take turns, in a
+    #: slot the most cash; a continuous crawl's discovery pops only, its other pops weigh
+    #: first fetches and refetches by cash) or ``"cash"`` (see
+    #: :class:`~.selection.TieredSelection`).
     order: str = "web"
     seed: int | None = None
     #: A continuous crawl's share of pops owed to pages never fetched.
@@ -78,7 +79,7 @@ class CrawlConfig:
             self.seed,
             keep_links=self.keep_links,
             refresher=refresher,
-            web_order=self.order == "web" and not self.continuous,
+            web_order=self.order == "web",
             rows=rows,
             backoff=Backoff(self.backoff, self.backoff_max),
         )

@@ -159,7 +159,8 @@ class MemoryFrontier:
     :param keep_links: record each page's out-links in :attr:`link_changes`.
     :param rows: where URLs and payloads live (:class:`MemoryRows` by default).
     :param web_order: greedy: pages never fetched in the web order (download slots take
-        turns; see :class:`~.selection.TieredSelection`), else by cash.
+        turns; in a continuous crawl, in its discovery pops; see
+        :class:`~.selection.TieredSelection`), else by cash.
     """
 
     def __init__(
@@ -201,7 +202,7 @@ class MemoryFrontier:
         self._seq = 0
         self.grow(engine.capacity)  # (the tiered selection reads self.tier)
         self.selection: Selection = (
-            TieredSelection(engine, self.tiers, self.tier, web_order)
+            TieredSelection(engine, self.tiers, self.tier, web_order, continuous)
             if strategy == "greedy"
             else make_selection(strategy, engine, seed)
         )

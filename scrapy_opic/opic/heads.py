@@ -192,8 +192,8 @@ def _trim(heap: list, heads: dict, parts: Mapping[int, Partition]) -> None:
 
 
 def _rank(part: Partition, got: Pick, discover: bool) -> tuple[bool, int, float, float]:
-    """The rank of a partition's pick (its turns are 0 when its slots take none: a continuous
-    crawl, or ``OPIC_ORDER = "cash"``)."""
+    """The rank of a partition's pick (its turns are 0 when the pop takes none: a continuous
+    crawl's pop outside its discovery turns, or ``OPIC_ORDER = "cash"``)."""
     fresh = discover and not part.frontier.fetched(got.page)
     return (fresh, got.priority, -got.turns, got.cash)
 

@@ -54,7 +54,7 @@ class Pick(NamedTuple):
     priority: int
     #: Its true cash.
     cash: float
-    #: Its slot's turns (:attr:`TieredSelection.turns`) in the web order, else 0.
+    #: Its slot's turns (:attr:`TieredSelection.turns`) if the pop took turns, else 0.
     turns: float
 
 
@@ -325,13 +325,13 @@ class Tiers:
 
 
 #: The head key of a code with no page: fetched heads are keyed by stored cash, heads of pages
-#: never fetched by a pair (see :meth:`TieredSelection._head_value`).
+#: never fetched by pairs (see :meth:`TieredSelection._head_value`).
 _LOW = float("-inf")
 _LOW_U = (_LOW, _LOW)
 
 #: Rough bytes of the per-code structures of :class:`TieredSelection` (two page heaps with their
-#: arrays, two head keys and positions, list slots), for :meth:`TieredSelection.nbytes`.
-_CODE_BYTES = 400
+#: arrays, three head keys and positions, list slots), for :meth:`TieredSelection.nbytes`.
+_CODE_BYTES = 450
 
 
 class TieredSelection(Selection):
@@ -348,7 +348,12 @@ class TieredSelection(Selection):
       stay in its site, so cash alone keeps a crawl in the few sites it knows best, and the
       site it has not opened yet, where a page that all of the site's pages link to waits
       behind one link, is the one it misses;
-    * without ``web``, the page with the most cash (the paper's Greedy).
+    * without ``web``, the page with the most cash (the paper's Greedy);
+    * with ``web`` and ``continuous``, the pops of a continuous crawl's discovery turns (made
+      with ``discover``: a page never fetched, its share of the pops) take turns as above; its
+      other pops take the page with the most cash, as without ``web``: there a first fetch
+      competes with refetches, and cash is what weighs the two (with turns, a poor slot's page
+      would stand for every first fetch against the richest refetch).
 
     A page's tier is its *code* ``codes[i]``, a ``(priority, slot)`` pair interned by
     :class:`Tiers`; the frontier owns ``codes`` (one ``array('I')`` entry per page), sets a
@@ -363,10 +368,11 @@ class TieredSelection(Selection):
     * one int32 position per page (its index in its heap, -1 when not a candidate), shared by
       all heaps: a page is in at most one. Which of its code's two heaps holds it is the one
       whose item at that position is the page, so nothing else is stored per page;
-    * per priority, two heaps of *slot heads* (the codes of that priority, keyed by the stored
-      cash of each code's best fetched page, and by ``(-turns, stored cash)`` of its best page
-      never fetched; without ``web``, turns left out), which find the best slot with
-      room in O(log slots), setting full slots aside during a pop.
+    * per priority, three heaps of *slot heads* (the codes of that priority, keyed by the
+      stored cash of each code's best fetched page; by ``(-turns, stored cash)`` of its best
+      page never fetched, turns left out without ``web`` or with ``continuous``; and, with
+      both, by ``(-turns, stored cash)`` for the discovery pops), which find the best slot
+      with room in O(log slots), setting full slots aside during a pop.
 
     Push, discard and credit are O(log n + log slots); a pop is O((f + 1) log slots) per tier
     tried, ``f`` the full slots met. :meth:`load` makes many pages candidates at once with numpy
@@ -376,10 +382,21 @@ class TieredSelection(Selection):
 
     name = "greedy-tiers"
 
-    def __init__(self, engine: OpicEngine, tiers: Tiers, codes: array, web: bool = True) -> None:
+    def __init__(
+        self,
+        engine: OpicEngine,
+        tiers: Tiers,
+        codes: array,
+        web: bool = True,
+        continuous: bool = False,
+    ) -> None:
         self.tiers = tiers
         self.codes = codes
         self.web = web
+        # Which pops take turns: every pop, or only a continuous crawl's discovery pops, which
+        # then have head heaps of their own (number 2).
+        self._every_pop = web and not continuous
+        self._discovery_heads = web and continuous
         #: By code: how many of its pages never fetched were leased (:meth:`turned`), the
         #: order of the slots' turns (all 0 without ``web``).
         self.turns = array("d", [0.0])
@@ -394,11 +411,12 @@ class TieredSelection(Selection):
         self._heaps: list[Any] = [None, None]
         # By code: its entry in its priority's head heaps (key: the stored cash of the code's
         # best fetched page, -inf when none; of its best page never fetched, (-turns, its
-        # stored cash) in the web order, else (0, its stored cash)), and those head heaps.
-        self._head_key: tuple[list[Any], list[Any]] = ([_LOW], [_LOW_U])
-        self._head_pos = (array("i", [-1]), array("i", [-1]))
-        self._heads_of: list[Any] = [None]  # (tuple[_Heap, _Heap] | None, as _heaps)
-        self._heads: dict[int, tuple[_Heap, _Heap]] = {}  # priority -> its head heaps
+        # stored cash) if every pop takes turns, else (0, its stored cash); for discovery
+        # pops that take turns, (-turns, its stored cash)), and those head heaps.
+        self._head_key: tuple[list[Any], list[Any], list[Any]] = ([_LOW], [_LOW_U], [_LOW_U])
+        self._head_pos = (array("i", [-1]), array("i", [-1]), array("i", [-1]))
+        self._heads_of: list[Any] = [None]  # (tuple[_Heap, _Heap, _Heap] | None, as _heaps)
+        self._heads: dict[int, tuple[_Heap, _Heap, _Heap]] = {}  # priority -> its head heaps
         self._order: list[int] = []  # priorities, highest first
         self._count = 0
         super().__init__(engine)
@@ -431,15 +449,17 @@ class TieredSelection(Selection):
             self._heaps.extend([None] * (2 * more))
             self._head_key[0].extend([_LOW] * more)
             self._head_key[1].extend([_LOW_U] * more)
-            for st in (0, 1):
+            self._head_key[2].extend([_LOW_U] * more)
+            for st in (0, 1, 2):
                 self._head_pos[st].extend(array("i", [-1]) * more)
             self.turns.extend(array("d", [0.0]) * more)
         heads = self._heads.get(priority)
         if heads is None:
-            key_f, key_u = self._head_key
+            key_f, key_u, key_d = self._head_key
             heads = self._heads[priority] = (
                 _Heap(self._head_pos[0], lambda: key_f),
                 _Heap(self._head_pos[1], lambda: key_u),
+                _Heap(self._head_pos[2], lambda: key_d),
             )
             self._order = sorted(self._heads, reverse=True)
         heads_of[code] = heads
@@ -463,8 +483,15 @@ class TieredSelection(Selection):
         raise RuntimeError(f"the tier code of page {i} changed while it was a candidate")
 
     def _refresh_head(self, h: int) -> None:
-        """Bring code ``h // 2``'s entry in head heap ``h % 2`` in line with page heap ``h``."""
+        """Bring code ``h // 2``'s entries in the head heaps of page heap ``h`` in line with it
+        (fetched: head heap 0; never fetched: 1, and 2 if discovery pops have their own)."""
         k, st = h >> 1, h & 1
+        self._refresh_entry(h, k, st)
+        if st and self._discovery_heads:
+            self._refresh_entry(h, k, 2)
+
+    def _refresh_entry(self, h: int, k: int, st: int) -> None:
+        """Bring code ``k``'s entry in head heap ``st`` in line with page heap ``h``."""
         heap, heads, keys = self._heaps[h], self._heads_of[k][st], self._head_key[st]
         inside = self._head_pos[st][k] >= 0
         if not len(heap):
@@ -482,12 +509,12 @@ class TieredSelection(Selection):
             heads.down(self._head_pos[st][k])
 
     def _head_value(self, code: int, st: int, top: int) -> Any:
-        """The head key of ``code`` in head heap ``st`` (0 fetched, 1 never fetched) whose best
-        page is ``top``."""
+        """The head key of ``code`` in head heap ``st`` (0 fetched, 1 never fetched, 2 never
+        fetched for discovery pops) whose best page is ``top``."""
         cash = self.engine.stored_mv[top]
         if not st:
             return cash
-        return (-self.turns[code], cash)
+        return (-self.turns[code] if st == 2 or self._every_pop else 0.0, cash)
 
     def turned(self, i: int) -> None:
         """Candidate ``i`` is being leased: a page never fetched uses a turn of its code's
@@ -606,6 +633,8 @@ class TieredSelection(Selection):
             if heap is not None and len(heap):
                 code, st = divmod(h, 2)
                 self._head_key[st][code] = self._head_value(code, st, heap.items[0])
+                if st and self._discovery_heads:
+                    self._head_key[2][code] = self._head_value(code, 2, heap.items[0])
         for pair in self._heads.values():
             for heads in pair:
                 heads.heapify()
@@ -670,6 +699,9 @@ class TieredSelection(Selection):
         ``unfetched``; see the class docstring), removed if ``take``; ``None`` if there is
         none."""
         heads = self._heads[priority]
+        # (The heads of pages never fetched: by turns if this pop takes them.)
+        by_turns = self._every_pop or (unfetched and self._discovery_heads)
+        heads_u = heads[2] if unfetched and self._discovery_heads else heads[1]
         e = self.engine
         head_pos = self._head_pos
         pairs = self.tiers._pairs  # code - 1 -> (priority, slot)
@@ -679,7 +711,7 @@ class TieredSelection(Selection):
                 # Both contenders must have room before they are compared: in the web order
                 # the best code for pages never fetched need not be the richest, so a full
                 # one that loses on cash would hide one with room that wins.
-                tops_f, tops_u = heads[0].items, heads[1].items
+                tops_f, tops_u = heads[0].items, heads_u.items
                 ku = tops_u[0] if tops_u else 0
                 kf = tops_f[0] if tops_f and not unfetched else 0
                 full = 0
@@ -689,7 +721,7 @@ class TieredSelection(Selection):
                     elif kf and not has_room(pairs[kf - 1][1]):
                         full = kf
                 if full:  # set it aside for this pop
-                    for s2 in (0, 1):
+                    for s2 in (0, 1, 2):
                         if head_pos[s2][full] >= 0:
                             heads[s2].remove(full)
                     set_aside.append(full)
@@ -701,7 +733,7 @@ class TieredSelection(Selection):
                 heap = self._heaps[h]
                 i = heap.items[0]
                 cash = e.stored_mv[i] + e.acc_all + (e.acc_unfetched if st else 0.0)
-                got = Pick(i, priority, cash, self.turns[k])
+                got = Pick(i, priority, cash, self.turns[k] if by_turns else 0.0)
                 if take:
                     if st:
                         self.turned(i)
