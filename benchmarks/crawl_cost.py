@@ -1,8 +1,9 @@
 """The cost of OPIC in a real crawl, as a user pays it: whole processes against Scrapy's own
 scheduler.
 
-    python -m benchmarks.crawl_cost [--graph EDGES] [--seed 247028] [--pages 2000] [--hosts 3]
-        [--concurrency 16] [--pairs 4] [--out benchmarks/results/crawl_cost.md]
+    python -m benchmarks.crawl_cost [--graph EDGES | --links K [--size N]] [--seed 247028]
+        [--pages 2000] [--hosts 3] [--concurrency 16] [--pairs 4]
+        [--out benchmarks/results/crawl_cost.md]
 
 The web graph cnr-2000 (``--graph``) is served on ``--hosts`` loopback addresses, a host a block
 of consecutive page ids (a URL-ordered graph keeps a site's pages together), no server delay.
@@ -15,7 +16,10 @@ alike; the same without then with a ``JOBDIR``. Figures per pair: OPIC's pages p
 wall time over Scrapy's, and Scrapy's CPU seconds per page over OPIC's (above 1: OPIC costs
 less); the medians are the figures to read. Beside them, the mean out-links of the pages each
 crawl fetched (from the graph): the work a page brings (the spider extracts and yields every
-link) depends on which pages an order fetches.
+link) depends on which pages an order fetches. So ``--links K`` serves a graph made for the
+purpose in place of ``--graph``: ``--size`` pages, each with exactly ``K`` links to pages drawn
+at random, crawled from page 0. Every order then fetches the same work per page, and the ratios
+are the schedulers' own costs.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ import numpy as np
 
 from benchmarks._harness import RESULTS, page, table
 from benchmarks.paper_figures import REAL_GRAPH
-from scrapy_opic.opic.graph import load_edge_list
+from scrapy_opic.opic.graph import Graph, from_edges, load_edge_list
 from tests.support import RUNNER
 from tests.support.sites import Site
 
@@ -131,9 +135,22 @@ def measure(args: argparse.Namespace, site: Site, work: Path) -> list[list]:
     return rows
 
 
+def regular_graph(n: int, k: int, seed: int = 0) -> Graph:
+    """``n`` pages, each linking to ``k`` other pages drawn at random (distinct, not itself)."""
+    rng = np.random.default_rng(seed)
+    # (k draws from the n - 1 other pages: draw from 0..n-2 and skip over the page itself.)
+    dst = np.stack([rng.choice(n - 1, size=k, replace=False) for _ in range(n)])
+    src = np.repeat(np.arange(n), k)
+    dst = dst.ravel()
+    dst = dst + (dst >= src)
+    return from_edges(src, dst, n)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--graph", type=Path, default=REAL_GRAPH)
+    parser.add_argument("--links", type=int, default=0, help="a graph of K links per page")
+    parser.add_argument("--size", type=int, default=100_000, help="its pages")
     parser.add_argument("--seed", type=int, default=247028)
     parser.add_argument("--pages", type=int, default=2000)
     parser.add_argument("--hosts", type=int, default=3)
@@ -141,10 +158,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pairs", type=int, default=4)
     parser.add_argument("--out", type=Path, default=RESULTS / "crawl_cost.md")
     args = parser.parse_args(argv)
-    graph = load_edge_list(args.graph)
-    # (The seed is a node of the file: its page's id is its rank among the file's ids.)
-    named = graph.names is not None and str(args.seed) in set(graph.names.tolist())
-    args.node = graph.names.tolist().index(str(args.seed)) if named else args.seed
+    if args.links:
+        graph, args.node = regular_graph(args.size, args.links), 0
+    else:
+        graph = load_edge_list(args.graph)
+        # (The seed is a node of the file: its page's id is its rank among the file's ids.)
+        named = graph.names is not None and str(args.seed) in set(graph.names.tolist())
+        args.node = graph.names.tolist().index(str(args.seed)) if named else args.seed
     block = -(-graph.n // args.hosts)  # (pages per host, a block of consecutive ids)
     hosts = tuple(f"127.0.0.{h + 1}" for h in range(args.hosts))
     site = Site(graph, host_of=lambda i: hosts[i // block], addresses=hosts)
