@@ -3,7 +3,8 @@ pages, beside the orders a crawl is judged against.
 
     python -m benchmarks.web_order [--graph EDGES] [--seeds 247028,263046,162973,265611]
         [--fraction 0.1] [--site-size 1024] [--generated 100000]
-        [--scrapy H [--delay D] [--concurrency C] [--fleet N --redis-url URL]] [--out ...]
+        [--scrapy H [--delay D] [--concurrency C] [--fleet N --redis-url URL] [--continuous]]
+        [--out ...]
 
 Every order starts from one seed page and, at each step, fetches one page it has discovered
 (a page it fetched links to it), one at a time; what it knows of the graph is the links of the
@@ -50,7 +51,9 @@ process of the crawl runner's ``site`` spider per seed (``--delay``: ``DOWNLOAD_
 order read from the server's access log (the first ``--fraction`` of distinct pages fetched);
 the results then go to ``web_order_scrapy<H>_delay<D>``. With ``--fleet N``, N such processes
 share each crawl on Redis (``OPIC_STORE = "redis"``, its default partitions by host), each
-closing after its share of the pages: ``web_order_scrapy<H>_delay<D>_fleet<N>``.
+closing after its share of the pages: ``web_order_scrapy<H>_delay<D>_fleet<N>``. With
+``--continuous`` the crawl is continuous (``OPIC_CONTINUOUS``, its defaults), the order its
+first fetches: ``..._continuous``.
 """
 
 from __future__ import annotations
@@ -576,12 +579,14 @@ def through_scrapy(
     fleet: int = 0,
     redis_url: str = "",
     concurrency: int = 16,
+    continuous: bool = False,
 ) -> tuple[list[str], list[list], list[dict]]:
     """The plugin's order through Scrapy, from the server's access log (see the module
     docstring): its ratio to frontier-omniscient's share ``best[seed]``, by seed, beside the
     ``offline`` ratios of breadth-first and partial PageRank; with ``fleet``, that many
     processes share the crawl on the Redis server ``redis_url``; ``concurrency``: each
-    process's ``CONCURRENT_REQUESTS``."""
+    process's ``CONCURRENT_REQUESTS``; ``continuous``: a continuous crawl (its defaults), the
+    order its first fetches, stopped after 3 fetches per page of the share measured."""
     stop = int(g.n * fraction)
     block = -(-g.n // hosts)
     names = tuple(f"127.0.{h // 250}.{h % 250 + 1}" for h in range(hosts))
@@ -592,9 +597,13 @@ def through_scrapy(
             site.access_log.clear()
             t0 = time.perf_counter()
             options = {"allowed": list(names), "CONCURRENT_REQUESTS": concurrency}
-            options |= {"DOWNLOAD_DELAY": delay, "CLOSESPIDER_PAGECOUNT": stop}
+            # (A continuous crawl refetches too: enough fetches for the first ones measured.)
+            fetches = 3 * stop if continuous else stop
+            options |= {"DOWNLOAD_DELAY": delay, "CLOSESPIDER_PAGECOUNT": fetches}
+            if continuous:
+                options["OPIC_CONTINUOUS"] = True
             if fleet:  # (each process's share, and a little more: the first pages count)
-                options["CLOSESPIDER_PAGECOUNT"] = -(-stop // fleet) + 100
+                options["CLOSESPIDER_PAGECOUNT"] = -(-fetches // fleet) + 100
                 fleet_crawl(site.url(seed), Path(tmp) / str(seed), fleet, redis_url, **options)
             else:
                 crawl(site.url(seed), "opic", Path(tmp) / str(seed), spider="site", **options)
@@ -607,6 +616,8 @@ def through_scrapy(
                     if i not in seen:
                         seen.add(i)
                         order.append(i)
+            if len(order) < stop:
+                raise RuntimeError(f"seed {seed}: {len(order)} pages fetched, not {stop}")
             ratio = float(g.pr[order[:stop]].sum() / best[seed])
             data.append({"seed": seed, "opic": ratio, "pages": len(order), "seconds": seconds})
             rows.append([seed, ratio, *offline[seed], len(order), seconds])
@@ -630,6 +641,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fleet", type=int, default=0, help="processes sharing it on Redis")
     p.add_argument("--concurrency", type=int, default=16, help="CONCURRENT_REQUESTS of each")
     p.add_argument("--redis-url", default="redis://127.0.0.1:6379/0", help="the fleet's Redis")
+    p.add_argument("--continuous", action="store_true", help="a continuous crawl through Scrapy")
     p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args(argv)
     t0 = time.perf_counter()
@@ -669,11 +681,12 @@ def main(argv: list[str] | None = None) -> int:
             offline = {x["seed"]: (x["ratios"]["bfs"], x["ratios"]["partial_pr"]) for x in d}
             head, lines, got = through_scrapy(
                 g, best, offline, args.fraction, args.scrapy, args.delay, args.fleet,
-                args.redis_url, args.concurrency,
+                args.redis_url, args.concurrency, args.continuous,
             )  # fmt: skip
             data[f"{g.name} through scrapy"] = got
             fleet = f", {args.fleet} processes on Redis" if args.fleet else ""
             fleet += f", CONCURRENT_REQUESTS {args.concurrency} each"
+            fleet += ", continuous (its first fetches)" if args.continuous else ""
             sections.append(
                 f"## {g.name} through Scrapy: {args.scrapy} hosts, DOWNLOAD_DELAY "
                 f"{args.delay}{fleet}\n\nThe plugin's order, ratio to frontier-omniscient's "
@@ -694,6 +707,8 @@ def main(argv: list[str] | None = None) -> int:
         stem += f"_fleet{args.fleet}"
     if args.scrapy and args.concurrency != 16:
         stem += f"_c{args.concurrency}"
+    if args.scrapy and args.continuous:
+        stem += "_continuous"
     write_results(stem, data, text, args.out)
     return 0
 
