@@ -525,7 +525,9 @@ class TieredSelection(Selection):
         if code < len(self.turns):
             self.turns[code] += 1.0
             if self._pos[i] >= 0:  # (a candidate: its code's heaps exist)
-                self._refresh_head(2 * code + 1)
+                # Only the head key that holds turns moves (heap 1's holds none in a
+                # continuous crawl, where heap 2 serves the discovery pops).
+                self._refresh_entry(2 * code + 1, code, 2 if self._discovery_heads else 1)
 
     # -- candidates ------------------------------------------------------------------------------
     def push(self, i: int) -> None:
