@@ -286,22 +286,43 @@ def test_the_pop_takes_the_richest_page_among_slots_with_room(frontiers):
     assert f.total_cash() == pytest.approx(1.0, abs=TOL)
 
 
+class SlottedPages:
+    """Pages ``0..n-1`` of the slot-turn tests, each on one of four slots drawn with ``rnd``
+    (page 0 on the first), and what those tests do with them."""
+
+    SLOTS = ("a.example", "b.example", "c.example", "d.example")
+
+    def __init__(self, rnd: random.Random, n: int) -> None:
+        self.rnd, self.n = rnd, n
+        self.slot_of = {i: rnd.choice(self.SLOTS) for i in range(n)}
+        self.slot_of[0] = self.SLOTS[0]
+
+    def url(self, i: int) -> str:
+        return f"http://{self.slot_of[i]}/{i}"
+
+    def start(self, f) -> None:
+        """Schedule page 0 in crawl ``f``."""
+        f.schedule([Entry(key(0), self.url(0), 0, self.slot_of[0], b"req0")])
+
+    def visit(self, f, lease, links: int) -> None:
+        """Visit ``lease`` in crawl ``f`` with ``links`` links to pages drawn at random."""
+        kids = self.rnd.sample(range(self.n), links)
+        out = [L(key(j), self.url(j), slot=self.slot_of[j], payload=b"req%d" % j) for j in kids]
+        assert visit(f, lease, out) is not None
+
+
 def test_a_one_pass_pop_gives_slots_turns_in_the_web_order(frontiers):
     """The web order (a one-pass crawl's default): each pop's page comes from a slot with room
     whose pages were leased the fewest times so far, on every store (with Redis, the slots'
     hosts are in different partitions: the crawl's pop compares them); ``order="cash"`` does
     not take turns."""
-    slots = ["a.example", "b.example", "c.example", "d.example"]
     rnd = random.Random(3)
-    slot_of = {i: rnd.choice(slots) for i in range(60)}
-    slot_of[0] = "a.example"
-
-    def url(i: int) -> str:
-        return f"http://{slot_of[i]}/{i}"
+    pages = SlottedPages(rnd, 60)
+    slots, slot_of = pages.SLOTS, pages.slot_of
 
     def crawl(order: str) -> list[bool]:
         f = frontiers.make(order=order)
-        f.schedule([Entry(key(0), url(0), 0, slot_of[0], b"req0")])
+        pages.start(f)
         leased = dict.fromkeys(slots, 0)
         fewest = []
         for _step in range(50):
@@ -314,9 +335,7 @@ def test_a_one_pass_pop_gives_slots_turns_in_the_web_order(frontiers):
             assert lease.slot in waiting - full
             fewest.append(leased[lease.slot] == min(leased[s] for s in waiting - full))
             leased[lease.slot] += 1
-            kids = rnd.sample(range(60), 5)
-            links = [L(key(j), url(j), slot=slot_of[j], payload=b"req%d" % j) for j in kids]
-            assert visit(f, lease, links) is not None
+            pages.visit(f, lease, 5)
         assert f.total_cash() == pytest.approx(1.0, abs=TOL)
         return fewest
 
@@ -330,18 +349,14 @@ def test_a_continuous_crawls_discovery_pops_give_slots_turns(frontiers):
     fetched were leased the fewest times (of the slots that have one waiting), on every store;
     ``order="cash"`` does not take turns. (Its other pops weigh first fetches and refetches by
     cash: the reference model of ``test_selection.py`` checks those.)"""
-    slots = ["a.example", "b.example", "c.example", "d.example"]
     rnd = random.Random(5)
-    slot_of = {i: rnd.choice(slots) for i in range(80)}
-    slot_of[0] = "a.example"
+    pages = SlottedPages(rnd, 80)
+    slots, slot_of = pages.SLOTS, pages.slot_of
     by_key = {key(i): i for i in slot_of}
-
-    def url(i: int) -> str:
-        return f"http://{slot_of[i]}/{i}"
 
     def crawl(order: str) -> list[bool]:
         f = frontiers.make(refresh=1.0, continuous=True, discovery=1.0, order=order)
-        f.schedule([Entry(key(0), url(0), 0, slot_of[0], b"req0")])
+        pages.start(f)
         firsts = dict.fromkeys(slots, 0)  # first fetches leased, by slot
         fetched: set[int] = set()
         fewest = []
@@ -357,9 +372,7 @@ def test_a_continuous_crawls_discovery_pops_give_slots_turns(frontiers):
                 fewest.append(firsts[lease.slot] == min(firsts[s] for s in new))
                 firsts[lease.slot] += 1
             fetched.add(i)
-            kids = rnd.sample(range(80), 4)
-            links = [L(key(j), url(j), slot=slot_of[j], payload=b"req%d" % j) for j in kids]
-            assert visit(f, lease, links) is not None
+            pages.visit(f, lease, 4)
         assert f.total_cash() == pytest.approx(1.0, abs=TOL)
         return fewest
 
