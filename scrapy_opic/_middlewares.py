@@ -55,6 +55,7 @@ from ._requests import (
     VALIDATORS_META,
     NotModified,
     Seen,
+    origin_of,
 )
 from ._scheduler import OpicScheduler, prepare
 from ._settings import OpicSettings
@@ -207,15 +208,13 @@ class OpicSpiderMiddleware:
         for o in out:
             if not isinstance(o, Request):
                 continue
-            url = o.url
-            start = url.find("://") + 3
-            end = start + _netloc_length(url, start) if start > 2 else 0
-            known = origins.get(url[:end]) if end else None
+            origin = origin_of(o.url)
+            known = origins.get(origin) if origin else None
             if known is None:
                 host = urlparse_cached(o).hostname
                 known = (host, should_follow(o, spider))
-                if end:
-                    origins[url[:end]] = known
+                if origin:
+                    origins[origin] = known
             if o.dont_filter or o.meta.get("allow_offsite"):
                 yield o, known[0], True
             else:
@@ -243,17 +242,6 @@ class OpicSpiderMiddleware:
                         type(exc).__name__,
                         exc,
                     )
-
-
-def _netloc_length(url: str, start: int) -> int:
-    """The length of the network location of ``url`` that begins at ``start`` (it ends at
-    the first ``/``, ``?`` or ``#`` after it, as ``urllib.parse.urlsplit`` reads it)."""
-    end = len(url)
-    for mark in "/?#":
-        i = url.find(mark, start, end)
-        if i >= 0:
-            end = i
-    return end - start
 
 
 def _http_time(value: bytes | None) -> float | None:

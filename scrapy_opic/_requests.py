@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from scrapy import exceptions as scrapy_exceptions
+from scrapy.core.downloader import Downloader
 from scrapy.exceptions import IgnoreRequest
 from scrapy.spidermiddlewares.httperror import HttpError
 from scrapy.utils.request import request_from_dict
@@ -119,6 +120,56 @@ class NotModified(IgnoreRequest):
     visit): its visit is done, over the links of that visit; its callback is not called
     (``OPIC_UNCHANGED_CALLBACK``) and its errback is not either. (Its response was received:
     Scrapy's stats and ``CLOSESPIDER_PAGECOUNT`` count it.)"""
+
+
+def origin_of(url: str) -> str:
+    """``scheme://netloc`` of ``url`` (the network location ends at the first ``/``, ``?``
+    or ``#`` after ``://``, as ``urllib.parse.urlsplit`` reads it), of which the host name is
+    a function; ``""`` if ``url`` has no ``://``."""
+    start = url.find("://") + 3
+    if start < 3:
+        return ""
+    end = len(url)
+    for mark in "/?#":
+        i = url.find(mark, start, end)
+        if i >= 0:
+            end = i
+    return url[:end]
+
+
+class SlotKeys:
+    """The download slot of a request, as ``downloader.get_slot_key`` names it. When the
+    downloader is Scrapy's own and its slots are per host (not per IP), the slot of a request
+    with no ``download_slot`` in its meta is its host name, a function of its URL's origin: it
+    is remembered by origin, so that a page's many links to a few hosts parse a few URLs, not
+    one each (most links are never fetched: Scrapy would never parse theirs)."""
+
+    #: Origins remembered at most (then forgotten all at once: a crawl of many hosts parses
+    #: a URL per origin again, no more than it would without this).
+    LIMIT = 4096
+
+    def __init__(self, downloader: Any) -> None:
+        self._get: Callable[[Request], str] = downloader.get_slot_key
+        own = getattr(type(downloader), "get_slot_key", None) is Downloader.get_slot_key
+        per_host = own and not getattr(downloader, "ip_concurrency", 0)
+        self._by_origin: dict[str, str] | None = {} if per_host else None
+
+    def __call__(self, request: Request) -> str:
+        by_origin = self._by_origin
+        if by_origin is None:
+            return self._get(request)
+        meta_slot = request.meta.get(Downloader.DOWNLOAD_SLOT)
+        if meta_slot is not None:
+            return meta_slot
+        origin = origin_of(request.url)
+        slot = by_origin.get(origin)
+        if slot is None:
+            slot = self._get(request)
+            if origin:
+                if len(by_origin) >= self.LIMIT:
+                    by_origin.clear()
+                by_origin[origin] = slot
+        return slot
 
 
 def page_url(request: Request) -> str:

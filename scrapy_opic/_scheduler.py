@@ -75,6 +75,7 @@ from ._requests import (
     SEEN_META,
     OutcomeErrback,
     RequestCodec,
+    SlotKeys,
     detach,
     outcome_of,
     page_url,
@@ -225,6 +226,7 @@ class OpicScheduler(BaseScheduler):
         #: on its way is collected, and leaves the set by itself).
         self._unfiled: WeakSet[Request] = WeakSet()
         self._tick: task.LoopingCall | None = None
+        self._slot_of: SlotKeys | None = None
         #: A pop found nothing while pages were pending elsewhere (see _nudge); the request
         #: handed to the engine to make it ask again, until it comes back here.
         self._starved = False
@@ -401,7 +403,9 @@ class OpicScheduler(BaseScheduler):
 
     def _entry(self, request: Request) -> Entry:
         priority = request.meta.get("opic_priority", request.priority)
-        slot = self.crawler.engine.downloader.get_slot_key(request)
+        if self._slot_of is None:  # (Scrapy's engine and downloader exist by the first one)
+            self._slot_of = SlotKeys(self.crawler.engine.downloader)
+        slot = self._slot_of(request)
         return Entry(self._key(request), page_url(request), priority, slot, request)
 
     def _settle_lost(self) -> None:

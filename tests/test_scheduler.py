@@ -837,3 +837,53 @@ def test_the_middleware_answers_each_link_as_offsite_and_urlparse_would(links):
     for o, host, follows in got:
         assert host == urlparse_cached(Request(o.url)).hostname
         assert follows == (o.dont_filter or judge.should_follow(Request(o.url), spider))
+
+
+SLOT_URLS = [
+    "http://Example.COM/a",
+    "http://example.com:8080/b?x=1#f",
+    "http://user:pw@example.com/c",
+    "https://example.com/d",
+    "http://[::1]:8000/e",
+    "http://127.0.0.2:8000/f",
+    "http://other.example/g",
+    "http://example.com?q=http://third.example/",
+    "http://example.com#http://fourth.example/",
+    "data:text/html,<a href='http://fifth.example/'>",
+    "file:///tmp/x.html",
+]
+
+
+@pytest.mark.filterwarnings("ignore:The CONCURRENT_REQUESTS_PER_IP setting is deprecated")
+@pytest.mark.parametrize("ip_concurrency", [0, 2])
+def test_slot_keys_name_the_slot_scrapys_downloader_names(ip_concurrency):
+    """SlotKeys remembers a slot by URL origin only where that is the downloader's answer:
+    every URL (a port, user info, capitals, IPv6, a URL in the query or fragment, no host at
+    all), a ``download_slot`` in meta, asked twice in any order, gets Scrapy's slot."""
+    from scrapy.core.downloader import Downloader
+
+    from scrapy_opic._requests import SlotKeys
+
+    crawler = get_crawler(Spider, {"CONCURRENT_REQUESTS_PER_IP": ip_concurrency})
+    downloader = Downloader(crawler)
+    slots = SlotKeys(downloader)
+    requests = [Request(u) for u in SLOT_URLS]
+    requests += [Request(u, meta={"download_slot": f"s{n}"}) for n, u in enumerate(SLOT_URLS)]
+    for r in requests + requests[::-1]:
+        assert slots(r) == downloader.get_slot_key(r), r.url
+
+
+def test_slot_keys_ask_a_downloader_of_the_projects_own_every_time():
+    """A downloader whose ``get_slot_key`` is not Scrapy's may name slots by anything: it is
+    asked for every request, never remembered by origin."""
+    from scrapy_opic._requests import SlotKeys
+
+    asked = []
+
+    def get_slot_key(request):
+        asked.append(request.url)
+        return request.url.rsplit("/", 1)[-1]
+
+    slots = SlotKeys(SimpleNamespace(get_slot_key=get_slot_key))
+    assert [slots(Request(f"http://example.com/{n}")) for n in "abca"] == list("abca")
+    assert len(asked) == 4
