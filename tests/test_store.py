@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -402,3 +403,77 @@ def test_the_first_checkpoints_come_after_1_2_4_visits(tmp_path):
         visit(f, f.pop(), [])
     assert commits == [1, 2, 4, 8, 16, 26, 36]
     f.close([])
+
+
+def test_a_request_row_reads_what_was_last_written_before_and_after_its_commit_lands(
+    tmp_path, monkeypatch
+):
+    """Request rows are read on a connection of the crawl's own, which sees committed rows
+    only. Whatever the writer thread has run (here it is held up by another process's write
+    lock), a read gives the row last written: a queued change before its commit lands, the
+    file's row after; a fresh state never the previous crawl's rows."""
+    from scrapy_opic._backends import sqlite as sqlite_backend
+    from scrapy_opic._backends.sqlite import Checkpoint
+
+    monkeypatch.setattr(sqlite_backend, "REQUEST_BATCH", 2)  # (queued two by two)
+    path = tmp_path / "q.sqlite"
+    point = Checkpoint({}, {}, [], [], None, {}, 0.0)
+    old = SqliteFile(path)
+    old.put_request(5, b"k5", b"old crawl", new=True)
+    old.put_request(6, b"k6", b"old crawl", new=True)
+    old.commit(point)
+    old.close()
+
+    f = SqliteFile(path, fresh=True)
+    # The writer thread runs statements in order: this one keeps it busy while the rows below
+    # are queued behind it, and read.
+    busy = (
+        "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 5000000) "
+        "SELECT count(*) FROM c"
+    )
+    f.db.conn.execute(busy)
+    f.put_request(1, b"k1", b"one", new=True)
+    f.put_request(2, b"k2", b"two", new=True)  # queued (a batch of 2)
+    f.put_request(3, b"k3", b"three", new=True)
+    f.commit(point, blocking=False)  # queued, cannot land yet
+    f.put_request(1, b"k1", b"one again")
+    f.del_request(2)  # (1 and 2 queued again)
+    f.put_request(4, b"k4", b"four", new=True)  # in memory only
+    assert [f.get_request(i) for i in (1, 2, 3, 4)] == [
+        (b"k1", b"one again"),
+        None,
+        (b"k3", b"three"),
+        (b"k4", b"four"),
+    ]
+    assert f._landing  # (the reads above came from memory: nothing has landed)
+    # The previous crawl's row, deleted by a commit still to land, is not read.
+    assert f.get_request(5) is None
+    f.commit(point)  # blocking: everything has landed
+    f.put_request(3, b"k3", b"three again")  # (in memory)
+    assert [f.get_request(i) for i in (1, 2, 3, 4, 5, 6)] == [
+        (b"k1", b"one again"),
+        None,
+        (b"k3", b"three again"),
+        (b"k4", b"four"),
+        None,
+        None,
+    ]
+    # Once the file is readable: what was queued after the last commit that landed.
+    f.db.conn.execute(busy)
+    f.del_request(1)
+    f.put_request(7, b"k7", b"seven", new=True)  # (1 and 7 queued)
+    f.commit(point, blocking=False)
+    f.put_request(3, b"k3", b"three, third")
+    f.put_request(8, b"k8", b"eight", new=True)  # (3 and 8 queued)
+    want = [None, (b"k3", b"three, third"), (b"k4", b"four"), (b"k7", b"seven")]
+    assert [f.get_request(i) for i in (1, 3, 4, 7)] == want
+    assert f._landing
+    f.commit(point, blocking=False)
+    for _ in range(500):  # until the commits land (then read from the file)
+        f.get_request(99)
+        if not f._landing:
+            break
+        time.sleep(0.01)
+    assert not f._landing and not f._queued and not f._requests
+    assert [f.get_request(i) for i in (1, 3, 4, 7)] == want
+    f.close()

@@ -29,8 +29,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import queue
 import sqlite3
 import time
+from collections import deque
 from collections.abc import Callable, Collection, Hashable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -52,6 +54,7 @@ from .sqlite_state import (
     BLOCK,
     BLOCK_SHIFT,
     BLOCKS_TABLE,
+    BUSY_TIMEOUT,
     FORMAT,
     LINKS_TABLE,
     PAGES_TABLE,
@@ -84,6 +87,7 @@ logging.getLogger("sqlitedict").setLevel(logging.CRITICAL)
 
 #: Request row changes gathered before they are queued for the writer.
 REQUEST_BATCH = 4096
+_UNCHANGED: Any = object()  # (no change of a request row kept in memory)
 
 
 class Checkpoint(NamedTuple):
@@ -166,6 +170,17 @@ class SqliteFile:
         # they need no statement at all (in a one-pass crawl, most requests are popped soon
         # after they are filed).
         self._new_rows: set[int] = set()
+        # A request row is read on a connection of this thread's own, not through the writer
+        # thread's queue, where it would wait behind every write queued before it. That
+        # connection sees committed rows only: the rows queued since, and those of a commit
+        # queued but not known to have landed, stay here until it has, and are read here.
+        self._queued: dict[int, tuple | None] = {}  # queued since the last commit
+        #: Commits not known to have landed: a queue that gets a row once the writer has run
+        #: the COMMIT (statements run in order), and the request rows written before it.
+        self._landing: deque[tuple[queue.Queue, dict[int, tuple | None]]] = deque()
+        # A fresh state's file holds the previous crawl's rows until its first commit lands.
+        self._readable = not fresh
+        self._reader: sqlite3.Connection | None = None
 
     def check(self) -> None:
         """Raise :class:`StoreError` if sqlitedict's writer thread failed or died (a full disk,
@@ -215,18 +230,39 @@ class SqliteFile:
     def get_request(self, i: int) -> tuple[Hashable, bytes | None] | None:
         """``(key, request data)`` of page ``i`` (data ``None`` for a request that was not
         serialized), or ``None`` if it has no row. A damaged row is a :class:`StoreError`."""
-        if i in self._requests:
-            row = self._requests[i]
-            return None if row is None else (row[1], row[2])
+        changed = self._requests.get(i, _UNCHANGED)
+        if changed is _UNCHANGED:
+            changed = self._queued.get(i, _UNCHANGED)
+        if changed is _UNCHANGED:
+            self._landed()
+            for _marker, rows in reversed(self._landing):
+                changed = rows.get(i, _UNCHANGED)
+                if changed is not _UNCHANGED:
+                    break
+        if changed is not _UNCHANGED:
+            return None if changed is None else (changed[1], changed[2])
+        select = f'SELECT key, data, crc FROM "{REQUESTS_TABLE}" WHERE id = ?'
         with self._io():
-            row = self.db.conn.select_one(
-                f'SELECT key, data, crc FROM "{REQUESTS_TABLE}" WHERE id = ?', (i,)
-            )
+            if self._readable:
+                if self._reader is None:
+                    self._reader = sqlite3.connect(
+                        str(self.path), timeout=BUSY_TIMEOUT, isolation_level=None
+                    )
+                row = self._reader.execute(select, (i,)).fetchone()
+            else:
+                row = self.db.conn.select_one(select, (i,))
         if row is None:
             return None
         if row_crc(row[0], row[1]) != row[2]:
             raise damaged_row(self.path, f"the request of page {i} fails its checksum")
         return row[0], row[1]
+
+    def _landed(self) -> None:
+        """Forget the rows of the commits that have landed (readable in the file now)."""
+        landing = self._landing
+        while landing and not landing[0][0].empty():
+            landing.popleft()
+            self._readable = True
 
     def del_request(self, i: int) -> None:
         if i in self._new_rows:  # (never queued: nothing to delete)
@@ -241,6 +277,7 @@ class SqliteFile:
         """Queue the request rows changed since the last flush."""
         changes, self._requests = self._requests, {}
         self._new_rows = set()
+        self._queued.update(changes)
         rows = [row for row in changes.values() if row is not None]
         gone = [(i,) for i, row in changes.items() if row is None]
         with self._io():
@@ -312,8 +349,15 @@ class SqliteFile:
         # request would kill the thread instead, and leave a blocking call waiting for good.
         if blocking:
             conn.select_one("COMMIT")
+            self._landing.clear()
+            self._readable = True
         else:
             conn.execute("COMMIT")
+            marker: queue.Queue = queue.Queue()
+            conn.execute("SELECT 1", res=marker)
+            self._landing.append((marker, self._queued))
+            self._landed()
+        self._queued = {}
 
     def _write_links(self, changes: dict[int, list[int] | int | None]) -> None:
         """Queue the rows of the pages whose kept links changed (inside the transaction that
@@ -343,6 +387,8 @@ class SqliteFile:
         without creating the WAL's side files; if a reader is busy with it right now, it simply
         stays in WAL mode."""
         try:
+            if self._reader is not None:
+                self._reader.close()
             if self._failed or not self.db.conn.is_alive():
                 # A write failed (said once, by the crawl's error line) or the writer died:
                 # nothing would answer a clean close, and its error is the one already said.
