@@ -477,3 +477,13 @@ def test_a_request_row_reads_what_was_last_written_before_and_after_its_commit_l
     assert not f._landing and not f._queued and not f._requests
     assert [f.get_request(i) for i in (1, 3, 4, 7)] == want
     f.close()
+
+
+def test_a_request_row_read_before_the_files_tables_are_committed(tmp_path):
+    """A new file whose tables are still in the writer's open transaction: a read of a row it
+    does not hold asks the writer (no error from a table the reading connection cannot see)."""
+    f = SqliteFile(tmp_path / "new.sqlite")
+    f.put_request(1, b"k1", b"one", new=True)
+    assert f.get_request(2) is None
+    assert f.get_request(1) == (b"k1", b"one")
+    f.close()

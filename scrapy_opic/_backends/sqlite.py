@@ -20,8 +20,10 @@ then). Without ``persist_requests``, requests live in memory only and each crawl
 the checkpoints are there for the export commands.
 
 The rows are built in the caller's thread and written by sqlitedict's own thread: a periodic
-commit does not wait for the disk. Reads of rows (a request to pop, a key) go through that
-thread too, so that they see the writes queued before them.
+commit does not wait for the disk. A request row to pop is read on a connection of the
+crawl's own thread (WAL: it sees committed rows, and never waits behind the writer's queue); the
+rows changed since the last commit known to have landed are read from memory. Other reads (a
+key, a URL) go through the writer's thread, so that they see the writes queued before them.
 """
 
 from __future__ import annotations
@@ -54,7 +56,6 @@ from .sqlite_state import (
     BLOCK,
     BLOCK_SHIFT,
     BLOCKS_TABLE,
-    BUSY_TIMEOUT,
     FORMAT,
     LINKS_TABLE,
     PAGES_TABLE,
@@ -87,7 +88,7 @@ logging.getLogger("sqlitedict").setLevel(logging.CRITICAL)
 
 #: Request row changes gathered before they are queued for the writer.
 REQUEST_BATCH = 4096
-_UNCHANGED: Any = object()  # (no change of a request row kept in memory)
+_NO_ANSWER: Any = object()  # (a place that holds no answer for a row: ask the next one)
 
 
 class Checkpoint(NamedTuple):
@@ -230,32 +231,37 @@ class SqliteFile:
     def get_request(self, i: int) -> tuple[Hashable, bytes | None] | None:
         """``(key, request data)`` of page ``i`` (data ``None`` for a request that was not
         serialized), or ``None`` if it has no row. A damaged row is a :class:`StoreError`."""
-        changed = self._requests.get(i, _UNCHANGED)
-        if changed is _UNCHANGED:
-            changed = self._queued.get(i, _UNCHANGED)
-        if changed is _UNCHANGED:
+        changed = self._requests.get(i, _NO_ANSWER)
+        if changed is _NO_ANSWER:
+            changed = self._queued.get(i, _NO_ANSWER)
+        if changed is _NO_ANSWER:
             self._landed()
             for _marker, rows in reversed(self._landing):
-                changed = rows.get(i, _UNCHANGED)
-                if changed is not _UNCHANGED:
+                changed = rows.get(i, _NO_ANSWER)
+                if changed is not _NO_ANSWER:
                     break
-        if changed is not _UNCHANGED:
+        if changed is not _NO_ANSWER:
             return None if changed is None else (changed[1], changed[2])
         select = f'SELECT key, data, crc FROM "{REQUESTS_TABLE}" WHERE id = ?'
         with self._io():
-            if self._readable:
-                if self._reader is None:
-                    self._reader = sqlite3.connect(
-                        str(self.path), timeout=BUSY_TIMEOUT, isolation_level=None
-                    )
-                row = self._reader.execute(select, (i,)).fetchone()
-            else:
+            row = self._read_committed(select, i) if self._readable else _NO_ANSWER
+            if row is _NO_ANSWER:
                 row = self.db.conn.select_one(select, (i,))
         if row is None:
             return None
         if row_crc(row[0], row[1]) != row[2]:
             raise damaged_row(self.path, f"the request of page {i} fails its checksum")
         return row[0], row[1]
+
+    def _read_committed(self, select: str, i: int) -> Any:
+        """Row ``i`` as committed, read on this thread's own connection; ``_NO_ANSWER`` if
+        that connection cannot answer (the writer's queue then does)."""
+        try:
+            if self._reader is None:
+                self._reader = sqlite3.connect(str(self.path), timeout=1.0, isolation_level=None)
+            return self._reader.execute(select, (i,)).fetchone()
+        except sqlite3.OperationalError:  # (a table the writer made, not committed; locked)
+            return _NO_ANSWER
 
     def _landed(self) -> None:
         """Forget the rows of the commits that have landed (readable in the file now)."""
