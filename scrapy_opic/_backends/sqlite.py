@@ -21,9 +21,9 @@ the checkpoints are there for the export commands.
 
 The rows are built in the caller's thread and written by sqlitedict's own thread: a periodic
 commit does not wait for the disk. A request row to pop is read on a connection of the
-crawl's own thread (WAL: it sees committed rows, and never waits behind the writer's queue); the
-rows changed since the last commit known to have landed are read from memory. Other reads (a
-key, a URL) go through the writer's thread, so that they see the writes queued before them.
+crawl's own thread (WAL: it sees committed rows, and never waits behind the writer's queue),
+unless the row changed since the last commit known to have landed; that row, and every other
+read (a key, a URL), goes through the writer's thread, which sees the writes queued before it.
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ logging.getLogger("sqlitedict").setLevel(logging.CRITICAL)
 
 #: Request row changes gathered before they are queued for the writer.
 REQUEST_BATCH = 4096
-_NO_ANSWER: Any = object()  # (a place that holds no answer for a row: ask the next one)
+_NO_ANSWER: Any = object()  # (the crawl's own connection could not answer: ask the writer)
 
 
 class Checkpoint(NamedTuple):
@@ -173,12 +173,12 @@ class SqliteFile:
         self._new_rows: set[int] = set()
         # A request row is read on a connection of this thread's own, not through the writer
         # thread's queue, where it would wait behind every write queued before it. That
-        # connection sees committed rows only: the rows queued since, and those of a commit
-        # queued but not known to have landed, stay here until it has, and are read here.
-        self._queued: dict[int, tuple | None] = {}  # queued since the last commit
+        # connection sees committed rows only: a row queued since the last commit known to
+        # have landed is read through the writer's queue (which sees it).
+        self._queued: set[int] = set()  # pages whose row was queued since the last commit
         #: Commits not known to have landed: a queue that gets a row once the writer has run
-        #: the COMMIT (statements run in order), and the request rows written before it.
-        self._landing: deque[tuple[queue.Queue, dict[int, tuple | None]]] = deque()
+        #: the COMMIT (statements run in order), and the pages whose rows it commits.
+        self._landing: deque[tuple[queue.Queue, set[int]]] = deque()
         # A fresh state's file holds the previous crawl's rows until its first commit lands.
         self._readable = not fresh
         self._reader: sqlite3.Connection | None = None
@@ -231,20 +231,12 @@ class SqliteFile:
     def get_request(self, i: int) -> tuple[Hashable, bytes | None] | None:
         """``(key, request data)`` of page ``i`` (data ``None`` for a request that was not
         serialized), or ``None`` if it has no row. A damaged row is a :class:`StoreError`."""
-        changed = self._requests.get(i, _NO_ANSWER)
-        if changed is _NO_ANSWER:
-            changed = self._queued.get(i, _NO_ANSWER)
-        if changed is _NO_ANSWER:
-            self._landed()
-            for _marker, rows in reversed(self._landing):
-                changed = rows.get(i, _NO_ANSWER)
-                if changed is not _NO_ANSWER:
-                    break
-        if changed is not _NO_ANSWER:
-            return None if changed is None else (changed[1], changed[2])
+        if i in self._requests:
+            row = self._requests[i]
+            return None if row is None else (row[1], row[2])
         select = f'SELECT key, data, crc FROM "{REQUESTS_TABLE}" WHERE id = ?'
         with self._io():
-            row = self._read_committed(select, i) if self._readable else _NO_ANSWER
+            row = self._read_committed(select, i) if self._committed(i) else _NO_ANSWER
             if row is _NO_ANSWER:
                 row = self.db.conn.select_one(select, (i,))
         if row is None:
@@ -263,12 +255,18 @@ class SqliteFile:
         except sqlite3.OperationalError:  # (a table the writer made, not committed; locked)
             return _NO_ANSWER
 
-    def _landed(self) -> None:
-        """Forget the rows of the commits that have landed (readable in the file now)."""
+    def _committed(self, i: int) -> bool:
+        """Whether the file's committed row of page ``i`` is its last one (none queued since
+        the last commit that landed)."""
         landing = self._landing
-        while landing and not landing[0][0].empty():
+        while landing and not landing[0][0].empty():  # (landed: readable in the file now)
             landing.popleft()
             self._readable = True
+        return (
+            self._readable
+            and i not in self._queued
+            and not any(i in pages for _marker, pages in landing)
+        )
 
     def del_request(self, i: int) -> None:
         if i in self._new_rows:  # (never queued: nothing to delete)
@@ -283,7 +281,7 @@ class SqliteFile:
         """Queue the request rows changed since the last flush."""
         changes, self._requests = self._requests, {}
         self._new_rows = set()
-        self._queued.update(changes)
+        self._queued.update(changes)  # (the pages: the rows are in the writer's queue)
         rows = [row for row in changes.values() if row is not None]
         gone = [(i,) for i, row in changes.items() if row is None]
         with self._io():
@@ -362,8 +360,7 @@ class SqliteFile:
             marker: queue.Queue = queue.Queue()
             conn.execute("SELECT 1", res=marker)
             self._landing.append((marker, self._queued))
-            self._landed()
-        self._queued = {}
+        self._queued = set()
 
     def _write_links(self, changes: dict[int, list[int] | int | None]) -> None:
         """Queue the rows of the pages whose kept links changed (inside the transaction that
