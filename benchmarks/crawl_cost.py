@@ -20,6 +20,15 @@ link) depends on which pages an order fetches. So ``--links K`` serves a graph m
 purpose in place of ``--graph``: ``--size`` pages, each with exactly ``K`` links to pages drawn
 at random, crawled from page 0. Every order then fetches the same work per page, and the ratios
 are the schedulers' own costs.
+
+A whole process's figures move by a tenth from run to run on a shared machine. Beside them,
+the scheduler alone, in a process of its own for each run (``--loop-pages``, 0 for none): one
+``next_request``, then (OPIC) ``settle_visit`` of the popped request over ``--links`` (or 20) new
+requests to random pages of three hosts, then their ``enqueue_request`` one by one, as the
+engine and the add-on's spider middleware call them; microseconds of CPU per page (the requests'
+construction left out), the best of three runs of each scheduler, alternated. This is the cost
+of the scheduler's own path (fingerprints included: Scrapy's dupefilter takes them too), with no
+download, parse or reactor.
 """
 
 from __future__ import annotations
@@ -135,6 +144,70 @@ def measure(args: argparse.Namespace, site: Site, work: Path) -> list[list]:
     return rows
 
 
+#: The in-process loop of one scheduler (see the module docstring), run as ``python -c``.
+LOOP = """
+import json, random, sys, tempfile, time
+from types import SimpleNamespace
+from scrapy import Request, Spider
+from scrapy.core.downloader import Downloader
+from scrapy.utils.misc import load_object
+from scrapy.utils.test import get_crawler
+
+path, jobdir, pages, links = sys.argv[1], sys.argv[2] == "1", int(sys.argv[3]), int(sys.argv[4])
+tmp = tempfile.mkdtemp()
+settings = {"SCHEDULER": path, "LOG_ENABLED": False, "OPIC_STATE_PATH": tmp + "/state.sqlite"}
+if jobdir:
+    settings["JOBDIR"] = tmp
+crawler = get_crawler(Spider, settings)
+crawler.engine = SimpleNamespace(downloader=Downloader(crawler))
+crawler.spider = Spider.from_crawler(crawler, name="loop")
+scheduler = load_object(path).from_crawler(crawler)
+scheduler.open(crawler.spider)
+rnd = random.Random(1)
+urls = [
+    [f"http://host{rnd.randrange(3)}.example/p/{rnd.randrange(100_000)}.html" for _ in range(links)]
+    for _ in range(pages)
+]
+scheduler.enqueue_request(Request("http://host0.example/p/0.html"))
+visit = getattr(scheduler, "settle_visit", None)
+spent = 0.0
+for n in range(pages):
+    t0 = time.process_time()
+    request = scheduler.next_request()
+    t1 = time.process_time()
+    followed = [Request(u) for u in urls[n]]
+    t2 = time.process_time()
+    if visit is not None:
+        visit(request, followed, None)
+    for r in followed:
+        scheduler.enqueue_request(r)
+    spent += (t1 - t0) + (time.process_time() - t2)
+scheduler.close("finished")
+print(json.dumps({"us_per_page": 1e6 * spent / pages}))
+"""
+
+
+def scheduler_loop(path: str, jobdir: bool, pages: int, links: int) -> float:
+    """CPU microseconds per page of the in-process loop of the scheduler at ``path``."""
+    cmd = [sys.executable, "-c", LOOP, path, "1" if jobdir else "0", str(pages), str(links)]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    return float(json.loads(done.stdout.strip().splitlines()[-1])["us_per_page"])
+
+
+def loop_rows(args: argparse.Namespace) -> list[list]:
+    """A row per mode: each scheduler's best of three in-process loops, and their ratio."""
+    paths = {"scrapy": "scrapy.core.scheduler.Scheduler", "opic": "scrapy_opic.OpicScheduler"}
+    rows = []
+    for title, jobdir in (("in memory", False), ("JOBDIR", True)):
+        best = {kind: float("inf") for kind in paths}
+        for k in range(3):
+            for kind in KINDS if k % 2 == 0 else KINDS[::-1]:
+                took = scheduler_loop(paths[kind], jobdir, args.loop_pages, args.links or 20)
+                best[kind] = min(best[kind], took)
+        rows.append([title, best["scrapy"], best["opic"], best["scrapy"] / best["opic"]])
+    return rows
+
+
 def regular_graph(n: int, k: int, seed: int = 0) -> Graph:
     """``n`` pages, each linking to ``k`` other pages drawn at random (distinct, not itself)."""
     rng = np.random.default_rng(seed)
@@ -156,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hosts", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--pairs", type=int, default=4)
+    parser.add_argument("--loop-pages", type=int, default=3000, help="0: no in-process loop")
     parser.add_argument("--out", type=Path, default=RESULTS / "crawl_cost.md")
     args = parser.parse_args(argv)
     if args.links:
@@ -179,6 +253,11 @@ def main(argv: list[str] | None = None) -> int:
             rows = measure(args, site, Path(tmp) / ("jobdir" if jobdir else "memory"))
             title = "With a JOBDIR" if jobdir else "In memory (no JOBDIR)"
             sections.append(f"## {title}\n\n{table(head, rows)}")
+    if args.loop_pages:
+        loop_head = ["mode", "Scrapy CPU us/page", "OPIC CPU us/page", "Scrapy / OPIC"]
+        sections.append(
+            f"## The scheduler alone, in process\n\n{table(loop_head, loop_rows(args))}"
+        )
     text = page(
         "Crawl cost: OPIC against Scrapy's own scheduler, whole processes",
         "Each crawl a `scrapy` process timed by `/usr/bin/time -v` (CPU user + system, wall, "
