@@ -5,7 +5,7 @@ from __future__ import annotations
 from array import array
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from scrapy_opic.opic import (
@@ -339,6 +339,8 @@ def reference_best(e, cand, tiers, full, discover, turns=None, continuous=False)
     web=st.booleans(),
     continuous=st.booleans(),
 )
+# (A continuous web-order crawl whose refetch pops would take turns if they could: always run.)
+@example(n=1, seed=90269, refresh=0.0, steps=48, web=True, continuous=True)
 def test_tiered_pops_match_a_reference_model(n, seed, refresh, steps, web, continuous):
     """Random interleavings of push, discard, credits (visits, batch visits, redirects), closes
     and pops with random full slots and discovery flags, in the web order (in every pop, or a
