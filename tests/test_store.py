@@ -485,3 +485,19 @@ def test_a_request_row_read_before_the_files_tables_are_committed(tmp_path):
     assert f.get_request(2) is None
     assert f.get_request(1) == (b"k1", b"one")
     f.close()
+
+
+def test_commits_that_landed_are_forgotten_without_a_read(tmp_path):
+    """A crawl that never reads a request row from the file (its pops come from memory) keeps
+    no record of its landed commits: at most the ones still on their way."""
+    from scrapy_opic._backends.sqlite import Checkpoint
+
+    f = SqliteFile(tmp_path / "c.sqlite")
+    point = Checkpoint({}, {}, [], [], None, {}, 0.0)
+    for n in range(50):
+        f.put_request(n, b"k", b"data", new=True)
+        f.commit(point, blocking=False)
+    f.db.conn.select_one("SELECT 1")  # (the writer has run every statement queued so far)
+    f.commit(point, blocking=False)
+    assert len(f._landing) == 1  # (this last one, which may not have landed yet)
+    f.close()

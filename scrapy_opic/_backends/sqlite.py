@@ -258,15 +258,19 @@ class SqliteFile:
     def _committed(self, i: int) -> bool:
         """Whether the file's committed row of page ``i`` is its last one (none queued since
         the last commit that landed)."""
-        landing = self._landing
-        while landing and not landing[0][0].empty():  # (landed: readable in the file now)
-            landing.popleft()
-            self._readable = True
+        self._forget_landed()
         return (
             self._readable
             and i not in self._queued
-            and not any(i in pages for _marker, pages in landing)
+            and not any(i in pages for _marker, pages in self._landing)
         )
+
+    def _forget_landed(self) -> None:
+        """Forget the commits that have landed (their rows are readable in the file now)."""
+        landing = self._landing
+        while landing and not landing[0][0].empty():
+            landing.popleft()
+            self._readable = True
 
     def del_request(self, i: int) -> None:
         if i in self._new_rows:  # (never queued: nothing to delete)
@@ -359,6 +363,7 @@ class SqliteFile:
             conn.execute("COMMIT")
             marker: queue.Queue = queue.Queue()
             conn.execute("SELECT 1", res=marker)
+            self._forget_landed()  # (bounded: a crawl that pops from memory never reads)
             self._landing.append((marker, self._queued))
         self._queued = set()
 
