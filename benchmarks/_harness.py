@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 #: The checkout's root, and where the results go unless a benchmark is told otherwise.
@@ -43,6 +44,30 @@ def child_env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
     return env
+
+
+def bare_scheduler(
+    path: str, jobdir: bool, work: Path, downloader: Callable[[Any], Any], **settings: Any
+) -> Any:
+    """The scheduler at ``path`` opened on a crawler with no engine but the downloader that
+    ``downloader(crawler)`` makes (what the schedulers read of the engine), its files in a new
+    directory of ``work`` (``jobdir``: that directory is the crawl's JOBDIR), ``settings`` on
+    top."""
+    import tempfile
+
+    from scrapy import Spider
+    from scrapy.utils.misc import load_object
+    from scrapy.utils.test import get_crawler
+
+    tmp = tempfile.mkdtemp(dir=work)
+    settings = {"SCHEDULER": path, "LOG_ENABLED": False, **settings}
+    settings |= {"OPIC_STATE_PATH": f"{tmp}/state.sqlite"} | ({"JOBDIR": tmp} if jobdir else {})
+    crawler = get_crawler(Spider, settings)
+    crawler.engine = SimpleNamespace(downloader=downloader(crawler))
+    crawler.spider = Spider.from_crawler(crawler, name="overhead")
+    scheduler = load_object(path).from_crawler(crawler)
+    scheduler.open(crawler.spider)
+    return scheduler
 
 
 def best_of(fn: Callable[[], object], repeat: int = 3) -> float:

@@ -35,16 +35,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import re
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
 
-from benchmarks._harness import RESULTS, page, table
+from benchmarks._harness import RESULTS, bare_scheduler, child_env, page, table
 from benchmarks.paper_figures import REAL_GRAPH
 from scrapy_opic.opic.graph import Graph, from_edges, load_edge_list
 from tests.support import RUNNER
@@ -144,54 +146,47 @@ def measure(args: argparse.Namespace, site: Site, work: Path) -> list[list]:
     return rows
 
 
-#: The in-process loop of one scheduler (see the module docstring), run as ``python -c``.
-LOOP = """
-import json, random, sys, tempfile, time
-from types import SimpleNamespace
-from scrapy import Request, Spider
-from scrapy.core.downloader import Downloader
-from scrapy.utils.misc import load_object
-from scrapy.utils.test import get_crawler
+def loop_once(path: str, jobdir: bool, pages: int, links: int) -> float:
+    """CPU microseconds per page of the in-process loop of the scheduler at ``path`` (see the
+    module docstring)."""
+    from scrapy import Request
+    from scrapy.core.downloader import Downloader
 
-path, jobdir, pages, links = sys.argv[1], sys.argv[2] == "1", int(sys.argv[3]), int(sys.argv[4])
-tmp = tempfile.mkdtemp()
-settings = {"SCHEDULER": path, "LOG_ENABLED": False, "OPIC_STATE_PATH": tmp + "/state.sqlite"}
-if jobdir:
-    settings["JOBDIR"] = tmp
-crawler = get_crawler(Spider, settings)
-crawler.engine = SimpleNamespace(downloader=Downloader(crawler))
-crawler.spider = Spider.from_crawler(crawler, name="loop")
-scheduler = load_object(path).from_crawler(crawler)
-scheduler.open(crawler.spider)
-rnd = random.Random(1)
-urls = [
-    [f"http://host{rnd.randrange(3)}.example/p/{rnd.randrange(100_000)}.html" for _ in range(links)]
-    for _ in range(pages)
-]
-scheduler.enqueue_request(Request("http://host0.example/p/0.html"))
-visit = getattr(scheduler, "settle_visit", None)
-spent = 0.0
-for n in range(pages):
-    t0 = time.process_time()
-    request = scheduler.next_request()
-    t1 = time.process_time()
-    followed = [Request(u) for u in urls[n]]
-    t2 = time.process_time()
-    if visit is not None:
-        visit(request, followed, None)
-    for r in followed:
-        scheduler.enqueue_request(r)
-    spent += (t1 - t0) + (time.process_time() - t2)
-scheduler.close("finished")
-print(json.dumps({"us_per_page": 1e6 * spent / pages}))
-"""
+    with tempfile.TemporaryDirectory() as tmp:
+        scheduler = bare_scheduler(path, jobdir, Path(tmp), Downloader)
+        rnd = random.Random(1)
+        urls = [
+            [
+                f"http://host{rnd.randrange(3)}.example/p/{rnd.randrange(100_000)}.html"
+                for _ in range(links)
+            ]
+            for _ in range(pages)
+        ]
+        scheduler.enqueue_request(Request("http://host0.example/p/0.html"))
+        visit = getattr(scheduler, "settle_visit", None)
+        spent = 0.0
+        for n in range(pages):
+            t0 = time.process_time()
+            request = scheduler.next_request()
+            t1 = time.process_time()
+            followed = [Request(u) for u in urls[n]]  # (the requests' making: not counted)
+            t2 = time.process_time()
+            if visit is not None:
+                visit(request, followed, None)
+            for r in followed:
+                scheduler.enqueue_request(r)
+            spent += (t1 - t0) + (time.process_time() - t2)
+        scheduler.close("finished")
+    return 1e6 * spent / pages
 
 
 def scheduler_loop(path: str, jobdir: bool, pages: int, links: int) -> float:
-    """CPU microseconds per page of the in-process loop of the scheduler at ``path``."""
-    cmd = [sys.executable, "-c", LOOP, path, "1" if jobdir else "0", str(pages), str(links)]
-    done = subprocess.run(cmd, capture_output=True, text=True, check=True)
-    return float(json.loads(done.stdout.strip().splitlines()[-1])["us_per_page"])
+    """:func:`loop_once` in a process of its own."""
+    code = "import sys; from benchmarks.crawl_cost import loop_once; "
+    code += "print(loop_once(sys.argv[1], sys.argv[2] == '1', *map(int, sys.argv[3:])))"
+    cmd = [sys.executable, "-c", code, path, "1" if jobdir else "0", str(pages), str(links)]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=True, env=child_env())
+    return float(done.stdout.strip().splitlines()[-1])
 
 
 def loop_rows(args: argparse.Namespace) -> list[list]:

@@ -34,12 +34,10 @@ from urllib.parse import urldefrag
 
 import numpy as np
 from scipy.stats import kendalltau
-from scrapy import Request, Spider
+from scrapy import Request
 from scrapy.utils.httpobj import urlparse_cached
-from scrapy.utils.misc import load_object
-from scrapy.utils.test import get_crawler
 
-from benchmarks._harness import RESULTS, page, table, write_results
+from benchmarks._harness import RESULTS, bare_scheduler, page, table, write_results
 from benchmarks.paper_figures import REAL_GRAPH
 from scrapy_opic.export import open_state
 from scrapy_opic.opic.graph import Graph, from_edges, load_edge_list
@@ -177,14 +175,10 @@ def scheduler_rate(path: str, jobdir: bool, work: Path, n: int = 20_000) -> floa
     files in a new directory of ``work`` (a JOBDIR remembers what it has seen)."""
     # Nothing completes here, so every slot must be able to hold all its requests: the
     # politeness check still runs on every pop, it just never says no.
-    tmp = tempfile.mkdtemp(dir=work)
-    settings = {"SCHEDULER": path, "LOG_ENABLED": False, "CONCURRENT_REQUESTS_PER_DOMAIN": n}
-    settings |= {"OPIC_STATE_PATH": f"{tmp}/state.sqlite"} | ({"JOBDIR": tmp} if jobdir else {})
-    crawler = get_crawler(Spider, settings)
     slots = SimpleNamespace(get_slot_key=lambda r: urlparse_cached(r).hostname, slots={})
-    crawler.engine = SimpleNamespace(downloader=slots)  # what the schedulers read of the engine
-    crawler.spider = Spider.from_crawler(crawler, name="overhead")
-    (scheduler := load_object(path).from_crawler(crawler)).open(crawler.spider)
+    scheduler = bare_scheduler(
+        path, jobdir, work, lambda _crawler: slots, CONCURRENT_REQUESTS_PER_DOMAIN=n
+    )
     requests = [Request(f"http://host{i % 50}.example/page/{i}") for i in range(n)]
     t0 = time.perf_counter()
     for r in requests:
