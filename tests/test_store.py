@@ -16,7 +16,7 @@ import pytest
 
 from scrapy_opic._backends import StoreError
 from scrapy_opic._backends.crawl import Crawl
-from scrapy_opic._backends.sqlite import SqliteFile
+from scrapy_opic._backends.sqlite import Checkpoint, SqliteFile
 from scrapy_opic._backends.sqlite_state import CHUNK, StateReader
 from scrapy_opic.opic.contract import Entry
 from tests.support.frontiers import L, key, one, sqlite_crawl, visit
@@ -405,6 +405,11 @@ def test_the_first_checkpoints_come_after_1_2_4_visits(tmp_path):
     f.close([])
 
 
+def empty_checkpoint() -> Checkpoint:
+    """A checkpoint that writes no engine, page or link: the commit of the request rows."""
+    return Checkpoint(engine={}, frontier={}, blocks=[], pages=[], links=None, meta={}, seconds=0.0)
+
+
 def test_a_request_row_reads_what_was_last_written_before_and_after_its_commit_lands(
     tmp_path, monkeypatch
 ):
@@ -413,11 +418,10 @@ def test_a_request_row_reads_what_was_last_written_before_and_after_its_commit_l
     written: a queued change before its commit lands, the file's row after; a fresh state
     never the previous crawl's rows."""
     from scrapy_opic._backends import sqlite as sqlite_backend
-    from scrapy_opic._backends.sqlite import Checkpoint
 
     monkeypatch.setattr(sqlite_backend, "REQUEST_BATCH", 2)  # (queued two by two)
     path = tmp_path / "q.sqlite"
-    point = Checkpoint({}, {}, [], [], None, {}, 0.0)
+    point = empty_checkpoint()
     old = SqliteFile(path)
     old.put_request(5, b"k5", b"old crawl", new=True)
     old.put_request(6, b"k6", b"old crawl", new=True)
@@ -490,10 +494,8 @@ def test_a_request_row_read_before_the_files_tables_are_committed(tmp_path):
 def test_commits_that_landed_are_forgotten_without_a_read(tmp_path):
     """A crawl that never reads a request row from the file (its pops come from memory) keeps
     no record of its landed commits: at most the ones still on their way."""
-    from scrapy_opic._backends.sqlite import Checkpoint
-
     f = SqliteFile(tmp_path / "c.sqlite")
-    point = Checkpoint({}, {}, [], [], None, {}, 0.0)
+    point = empty_checkpoint()
     for n in range(50):
         f.put_request(n, b"k", b"data", new=True)
         f.commit(point, blocking=False)
