@@ -503,3 +503,31 @@ def test_commits_that_landed_are_forgotten_without_a_read(tmp_path):
     f.commit(point, blocking=False)
     assert len(f._landing) == 1  # (this last one, which may not have landed yet)
     f.close()
+
+
+def test_rows_written_and_deleted_in_batches_larger_than_a_statement_holds(tmp_path):
+    """Request and page rows go to the writer as multi-row statements of at most
+    ``MAX_PARAMETERS`` values: batches larger than one statement (and one value short of it)
+    land whole, the last change of each row winning, deletions as well."""
+    from scrapy_opic._backends.sqlite import MAX_PARAMETERS
+
+    n = 3 * MAX_PARAMETERS + 1
+    path = tmp_path / "b.sqlite"
+    f = SqliteFile(path)
+    for i in range(n):
+        f.put_request(i, b"k%d" % i, b"first", new=True)
+    f.commit(empty_checkpoint())  # (the rows are queued: not new any more)
+    for i in range(n):
+        f.put_request(i, b"k%d" % i, b"second")
+    gone = set(range(0, n, 3)) | set(range(n - MAX_PARAMETERS - 1, n))
+    for i in gone:
+        f.del_request(i)
+    pages = [(i, b"p%d" % i, f"http://h/{i}") for i in range(MAX_PARAMETERS // 4 * 2 + 1)]
+    point = empty_checkpoint()._replace(pages=pages)
+    f.commit(point)
+    f.close()
+    with sqlite3.connect(path) as db:
+        requests = dict(db.execute("SELECT id, data FROM opic_requests"))
+        urls = dict(db.execute("SELECT id, url FROM opic_pages"))
+    assert requests == {i: b"second" for i in range(n) if i not in gone}
+    assert urls == {i: u for i, _k, u in pages}

@@ -35,7 +35,7 @@ import queue
 import sqlite3
 import time
 from collections import deque
-from collections.abc import Callable, Collection, Hashable, Iterable, Iterator
+from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -89,6 +89,32 @@ logging.getLogger("sqlitedict").setLevel(logging.CRITICAL)
 #: Request row changes gathered before they are queued for the writer.
 REQUEST_BATCH = 4096
 _NO_ANSWER: Any = object()  # (the crawl's own connection could not answer: ask the writer)
+#: The pages added last that :class:`StoredKeys` finds by key without hashing it.
+FRESH_KEYS = 1024
+#: Bound parameters per statement of :func:`_write_many` (sqlite's historical limit, the
+#: lowest a build may have).
+MAX_PARAMETERS = 999
+
+
+def _write_many(conn: Any, head: str, width: int, rows: Sequence[Sequence[Any]]) -> None:
+    """Queue ``head`` (``INSERT ... VALUES``) over ``rows`` of ``width`` values each, as few
+    multi-row statements: sqlitedict's ``executemany`` queues one statement per row, each a
+    round through the writer thread's queue (two lock handshakes)."""
+    per = MAX_PARAMETERS // width
+    one = "(" + ", ".join("?" * width) + ")"
+    for start in range(0, len(rows), per):
+        chunk = rows[start : start + per]
+        conn.execute(f"{head} {', '.join([one] * len(chunk))}", [v for r in chunk for v in r])
+
+
+def _delete_many(conn: Any, table: str, ids: Sequence[int]) -> None:
+    """Queue the deletion of the rows ``ids`` of ``table`` as few statements (see
+    :func:`_write_many`)."""
+    for start in range(0, len(ids), MAX_PARAMETERS):
+        chunk = ids[start : start + MAX_PARAMETERS]
+        conn.execute(
+            f'DELETE FROM "{table}" WHERE id IN ({", ".join("?" * len(chunk))})', list(chunk)
+        )
 
 
 class Checkpoint(NamedTuple):
@@ -287,17 +313,12 @@ class SqliteFile:
         self._new_rows = set()
         self._queued.update(changes)  # (the pages: the rows are in the writer's queue)
         rows = [row for row in changes.values() if row is not None]
-        gone = [(i,) for i, row in changes.items() if row is None]
+        gone = [i for i, row in changes.items() if row is None]
         with self._io():
             conn = self.db.conn
-            if rows:
-                conn.executemany(
-                    f'INSERT OR REPLACE INTO "{REQUESTS_TABLE}" (id, key, data, crc) '
-                    "VALUES (?, ?, ?, ?)",
-                    rows,
-                )
-            if gone:
-                conn.executemany(f'DELETE FROM "{REQUESTS_TABLE}" WHERE id = ?', gone)
+            head = f'INSERT OR REPLACE INTO "{REQUESTS_TABLE}" (id, key, data, crc) VALUES'
+            _write_many(conn, head, 4, rows)
+            _delete_many(conn, REQUESTS_TABLE, gone)
 
     def get_page(self, i: int) -> tuple[Hashable, str | None] | None:
         """``(key, url)`` of page ``i`` if its row is written (queued writes included)."""
@@ -330,13 +351,14 @@ class SqliteFile:
         conn = self.db.conn
         self.db["engine"] = point.engine
         self.db["frontier"] = point.frontier
-        if point.pages:
-            conn.executemany(
-                f'INSERT OR REPLACE INTO "{PAGES_TABLE}" (id, key, url, crc) VALUES (?, ?, ?, ?)',
-                [(i, k, u, row_crc(k, u)) for i, k, u in point.pages],
-            )
-        conn.executemany(
-            f'INSERT OR REPLACE INTO "{BLOCKS_TABLE}" (b, data) VALUES (?, ?)', point.blocks
+        _write_many(
+            conn,
+            f'INSERT OR REPLACE INTO "{PAGES_TABLE}" (id, key, url, crc) VALUES',
+            4,
+            [(i, k, u, row_crc(k, u)) for i, k, u in point.pages],
+        )
+        _write_many(
+            conn, f'INSERT OR REPLACE INTO "{BLOCKS_TABLE}" (b, data) VALUES', 2, point.blocks
         )
         if point.links is not None:
             self._write_links(point.links)
@@ -379,15 +401,17 @@ class SqliteFile:
             return
         lists = {i: v for i, v in changes.items() if isinstance(v, list)}
         blobs = encode_links(list(lists), list(lists.values()))
-        insert = f'INSERT OR REPLACE INTO "{LINKS_TABLE}" (id, links, alias) VALUES (?, ?, ?)'
-        delete = f'DELETE FROM "{LINKS_TABLE}" WHERE id = ?'
-        for i, blob in zip(lists, blobs):
-            conn.execute(insert, (i, links_row(blob), None))
-        for i, v in changes.items():
-            if v is None:
-                conn.execute(delete, (i,))
-            elif not isinstance(v, list):
-                conn.execute(insert, (i, links_row(b"", v), v))
+        rows: list[tuple[int, bytes, int | None]]
+        rows = [(i, links_row(blob), None) for i, blob in zip(lists, blobs)]
+        rows += [
+            (i, links_row(b"", v), v)
+            for i, v in changes.items()
+            if v is not None and not isinstance(v, list)
+        ]
+        _write_many(
+            conn, f'INSERT OR REPLACE INTO "{LINKS_TABLE}" (id, links, alias) VALUES', 3, rows
+        )
+        _delete_many(conn, LINKS_TABLE, [i for i, v in changes.items() if v is None])
 
     def close(self) -> None:
         """Commit nothing more, close, and release the lock. The file goes back to a plain
@@ -431,8 +455,15 @@ class StoredKeys:
         self.written = written  #: pages whose keys are rows of the store
         self.recent: list[Hashable] = []  #: keys of pages ``written ..``
         self._last: tuple[Any, int] = (None, 0)
+        # The pages added last, by key: a visit adds its new links' pages, and the requests
+        # of those links come to be filed right after (a second lookup of each, then answered
+        # without hashing the key again). Bounded; a page's id never changes.
+        self._fresh: dict[Hashable, int] = {}
 
     def get(self, key: Hashable) -> int | None:
+        i = self._fresh.get(key)
+        if i is not None:
+            return i
         h = key_hash(key)
         self._last = (key, h)  # (the engine adds a key right after it looked it up)
         return self.index.get_hash(h)
@@ -443,6 +474,9 @@ class StoredKeys:
         if j != i or i != self.written + len(self.recent):
             raise RuntimeError(f"page {i} got index id {j}: every page of this store needs a key")
         self.recent.append(key)
+        if len(self._fresh) >= FRESH_KEYS:
+            self._fresh.clear()
+        self._fresh[key] = i
 
     def key_of(self, i: int) -> Hashable | None:
         k = i - self.written
@@ -492,8 +526,11 @@ class SqliteRows:
         self.memory_requests = memory_requests
         self.encode = encode
         self._urls: list[str | None] = []  # URLs of pages keys.written ..
-        #: Pending requests in memory: page -> (key, request).
-        self._cache: dict[int, tuple[Hashable, Any]] = {}
+        #: Pending requests in memory: page -> request, and page -> key. (Two dicts, not one
+        #: of (key, request) pairs: a pair is an object more per pending page for Python's
+        #: garbage collector to scan, and a crawl in memory holds every pending request.)
+        self._cache: dict[int, Any] = {}
+        self._cache_keys: dict[int, Hashable] = {}
         #: Requests that could not be serialized (persisting rows): in memory only.
         self.payloads: dict[int, Any] = {}
         #: Rows found damaged mid-crawl (their pages given up as ``damaged``).
@@ -520,17 +557,20 @@ class SqliteRows:
 
     def keep(self, i: int, key: Hashable, payload: Any, new: bool) -> None:
         if not self.persist:
-            self._cache[i] = (key, payload)
+            self._cache[i] = payload
+            self._cache_keys[i] = key
             return
         data = self.encode(payload)
         self.file.put_request(i, key, data, new=new)
         if data is None:  # cannot be serialized: in memory only (given up after a restart)
             self.payloads[i] = payload
             self._cache.pop(i, None)
+            self._cache_keys.pop(i, None)
             return
         self.payloads.pop(i, None)
         if i in self._cache or len(self._cache) < self.memory_requests:
-            self._cache[i] = (key, payload)
+            self._cache[i] = payload
+            self._cache_keys[i] = key
 
     def lease(
         self, i: int, kept: bool, key_of: Callable[[int], Hashable]
@@ -547,9 +587,10 @@ class SqliteRows:
             payload = self.payloads.get(i) if kept else self.payloads.pop(i, None)
             if payload is not None:  # (not serializable: in memory only)
                 return key_of(i), payload
-        cached = self._cache.get(i) if kept else self._cache.pop(i, None)
-        if cached is not None:
-            return cached
+        if i in self._cache:
+            if kept:
+                return self._cache_keys[i], self._cache[i]
+            return self._cache_keys.pop(i), self._cache.pop(i)
         if not self.persist:
             return None, LOST
         row = self.file.get_request(i)
@@ -559,17 +600,20 @@ class SqliteRows:
 
     def give_back(self, i: int, key: Hashable, payload: Any) -> None:
         if not self.persist and i not in self._cache and payload is not None:
-            self._cache[i] = (key, payload)  # (a request handed over comes back)
+            self._cache[i] = payload  # (a request handed over comes back)
+            self._cache_keys[i] = key
 
     def forget(self, i: int) -> None:
         self.payloads.pop(i, None)
         self._cache.pop(i, None)
+        self._cache_keys.pop(i, None)
         if self.persist:
             self.file.del_request(i)
 
     def clear(self) -> None:
         self.payloads.clear()
         self._cache.clear()
+        self._cache_keys.clear()
 
     def _damaged(self, exc: DamagedRow, then: str) -> None:
         """A row is damaged: said once (a warning), counted in ``opic/damaged_rows``."""
