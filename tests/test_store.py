@@ -507,11 +507,11 @@ def test_commits_that_landed_are_forgotten_without_a_read(tmp_path):
 
 def test_rows_written_and_deleted_in_batches_larger_than_a_statement_holds(tmp_path):
     """Request and page rows go to the writer as multi-row statements of at most
-    ``MAX_PARAMETERS`` values: batches larger than one statement (and one value short of it)
-    land whole, the last change of each row winning, deletions as well."""
-    from scrapy_opic._backends.sqlite import MAX_PARAMETERS
+    ``ROWS_PER_STATEMENT`` rows: batches of several statements and a remainder land whole, the
+    last change of each row winning, deletions as well."""
+    from scrapy_opic._backends.sqlite import ROWS_PER_STATEMENT as ROWS
 
-    n = 3 * MAX_PARAMETERS + 1
+    n = 3 * ROWS + 7
     path = tmp_path / "b.sqlite"
     f = SqliteFile(path)
     for i in range(n):
@@ -519,10 +519,10 @@ def test_rows_written_and_deleted_in_batches_larger_than_a_statement_holds(tmp_p
     f.commit(empty_checkpoint())  # (the rows are queued: not new any more)
     for i in range(n):
         f.put_request(i, b"k%d" % i, b"second")
-    gone = set(range(0, n, 3)) | set(range(n - MAX_PARAMETERS - 1, n))
+    gone = set(range(0, n, 3)) | set(range(n - ROWS - 1, n))
     for i in gone:
         f.del_request(i)
-    pages = [(i, b"p%d" % i, f"http://h/{i}") for i in range(MAX_PARAMETERS // 4 * 2 + 1)]
+    pages = [(i, b"p%d" % i, f"http://h/{i}") for i in range(2 * ROWS - 1)]
     point = empty_checkpoint()._replace(pages=pages)
     f.commit(point)
     f.close()
@@ -531,3 +531,21 @@ def test_rows_written_and_deleted_in_batches_larger_than_a_statement_holds(tmp_p
         urls = dict(db.execute("SELECT id, url FROM opic_pages"))
     assert requests == {i: b"second" for i in range(n) if i not in gone}
     assert urls == {i: u for i, _k, u in pages}
+
+
+def test_rows_are_written_by_statements_of_a_few_sizes():
+    """Every count of rows is cut into consecutive statements covering it exactly, none over
+    ``ROWS_PER_STATEMENT`` rows, of a handful of sizes in all (sqlite keeps a compiled program
+    per distinct statement)."""
+    from scrapy_opic._backends.sqlite import ROWS_PER_STATEMENT, _chunks
+
+    sizes = set()
+    for n in range(0, 5 * ROWS_PER_STATEMENT):
+        chunks = list(_chunks(n))
+        assert [start for start, _size in chunks] == [
+            sum(size for _start, size in chunks[:k]) for k in range(len(chunks))
+        ]
+        assert sum(size for _start, size in chunks) == n
+        assert all(0 < size <= ROWS_PER_STATEMENT for _start, size in chunks)
+        sizes.update(size for _start, size in chunks)
+    assert len(sizes) <= ROWS_PER_STATEMENT.bit_length()

@@ -91,29 +91,40 @@ REQUEST_BATCH = 4096
 _NO_ANSWER: Any = object()  # (the crawl's own connection could not answer: ask the writer)
 #: The pages added last that :class:`StoredKeys` finds by key without hashing it.
 FRESH_KEYS = 1024
-#: Bound parameters per statement of :func:`_write_many` (sqlite's historical limit, the
-#: lowest a build may have).
-MAX_PARAMETERS = 999
+#: Rows per statement of :func:`_write_many` and :func:`_delete_many`, at most.
+ROWS_PER_STATEMENT = 64
+
+
+def _chunks(n: int) -> Iterator[tuple[int, int]]:
+    """``(start, size)`` of the statements that write ``n`` rows: full ones of
+    :data:`ROWS_PER_STATEMENT` rows, then the rest by powers of two. sqlite compiles and keeps
+    (its statement cache) a program per distinct statement: a few sizes, not one per count."""
+    start = 0
+    size = ROWS_PER_STATEMENT
+    while start < n:
+        while size > n - start:
+            size >>= 1
+        yield start, size
+        start += size
 
 
 def _write_many(conn: Any, head: str, width: int, rows: Sequence[Sequence[Any]]) -> None:
-    """Queue ``head`` (``INSERT ... VALUES``) over ``rows`` of ``width`` values each, as few
-    multi-row statements: sqlitedict's ``executemany`` queues one statement per row, each a
-    round through the writer thread's queue (two lock handshakes)."""
-    per = MAX_PARAMETERS // width
+    """Queue ``head`` (``INSERT ... VALUES``) over ``rows`` of ``width`` values each, as
+    multi-row statements (:func:`_chunks`): sqlitedict's ``executemany`` queues one statement
+    per row, each a round through the writer thread's queue (two lock handshakes)."""
     one = "(" + ", ".join("?" * width) + ")"
-    for start in range(0, len(rows), per):
-        chunk = rows[start : start + per]
-        conn.execute(f"{head} {', '.join([one] * len(chunk))}", [v for r in chunk for v in r])
+    for start, size in _chunks(len(rows)):
+        values = [v for r in rows[start : start + size] for v in r]
+        conn.execute(f"{head} {', '.join([one] * size)}", values)
 
 
 def _delete_many(conn: Any, table: str, ids: Sequence[int]) -> None:
-    """Queue the deletion of the rows ``ids`` of ``table`` as few statements (see
-    :func:`_write_many`)."""
-    for start in range(0, len(ids), MAX_PARAMETERS):
-        chunk = ids[start : start + MAX_PARAMETERS]
+    """Queue the deletion of the rows ``ids`` of ``table`` (statements as
+    :func:`_write_many`'s)."""
+    for start, size in _chunks(len(ids)):
+        marks = ", ".join("?" * size)
         conn.execute(
-            f'DELETE FROM "{table}" WHERE id IN ({", ".join("?" * len(chunk))})', list(chunk)
+            f'DELETE FROM "{table}" WHERE id IN ({marks})', list(ids[start : start + size])
         )
 
 
