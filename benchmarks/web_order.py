@@ -31,12 +31,19 @@ highest (the best a crawler can do without knowing pages it has not discovered).
   what it received since its last push and only above ``THETA``, so that a fetch costs a
   bounded, amortised number of pushes (counted); an unfetched page's score is the rank pushed
   to it. No recomputation of the known graph.
+- ``link_votes``: link rank without the pushes through fetched pages: a page passes on, once,
+  at its fetch, its own ``1 - ALPHA`` and what it received before (damping ``ALPHA``); what
+  reaches a page already fetched goes no further. One float per page, no links kept: what the
+  pushes add to the order over it is what keeping links would buy.
 - ``host_bfs/H`` and ``link_rank/H``: *host turns*: the hosts ``H`` take turns (the host with
   the fewest fetches so far among those with a page to fetch), each turn fetching the host's
   next page by breadth-first, or by link rank. ``host_bfs`` shows what the turns alone bring.
   ``weighted_link_rank/H``: turns in proportion to the square root of the rank a host received
   over links from other hosts, so that a host that only links to itself (an endless calendar)
   gets few turns.
+- The trap: an endless calendar of its own host (every order that takes turns by host keeps
+  out of it); and a site's own calendar on its one host (``benchmarks.crawl_evidence``'s trap
+  site, offline), where only the order inside a host can keep out of it.
 
 A host is a block of ``--site-size`` consecutive page ids (a URL-ordered graph, as cnr-2000 is,
 keeps a site's pages together), or one of 16 equal blocks; the column names which.
@@ -64,7 +71,7 @@ import tempfile
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from itertools import islice
 from pathlib import Path
 
@@ -75,7 +82,7 @@ from benchmarks.crawl_evidence import crawl, start_crawl
 from benchmarks.paper_figures import REAL_GRAPH
 from scrapy_opic.opic.graph import Graph, from_edges, load_edge_list
 from scrapy_opic.opic.pagerank import PowerIteration, pagerank
-from tests.support.sites import CALENDAR_STEPS, Site
+from tests.support.sites import CALENDAR_STEPS, Site, site_graph
 
 #: The candidate link rank's damping and push threshold (see the module docstring), and the
 #: weighted host turns' floor of a host's inflow.
@@ -205,8 +212,10 @@ class LinkRank:
     """The candidate order's estimator (see the module docstring): ``rank`` (pushed) and
     ``residual`` (received, not pushed yet) per page; ``pushes`` counts the pushes."""
 
-    def __init__(self, g: Crawlable, hosts: np.ndarray | None = None) -> None:
+    def __init__(self, g: Crawlable, hosts: np.ndarray | None = None, push: bool = True) -> None:
         self.g = g
+        #: Pushes through fetched pages (without: :func:`link_votes`).
+        self.push = push
         #: With ``hosts``: the rank each host received over links from other hosts.
         self.hosts = hosts
         self.inflow = np.zeros(1 if hosts is None else int(hosts.max()) + 1)
@@ -223,7 +232,7 @@ class LinkRank:
         self.residual[i] += 1.0 - ALPHA
         self._push(i)
         due, r = self._due, self.residual
-        while due:
+        while due and self.push:
             k, v = heapq.heappop(due)
             if -k == r[v] and r[v] > THETA:
                 self._push(v)
@@ -243,7 +252,7 @@ class LinkRank:
             if hosts is not None and hosts[c] != hosts[v]:
                 self.inflow[hosts[c]] += share
             if fetched[c]:
-                if r[c] > THETA:
+                if self.push and r[c] > THETA:
                     heapq.heappush(self._due, (-r[c], c))
             else:
                 self.raised(c)
@@ -256,6 +265,15 @@ def link_rank(g: Crawlable, seed: int, stop: int, hosts: np.ndarray | None = Non
     r = est.residual
     out = host_turns(seed, stop, hosts, lambda i: -r[i], est)
     link_rank.pushes = est.pushes / max(1, len(out))  # type: ignore[attr-defined]
+    return out
+
+
+def link_votes(g: Crawlable, seed: int, stop: int, hosts: np.ndarray | None = None) -> list[int]:
+    """:func:`link_rank` without pushes through fetched pages (see the module docstring)."""
+    est = LinkRank(g, push=False)
+    r = est.residual
+    out = host_turns(seed, stop, hosts, lambda i: -r[i], est)
+    link_votes.pushes = est.pushes / max(1, len(out))  # type: ignore[attr-defined]
     return out
 
 
@@ -426,6 +444,7 @@ ORDERS: dict[str, Order] = {
     "opic_continuous": opic_continuous,
     "partial_pr": partial_pagerank,
     "link_rank": link_rank,
+    "link_votes": link_votes,
     "host_bfs": host_bfs,
     "weighted_link_rank": weighted_link_rank,
 }
@@ -486,15 +505,25 @@ def with_trap(
     return from_edges(np.concatenate(src), np.concatenate(dst), n + size), hosts
 
 
-def trap_shares(g: Crawlable, hosts: np.ndarray, seeds: list[int], fraction: float, first: int):
+#: The orders of the trap's tables.
+TRAP_ORDERS = (
+    "bfs", "opic_cash", "opic", "opic/its hosts", "opic_continuous_cash",
+    "opic_continuous/its hosts", "link_rank", "link_rank/its hosts", "link_votes/its hosts",
+    "weighted_link_rank/its hosts",
+)  # fmt: skip
+
+
+def trap_shares(
+    g: Crawlable,
+    hosts: np.ndarray,
+    seeds: list[int],
+    fraction: float,
+    first: int,
+    names: Sequence[str] = TRAP_ORDERS,
+):
     """The share of each order's first ``fraction`` of fetches that went to pages ``>= first``
     (the trap), by seed."""
     stop = int(first * fraction)
-    names = [
-        "bfs", "opic_cash", "opic", "opic/its hosts", "opic_continuous_cash",
-        "opic_continuous/its hosts", "link_rank", "link_rank/its hosts",
-        "weighted_link_rank/its hosts",
-    ]  # fmt: skip
     rows = []
     for seed in seeds:
         row: list = [seed]
@@ -506,6 +535,28 @@ def trap_shares(g: Crawlable, hosts: np.ndarray, seeds: list[int], fraction: flo
         print(g.name, seed, "trap", row, flush=True)
     rows.append(["mean", *(float(np.mean([r[k] for r in rows])) for k in range(1, len(names) + 1))])
     return ["seed", *names], rows
+
+
+def site_trap(fraction: float, n: int = 1000, days: int = 20_000) -> tuple[list[str], list]:
+    """A site's own calendar: the share of each order's first ``n`` fetches that went to the
+    calendar of ``benchmarks.crawl_evidence``'s trap site (``n`` pages, every one linking to
+    day 0; one host), from page 0. (``fraction`` is not used: the first ``n`` fetches, as
+    there.)"""
+    graph = site_graph(n, seed=3)
+    src, dst, d = [graph.sources(), np.arange(n)], [graph.indices, np.full(n, n)], np.arange(days)
+    for k in CALENDAR_STEPS:
+        src.append(n + d[d + k < days])
+        dst.append(n + d[d + k < days] + k)
+    g = Crawlable(from_edges(np.concatenate(src), np.concatenate(dst), n + days), "site trap")
+    names = ["omniscient", "bfs", "opic_cash", "opic", "link_rank", "link_votes"]
+    row: list = []
+    for name in names:
+        if name == "omniscient":
+            order = list(np.argsort(-g.pr, kind="stable")[:n])
+        else:
+            order = ORDERS[name](g, 0, n, None)
+        row.append(float(np.mean(np.asarray(order[:n]) >= n)))
+    return names, [row]
 
 
 def reaching_seeds(g: Crawlable, count: int, stop: int) -> list[int]:
@@ -524,7 +575,7 @@ def measure(g: Crawlable, seeds: list[int], fraction: float, hostings: dict[str,
     way the graph's pages were given hosts."""
     stop = int(g.n * fraction)
     rows, data = [], []
-    turns = ("opic", "opic_continuous", "host_bfs", "link_rank", "weighted_link_rank")
+    turns = ("opic", "opic_continuous", "host_bfs", "link_rank", "link_votes", "weighted_link_rank")
     only_with_hosts = ("host_bfs", "weighted_link_rank")
     columns = [
         *(o for o in ORDERS if o not in only_with_hosts),
@@ -541,7 +592,7 @@ def measure(g: Crawlable, seeds: list[int], fraction: float, hostings: dict[str,
             order = fn(g, seed, stop, hosts)
             seconds[name] = time.perf_counter() - t0
             got[name] = float(g.pr[order].sum() / best)
-            if fn in (link_rank, weighted_link_rank):
+            if fn in (link_rank, link_votes, weighted_link_rank):
                 got[f"{name} pushes/fetch"] = float(fn.pushes)  # type: ignore[attr-defined]
         data.append({"seed": seed, "ratios": got, "seconds": seconds})
         rows.append([seed, *(got[c] for c in columns), best])
@@ -665,11 +716,17 @@ def main(argv: list[str] | None = None) -> int:
         head, lines = trap_shares(
             Crawlable(trapped, "trapped"), trap_hosts, seeds, args.fraction, graph.n
         )
+        head2, lines2 = site_trap(args.fraction)
         trap_section = (
             f"## A trap: generated-{args.generated} and an endless calendar of "
             f"{graph.n // 5:,} pages\n\nThe share of the first {args.fraction:.0%} of fetches "
             "(of the graph without the calendar) that went to the calendar, linked to from the "
-            "graph's 10 pages of highest PageRank.\n\n" + table(head, lines)
+            "graph's 10 pages of highest PageRank; the calendar a host of its own.\n\n"
+            + table(head, lines)
+            + "\n\nA site's own calendar, on its one host: `benchmarks.crawl_evidence`'s "
+            "trap site (1,000 pages, each linking to the first day), the share of the first "
+            "1,000 fetches that went to the calendar (omniscient: by the PageRank of the site "
+            "and the calendar cut at 20,000 days).\n\n" + table(head2, lines2)
         )
     for g, seeds, hostings in graphs:
         header, rows, d = measure(g, seeds, args.fraction, hostings)

@@ -236,10 +236,11 @@ def test_web_order_smoke(tmp_path):
     assert crawl["pages"] >= 300 and 0 < crawl["opic"] < 2  # (10% of 3,055 pages, from the log)
     ratios = run["ratios"]
     names = ("bfs", "opic_cash", "opic", "opic/its hosts", "partial_pr", "link_rank/its hosts")
+    names += ("link_votes/its hosts",)
     for name in (*names, "host_bfs/16 hosts"):
         assert 0 < ratios[name] < 2
     text = (tmp_path / "web_order_scrapy2_delay0.md").read_text()
-    assert "link_rank/its hosts" in text and "## A trap" in text
+    assert "link_rank/its hosts" in text and "## A trap" in text and "site's own calendar" in text
 
 
 def test_web_order_fleet_smoke(tmp_path, redis_url):
@@ -274,6 +275,25 @@ def test_web_order_link_rank_pushed_out_solves_its_linear_system(monkeypatch):
     )
     assert np.allclose(x, expected, rtol=1e-6, atol=1e-9)
     assert est.residual.max() < 1e-9 * x.max() + 1e-12
+
+
+def test_web_order_link_votes_pass_on_once_what_came_before_the_fetch():
+    """Without pushes, a page passes on, at its fetch, ``1 - ALPHA`` and what the pages
+    fetched before it passed to it (damping ``ALPHA``), and nothing that comes later."""
+    mod = load("web_order")
+    from scrapy_opic.opic.graph import power_law_graph
+
+    g = mod.Crawlable(power_law_graph(300, seed=2), "small")
+    est = mod.LinkRank(g, push=False)
+    order = [int(i) for i in np.random.default_rng(0).permutation(g.n)]
+    for i in order:
+        est.fetch(i)
+    when = {i: k for k, i in enumerate(order)}
+    deg = np.maximum(g.graph.out_degree, 1)
+    for j in range(g.n):
+        before = [i for i in range(g.n) if j in g.kids(i) and when[i] < when[j]]
+        got = (1 - mod.ALPHA) + sum(mod.ALPHA * est.rank[i] / deg[i] for i in before)
+        assert est.rank[j] == pytest.approx(got, rel=1e-9)
 
 
 def test_web_order_host_turns_share_fetches_evenly():
