@@ -35,6 +35,8 @@ highest (the best a crawler can do without knowing pages it has not discovered).
   at its fetch, its own ``1 - ALPHA`` and what it received before (damping ``ALPHA``); what
   reaches a page already fetched goes no further. One float per page, no links kept: what the
   pushes add to the order over it is what keeping links would buy.
+- ``depth_votes``: link votes, a page's votes discounted by ``BETA`` per link between it and
+  the seed (its fewest links from the seed over fetched pages; one small int per page more).
 - ``host_bfs/H`` and ``link_rank/H``: *host turns*: the hosts ``H`` take turns (the host with
   the fewest fetches so far among those with a page to fetch), each turn fetching the host's
   next page by breadth-first, or by link rank. ``host_bfs`` shows what the turns alone bring.
@@ -89,6 +91,8 @@ from tests.support.sites import CALENDAR_STEPS, Site, site_graph
 ALPHA = 0.5
 THETA = 0.05
 INFLOW_FLOOR = 0.5
+#: ``depth_votes``: the discount of a page's votes per link between it and the seed.
+BETA = 0.8
 #: Partial PageRank: fetches between recomputations, damping, power iterations.
 PPR_EVERY, PPR_ALPHA, PPR_ITERATIONS = 1000, 0.85, 30
 
@@ -222,6 +226,8 @@ class LinkRank:
         self.rank = np.zeros(g.n)
         self.residual = np.zeros(g.n)
         self.fetched = np.zeros(g.n, bool)
+        #: Each page's fewest links from the seed over fetched pages (``depth_votes``).
+        self.depth = np.full(g.n, 1 << 40, np.int64)  # (not reached yet)
         self.pushes = 0
         self._due: list[tuple[float, int]] = []  # fetched pages with residual above THETA
         #: Called with each unfetched page whose score rose.
@@ -247,7 +253,10 @@ class LinkRank:
             return
         share = ALPHA * got / len(kids)
         hosts = self.hosts
+        below = self.depth[v] + 1
         for c in kids:
+            if below < self.depth[c]:
+                self.depth[c] = below
             r[c] += share
             if hosts is not None and hosts[c] != hosts[v]:
                 self.inflow[hosts[c]] += share
@@ -274,6 +283,18 @@ def link_votes(g: Crawlable, seed: int, stop: int, hosts: np.ndarray | None = No
     r = est.residual
     out = host_turns(seed, stop, hosts, lambda i: -r[i], est)
     link_votes.pushes = est.pushes / max(1, len(out))  # type: ignore[attr-defined]
+    return out
+
+
+def depth_votes(g: Crawlable, seed: int, stop: int, hosts: np.ndarray | None = None) -> list[int]:
+    """:func:`link_votes`, each page's votes discounted by ``BETA`` per link between it and the
+    seed (its fewest, over fetched pages): an endless calendar gets deeper at every fetch in
+    it."""
+    est = LinkRank(g, push=False)
+    est.depth[seed] = 0
+    r, depth = est.residual, est.depth
+    out = host_turns(seed, stop, hosts, lambda i: -r[i] * BETA ** depth[i], est)
+    depth_votes.pushes = est.pushes / max(1, len(out))  # type: ignore[attr-defined]
     return out
 
 
@@ -445,6 +466,7 @@ ORDERS: dict[str, Order] = {
     "partial_pr": partial_pagerank,
     "link_rank": link_rank,
     "link_votes": link_votes,
+    "depth_votes": depth_votes,
     "host_bfs": host_bfs,
     "weighted_link_rank": weighted_link_rank,
 }
@@ -509,7 +531,7 @@ def with_trap(
 TRAP_ORDERS = (
     "bfs", "opic_cash", "opic", "opic/its hosts", "opic_continuous_cash",
     "opic_continuous/its hosts", "link_rank", "link_rank/its hosts", "link_votes/its hosts",
-    "weighted_link_rank/its hosts",
+    "depth_votes/its hosts", "weighted_link_rank/its hosts",
 )  # fmt: skip
 
 
@@ -548,7 +570,7 @@ def site_trap(fraction: float, n: int = 1000, days: int = 20_000) -> tuple[list[
         src.append(n + d[d + k < days])
         dst.append(n + d[d + k < days] + k)
     g = Crawlable(from_edges(np.concatenate(src), np.concatenate(dst), n + days), "site trap")
-    names = ["omniscient", "bfs", "opic_cash", "opic", "link_rank", "link_votes"]
+    names = ["omniscient", "bfs", "opic_cash", "opic", "link_rank", "link_votes", "depth_votes"]
     row: list = []
     for name in names:
         if name == "omniscient":
@@ -575,7 +597,10 @@ def measure(g: Crawlable, seeds: list[int], fraction: float, hostings: dict[str,
     way the graph's pages were given hosts."""
     stop = int(g.n * fraction)
     rows, data = [], []
-    turns = ("opic", "opic_continuous", "host_bfs", "link_rank", "link_votes", "weighted_link_rank")
+    turns = (
+        "opic", "opic_continuous", "host_bfs", "link_rank", "link_votes", "depth_votes",
+        "weighted_link_rank",
+    )  # fmt: skip
     only_with_hosts = ("host_bfs", "weighted_link_rank")
     columns = [
         *(o for o in ORDERS if o not in only_with_hosts),
@@ -592,7 +617,7 @@ def measure(g: Crawlable, seeds: list[int], fraction: float, hostings: dict[str,
             order = fn(g, seed, stop, hosts)
             seconds[name] = time.perf_counter() - t0
             got[name] = float(g.pr[order].sum() / best)
-            if fn in (link_rank, link_votes, weighted_link_rank):
+            if fn in (link_rank, link_votes, depth_votes, weighted_link_rank):
                 got[f"{name} pushes/fetch"] = float(fn.pushes)  # type: ignore[attr-defined]
         data.append({"seed": seed, "ratios": got, "seconds": seconds})
         rows.append([seed, *(got[c] for c in columns), best])
@@ -755,7 +780,8 @@ def main(argv: list[str] | None = None) -> int:
         f"The PageRank share of the first {args.fraction:.0%} of each graph's pages fetched, "
         "as a ratio to frontier-omniscient's share (last column); `pushes/fetch` in the JSON. "
         "`X/H`: hosts H take turns (blocks of consecutive ids, 16 equal blocks, or the "
-        f"generated graph's own hosts). Link rank: ALPHA={ALPHA}, THETA={THETA}."
+        f"generated graph's own hosts). Link rank: ALPHA={ALPHA}, THETA={THETA}; "
+        f"depth_votes: BETA={BETA}."
     )
     text = page("Crawl order on web graphs", summary, *sections)
     text += f"\n_Total time: {time.perf_counter() - t0:.0f} s._\n"

@@ -236,7 +236,7 @@ def test_web_order_smoke(tmp_path):
     assert crawl["pages"] >= 300 and 0 < crawl["opic"] < 2  # (10% of 3,055 pages, from the log)
     ratios = run["ratios"]
     names = ("bfs", "opic_cash", "opic", "opic/its hosts", "partial_pr", "link_rank/its hosts")
-    names += ("link_votes/its hosts",)
+    names += ("link_votes/its hosts", "depth_votes/its hosts")
     for name in (*names, "host_bfs/16 hosts"):
         assert 0 < ratios[name] < 2
     text = (tmp_path / "web_order_scrapy2_delay0.md").read_text()
@@ -294,6 +294,25 @@ def test_web_order_link_votes_pass_on_once_what_came_before_the_fetch():
         before = [i for i in range(g.n) if j in g.kids(i) and when[i] < when[j]]
         got = (1 - mod.ALPHA) + sum(mod.ALPHA * est.rank[i] / deg[i] for i in before)
         assert est.rank[j] == pytest.approx(got, rel=1e-9)
+
+
+def test_web_order_depth_is_the_fewest_links_from_the_seed():
+    """Pages fetched breadth-first from the seed: each page's depth is its distance from the
+    seed (the fewest links), which ``depth_votes`` discounts its votes by."""
+    mod = load("web_order")
+    from scrapy_opic.opic.graph import power_law_graph
+
+    g = mod.Crawlable(power_law_graph(300, seed=2), "small")
+    est = mod.LinkRank(g, push=False)
+    est.depth[0] = 0
+    order = mod.bfs(g, 0, g.n)
+    for i in order:
+        est.fetch(i)
+    distance = {0: 0}
+    for i in order:  # (breadth-first: a page's parents at the smallest distance come first)
+        for j in g.kids(i):
+            distance.setdefault(j, distance[i] + 1)
+    assert {j: int(est.depth[j]) for j in distance} == distance
 
 
 def test_web_order_host_turns_share_fetches_evenly():
