@@ -137,14 +137,21 @@ def ordering(start_url: str, work: Path, graph: Graph | None = None, fractions=F
     return {"pages": graph.n, "links": graph.n_edges, "fractions": fractions, "shares": out}
 
 
-def trap_experiment(work: Path, n: int, days: int = 3000) -> dict[str, float]:
+def trap_graph(n: int, days: int) -> tuple[Graph, Graph]:
+    """The trap site: a generated site of ``n`` pages, and the same with its endless calendar
+    cut at ``days`` (pages ``n..``), every page linking to day 0, as :class:`Site` serves it
+    with ``trap=True``."""
     graph = site_graph(n, seed=3)
-    # The site plus its calendar cut at ``days`` (every page links to day 0, as served).
     src, dst, d = [graph.sources(), np.arange(n)], [graph.indices, np.full(n, n)], np.arange(days)
     for k in CALENDAR_STEPS:
         src.append(n + d[d + k < days])
         dst.append(n + d[d + k < days] + k)
-    pr = pagerank(from_edges(np.concatenate(src), np.concatenate(dst), n + days), 0.85)
+    return graph, from_edges(np.concatenate(src), np.concatenate(dst), n + days)
+
+
+def trap_experiment(work: Path, n: int, days: int = 3000) -> dict[str, float]:
+    graph, trapped = trap_graph(n, days)
+    pr = pagerank(trapped, 0.85)
     out = {"omniscient": float((np.argsort(-pr, kind="stable")[:1000] >= n).mean())}
     with Site(graph, trap=True) as site:
         for order in ORDERS:

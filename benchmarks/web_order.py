@@ -80,11 +80,11 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks._harness import RESULTS, page, table, write_results
-from benchmarks.crawl_evidence import crawl, start_crawl
+from benchmarks.crawl_evidence import crawl, start_crawl, trap_graph
 from benchmarks.paper_figures import REAL_GRAPH
 from scrapy_opic.opic.graph import Graph, from_edges, load_edge_list
 from scrapy_opic.opic.pagerank import PowerIteration, pagerank
-from tests.support.sites import CALENDAR_STEPS, Site, site_graph
+from tests.support.sites import CALENDAR_STEPS, Site
 
 #: The candidate link rank's damping and push threshold (see the module docstring), and the
 #: weighted host turns' floor of a host's inflow.
@@ -559,17 +559,11 @@ def trap_shares(
     return ["seed", *names], rows
 
 
-def site_trap(fraction: float, n: int = 1000, days: int = 20_000) -> tuple[list[str], list]:
+def site_trap(n: int = 1000, days: int = 20_000) -> tuple[list[str], list]:
     """A site's own calendar: the share of each order's first ``n`` fetches that went to the
     calendar of ``benchmarks.crawl_evidence``'s trap site (``n`` pages, every one linking to
-    day 0; one host), from page 0. (``fraction`` is not used: the first ``n`` fetches, as
-    there.)"""
-    graph = site_graph(n, seed=3)
-    src, dst, d = [graph.sources(), np.arange(n)], [graph.indices, np.full(n, n)], np.arange(days)
-    for k in CALENDAR_STEPS:
-        src.append(n + d[d + k < days])
-        dst.append(n + d[d + k < days] + k)
-    g = Crawlable(from_edges(np.concatenate(src), np.concatenate(dst), n + days), "site trap")
+    day 0; one host), from page 0."""
+    g = Crawlable(trap_graph(n, days)[1], "site trap")
     names = ["omniscient", "bfs", "opic_cash", "opic", "link_rank", "link_votes", "depth_votes"]
     row: list = []
     for name in names:
@@ -741,7 +735,8 @@ def main(argv: list[str] | None = None) -> int:
         head, lines = trap_shares(
             Crawlable(trapped, "trapped"), trap_hosts, seeds, args.fraction, graph.n
         )
-        head2, lines2 = site_trap(args.fraction)
+        head2, lines2 = site_trap()
+        data["site trap"] = dict(zip(head2, lines2[0]))
         trap_section = (
             f"## A trap: generated-{args.generated} and an endless calendar of "
             f"{graph.n // 5:,} pages\n\nThe share of the first {args.fraction:.0%} of fetches "
