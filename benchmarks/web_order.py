@@ -2,7 +2,7 @@
 pages, beside the orders a crawl is judged against.
 
     python -m benchmarks.web_order [--graph EDGES] [--seeds 247028,263046,162973,265611]
-        [--fraction 0.1] [--site-size 1024] [--generated 100000]
+        [--fraction 0.1] [--site-size 1024] [--generated 100000] [--beta 0.8]
         [--scrapy H [--delay D] [--concurrency C] [--fleet N --redis-url URL] [--continuous]]
         [--out ...]
 
@@ -91,7 +91,8 @@ from tests.support.sites import CALENDAR_STEPS, Site
 ALPHA = 0.5
 THETA = 0.05
 INFLOW_FLOOR = 0.5
-#: ``depth_votes``: the discount of a page's votes per link between it and the seed.
+#: ``depth_votes``: the discount of a page's votes per link between it and the seed
+#: (``--beta``).
 BETA = 0.8
 #: Partial PageRank: fetches between recomputations, damping, power iterations.
 PPR_EVERY, PPR_ALPHA, PPR_ITERATIONS = 1000, 0.85, 30
@@ -699,11 +700,13 @@ def through_scrapy(
 
 
 def main(argv: list[str] | None = None) -> int:
+    global BETA  # (--beta: read by depth_votes)
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--graph", default=str(REAL_GRAPH), help="an edge list; '': none")
     p.add_argument("--seeds", default="247028,263046,162973,265611")
     p.add_argument("--fraction", type=float, default=0.1)
     p.add_argument("--site-size", default="1024", help="comma-separated block sizes")
+    p.add_argument("--beta", type=float, default=BETA, help="depth_votes' discount per link")
     p.add_argument("--generated", type=int, default=100_000, help="0: no generated graph")
     p.add_argument("--generated-seeds", type=int, default=3)
     p.add_argument("--scrapy", type=int, default=0, help="hosts of a crawl through Scrapy")
@@ -714,6 +717,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--continuous", action="store_true", help="a continuous crawl through Scrapy")
     p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args(argv)
+    BETA = args.beta
     t0 = time.perf_counter()
     site_sizes = [int(s) for s in args.site_size.split(",") if s]
     sections, data = [], {}
