@@ -566,22 +566,29 @@ class SqliteRows:
         urls, self._urls = self._urls, []
         return urls
 
+    def _hold(self, i: int, key: Hashable, payload: Any) -> None:
+        """Page ``i``'s pending request in memory."""
+        self._cache[i] = payload
+        self._cache_keys[i] = key
+
+    def _release(self, i: int) -> None:
+        """Page ``i``'s pending request out of memory (if it was there)."""
+        self._cache.pop(i, None)
+        self._cache_keys.pop(i, None)
+
     def keep(self, i: int, key: Hashable, payload: Any, new: bool) -> None:
         if not self.persist:
-            self._cache[i] = payload
-            self._cache_keys[i] = key
+            self._hold(i, key, payload)
             return
         data = self.encode(payload)
         self.file.put_request(i, key, data, new=new)
         if data is None:  # cannot be serialized: in memory only (given up after a restart)
             self.payloads[i] = payload
-            self._cache.pop(i, None)
-            self._cache_keys.pop(i, None)
+            self._release(i)
             return
         self.payloads.pop(i, None)
         if i in self._cache or len(self._cache) < self.memory_requests:
-            self._cache[i] = payload
-            self._cache_keys[i] = key
+            self._hold(i, key, payload)
 
     def lease(
         self, i: int, kept: bool, key_of: Callable[[int], Hashable]
@@ -611,13 +618,11 @@ class SqliteRows:
 
     def give_back(self, i: int, key: Hashable, payload: Any) -> None:
         if not self.persist and i not in self._cache and payload is not None:
-            self._cache[i] = payload  # (a request handed over comes back)
-            self._cache_keys[i] = key
+            self._hold(i, key, payload)  # (a request handed over comes back)
 
     def forget(self, i: int) -> None:
         self.payloads.pop(i, None)
-        self._cache.pop(i, None)
-        self._cache_keys.pop(i, None)
+        self._release(i)
         if self.persist:
             self.file.del_request(i)
 
