@@ -422,7 +422,7 @@ def opic(
         MemoryStore(), config, {"spider": "bench"}, "", commit_visits=never, commit_seconds=never
     )
     slot = (lambda i: "") if hosts is None else (lambda i: int(hosts[i]))
-    crawl.schedule([Entry(seed, str(seed), slot=slot(seed), payload="r")])
+    crawl.schedule([Entry(seed, str(seed), slot=slot(seed), payload="r", seed=True)])
     out: list[int] = []
     seen: set[int] = set()
     while len(out) < stop and (lease := crawl.pop()) is not None:

@@ -406,7 +406,8 @@ class OpicScheduler(BaseScheduler):
         if self._slot_of is None:  # (Scrapy's engine and downloader exist by the first one)
             self._slot_of = SlotKeys(self.crawler.engine.downloader)
         slot = self._slot_of(request)
-        return Entry(self._key(request), page_url(request), priority, slot, request)
+        seed = bool(request.meta.get("is_start_request"))
+        return Entry(self._key(request), page_url(request), priority, slot, request, seed)
 
     def _settle_lost(self) -> None:
         """Give up (outcome ``lost``, cash to the virtual page) the pages whose request was freed

@@ -77,8 +77,8 @@ MUTANTS: list[tuple[str, list[tuple[str, str, str]], list[str] | None]] = [
         [
             (
                 PART,
-                "Payment(r.key, r.url, cash, credit, entry)",
-                "Payment(r.key, r.url, cash / 2, credit, entry)",
+                "Payment(r.key, r.url, share, entry)",
+                "Payment(r.key, r.url, share._replace(cash=share.cash / 2), entry)",
             )
         ],
         None,
@@ -89,7 +89,7 @@ MUTANTS: list[tuple[str, list[tuple[str, str, str]], list[str] | None]] = [
             (
                 PART,
                 "self._transfer([target], [moved], entry)",
-                "self._transfer([target], [(0.0, moved[1])], entry)",
+                "self._transfer([target], [moved._replace(cash=0.0)], entry)",
             )
         ],
         None,

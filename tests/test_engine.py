@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from scrapy_opic.opic import OpicEngine, parse_window
 from scrapy_opic.opic.batch import visit_batch
-from scrapy_opic.opic.engine import FETCHED
+from scrapy_opic.opic.constants import UNREACHED
+from scrapy_opic.opic.engine import DEPTH_CAP, FETCHED, Share
 from scrapy_opic.opic.importance import importance_of
 from scrapy_opic.opic.snapshot import engine_arrays, engine_from_header, engine_header
 from tests.support import float_reference
@@ -656,3 +657,102 @@ def test_a_crawl_from_one_seed_rebases_once_it_knows_a_thousand_pages(refresh):
     rebased = float_reference.growing_crawl(4_000, OpicEngine.REBASE_AT, refresh)
     assert plain["rebases"] == 0 and rebased["rebases"] == 1
     assert plain["total"] > 2e-12 > rebased["total"]
+
+
+# -- votes (the web order's estimator) ---------------------------------------------------------
+
+
+def test_votes_pass_as_the_rules_say():
+    """A seed passes its own vote only; a page passes half of (its votes plus its own vote)
+    over its links and its depth plus one; a page reached nearer a seed keeps its votes,
+    discounted less; a redirect moves votes and depth; cash stays 1 all the while."""
+    e = OpicEngine(votes=True)
+    e.add_pages(6)
+    e.seed(0)
+    assert (e.order[0], e.depth[0]) == (1.0, 0)
+    assert e.depth[1] == UNREACHED and e.order[1] == 0.0
+    e.visit(0, [1, 2])  # 0.5 * 0.5 over two links, one link from the seed
+    assert e.order[0] == 0.0
+    assert e.order[1] == pytest.approx(0.125 * 0.8) and e.depth[1] == 1
+    e.visit(1, [2, 3])  # 0.5 * (0.5 + 0.125) = 0.3125 over two links
+    assert e.order[2] == pytest.approx(0.125 * 0.8 + 0.15625 * 0.8) and e.depth[2] == 1
+    assert e.order[3] == pytest.approx(0.15625 * 0.64) and e.depth[3] == 2
+    e.visit(3, [4])  # 0.5 * (0.5 + 0.15625) to page 4, three links from the seed
+    assert e.order[4] == pytest.approx(0.328125 * 0.8**3) and e.depth[4] == 3
+    e.receive(4, Share(0.0, 0.0, 0.2, 1))  # (as from a page of another partition)
+    assert e.order[4] == pytest.approx((0.328125 + 0.2) * 0.8) and e.depth[4] == 1
+    e.transfer(4, 5)  # a redirect
+    assert e.order[4] == 0.0
+    assert e.order[5] == pytest.approx((0.328125 + 0.2) * 0.8) and e.depth[5] == 1
+    e.payout()
+    assert e.total_cash() == pytest.approx(1.0)
+
+
+def test_an_engine_without_votes_keeps_none():
+    e = OpicEngine()
+    names = {saved for _name, saved, _dtype in e.columns}
+    assert "o" not in names and "depth" not in names
+    e.add_pages(2)
+    e.seed(0)  # nothing to do
+    (share,) = e.visit_out(0, [1], None, 0.0, [1.0])[1]
+    assert (share.votes, share.depth) == (0.0, UNREACHED)
+    assert e.take_out(1)[2:] == (0.0, UNREACHED)
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10**6), steps=st.integers(1, 120))
+def test_votes_match_a_reference_model(seed, steps):
+    """Random seeds, visits (some dangling, some to pages of another engine) and redirects:
+    every page's discounted votes and depth are the reference's, and a page never fetched
+    never sees its key fall."""
+    rng = np.random.default_rng(seed)
+    n = 25
+    e = OpicEngine(votes=True, capacity=4)
+    e.add_pages(n)
+    votes, depth = [0.0] * n, [UNREACHED] * n
+
+    def get(j, v, d):
+        if d < depth[j]:
+            depth[j] = d
+        votes[j] += v
+
+    for _ in range(steps):
+        i = int(rng.integers(0, n))
+        before = e.order[:n].copy()
+        act = rng.integers(0, 6)
+        if act == 0:
+            e.seed(i)
+            get(i, 1.0, 0)
+        elif act == 1:
+            j = int(rng.integers(0, n))
+            e.transfer(i, j)
+            if j != i and depth[i] != UNREACHED:
+                get(j, votes[i], depth[i])
+                votes[i] = 0.0
+        else:
+            kids = [int(k) for k in rng.choice(n, size=int(rng.integers(0, 5)), replace=False)]
+            kids = [k for k in kids if k != i]
+            outside = [1.0] * int(rng.integers(0, 2))
+            shares = e.visit_out(i, kids, None, 0.0, outside)[1]
+            own = votes[i] if depth[i] not in (0, UNREACHED) else 0.0
+            give = 0.5 * (0.5 + own)
+            d = (0 if depth[i] == UNREACHED else depth[i]) + 1
+            votes[i] = 0.0
+            if kids or outside:
+                for k in kids:
+                    get(k, give / (len(kids) + len(outside)), d)
+                for s in shares:
+                    assert s.votes == pytest.approx(give / (len(kids) + len(outside)))
+                    assert s.depth == d
+        want = np.array([v * 0.8 ** min(d, DEPTH_CAP) for v, d in zip(votes, depth)])
+        np.testing.assert_allclose(e.order[:n], want, rtol=1e-9, atol=1e-15)
+        assert e.depth[:n].tolist() == depth
+        fresh = (e.flags[:n] & FETCHED) == 0
+        assert (e.order[:n][fresh] >= before[fresh] * (1 - 1e-12)).all()
+
+
+def test_the_batch_path_refuses_an_engine_with_votes():
+    e = OpicEngine(votes=True)
+    e.add_pages(3)
+    with pytest.raises(ValueError, match="votes"):
+        visit_batch(e, np.array([0]), np.array([0, 2]), np.array([1, 2]))

@@ -16,7 +16,7 @@ from scrapy_opic.opic.change import ChangeRates
 from scrapy_opic.opic.config import CrawlConfig
 from scrapy_opic.opic.constants import DUPLICATE, FORWARDED, SCHEDULED
 from scrapy_opic.opic.contract import Entry
-from scrapy_opic.opic.engine import OpicEngine
+from scrapy_opic.opic.engine import OpicEngine, Share
 from scrapy_opic.opic.fleet import Fleet
 from scrapy_opic.opic.frontier import MemoryFrontier
 from scrapy_opic.opic.journal import Forgot, Relayed, Unchanged, Visited
@@ -73,7 +73,7 @@ def fleets(
 def test_a_mailbox_applies_each_sources_messages_once_and_in_order():
     box = Mailbox()
     sent = Mailbox()
-    m1, m2, m3 = (sent.stamp(Transfer, 3, 5, (Payment(i, "u", 0.0, 0.0),)) for i in range(3))
+    m1, m2, m3 = (sent.stamp(Transfer, 3, 5, (Payment(i, "u", Share(0.0, 0.0)),)) for i in range(3))
     assert box.accept(m2) == []  # early: waits for m1
     assert box.accept(m1) == [m1, m2]  # m1 and what waited behind it
     assert box.accept(m1) == [] and box.accept(m2) == []  # duplicates
@@ -108,9 +108,9 @@ def test_a_crawl_of_one_partition_is_one_engine_bit_for_bit():
     one engine driven by the same operations."""
     pages, links = site(hosts=1, per_host=60)
     (fleet,) = fleets(1, refresh=0.3)
-    one = MemoryFrontier(OpicEngine(refresh=0.3), "greedy")
+    one = MemoryFrontier(OpicEngine(refresh=0.3, votes=True), "greedy")
     seed([fleet], pages[0])
-    one.schedule([Entry(key(pages[0]), pages[0], 0, "", b"seed")])
+    one.schedule([Entry(key(pages[0]), pages[0], 0, "", b"seed", seed=True)])
     for _ in range(60):
         a, b = fleet.pop(), one.pop()
         assert a.key == b.key
@@ -122,6 +122,48 @@ def test_a_crawl_of_one_partition_is_one_engine_bit_for_bit():
     for name, arr in engine_arrays(y).items():
         assert np.array_equal(arr[: y.n], engine_arrays(x)[name][: x.n]), name
     assert x.virtual_cash == y.virtual_cash and x.G == y.G
+
+
+def test_votes_cross_partitions_as_they_move_in_one_engine():
+    """A crawl over partitions by host, three processes, and one engine visiting the same pages
+    in the same order with the same links: every page ends with the votes and depth the one
+    engine gives it (votes to pages of other partitions travel in transfers, redirects
+    included)."""
+    pages, links = site()
+    fs = fleets(3, atomic=True)
+    bus = Bus(fs)
+    one = MemoryFrontier(OpicEngine(votes=True), "greedy")
+    seed(fs, pages[0])
+    one.schedule([Entry(key(pages[0]), pages[0], 0, "", b"seed", seed=True)])
+    rnd = random.Random(2)
+    for step in range(120):
+        f = rnd.choice(fs)
+        lease = f.pop()
+        if lease is None:
+            bus.round()
+            continue
+        mine = one.take(one.engine.id_of(lease.key))
+        if step % 9 == 4:  # a redirect, most often to a page of another host
+            target = rnd.choice(pages)
+            entry = Entry(key(target), target, 0, "", b"moved")
+            f.redirect(lease, entry)
+            one.redirect(mine, entry)
+        else:
+            kids = [L(key(u), u, payload=b"r") for u in links[lease.url]]
+            visit(f, lease, kids)
+            visit(one, mine, kids)
+        bus.round()
+    e = one.engine
+    compared = 0
+    for part in (p for f in fs for p in f.parts.values()):
+        x = part.frontier.engine
+        assert x.votes
+        for i in range(x.n):
+            j = e.id_of(x.key_of(i))
+            assert x.depth[i] == e.depth[j]
+            assert x.order[i] == pytest.approx(e.order[j], rel=1e-12, abs=1e-300)
+            compared += x.order[i] > 0
+    assert compared > 50
 
 
 @pytest.mark.parametrize(
@@ -555,7 +597,7 @@ def test_kept_links_to_other_partitions_get_their_share_of_unchanged_and_relay_v
     part = f.parts[partition_of(a, key(a), P)]
     i = part.frontier.engine.id_of(key(a))
     for act in ("unchanged", "relay"):
-        part.frontier.engine.receive(i, 0.25, 0.0)  # (cash for A to pay, taken back below)
+        part.frontier.engine.receive(i, Share(0.25, 0.0))  # (cash for A to pay, taken back below)
         part.frontier.engine.virtual_cash -= 0.25
         before = cash()
         if act == "unchanged":

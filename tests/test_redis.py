@@ -17,6 +17,7 @@ from scrapy_opic._backends import StoreError
 from scrapy_opic._backends.crawl import Crawl
 from scrapy_opic._backends.redis_state import RedisSnapshot, fleet_status, member_key, unpack
 from scrapy_opic.opic.contract import Entry
+from scrapy_opic.opic.engine import Share
 from scrapy_opic.opic.messages import POOL
 from scrapy_opic.opic.routing import partition_of
 from tests.support.fleet import key, partition_problems, sequence_problems
@@ -704,7 +705,7 @@ def test_an_inbox_entry_whose_message_waits_for_an_earlier_one_stays(crawl):
     k = partition_of(url(0), key(url(0)), 16)
     assert a._claim(k)
     held = a.held[k]
-    early = Transfer(POOL + 100, k, 2, (Payment(key(url(0)), url(0), 0.0, 0.0),))
+    early = Transfer(POOL + 100, k, 2, (Payment(key(url(0)), url(0), Share(0.0, 0.0)),))
     held.read_inbox([("1-0", [early], [])], a.fleet)
     assert held.consumed == [] and held.read_from == ("at", "1-0")
     assert isinstance(held, Held)

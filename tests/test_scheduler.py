@@ -373,6 +373,34 @@ def test_request_priority_comes_before_cash(schedulers):
     assert [r.priority for r in order] == [1, 1, 1, 0, 0, 0]
 
 
+def test_in_a_host_start_requests_come_first_then_the_pages_most_fetched_pages_link_to(
+    schedulers,
+):
+    """The web order inside one host: the start requests (``is_start_request``, as Scrapy's
+    start middleware marks them) before any link, a late one too; then, among the links, the
+    page that two fetched pages link to before the pages only one links to."""
+    s = schedulers.make()
+    site = "http://one.example/"
+    starts = [Request(f"{site}start/{i}", meta={"is_start_request": True}) for i in range(3)]
+    for r in starts:
+        assert s.enqueue_request(r)
+    popped = [s.next_request() for _ in range(3)]
+    assert sorted(r.url for r in popped) == sorted(r.url for r in starts)
+    hub = Request(site + "hub")
+    for n, parent in enumerate(popped):
+        kids = [Request(f"{site}leaf/{n}/{j}") for j in range(3)]
+        if n:  # (the hub is linked from the last two starts only: found after leaf/0/*)
+            kids.append(hub)
+        visit(s, parent, kids)
+        for k in kids:
+            s.enqueue_request(k)
+    # A late start request still comes before every link.
+    assert s.enqueue_request(Request(site + "start/late", meta={"is_start_request": True}))
+    assert s.next_request().url == site + "start/late"
+    assert s.next_request().url == hub.url
+    assert total_cash(s) == pytest.approx(1.0, abs=1e-12)
+
+
 def test_dont_filter_fetches_again_as_scrapy_does(schedulers):
     s = schedulers.make()
     home = URLS[0]

@@ -273,7 +273,7 @@ PRIORITIES = (-1, 0, 2)
 HOSTS = ("h0", "h1", "h2")
 
 
-def reference_best(e, cand, tiers, full, discover, turns=None, continuous=False):
+def reference_best(e, cand, tiers, full, discover, turns=None, continuous=False, votes=False):
     """The pages a pop may return, by a list scan over the candidates (``cand``: id -> code):
     the highest priority that has a candidate in a slot with room (with ``discover``, first the
     highest that has a never-fetched one, among those only), then the most cash, a tie between
@@ -284,7 +284,9 @@ def reference_best(e, cand, tiers, full, discover, turns=None, continuous=False)
     order; code -> the pages never fetched popped from it), the never-fetched candidate of a
     priority is the richest of the codes with the fewest turns, and it is compared by cash
     with the richest fetched one; with ``continuous`` too, only a discovery pop's pages never
-    fetched are chosen so, the others by cash alone."""
+    fetched are chosen so, the others by cash alone. With ``votes`` (and not ``continuous``),
+    the never-fetched candidate of the fewest turns is the one of most votes (the engine's
+    ``order``), not of most cash."""
     s = e.stored
 
     def unfetched(i):
@@ -310,8 +312,9 @@ def reference_best(e, cand, tiers, full, discover, turns=None, continuous=False)
             if fresh:
                 fewest = min(turns.get(cand[i], 0) for i in fresh)
                 fresh = [i for i in fresh if turns.get(cand[i], 0) == fewest]
-                best = max(value(i) for i in fresh)
-                fresh = [i for i in fresh if value(i) == best]
+                rank = e.order.__getitem__ if votes and not continuous else value
+                best = max(rank(i) for i in fresh)
+                fresh = [i for i in fresh if rank(i) == best]
             old = [i for i in group if not unfetched(i)]
             if old:
                 rich = max(value(i) for i in old)
@@ -338,17 +341,19 @@ def reference_best(e, cand, tiers, full, discover, turns=None, continuous=False)
     steps=st.integers(1, 120),
     web=st.booleans(),
     continuous=st.booleans(),
+    votes=st.booleans(),
 )
 # (A continuous web-order crawl whose refetch pops would take turns if they could: always run.)
-@example(n=1, seed=90269, refresh=0.0, steps=48, web=True, continuous=True)
-def test_tiered_pops_match_a_reference_model(n, seed, refresh, steps, web, continuous):
+@example(n=1, seed=90269, refresh=0.0, steps=48, web=True, continuous=True, votes=False)
+def test_tiered_pops_match_a_reference_model(n, seed, refresh, steps, web, continuous, votes):
     """Random interleavings of push, discard, credits (visits, batch visits, redirects), closes
     and pops with random full slots and discovery flags, in the web order (in every pop, or a
-    continuous crawl's discovery pops) or by cash: every pop
+    continuous crawl's discovery pops; by votes in a one-pass crawl whose engine keeps them,
+    some pages seeds) or by cash: every pop
     is one the reference model allows, so the sequence of popped cash is the reference's (ids
     differ only among equal cash); membership and counts agree at every step."""
     rng = np.random.default_rng(seed)
-    e = OpicEngine(epsilon=0.3, refresh=refresh, capacity=8)
+    e = OpicEngine(epsilon=0.3, refresh=refresh, capacity=8, votes=votes)
     e.add_pages(n)
     tiers, codes = Tiers(), array("I")
 
@@ -377,6 +382,8 @@ def test_tiered_pops_match_a_reference_model(n, seed, refresh, steps, web, conti
         if e.flags[i] & CLOSED:
             e.reopen_page(i)  # (as the frontier does for a closed page asked for again)
         codes[i] = tiers.code(int(rng.choice(PRIORITIES)), str(rng.choice(HOSTS)))
+        if votes and rng.random() < 0.2:
+            e.seed(i)  # (as the frontier files a start request: before it is a candidate)
         sel.push(i)
         cand[i] = codes[i]
 
@@ -400,7 +407,7 @@ def test_tiered_pops_match_a_reference_model(n, seed, refresh, steps, web, conti
             cand.pop(i, None)
         elif action == 3:  # a visit pays its links (a candidate visited leaves the heaps)
             kids = rng.choice(e.n, size=min(e.n, int(rng.integers(0, 5))), replace=False)
-            if rng.random() < 0.7:
+            if votes or rng.random() < 0.7:
                 e.visit(i, kids.tolist())
             else:  # the batch path credits many pages at once
                 visit_batch(e, np.array([i]), np.array([0, kids.size]), kids)
@@ -419,7 +426,7 @@ def test_tiered_pops_match_a_reference_model(n, seed, refresh, steps, web, conti
             full = {h for h in HOSTS if rng.random() < 0.35}
             discover = bool(rng.random() < 0.3)
             e.payout()
-            allowed = reference_best(e, cand, tiers, full, discover, turns, continuous)
+            allowed = reference_best(e, cand, tiers, full, discover, turns, continuous, votes)
             got = sel.pop(lambda h, full=full: h not in full, discover)
             if not allowed:
                 assert got is None
@@ -435,7 +442,7 @@ def test_tiered_pops_match_a_reference_model(n, seed, refresh, steps, web, conti
     while cand:
         e.payout()
         got = sel.pop()
-        assert got in reference_best(e, cand, tiers, set(), False, turns, continuous)
+        assert got in reference_best(e, cand, tiers, set(), False, turns, continuous, votes)
         if turns is not None and not e.flags[got] & FETCHED:
             turns[cand[got]] = turns.get(cand[got], 0) + 1
         del cand[got]

@@ -25,8 +25,11 @@ def visit_batch(
     """Visit the distinct pages ``ids`` of ``e`` at once; returns the total cash absorbed.
 
     The out-links of ``ids[k]`` are ``children[offsets[k]:offsets[k + 1]]`` (CSR layout, with
-    optional per-link ``weights``).
+    optional per-link ``weights``). An engine that keeps votes (the web order's) is refused:
+    this path does not pass them on.
     """
+    if e.votes:
+        raise ValueError("visit_batch: the engine keeps votes, which this path does not pass on")
     ids = np.asarray(ids, dtype=np.int64)
     offsets = np.asarray(offsets, dtype=np.int64)
     children = np.asarray(children, dtype=np.int64)

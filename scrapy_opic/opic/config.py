@@ -23,8 +23,8 @@ class CrawlConfig:
     continuous: bool = False
     strategy: str = "greedy"
     #: A greedy crawl's order of first fetches: ``"web"`` (download slots take turns, in a
-    #: slot the most cash; a continuous crawl's discovery pops only, its other pops weigh
-    #: first fetches and refetches by cash) or ``"cash"`` (see
+    #: slot the most link votes; a continuous crawl's discovery pops only, its other pops
+    #: weigh first fetches and refetches by cash) or ``"cash"`` (see
     #: :class:`~.selection.TieredSelection`).
     order: str = "web"
     seed: int | None = None
@@ -62,7 +62,11 @@ class CrawlConfig:
         return self.continuous and self.refetch == "freshness"
 
     def new_engine(self, **kw: Any) -> OpicEngine:
-        return OpicEngine(epsilon=self.epsilon, refresh=self.refresh, window=self.window, **kw)
+        # (Votes order a one-pass crawl's pages never fetched: see TieredSelection.)
+        votes = self.order == "web" and self.strategy == "greedy" and not self.continuous
+        return OpicEngine(
+            epsilon=self.epsilon, refresh=self.refresh, window=self.window, votes=votes, **kw
+        )
 
     def new_frontier(
         self, engine: OpicEngine, rows: PageRows | None = None, refresher: Refresher | None = None

@@ -1,10 +1,7 @@
 """The numbers and names the algorithm shares with every frontier backend: one source.
 
-The Redis backend runs the engine's formulas in a Lua script; the script's constants are
-generated from this module (see :func:`scrapy_opic._backends.redis.lua_constants`), never copied
-by hand. A change here changes both engines at once; a change to a formula on one side only is
-caught by the differential test (``tests/test_differential.py``), which replays one random
-sequence of every operation on both frontiers and compares every number after every step.
+Every store runs the one engine of :mod:`~.engine`: a number here means the same in all of
+them.
 """
 
 from __future__ import annotations
@@ -14,6 +11,16 @@ from __future__ import annotations
 FETCHED = 1
 INITIAL = 2
 CLOSED = 4
+
+#: The web order's link votes (see "Votes" in :mod:`~.engine`): the share of a visited page's
+#: votes (its own vote included) passed over its links, the vote every visit casts, the votes of
+#: a seed, the discount of votes per link between a page and the nearest seed, and the depth
+#: of a page no link has reached yet (the largest ``uint16``).
+VOTE_DAMPING = 0.5
+VISIT_VOTE = 1.0 - VOTE_DAMPING
+SEED_VOTES = 1.0
+DEPTH_DISCOUNT = 0.8
+UNREACHED = 0xFFFF
 
 #: Page statuses in the crawl (see :mod:`scrapy_opic.opic.frontier`), by their stored code.
 STATUSES = ("discovered", "pending", "in_flight", "visited")

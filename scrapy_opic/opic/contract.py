@@ -77,13 +77,15 @@ from .constants import ERROR, FILTERED, FORBIDDEN, OK
 
 class Entry(NamedTuple):
     """A page to schedule: its key and URL, and what to fetch it with (``payload``) through which
-    download ``slot``, at which ``priority`` (higher first)."""
+    download ``slot``, at which ``priority`` (higher first); ``seed``: a start request (a
+    page the crawl starts from, not a link: see "Votes" in :mod:`~.engine`)."""
 
     key: Hashable
     url: str
     priority: int = 0
     slot: Hashable = ""
     payload: Any = None
+    seed: bool = False
 
 
 class Link(NamedTuple):

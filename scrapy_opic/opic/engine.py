@@ -41,18 +41,46 @@ touches it on a payout). As the accumulators grow, a page's cash becomes a small
 large numbers: :meth:`OpicEngine.rebase` folds them into the per-page values (no true value
 changes), and :meth:`OpicEngine.payout` calls it when they pass ``rebase_at``. ``G`` is never
 rebased: it is the clock.
+
+Votes (``votes=True``: what the *web order* ranks pages never fetched by; see
+:class:`~.selection.TieredSelection`). A second flow beside the cash, with none of its rules
+of conservation: a page's *votes* are what its visited in-links passed it, and its *depth* the
+fewest links between it and a seed over visited pages (:data:`~.constants.UNREACHED` before
+any). A visit passes :data:`~.constants.VOTE_DAMPING` of (the page's votes plus its own vote,
+:data:`~.constants.VISIT_VOTE`) over its links, in the shares of its cash, and ``depth + 1``;
+the page's votes start again from 0 (what reaches a page already visited waits for its next
+visit). A seed (:meth:`OpicEngine.seed`) has :data:`~.constants.SEED_VOTES` and depth 0. Why
+not cash: in one pass, the cash that reaches a visited page never moves on, and what moves on
+shrinks at every link from the seed, so the order drifts to breadth-first; every visited page
+casts the same vote, and a page many visited pages link to comes first. The depth discount
+(:data:`~.constants.DEPTH_DISCOUNT` per link) keeps the crawl out of a site's endless
+calendar, which gets deeper at every visit in it. A page stores its votes discounted,
+``order = votes * DEPTH_DISCOUNT ** depth`` (the key a heap reads), and that key of a page
+never rises and falls between two visits: votes only come in and depth only goes down.
 """
 
 from __future__ import annotations
 
+import math
 import mmap
 import time
 from collections.abc import Callable, Hashable, Iterable, Sequence
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-from .constants import CLOSED, FETCHED, INITIAL, RATE_DECAY, VISIT_DECAY
+from .constants import (
+    CLOSED,
+    DEPTH_DISCOUNT,
+    FETCHED,
+    INITIAL,
+    RATE_DECAY,
+    SEED_VOTES,
+    UNREACHED,
+    VISIT_DECAY,
+    VISIT_VOTE,
+    VOTE_DAMPING,
+)
 from .importance import SCAN, CrawlView, importance_of_parts, teleport_share
 from .index import DictKeys, PageKeys
 from .window import WindowPolicy, parse_window
@@ -78,14 +106,19 @@ def _with_outside(
 
 
 def _split(
-    rest: float, k_rest: float, d: int, weights: Sequence[float] | None, virtual_weight: float
-) -> tuple[list[float], list[float], float] | None:
-    """The shares of cash ``rest`` and credit ``k_rest`` over ``d`` links by ``weights`` (None:
-    equal), beside links of total weight ``virtual_weight`` whose cash share goes to the
-    virtual page: ``(cash shares, credit shares, the virtual page's cash)``; None when no
-    weight is positive."""
+    rest: float,
+    k_rest: float,
+    v_rest: float,
+    d: int,
+    weights: Sequence[float] | None,
+    virtual_weight: float,
+) -> tuple[list[float], list[float], list[float], float] | None:
+    """The shares of cash ``rest``, credit ``k_rest`` and votes ``v_rest`` over ``d`` links by
+    ``weights`` (None: equal), beside links of total weight ``virtual_weight`` whose cash share
+    goes to the virtual page: ``(cash shares, credit shares, vote shares, the virtual page's
+    cash)``; None when no weight is positive."""
     if weights is None and not virtual_weight:
-        return [rest / d] * d, [k_rest / d] * d, 0.0
+        return [rest / d] * d, [k_rest / d] * d, [v_rest / d] * d, 0.0
     if weights is None:
         weights = [1.0] * d
     total_w = float(sum(weights)) + virtual_weight
@@ -94,8 +127,24 @@ def _split(
     return (
         [rest * w / total_w for w in weights],
         [k_rest * w / total_w for w in weights],
+        [v_rest * w / total_w for w in weights],
         rest * virtual_weight / total_w,
     )
+
+
+class Share(NamedTuple):
+    """What a page of another engine (a partition's) is paid: cash and link credit, and, for
+    the web order, votes and the depth they come with (see "Votes" above)."""
+
+    cash: float
+    credit: float
+    votes: float = 0.0
+    depth: int = UNREACHED
+
+
+#: Beyond this depth a page's votes are discounted as at this depth: the discount and its
+#: inverse stay far inside a float's range (about 1e-200 and 1e200).
+DEPTH_CAP = min(UNREACHED - 1, int(200 * math.log(10) / -math.log(DEPTH_DISCOUNT)))
 
 
 class CashObserver(Protocol):
@@ -138,6 +187,8 @@ COLUMNS = (
 WALL_COLUMNS = (("last_t", "last_t", np.float64),)
 #: Kept for an estimator that reads them: the G-moments of the link credit received.
 MOMENT_COLUMNS = (("moment1", "b", np.float64), ("moment2", "d", np.float64))
+#: Kept for the web order (see "Votes" above): votes discounted by depth, and depth.
+VOTE_COLUMNS = (("order", "o", np.float64), ("depth", "depth", np.uint16))
 
 
 #: The scalars of an engine a store saves with its per-page arrays (:mod:`~.snapshot`).
@@ -178,6 +229,7 @@ class OpicEngine:
     :param keys: how page keys map to ids (:class:`PageKeys`); default :class:`DictKeys`.
     :param rebase_at: :meth:`payout` calls :meth:`rebase` when an accumulator, against the scale
         of the values it is added to, passes this (``None`` or 0: never).
+    :param votes: keep the web order's votes and depths (see "Votes" in the module docstring).
     """
 
     #: Default ``rebase_at``: at most about 10 of a float's 53 bits lost to the accumulators.
@@ -195,6 +247,8 @@ class OpicEngine:
     last_t: np.ndarray
     moment1: np.ndarray
     moment2: np.ndarray
+    order: np.ndarray
+    depth: np.ndarray
     stored_mv: Any
     hist_mv: Any
     baseline_mv: Any
@@ -205,6 +259,8 @@ class OpicEngine:
     last_t_mv: Any
     moment1_mv: Any
     moment2_mv: Any
+    order_mv: Any
+    depth_mv: Any
 
     def __init__(
         self,
@@ -218,6 +274,7 @@ class OpicEngine:
         time_fn: Callable[[], float] = time.time,
         keys: PageKeys | None = None,
         rebase_at: float | None = REBASE_AT,
+        votes: bool = False,
     ) -> None:
         if not 0.0 < epsilon <= 1.0:
             raise ValueError("epsilon must be in (0, 1]")
@@ -266,10 +323,17 @@ class OpicEngine:
         self.b_total = self.d_total = 0.0
 
         self.wall = self.window.clock == "wall"
+        #: Votes and depths are kept (see "Votes" in the module docstring).
+        self.votes = bool(votes)
         #: The per-page arrays this engine keeps (see :data:`COLUMNS`).
-        self.columns = COLUMNS + WALL_COLUMNS * self.wall + MOMENT_COLUMNS * self.tracks_moments
+        self.columns = (
+            COLUMNS
+            + WALL_COLUMNS * self.wall
+            + MOMENT_COLUMNS * self.tracks_moments
+            + VOTE_COLUMNS * self.votes
+        )
         self.capacity = 0
-        for name, _saved, dtype in COLUMNS + WALL_COLUMNS + MOMENT_COLUMNS:
+        for name, _saved, dtype in COLUMNS + WALL_COLUMNS + MOMENT_COLUMNS + VOTE_COLUMNS:
             setattr(self, name, np.zeros(0, dtype))
             setattr(self, name + "_mv", None)
         self._windowed = self.window.windowed
@@ -299,6 +363,8 @@ class OpicEngine:
             a[: self.n] = getattr(self, name)[: self.n]
             setattr(self, name, a)
             setattr(self, name + "_mv", _view(a))
+        if self.votes:  # (rows past n: pages no link has reached)
+            self.depth[self.n :] = UNREACHED
         self.capacity = cap
         if self.window.engine is self:
             self.window.grow(cap)
@@ -465,13 +531,13 @@ class OpicEngine:
         weights: Sequence[float] | None,
         virtual_weight: float,
         outside: Sequence[float],
-    ) -> tuple[float, list[tuple[float, float]]]:
+    ) -> tuple[float, list[Share]]:
         """:meth:`visit` of a page whose links also lead to pages this engine does not hold (a
         partition's page linking into other partitions): ``outside`` gives each such link's
         weight. They count in the out-degree like any link; their shares are not credited here
-        but returned, ``(cash, credit)`` per outside link in order, for the caller to pay where
+        but returned, a :class:`Share` per outside link in order, for the caller to pay where
         those pages live. Returns the cash absorbed and those shares; the cash absorbed equals
-        what stays here plus their sum."""
+        what stays here plus their cash."""
         first = not (self.flags_mv[i] & FETCHED)
         c = self._take(i)
         for obs in self.observers:
@@ -510,48 +576,106 @@ class OpicEngine:
         weights: Sequence[float] | None,
         virtual_weight: float,
         outside: Sequence[float] = (),
-    ) -> list[tuple[float, float]]:
-        """Pay cash ``c`` and credit ``k`` of page ``i`` over its links, in the same shares: the
-        local ``children`` are credited here, the ``outside`` links' shares are returned (see
-        :meth:`visit_out`)."""
+    ) -> list[Share]:
+        """Pay cash ``c`` and credit ``k`` of page ``i`` over its links, in the same shares, and
+        its votes (see "Votes" above): the local ``children`` are credited here, the
+        ``outside`` links' shares are returned (see :meth:`visit_out`)."""
         children, weights, virtual_weight = _live_links(self, i, children, weights, virtual_weight)
         local = len(children)
         d = local + len(outside)
         self.credit_passed += k
+        votes, depth = self._votes_out(i) if self.votes else (0.0, UNREACHED)
         if d == 0:  # dangling: the cash goes to the virtual page, the credit is spent
             self.virtual_cash += c
             self.credit_dangling += k
             return []
         if outside:
             weights = _with_outside(local, weights, virtual_weight, outside)
-        got = _split(c - self.epsilon * c, k - self.epsilon * k, d, weights, virtual_weight)
+        got = _split(c - self.epsilon * c, k - self.epsilon * k, votes, d, weights, virtual_weight)
         if got is None:  # no usable weight: as a dangling page
             self.virtual_cash += c
             self.credit_dangling += k
-            return [(0.0, 0.0)] * len(outside)
-        shares, credits, to_virtual = got
+            return [Share(0.0, 0.0)] * len(outside)
+        shares, credits, vote_shares, to_virtual = got
         to_virtual += self.epsilon * c
-        self._credit(children, shares[:local], credits[:local])
+        self._credit(
+            children, shares[:local], credits[:local], vote_shares if self.votes else None, depth
+        )
         self.virtual_cash += to_virtual
-        return list(zip(shares[local:], credits[local:]))
+        if not outside:
+            return []
+        return [
+            Share(x, y, v, depth)
+            for x, y, v in zip(shares[local:], credits[local:], vote_shares[local:])
+        ]
+
+    def _votes_out(self, i: int) -> tuple[float, int]:
+        """Take page ``i``'s votes for a visit: what it passes on over its links (its votes and
+        its own vote, damped) and the depth its links get."""
+        d = self.depth_mv[i]
+        votes = VISIT_VOTE
+        if d == UNREACHED:
+            d = 0  # (filed with no link to it and not as a seed: as a seed's links)
+        elif d:  # (a seed's votes placed it: the choice of seeds is no link, not passed on)
+            votes += self.order_mv[i] * DEPTH_DISCOUNT ** -min(d, DEPTH_CAP)
+        self.order_mv[i] = 0.0
+        return VOTE_DAMPING * votes, d + 1 if d < UNREACHED - 1 else d
+
+    def _vote(self, j: int, v: float, depth: int) -> None:
+        """Page ``j`` receives votes ``v`` (undiscounted) that come ``depth`` links from a seed
+        (``depth < UNREACHED``)."""
+        dj = self.depth_mv[j]
+        if depth < dj:  # nearer a seed: the votes it had are discounted less from now on
+            at = DEPTH_DISCOUNT ** min(depth, DEPTH_CAP)
+            if dj == UNREACHED:
+                self.order_mv[j] = v * at
+            else:
+                lift = DEPTH_DISCOUNT ** (min(depth, DEPTH_CAP) - min(dj, DEPTH_CAP))
+                self.order_mv[j] = self.order_mv[j] * lift + v * at
+            self.depth_mv[j] = depth
+        else:
+            self.order_mv[j] += v * DEPTH_DISCOUNT ** min(dj, DEPTH_CAP)
+
+    def seed(self, i: int) -> None:
+        """Page ``i`` is a seed (a start request: see "Votes" above): depth 0 and
+        :data:`~.constants.SEED_VOTES` more votes. Nothing without votes."""
+        if self.votes:
+            self._vote(i, SEED_VOTES, 0)
+            for obs in self.observers:
+                obs.raised(i)
 
     def _credit(
-        self, ids: Sequence[int], amounts: Sequence[float], credits: Sequence[float]
+        self,
+        ids: Sequence[int],
+        amounts: Sequence[float],
+        credits: Sequence[float],
+        votes: Sequence[float] | None = None,
+        depth: int = UNREACHED,
     ) -> None:
-        """Add cash and link credit taken from elsewhere (the caller books the debit); each
-        credit is told to the observers at once, so a heap sifts one changed key at a time."""
+        """Add cash and link credit taken from elsewhere (the caller books the debit), and
+        ``votes`` (undiscounted, extra items unread) that come ``depth`` links from a seed
+        (:meth:`_vote`); each credit is told to the observers at once, so a heap sifts one
+        changed key at a time (its key, cash or votes, has moved by then)."""
         s, lc, observers = self.stored_mv, self.held_credit_mv, self.observers
         moments, b, d = self.tracks_moments, self.moment1_mv, self.moment2_mv
         t = self.G
         tt = t * t
         total = 0.0
-        for j, x, y in zip(ids, amounts, credits):
+        vs = votes if depth < UNREACHED else None
+        o, dp = self.order_mv, self.depth_mv
+        at = DEPTH_DISCOUNT ** min(depth, DEPTH_CAP)
+        for n, (j, x, y) in enumerate(zip(ids, amounts, credits)):
             s[j] += x
             lc[j] += y
             total += y
             if moments:
                 b[j] += y * t
                 d[j] += y * tt
+            if vs is not None:
+                if dp[j] == depth:  # (the common case, inline: a sibling of the same depth)
+                    o[j] += vs[n] * at
+                else:
+                    self._vote(j, vs[n], depth)
             for obs in observers:
                 obs.raised(j)
         self.credit_total += total
@@ -607,28 +731,36 @@ class OpicEngine:
         counts as fetched (its answer was the redirect)."""
         if src == dst:
             return 0.0
-        c, k = self.take_out(src)
-        self.receive(dst, c, k)
-        return c
+        moved = self.take_out(src)
+        self.receive(dst, moved)
+        return moved.cash
 
-    def take_out(self, src: int) -> tuple[float, float]:
-        """Take all of page ``src``'s cash and credit, ``(cash, credit)``, for another page to
-        :meth:`receive` (in this engine or another partition's); ``src`` counts as fetched."""
+    def take_out(self, src: int) -> Share:
+        """Take all of page ``src``'s cash and credit, and its votes and depth, for another page
+        to :meth:`receive` (in this engine or another partition's); ``src`` counts as
+        fetched."""
         c = self._take(src)
         for obs in self.observers:
             obs.taken((src,))
-        # The credit goes with the cash: the target receives all that the source held.
+        # The credit goes with the cash: the target receives all that the source held. So do
+        # the votes: the links to the source were links to the target.
         held, k = self._take_credit(src)
         self.credit_total -= held
-        return c, k
+        if not self.votes or self.depth_mv[src] == UNREACHED:
+            return Share(c, k)
+        d = self.depth_mv[src]
+        votes = self.order_mv[src] * DEPTH_DISCOUNT ** -min(d, DEPTH_CAP)
+        self.order_mv[src] = 0.0
+        return Share(c, k, votes, d)
 
-    def receive(self, i: int, cash: float, credit: float) -> None:
-        """Page ``i`` receives ``cash`` and link ``credit`` taken elsewhere (:meth:`take_out`,
-        :meth:`visit_out`); a closed page's goes to the virtual page."""
+    def receive(self, i: int, share: Share) -> None:
+        """Page ``i`` receives a :class:`Share` taken elsewhere (:meth:`take_out`,
+        :meth:`visit_out`); a closed page's cash goes to the virtual page."""
         if self.flags_mv[i] & CLOSED:
-            self.virtual_cash += cash
+            self.virtual_cash += share.cash
             return
-        self._credit((i,), (cash,), (credit,))
+        votes = (share.votes,) if self.votes else None
+        self._credit((i,), (share.cash,), (share.credit,), votes, share.depth)
 
     def payout(self) -> float:
         """Pay the virtual page's cash out: ``refresh`` of it to all pages, the rest to unfetched

@@ -63,7 +63,7 @@ from .constants import (
     VISITED,
 )
 from .contract import Entry, Lease, Link, Visit, require_payload
-from .engine import OpicEngine
+from .engine import OpicEngine, Share
 from .importance import best_page, importance_of
 from .refresh import Refresher
 from .selection import Pick, Selection, TieredSelection, Tiers, make_selection
@@ -368,13 +368,15 @@ class MemoryFrontier:
     def schedule(self, entries: Sequence[Entry], again: bool = False) -> list[int]:
         """File each entry's page (the contract's codes: see :class:`~.contract.Frontier`)."""
         codes = []
-        for key, url, priority, slot, payload in entries:
+        for key, url, priority, slot, payload, seed in entries:
             i = self.page(key, url)
             if not self.schedulable(i, again):
                 codes.append(DUPLICATE)
             elif payload is None:
                 codes.append(NEEDS_PAYLOAD)
             else:
+                if seed:  # (before it is a candidate: its key rises)
+                    self.engine.seed(i)
                 self._pend(i, payload, priority, slot, key)
                 codes.append(SCHEDULED)
         return codes
@@ -449,11 +451,11 @@ class MemoryFrontier:
         outcome: int = OK,
         changed: bool | None = None,
         modified: float | None = None,
-    ) -> tuple[Visit, list[tuple[float, float]]] | None:
+    ) -> tuple[Visit, list[Share]] | None:
         """:meth:`~.contract.Frontier.visit` of a page that also links to pages this frontier
         does not hold (see :meth:`OpicEngine.visit_out
         <scrapy_opic.opic.engine.OpicEngine.visit_out>`): ``outside`` gives each such link's
-        weight; returns the visit and those links' shares ``(cash, credit)``, to be paid where
+        weight; returns the visit and a :class:`~.engine.Share` per such link, to be paid where
         their pages live. A page links to another page once (after aliases): repeats are
         merged, each with the largest of its weights."""
         i = self._held(lease)
@@ -488,7 +490,7 @@ class MemoryFrontier:
 
     def unchanged_out(
         self, lease: Lease, outside: Sequence[float], payload: Any = None
-    ) -> tuple[Visit, list[tuple[float, float]]] | None:
+    ) -> tuple[Visit, list[Share]] | None:
         """:meth:`~.contract.Frontier.unchanged` of a page whose kept links also lead to pages this
         frontier does not hold: ``outside``, their weights; returns the visit and
         their shares (see :meth:`visit_out`). The links are not filed again."""
@@ -601,10 +603,11 @@ class MemoryFrontier:
             self.alias.pop(i, None)
         return self.schedule([entry])[0]
 
-    def redirect_out(self, lease: Lease, permanent: bool = False) -> tuple[float, float] | None:
-        """:meth:`redirect` to a page this frontier does not hold: the page's cash and the
-        credit it holds are taken, returned as ``(cash, credit)`` to be paid to the target where
-        it lives; the page is visited (closed if ``permanent``: the caller keeps the alias)."""
+    def redirect_out(self, lease: Lease, permanent: bool = False) -> Share | None:
+        """:meth:`redirect` to a page this frontier does not hold: the page's cash, the credit it
+        holds and its votes are taken, returned as a :class:`~.engine.Share` to be paid to the
+        target where it lives; the page is visited (closed if ``permanent``: the caller keeps
+        the alias)."""
         i = self._held(lease)
         if i is None:
             return None
@@ -690,7 +693,7 @@ class MemoryFrontier:
             return None
         return got[0] if r.links_of(got[0]) is not None else None
 
-    def relay(self, i: int, outside: Sequence[float] = ()) -> list[tuple[float, float]]:
+    def relay(self, i: int, outside: Sequence[float] = ()) -> list[Share]:
         """A relay visit of page ``i`` (:meth:`relay_pick`): its cash paid over its kept links,
         without a download. ``outside``: the weights of its kept links to pages
         this frontier does not hold, whose shares are returned (see :meth:`visit_out`)."""
@@ -708,9 +711,7 @@ class MemoryFrontier:
             sel.push(i)
         return shares
 
-    def _pay_kept(
-        self, i: int, kept: Any, outside: Sequence[float] = ()
-    ) -> list[tuple[float, float]]:
+    def _pay_kept(self, i: int, kept: Any, outside: Sequence[float] = ()) -> list[Share]:
         """Visit page ``i`` over its kept links (aliases followed as in a visit); the shares
         of ``outside`` links (see :meth:`visit_out`)."""
         ids = kept.ids.tolist()

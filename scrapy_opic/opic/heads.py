@@ -1,8 +1,8 @@
 """The best page of each partition a process owns, kept for its pops.
 
 A pop of a crawl over partitions takes the best page of all of them (priority, then the fewest
-turns of its download slot in the web order, then cash; in a continuous crawl's discovery
-turn, a page never fetched first).
+turns of its download slot in the web order, then its key there, its votes, then cash; in a
+continuous crawl's discovery turn, a page never fetched first).
 Peeking every partition at every pop would cost O(P); :class:`Heads` caches each partition's
 best page with the partition's version, in a heap of their ranks, and peeks again only a
 partition that changed since (:meth:`Heads.mark`), or whose best page's slot is full, or whose
@@ -22,8 +22,9 @@ from .pool import Pool
 from .selection import Pick
 
 #: ``(rank, partition, page)``: a page a pop may take, ``rank`` as :meth:`Heads.best` orders:
-#: ``(never fetched in a discovery turn, priority, -turns, cash)`` (:func:`_rank`).
-Best = tuple[tuple[bool, int, float, float], Partition, int]
+#: ``(never fetched in a discovery turn, priority, -turns, votes, cash)`` (:func:`_rank`).
+Rank = tuple[bool, int, float, float, float]
+Best = tuple[Rank, Partition, int]
 _GONE = (None, None)  # (no cached head: no version matches it)
 
 
@@ -78,13 +79,13 @@ class Heads:
         aside = []
         while heap:
             entry = heap[0]
-            k, version = entry[4], entry[5]
+            k, version = entry[-2], entry[-1]
             owner = parts.get(k)
             cached = heads.get(k, _GONE)
             if owner is None or cached[0] != version or owner.version != version:
                 heapq.heappop(heap)  # (stale: the partition changed, or left)
                 continue
-            rank = (-entry[0], -entry[1], -entry[2], -entry[3])
+            rank = _unentry(entry)
             if best is not None and rank <= best[0]:
                 break  # (no partition's best can beat it)
             aside.append(heapq.heappop(heap))
@@ -148,7 +149,7 @@ class Heads:
                 continue
             rank = _rank(part, got, discover)
             heads[k] = (part.version, (rank, got.page, fr.slot_of(got.page)))
-            heapq.heappush(heap, (-rank[0], -rank[1], -rank[2], -rank[3], k, part.version))
+            heapq.heappush(heap, _entry(rank, k, part.version))
         _trim(heap, heads, parts)
 
     def _update_counts(self, parts: Mapping[int, Partition], pool: Pool | None) -> bool:
@@ -184,18 +185,26 @@ def _trim(heap: list, heads: dict, parts: Mapping[int, Partition]) -> None:
     """Rebuild ``heap`` from the cached ``heads`` once most of its entries are stale."""
     if len(heap) > 4 * len(parts) + 64:
         heap[:] = [
-            (-h[0][0], -h[0][1], -h[0][2], -h[0][3], k, v)
-            for k, (v, h) in heads.items()
-            if h is not None and k in parts
+            _entry(h[0], k, v) for k, (v, h) in heads.items() if h is not None and k in parts
         ]
         heapq.heapify(heap)
 
 
-def _rank(part: Partition, got: Pick, discover: bool) -> tuple[bool, int, float, float]:
-    """The rank of a partition's pick (its turns are 0 when the pop takes none: a continuous
-    crawl's pop outside its discovery turns, or ``OPIC_ORDER = "cash"``)."""
+def _entry(rank: Rank, k: int, version: int) -> tuple:
+    """A heap entry of partition ``k``'s best page (a min-heap: the rank negated)."""
+    fresh, priority, turns, votes, cash = rank
+    return (-fresh, -priority, -turns, -votes, -cash, k, version)
+
+
+def _unentry(entry: tuple) -> Rank:
+    return (bool(-entry[0]), -entry[1], -entry[2], -entry[3], -entry[4])
+
+
+def _rank(part: Partition, got: Pick, discover: bool) -> Rank:
+    """The rank of a partition's pick (its turns and votes are 0 when the pop takes no turns:
+    a continuous crawl's pop outside its discovery turns, or ``OPIC_ORDER = "cash"``)."""
     fresh = discover and not part.frontier.fetched(got.page)
-    return (fresh, got.priority, -got.turns, got.cash)
+    return (fresh, got.priority, -got.turns, got.votes, got.cash)
 
 
 def _better(best: Best | None, part: Partition, got: Pick | None, discover: bool) -> Best | None:

@@ -18,6 +18,7 @@ from collections.abc import Hashable, Iterable
 from typing import Any, NamedTuple
 
 from .contract import Entry
+from .engine import Share
 from .importance import CrawlView
 
 #: The number of the crawl's pool, as a message's source or destination.
@@ -25,13 +26,12 @@ POOL = -1
 
 
 class Payment(NamedTuple):
-    """Cash and link credit for one page of the destination, and the request that files it
-    there (a redirect's target), or None."""
+    """A :class:`~.engine.Share` for one page of the destination, and the request that files
+    it there (a redirect's target), or None."""
 
     key: Hashable
     url: str
-    cash: float
-    credit: float
+    share: Share
     entry: Entry | None = None
 
 
@@ -121,7 +121,7 @@ def in_transit(messages: Iterable[Message]) -> float:
     total = 0.0
     for m in messages:
         if isinstance(m, Transfer):
-            total += sum(p.cash for p in m.payments)
+            total += sum(p.share.cash for p in m.payments)
         else:
             total += m.to_all + m.to_unfetched
     return total

@@ -36,6 +36,7 @@ import numpy as np
 from .config import CrawlConfig
 from .constants import FILTERED, FORBIDDEN, FORWARDED, OK, PENDING, STATUSES
 from .contract import Entry, Lease, Link, Visit, require_payload
+from .engine import Share
 from .frontier import MemoryFrontier, MemoryRows
 from .importance import CrawlView, normaliser
 from .index import DictKeys
@@ -379,14 +380,14 @@ class Partition(Member):
     def _transfer(
         self,
         remote: Sequence[Remote],
-        shares: Sequence[tuple[float, float]],
+        shares: Sequence[Share],
         entry: Entry | None = None,
     ) -> None:
-        """Send the ``shares`` (cash, credit) of ``remote`` links to their partitions (with
-        ``entry``, the request that files the page there)."""
+        """Send the ``shares`` of ``remote`` links to their partitions (with ``entry``, the
+        request that files the page there)."""
         by_dst: dict[int, list[Payment]] = {}
-        for r, (cash, credit) in zip(remote, shares):
-            by_dst.setdefault(r.k, []).append(Payment(r.key, r.url, cash, credit, entry))
+        for r, share in zip(remote, shares):
+            by_dst.setdefault(r.k, []).append(Payment(r.key, r.url, share, entry))
         for k, payments in by_dst.items():
             self._send(Transfer, k, tuple(payments))
 
@@ -520,11 +521,9 @@ class Partition(Member):
                 moved = self.remote_alias.get(target) if self.remote_alias else None
                 if moved is not None and e.is_closed(target):
                     # (a page that moved to another partition: the money follows it)
-                    self._send(
-                        Transfer, moved.k, (Payment(moved.key, moved.url, p.cash, p.credit),)
-                    )
+                    self._send(Transfer, moved.k, (Payment(moved.key, moved.url, p.share),))
                 else:
-                    e.receive(target, p.cash, p.credit)
+                    e.receive(target, p.share)
                 if p.entry is not None:
                     fr.schedule([p.entry])
         elif isinstance(m, Payout):

@@ -56,6 +56,9 @@ class Pick(NamedTuple):
     cash: float
     #: Its slot's turns (:attr:`TieredSelection.turns`) if the pop took turns, else 0.
     turns: float
+    #: Its key in the web order (the engine's ``order``) if the pop took turns by votes and the
+    #: page was never fetched, else 0.
+    votes: float = 0.0
 
 
 def _extend(a: array, n: int, fill: int) -> None:
@@ -340,20 +343,24 @@ class TieredSelection(Selection):
     have room (``has_room`` receives the slot):
 
     * with ``web`` (the *web order*), a page never fetched comes from the slot whose pages never
-      fetched were leased the fewest times so far (its :attr:`turns`; ties: the most cash),
-      and it is that slot's page with the most cash. A fetched page (a refetch) is the
-      richest of the tier's fetched pages, and the two are compared by cash. A slot's count
-      rises by one each time one of its pages never fetched is leased (:meth:`turned`), so a
-      slot found late is served first until it has caught up. Why: most of a web page's links
-      stay in its site, so cash alone keeps a crawl in the few sites it knows best, and the
-      site it has not opened yet, where a page that all of the site's pages link to waits
-      behind one link, is the one it misses;
+      fetched were leased the fewest times so far (its :attr:`turns`; ties: the best page),
+      and it is that slot's page with the most link votes discounted by depth (the engine's
+      ``order``: see "Votes" in :mod:`~.engine`; the most cash if the engine keeps no votes).
+      A fetched page (a refetch) is the richest of the tier's fetched pages, and the two are
+      compared by cash. A slot's count rises by one each time one of its pages never fetched
+      is leased (:meth:`turned`), so a slot found late is served first until it has caught
+      up. Why: most of a web page's links stay in its site, so cash alone keeps a crawl in the
+      few sites it knows best, and the site it has not opened yet, where a page that all of
+      the site's pages link to waits behind one link, is the one it misses; and inside a
+      site, the cash that reaches a page already fetched never moves on, where its votes
+      would have;
     * without ``web``, the page with the most cash (the paper's Greedy);
     * with ``web`` and ``continuous``, the pops of a continuous crawl's discovery turns (made
       with ``discover``: a page never fetched, its share of the pops) take turns as above; its
-      other pops take the page with the most cash, as without ``web``: there a first fetch
-      competes with refetches, and cash is what weighs the two (with turns, a poor slot's page
-      would stand for every first fetch against the richest refetch).
+      other pops compare the best page never fetched (by votes, as above, over all slots) and
+      the richest fetched page by cash, as without ``web``: there a first fetch competes with
+      refetches, and cash is what weighs the two (with turns, a poor slot's page would stand
+      for every first fetch against the richest refetch).
 
     A page's tier is its *code* ``codes[i]``, a ``(priority, slot)`` pair interned by
     :class:`Tiers`; the frontier owns ``codes`` (one ``array('I')`` entry per page), sets a
@@ -362,17 +369,18 @@ class TieredSelection(Selection):
     Layout (compact: about 8 bytes per page, whatever the number of tiers and slots):
 
     * page heaps, as in :class:`GreedySelection` but per code: heap ``2 * code + 0`` holds the
-      code's fetched candidates, ``2 * code + 1`` its unfetched ones, keyed by stored cash. A
+      code's fetched candidates, keyed by stored cash, ``2 * code + 1`` its unfetched ones,
+      keyed by ``order`` in the web order with votes, else by stored cash. A
       candidate's fetched flag does not change while it is one (only a visit or a redirect sets
       it, and both take the page out first), so the two heaps of a code are enough;
     * one int32 position per page (its index in its heap, -1 when not a candidate), shared by
       all heaps: a page is in at most one. Which of its code's two heaps holds it is the one
       whose item at that position is the page, so nothing else is stored per page;
     * per priority, three heaps of *slot heads* (the codes of that priority, keyed by the
-      stored cash of each code's best fetched page; by ``(-turns, stored cash)`` of its best
-      page never fetched, turns left out without ``web`` or with ``continuous``; and, with
-      both, by ``(-turns, stored cash)`` for the discovery pops), which find the best slot
-      with room in O(log slots), setting full slots aside during a pop.
+      stored cash of each code's best fetched page; by ``(-turns, key)`` of its best page
+      never fetched, its key in its heap, turns left out without ``web`` or with
+      ``continuous``; and, with both, by ``(-turns, key)`` for the discovery pops), which
+      find the best slot with room in O(log slots), setting full slots aside during a pop.
 
     Push, discard and credit are O(log n + log slots); a pop is O((f + 1) log slots) per tier
     tried, ``f`` the full slots met. :meth:`load` makes many pages candidates at once with numpy
@@ -406,6 +414,14 @@ class TieredSelection(Selection):
             return engine.stored_mv
 
         self._keys = keys
+        #: Pages never fetched are ranked by votes (see "Votes" in :mod:`~.engine`): in the web
+        #: order of a one-pass crawl (a continuous crawl's pops weigh them by cash).
+        self.by_votes = web and not continuous and engine.votes
+
+        def order() -> Sequence[float]:
+            return engine.order_mv
+
+        self._keys_u = order if self.by_votes else keys
         # By heap number 2 * code + (0 fetched, 1 unfetched); None for a code not seen yet.
         # (Typed loosely: every heap number a page's position leads to holds a heap.)
         self._heaps: list[Any] = [None, None]
@@ -464,7 +480,7 @@ class TieredSelection(Selection):
             self._order = sorted(self._heads, reverse=True)
         heads_of[code] = heads
         self._heaps[2 * code] = _Heap(self._pos, self._keys)
-        self._heaps[2 * code + 1] = _Heap(self._pos, self._keys)
+        self._heaps[2 * code + 1] = _Heap(self._pos, self._keys_u)
 
     def _heap_at(self, i: int, k: int) -> int:
         """The number of the heap holding candidate ``i`` at position ``k``: one of its code's
@@ -510,11 +526,11 @@ class TieredSelection(Selection):
 
     def _head_value(self, code: int, st: int, top: int) -> Any:
         """The head key of ``code`` in head heap ``st`` (0 fetched, 1 never fetched, 2 never
-        fetched for discovery pops) whose best page is ``top``."""
-        cash = self.engine.stored_mv[top]
+        fetched for discovery pops) whose best page is ``top``: its key in its page heap."""
         if not st:
-            return cash
-        return (-self.turns[code] if st == 2 or self._every_pop else 0.0, cash)
+            return self.engine.stored_mv[top]
+        key = self._keys_u()[top]
+        return (-self.turns[code] if st == 2 or self._every_pop else 0.0, key)
 
     def turned(self, i: int) -> None:
         """Candidate ``i`` is being leased: a page never fetched uses a turn of its code's
@@ -558,7 +574,7 @@ class TieredSelection(Selection):
     def load(self, ids: np.ndarray | Sequence[int]) -> None:
         """Make all of ``ids`` candidates at once (their codes set; ids already candidates are
         left as they are): the pops that follow are those of pushing them one by one, up to
-        ties between equal cash. Each heap is rebuilt as its pages sorted by stored cash,
+        ties between equal keys. Each heap is rebuilt as its pages sorted by their key in it,
         highest first (a sorted array is a max-heap), with numpy: no sifting in Python."""
         ids = np.asarray(ids, dtype=np.int64).ravel()
         if not ids.size:
@@ -601,14 +617,19 @@ class TieredSelection(Selection):
         self, ids: np.ndarray, h: np.ndarray, touched: list[int]
     ) -> tuple[np.ndarray, list[int]]:
         """The pages of the heaps ``touched`` (ascending), the new ``ids`` (of heaps ``h``)
-        sorted in with their candidates: grouped by heap, each heap's most cash first, as
+        sorted in with their candidates: grouped by heap, each heap's highest key first, as
         int32; and where each heap's pages start and end."""
         old = [np.frombuffer(self._heaps[t].items, dtype=np.int32).copy() for t in touched]
         if any(a.size for a in old):
             ids = np.concatenate([ids] + [a.astype(np.int64) for a in old])
             h = np.concatenate([h] + [np.full(a.size, t) for t, a in zip(touched, old)])
         del old
-        order = np.argsort(-self.engine.stored[ids])  # most cash first
+        e = self.engine
+        key = e.stored[ids]
+        if self.by_votes:  # (pages never fetched: by order)
+            fresh = (h & 1) == 1
+            key[fresh] = e.order[ids[fresh]]
+        order = np.argsort(-key)  # highest key first
         if len(touched) > 1:  # then grouped by heap, keeping the cash order in each
             small = np.uint16 if touched[-1] < 1 << 16 else np.int64
             order = order[np.argsort(h[order].astype(small), kind="stable")]
@@ -735,7 +756,13 @@ class TieredSelection(Selection):
                 heap = self._heaps[h]
                 i = heap.items[0]
                 cash = e.stored_mv[i] + e.acc_all + (e.acc_unfetched if st else 0.0)
-                got = Pick(i, priority, cash, self.turns[k] if by_turns else 0.0)
+                got = Pick(
+                    i,
+                    priority,
+                    cash,
+                    self.turns[k] if by_turns else 0.0,
+                    e.order_mv[i] if by_turns and st and self.by_votes else 0.0,
+                )
                 if take:
                     if st:
                         self.turned(i)

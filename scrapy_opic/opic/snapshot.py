@@ -37,6 +37,7 @@ def engine_header(e: OpicEngine) -> dict:
             "refresh": e.refresh,
             "window": e.window.spec(),
             "self_links": e.self_links,
+            "votes": e.votes,
         },
         "scalars": {k: getattr(e, k) for k in SCALARS},
         "window": e.window.scalars(),

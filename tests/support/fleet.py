@@ -192,7 +192,7 @@ def seed(fleets: Iterable[Fleet], url: str) -> None:
         k = partition_of(url, key(url), f.P, f.by)
         if k in f.parts:
             f.parts[k].endow()
-            f.schedule([Entry(key(url), url, 0, "", b"seed")])
+            f.schedule([Entry(key(url), url, 0, "", b"seed", seed=True)])
             return
     raise AssertionError("no fleet owns the seed's partition")
 
