@@ -245,8 +245,8 @@ SETTINGS: tuple[Setting, ...] = (
         "web",
         "a greedy crawl's order of first fetches: 'web' (download slots, i.e. hosts, take "
         "turns: the one with the fewest first fetches next, its page with the most link votes "
-        "discounted by depth in a one-pass crawl, with the most cash in a continuous crawl's "
-        "discovery turns) or 'cash' (the most cash whatever the slot, the paper's Greedy)",
+        "discounted by depth; in a continuous crawl, its discovery turns) or 'cash' (the most "
+        "cash whatever the slot, the paper's Greedy)",
         _one_of("web", "cash"),
     ),
     Setting(

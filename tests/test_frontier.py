@@ -264,8 +264,9 @@ def test_priority_comes_before_cash_and_full_slots_are_skipped(frontiers):
 
 def test_the_pop_takes_the_richest_page_among_slots_with_room(frontiers):
     """With some download slots full, the pop takes the page with the most cash among the
-    slots that have room, across pages fetched before and pages never fetched."""
-    f = frontiers.make(refresh=1.0, continuous=True, window="interpolation:30")
+    slots that have room, across pages fetched before and pages never fetched (the order by
+    cash: the web order ranks pages never fetched by votes)."""
+    f = frontiers.make(refresh=1.0, continuous=True, window="interpolation:30", order="cash")
     rnd = random.Random(7)
     slots = ["a", "b", "c", "d"]
     slot_of = {i: rnd.choice(slots) for i in range(30)}

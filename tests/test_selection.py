@@ -284,9 +284,10 @@ def reference_best(e, cand, tiers, full, discover, turns=None, continuous=False,
     order; code -> the pages never fetched popped from it), the never-fetched candidate of a
     priority is the richest of the codes with the fewest turns, and it is compared by cash
     with the richest fetched one; with ``continuous`` too, only a discovery pop's pages never
-    fetched are chosen so, the others by cash alone. With ``votes`` (and not ``continuous``),
-    the never-fetched candidate of the fewest turns is the one of most votes (the engine's
-    ``order``), not of most cash."""
+    fetched are chosen so, the others by cash alone. With ``votes``, a never-fetched
+    candidate is the one of most votes (the engine's ``order``), not of most cash: of the
+    fewest turns in a pop that takes turns, of all in a continuous crawl's other pops, and
+    it is compared by cash with the richest fetched one."""
     s = e.stored
 
     def unfetched(i):
@@ -307,12 +308,13 @@ def reference_best(e, cand, tiers, full, discover, turns=None, continuous=False,
         ([i for i in allowed if tiers.priority(cand[i]) == p], not continuous) for p in order
     ]
     for group, by_turns in groups:
-        if group and turns is not None and by_turns:
+        if group and ((turns is not None and by_turns) or (votes and turns is not None)):
             fresh = [i for i in group if unfetched(i)]
             if fresh:
-                fewest = min(turns.get(cand[i], 0) for i in fresh)
-                fresh = [i for i in fresh if turns.get(cand[i], 0) == fewest]
-                rank = e.order.__getitem__ if votes and not continuous else value
+                counts = turns if by_turns else {}  # (a pop that takes none: slots alike)
+                fewest = min(counts.get(cand[i], 0) for i in fresh)
+                fresh = [i for i in fresh if counts.get(cand[i], 0) == fewest]
+                rank = e.order.__getitem__ if votes else value
                 best = max(rank(i) for i in fresh)
                 fresh = [i for i in fresh if rank(i) == best]
             old = [i for i in group if not unfetched(i)]

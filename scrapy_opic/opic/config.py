@@ -62,8 +62,8 @@ class CrawlConfig:
         return self.continuous and self.refetch == "freshness"
 
     def new_engine(self, **kw: Any) -> OpicEngine:
-        # (Votes order a one-pass crawl's pages never fetched: see TieredSelection.)
-        votes = self.order == "web" and self.strategy == "greedy" and not self.continuous
+        # (Votes order the pages never fetched in the web order: see TieredSelection.)
+        votes = self.order == "web" and self.strategy == "greedy"
         return OpicEngine(
             epsilon=self.epsilon, refresh=self.refresh, window=self.window, votes=votes, **kw
         )

@@ -49,14 +49,16 @@ fewest links between it and a seed over visited pages (:data:`~.constants.UNREAC
 any). A visit passes :data:`~.constants.VOTE_DAMPING` of (the page's votes plus its own vote,
 :data:`~.constants.VISIT_VOTE`) over its links, in the shares of its cash, and ``depth + 1``;
 the page's votes start again from 0 (what reaches a page already visited waits for its next
-visit). A seed (:meth:`OpicEngine.seed`) has :data:`~.constants.SEED_VOTES` and depth 0. Why
+visit). A seed (:meth:`OpicEngine.seed`: a start request) has :data:`~.constants.SEED_VOTES`
+and depth 0, which place it before the pages links found; it passes on its own vote only (the
+choice of seeds is no link). Why
 not cash: in one pass, the cash that reaches a visited page never moves on, and what moves on
 shrinks at every link from the seed, so the order drifts to breadth-first; every visited page
 casts the same vote, and a page many visited pages link to comes first. The depth discount
 (:data:`~.constants.DEPTH_DISCOUNT` per link) keeps the crawl out of a site's endless
 calendar, which gets deeper at every visit in it. A page stores its votes discounted,
-``order = votes * DEPTH_DISCOUNT ** depth`` (the key a heap reads), and that key of a page
-never rises and falls between two visits: votes only come in and depth only goes down.
+``order = votes * DEPTH_DISCOUNT ** depth`` (the key a heap reads), and that key never
+falls between two visits of the page: votes only come in and depth only goes down.
 """
 
 from __future__ import annotations

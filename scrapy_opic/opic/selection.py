@@ -357,10 +357,10 @@ class TieredSelection(Selection):
     * without ``web``, the page with the most cash (the paper's Greedy);
     * with ``web`` and ``continuous``, the pops of a continuous crawl's discovery turns (made
       with ``discover``: a page never fetched, its share of the pops) take turns as above; its
-      other pops compare the best page never fetched (by votes, as above, over all slots) and
-      the richest fetched page by cash, as without ``web``: there a first fetch competes with
-      refetches, and cash is what weighs the two (with turns, a poor slot's page would stand
-      for every first fetch against the richest refetch).
+      other pops compare the best page never fetched (by votes as above, or cash, over all
+      slots: no turns) and the richest fetched page by cash: there a first fetch competes
+      with refetches, and cash is what weighs the two (with turns, a poor slot's page would
+      stand for every first fetch against the richest refetch).
 
     A page's tier is its *code* ``codes[i]``, a ``(priority, slot)`` pair interned by
     :class:`Tiers`; the frontier owns ``codes`` (one ``array('I')`` entry per page), sets a
@@ -414,9 +414,8 @@ class TieredSelection(Selection):
             return engine.stored_mv
 
         self._keys = keys
-        #: Pages never fetched are ranked by votes (see "Votes" in :mod:`~.engine`): in the web
-        #: order of a one-pass crawl (a continuous crawl's pops weigh them by cash).
-        self.by_votes = web and not continuous and engine.votes
+        #: Pages never fetched are ranked by votes (see "Votes" in :mod:`~.engine`).
+        self.by_votes = web and engine.votes
 
         def order() -> Sequence[float]:
             return engine.order_mv
