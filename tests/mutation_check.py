@@ -1,8 +1,8 @@
 """Mutation check of the crawl over partitions: each edit below breaks one rule of the
 distributed path (cash in transit, the once-only apply, the takeover's replay, the virtual
 page's parts, the durability of what a message leaves from, lease timing, ownership changes,
-the routing of a host's pages, the seeds pushed into a crawl, the slots' turns of the web
-order) and must make a test fail.
+the routing of a host's pages, the seeds pushed into a crawl, the slots' turns and the votes
+of the web order) and must make a test fail.
 
     python tests/mutation_check.py [--redis-url URL] [--only TEXT]
 
@@ -337,7 +337,7 @@ MUTANTS: list[tuple[str, list[tuple[str, str, str]], list[str] | None]] = [
     ),
     (
         "the crawl's pop over partitions leaves the slots' turns out (the web order)",
-        [(HEADS, "got.priority, -got.turns, got.cash", "got.priority, 0.0, got.cash")],
+        [(HEADS, "got.priority, -got.turns, got.votes", "got.priority, 0.0, got.votes")],
         ["tests/test_frontier.py"],
     ),
     (
@@ -360,6 +360,32 @@ MUTANTS: list[tuple[str, list[tuple[str, str, str]], list[str] | None]] = [
         "a continuous crawl's other pops take turns too (first fetches no longer weighed by cash)",
         [(SELECTION, "self._every_pop = web and not continuous", "self._every_pop = web")],
         ["tests/test_selection.py"],
+    ),
+    (
+        "votes to a page of another partition are lost on the way",
+        [(PART, "e.receive(target, p.share)", "e.receive(target, p.share._replace(votes=0.0))")],
+        None,
+    ),
+    (
+        "the crawl's pop over partitions ranks first fetches by cash alone (not votes)",
+        [(HEADS, "-got.turns, got.votes, got.cash", "-got.turns, 0.0, got.cash")],
+        ["tests/test_frontier.py", "tests/test_scheduler.py"],
+    ),
+    (
+        "a seed passes on the votes that placed it",
+        [(ENGINE, "        elif d:  # (a seed", "        elif True:  # (a seed")],
+        ["tests/test_engine.py"],
+    ),
+    (
+        "start requests are no seeds",
+        [
+            (
+                "scrapy_opic/_scheduler.py",
+                'seed = bool(request.meta.get("is_start_request"))',
+                "seed = False",
+            )
+        ],
+        ["tests/test_scheduler.py"],
     ),
 ]
 

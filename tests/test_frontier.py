@@ -28,6 +28,7 @@ from scrapy_opic.opic.constants import (
 )
 from scrapy_opic.opic.contract import Entry
 from scrapy_opic.opic.frontier import MemoryFrontier
+from scrapy_opic.opic.routing import partition_of
 from scrapy_opic.opic.snapshot import restore_frontier
 from tests.support.frontiers import Factory, L, key, visit
 
@@ -379,6 +380,34 @@ def test_a_continuous_crawls_discovery_pops_give_slots_turns(frontiers):
 
     assert all(crawl("web"))
     assert not all(crawl("cash"))
+
+
+def test_hosts_of_equal_turns_are_weighed_by_votes_not_cash(frontiers):
+    """Two hosts (two partitions of the Redis store) at one turn each: the next first fetch is
+    the page with the most votes (two links from the seed, but all of its parent's votes)
+    though the other (one link from the seed) has more cash."""
+    a = "http://a.example/"
+    b = next(
+        f"http://b{j}.example/"
+        for j in range(200)
+        if partition_of(f"http://b{j}.example/", None, 256) != partition_of(a, None, 256)
+    )
+
+    def page(url: str, payload: bool = True) -> L:
+        return L(
+            url.encode(), url, slot=url.split("/")[2], payload=url.encode() if payload else None
+        )
+
+    f = frontiers.make()
+    f.schedule([Entry(a.encode(), a, 0, "a.example", b"seed", seed=True)])
+    seed = f.pop()
+    visit(f, seed, [page(b), page(a + "1")])
+    lease = f.pop()
+    assert lease.key == b.encode()  # (its host's first turn)
+    visit(f, lease, [page(b + "1")])
+    assert f.cash_of((a + "1").encode()) > f.cash_of((b + "1").encode())
+    assert f.pop().key == (b + "1").encode()
+    assert f.total_cash() == pytest.approx(1.0, abs=TOL)
 
 
 def test_a_page_with_room_is_found_behind_many_pages_in_full_slots(frontiers):
