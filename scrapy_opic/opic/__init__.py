@@ -2,7 +2,8 @@
 
 The public API of the algorithm is this package's ``__all__``:
 
-* :class:`OpicEngine`: cash, history, the clock G and the virtual page, with a page's importance;
+* :class:`OpicEngine`: cash, history, the clock G and the virtual page, with a page's importance
+  (and the web order's link votes); :class:`Share`, what it pays a page it does not hold;
 * the selection strategies of the paper (:class:`GreedySelection`, :class:`RandomSelection`,
   :class:`CycleSelection`, by name :func:`make_selection`);
 * the history window policies of Adaptive OPIC (:func:`parse_window` builds one from a spec);
@@ -15,7 +16,7 @@ refetch planner, the key index...) are the plugin's own: they may change in any 
 """
 
 from .contract import Entry, Frontier, Lease, Link, Visit
-from .engine import OpicEngine
+from .engine import OpicEngine, Share
 from .frontier import MemoryFrontier
 from .selection import CycleSelection, GreedySelection, RandomSelection, make_selection
 from .window import (
@@ -43,6 +44,7 @@ __all__ = [
     "MemoryFrontier",
     "OpicEngine",
     "RandomSelection",
+    "Share",
     "UnboundedHistory",
     "VariableWindow",
     "Visit",

@@ -262,7 +262,8 @@ class Fleet:
     ) -> Lease | None:
         """The best page of the partitions owned but those of ``exclude``: the highest
         priority, then (in a continuous crawl's discovery turn, a page never fetched first)
-        the most cash, among the slots with room (:class:`~.heads.Heads`: O(log P) heap
+        the fewest turns of its slot and the most votes in the web order, then the most cash,
+        among the slots with room (:class:`~.heads.Heads`: O(log P) heap
         operations). A crawl that refetches by change pops as :meth:`_choose` says, and after
         a refetch makes one relay visit in the refetched page's partition."""
         self.deliver_local()

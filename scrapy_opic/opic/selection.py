@@ -23,7 +23,7 @@ They also observe the engine (``raised``/``taken``/``grow``), so cash moves keep
   About 8.5 bytes per page (position int32, membership byte, heap slot int32).
 * :class:`TieredSelection`: priority tiers (``request.priority``) over Greedy across download
   slots (for politeness: only slots that have room), by default in the *web order* for pages
-  never fetched (the slots take turns; in a slot, the most cash), for the frontier:
+  never fetched (the slots take turns; in a slot, the most link votes), for the frontier:
   each page's ``(priority, slot)`` is a small code (:class:`Tiers`) in an array the frontier
   keeps, and all tiers share one position array: about 8 bytes per page whatever the number
   of tiers, and a numpy bulk load for a resumed crawl.
