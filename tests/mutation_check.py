@@ -372,8 +372,8 @@ MUTANTS: list[tuple[str, list[tuple[str, str, str]], list[str] | None]] = [
         ["tests/test_frontier.py", "tests/test_scheduler.py"],
     ),
     (
-        "a seed passes on the votes that placed it",
-        [(ENGINE, "        elif d:  # (a seed", "        elif True:  # (a seed")],
+        "a seed is one link deep",
+        [(ENGINE, "self._vote(i, SEED_VOTES, 0)", "self._vote(i, SEED_VOTES, 1)")],
         ["tests/test_engine.py"],
     ),
     (

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from scrapy_opic.opic import OpicEngine, parse_window
 from scrapy_opic.opic.batch import visit_batch
-from scrapy_opic.opic.constants import UNREACHED
+from scrapy_opic.opic.constants import SEED_VOTES, UNREACHED
 from scrapy_opic.opic.engine import DEPTH_CAP, FETCHED, Share
 from scrapy_opic.opic.importance import importance_of
 from scrapy_opic.opic.snapshot import engine_arrays, engine_from_header, engine_header
@@ -663,27 +663,30 @@ def test_a_crawl_from_one_seed_rebases_once_it_knows_a_thousand_pages(refresh):
 
 
 def test_votes_pass_as_the_rules_say():
-    """A seed passes its own vote only; a page passes half of (its votes plus its own vote)
-    over its links and its depth plus one; a page reached nearer a seed keeps its votes,
-    discounted less; a redirect moves votes and depth; cash stays 1 all the while."""
+    """A page passes half of (its votes plus its own vote) over its links and its depth plus
+    one, a seed as any page; a page reached nearer a seed keeps its votes, discounted less; a
+    redirect moves votes and depth; cash stays 1 all the while."""
     e = OpicEngine(votes=True)
     e.add_pages(6)
     e.seed(0)
-    assert (e.order[0], e.depth[0]) == (1.0, 0)
+    assert (e.order[0], e.depth[0]) == (SEED_VOTES, 0)
     assert e.depth[1] == UNREACHED and e.order[1] == 0.0
-    e.visit(0, [1, 2])  # 0.5 * 0.5 over two links, one link from the seed
+    e.visit(0, [1, 2])  # 0.5 * (SEED_VOTES + 0.5) over two links, one link from the seed
+    first = 0.25 * (SEED_VOTES + 0.5)
     assert e.order[0] == 0.0
-    assert e.order[1] == pytest.approx(0.125 * 0.8) and e.depth[1] == 1
-    e.visit(1, [2, 3])  # 0.5 * (0.5 + 0.125) = 0.3125 over two links
-    assert e.order[2] == pytest.approx(0.125 * 0.8 + 0.15625 * 0.8) and e.depth[2] == 1
-    assert e.order[3] == pytest.approx(0.15625 * 0.64) and e.depth[3] == 2
-    e.visit(3, [4])  # 0.5 * (0.5 + 0.15625) to page 4, three links from the seed
-    assert e.order[4] == pytest.approx(0.328125 * 0.8**3) and e.depth[4] == 3
+    assert e.order[1] == pytest.approx(first * 0.8) and e.depth[1] == 1
+    e.visit(1, [2, 3])  # 0.5 * (0.5 + first) over two links
+    second = 0.25 * (0.5 + first)
+    assert e.order[2] == pytest.approx((first + second) * 0.8) and e.depth[2] == 1
+    assert e.order[3] == pytest.approx(second * 0.64) and e.depth[3] == 2
+    e.visit(3, [4])  # 0.5 * (0.5 + second) to page 4, three links from the seed
+    third = 0.5 * (0.5 + second)
+    assert e.order[4] == pytest.approx(third * 0.8**3) and e.depth[4] == 3
     e.receive(4, Share(0.0, 0.0, 0.2, 1))  # (as from a page of another partition)
-    assert e.order[4] == pytest.approx((0.328125 + 0.2) * 0.8) and e.depth[4] == 1
+    assert e.order[4] == pytest.approx((third + 0.2) * 0.8) and e.depth[4] == 1
     e.transfer(4, 5)  # a redirect
     assert e.order[4] == 0.0
-    assert e.order[5] == pytest.approx((0.328125 + 0.2) * 0.8) and e.depth[5] == 1
+    assert e.order[5] == pytest.approx((third + 0.2) * 0.8) and e.depth[5] == 1
     e.payout()
     assert e.total_cash() == pytest.approx(1.0)
 
@@ -722,7 +725,7 @@ def test_votes_match_a_reference_model(seed, steps):
         act = rng.integers(0, 6)
         if act == 0:
             e.seed(i)
-            get(i, 1.0, 0)
+            get(i, SEED_VOTES, 0)
         elif act == 1:
             j = int(rng.integers(0, n))
             e.transfer(i, j)
@@ -734,8 +737,7 @@ def test_votes_match_a_reference_model(seed, steps):
             kids = [k for k in kids if k != i]
             outside = [1.0] * int(rng.integers(0, 2))
             shares = e.visit_out(i, kids, None, 0.0, outside)[1]
-            own = votes[i] if depth[i] not in (0, UNREACHED) else 0.0
-            give = 0.5 * (0.5 + own)
+            give = 0.5 * (0.5 + votes[i])
             d = (0 if depth[i] == UNREACHED else depth[i]) + 1
             votes[i] = 0.0
             if kids or outside:

@@ -14,11 +14,11 @@ CLOSED = 4
 
 #: The web order's link votes (see "Votes" in :mod:`~.engine`): the share of a visited page's
 #: votes (its own vote included) passed over its links, the vote every visit casts, the votes of
-#: a seed, the discount of votes per link between a page and the nearest seed, and the depth
-#: of a page no link has reached yet (the largest ``uint16``).
+#: a seed (as many as two hundred visits cast), the discount of votes per link between a page and
+#: the nearest seed, and the depth of a page no link has reached yet (the largest ``uint16``).
 VOTE_DAMPING = 0.5
 VISIT_VOTE = 1.0 - VOTE_DAMPING
-SEED_VOTES = 1.0
+SEED_VOTES = 100.0
 DEPTH_DISCOUNT = 0.8
 UNREACHED = 0xFFFF
 

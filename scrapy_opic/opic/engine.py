@@ -49,9 +49,11 @@ fewest links between it and a seed over visited pages (:data:`~.constants.UNREAC
 any). A visit passes :data:`~.constants.VOTE_DAMPING` of (the page's votes plus its own vote,
 :data:`~.constants.VISIT_VOTE`) over its links, in the shares of its cash, and ``depth + 1``;
 the page's votes start again from 0 (what reaches a page already visited waits for its next
-visit). A seed (:meth:`OpicEngine.seed`: a start request) has :data:`~.constants.SEED_VOTES`
-and depth 0, which place it before the pages links found; it passes on its own vote only (the
-choice of seeds is no link). Why
+visit). A seed (:meth:`OpicEngine.seed`: a start request) has depth 0 and
+:data:`~.constants.SEED_VOTES`, the votes of many pages: it comes before the pages links
+found, and its links before theirs (a crawl starts from a site's home page, whose links are
+worth more than any other page's: every page of the site links back to it, over links a
+one-pass crawl follows only after it). Why
 not cash: in one pass, the cash that reaches a visited page never moves on, and what moves on
 shrinks at every link from the seed, so the order drifts to breadth-first; every visited page
 casts the same vote, and a page many visited pages link to comes first. The depth discount
@@ -618,7 +620,7 @@ class OpicEngine:
         votes = VISIT_VOTE
         if d == UNREACHED:
             d = 0  # (filed with no link to it and not as a seed: as a seed's links)
-        elif d:  # (a seed's votes placed it: the choice of seeds is no link, not passed on)
+        else:
             votes += self.order_mv[i] * DEPTH_DISCOUNT ** -min(d, DEPTH_CAP)
         self.order_mv[i] = 0.0
         return VOTE_DAMPING * votes, d + 1 if d < UNREACHED - 1 else d
