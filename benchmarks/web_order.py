@@ -19,7 +19,7 @@ highest (the best a crawler can do without knowing pages it has not discovered).
   plugin's own frontier (the embedded store's code, in memory): the most cash;
 - ``opic``: the plugin's one-pass order (``OPIC_ORDER = "web"``, the default), the same way;
   ``opic/H``: each host a download slot, the slots taking turns (without hosts, one slot: the
-  order by cash);
+  order by votes in a host);
 - ``opic_continuous_cash`` and ``opic_continuous``: the first fetches of the plugin's
   continuous crawl (``OPIC_CONTINUOUS``, refetches by cash), by cash and in the web order
   (its discovery pops take turns); ``opic_continuous/H`` as ``opic/H``;

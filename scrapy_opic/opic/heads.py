@@ -1,8 +1,8 @@
 """The best page of each partition a process owns, kept for its pops.
 
 A pop of a crawl over partitions takes the best page of all of them (priority, then the fewest
-turns of its download slot in the web order, then its key there, its votes, then cash; in a
-continuous crawl's discovery turn, a page never fetched first).
+turns of its download slot and the most votes in the web order, then cash; in a continuous
+crawl's discovery turn, a page never fetched first).
 Peeking every partition at every pop would cost O(P); :class:`Heads` caches each partition's
 best page with the partition's version, in a heap of their ranks, and peeks again only a
 partition that changed since (:meth:`Heads.mark`), or whose best page's slot is full, or whose
