@@ -665,23 +665,36 @@ class OpicEngine:
         t = self.G
         tt = t * t
         total = 0.0
-        vs = votes if depth < UNREACHED else None
-        o, dp = self.order_mv, self.depth_mv
-        at = DEPTH_DISCOUNT ** min(depth, DEPTH_CAP)
-        for n, (j, x, y) in enumerate(zip(ids, amounts, credits)):
-            s[j] += x
-            lc[j] += y
-            total += y
-            if moments:
-                b[j] += y * t
-                d[j] += y * tt
-            if vs is not None:
-                if dp[j] == depth:  # (the common case, inline: a sibling of the same depth)
-                    o[j] += vs[n] * at
+        if votes is None or depth >= UNREACHED:
+            for j, x, y in zip(ids, amounts, credits):
+                s[j] += x
+                lc[j] += y
+                total += y
+                if moments:
+                    b[j] += y * t
+                    d[j] += y * tt
+                for obs in observers:
+                    obs.raised(j)
+        else:  # (the same, and the votes: the two common cases inline, see _vote)
+            o, dp = self.order_mv, self.depth_mv
+            at = DEPTH_DISCOUNT ** min(depth, DEPTH_CAP)
+            for j, x, y, v in zip(ids, amounts, credits, votes):
+                s[j] += x
+                lc[j] += y
+                total += y
+                if moments:
+                    b[j] += y * t
+                    d[j] += y * tt
+                dj = dp[j]
+                if dj == depth:
+                    o[j] += v * at
+                elif dj == UNREACHED:
+                    o[j] = v * at
+                    dp[j] = depth
                 else:
-                    self._vote(j, vs[n], depth)
-            for obs in observers:
-                obs.raised(j)
+                    self._vote(j, v, depth)
+                for obs in observers:
+                    obs.raised(j)
         self.credit_total += total
         if moments:
             self.b_total += total * t
