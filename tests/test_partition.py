@@ -665,3 +665,18 @@ def test_a_message_applied_here_is_confirmed_only_once_its_application_is_durabl
         bus.round()
     assert bus.total_cash() == pytest.approx(1.0, abs=TOL)
     assert sequence_problems(bus.members(), bus.moving()) == []
+
+
+def test_a_partitions_payout_keeps_only_its_pages_share_and_leaves_the_rest_to_the_pool():
+    """A partition's virtual page pays its own pages their share of the crawl's live pages (and
+    of its pages never fetched), and leaves the rest for the pool to pay the others."""
+    from scrapy_opic.opic.importance import CrawlView
+
+    e = OpicEngine(refresh=0.5)
+    e.pooled = True
+    e.add_pages(10)  # 10 live pages here, never fetched; 30 live elsewhere, 10 never fetched
+    e.view = CrawlView(30, 10, 30, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0)
+    assert e.payout() == pytest.approx(0.5 * 10 / 40 + 0.5 * 10 / 20)
+    assert float(e.cash().sum()) == pytest.approx(0.125 + 0.25)
+    assert (e.pool_all, e.pool_unfetched) == (pytest.approx(0.375), pytest.approx(0.25))
+    assert e.total_cash() == pytest.approx(1.0)
