@@ -616,14 +616,17 @@ class OpicEngine:
     def _votes_out(self, i: int) -> tuple[float, int]:
         """Take page ``i``'s votes for a visit: what it passes on over its links (its votes and
         its own vote, damped) and the depth its links get."""
+        votes = VISIT_VOTE + self._take_votes(i)
         d = self.depth_mv[i]
-        votes = VISIT_VOTE
         if d == UNREACHED:
             d = 0  # (filed with no link to it and not as a seed: as a seed's links)
-        else:
-            votes += self.order_mv[i] * DEPTH_DISCOUNT ** -min(d, DEPTH_CAP)
-        self.order_mv[i] = 0.0
         return VOTE_DAMPING * votes, d + 1 if d < UNREACHED - 1 else d
+
+    def _take_votes(self, i: int) -> float:
+        """Take page ``i``'s votes (undiscounted; 0 for a page no link has reached)."""
+        votes = self.order_mv[i] * DEPTH_DISCOUNT ** -min(self.depth_mv[i], DEPTH_CAP)
+        self.order_mv[i] = 0.0
+        return votes
 
     def _vote(self, j: int, v: float, depth: int) -> None:
         """Page ``j`` receives votes ``v`` (undiscounted) that come ``depth`` links from a seed
@@ -665,36 +668,18 @@ class OpicEngine:
         t = self.G
         tt = t * t
         total = 0.0
-        if votes is None or depth >= UNREACHED:
-            for j, x, y in zip(ids, amounts, credits):
-                s[j] += x
-                lc[j] += y
-                total += y
-                if moments:
-                    b[j] += y * t
-                    d[j] += y * tt
-                for obs in observers:
-                    obs.raised(j)
-        else:  # (the same, and the votes: the two common cases inline, see _vote)
-            o, dp = self.order_mv, self.depth_mv
-            at = DEPTH_DISCOUNT ** min(depth, DEPTH_CAP)
-            for j, x, y, v in zip(ids, amounts, credits, votes):
-                s[j] += x
-                lc[j] += y
-                total += y
-                if moments:
-                    b[j] += y * t
-                    d[j] += y * tt
-                dj = dp[j]
-                if dj == depth:
-                    o[j] += v * at
-                elif dj == UNREACHED:
-                    o[j] = v * at
-                    dp[j] = depth
-                else:
-                    self._vote(j, v, depth)
-                for obs in observers:
-                    obs.raised(j)
+        vs = votes if depth < UNREACHED else None
+        for n, (j, x, y) in enumerate(zip(ids, amounts, credits)):
+            s[j] += x
+            lc[j] += y
+            total += y
+            if moments:
+                b[j] += y * t
+                d[j] += y * tt
+            if vs is not None:
+                self._vote(j, vs[n], depth)
+            for obs in observers:
+                obs.raised(j)
         self.credit_total += total
         if moments:
             self.b_total += total * t
@@ -765,10 +750,7 @@ class OpicEngine:
         self.credit_total -= held
         if not self.votes or self.depth_mv[src] == UNREACHED:
             return Share(c, k)
-        d = self.depth_mv[src]
-        votes = self.order_mv[src] * DEPTH_DISCOUNT ** -min(d, DEPTH_CAP)
-        self.order_mv[src] = 0.0
-        return Share(c, k, votes, d)
+        return Share(c, k, self._take_votes(src), self.depth_mv[src])
 
     def receive(self, i: int, share: Share) -> None:
         """Page ``i`` receives a :class:`Share` taken elsewhere (:meth:`take_out`,
