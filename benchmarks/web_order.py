@@ -3,7 +3,8 @@ pages, beside the orders a crawl is judged against.
 
     python -m benchmarks.web_order [--graph EDGES] [--seeds 247028,263046,162973,265611]
         [--fraction 0.1] [--site-size 1024] [--generated 100000] [--beta 0.8]
-        [--scrapy H [--delay D] [--concurrency C] [--fleet N --redis-url URL] [--continuous]]
+        [--scrapy H [--delay D] [--concurrency C] [--fleet N --redis-url URL] [--continuous]
+        [--runs R]]
         [--out ...]
 
 Every order starts from one seed page and, at each step, fetches one page it has discovered
@@ -62,7 +63,8 @@ the results then go to ``web_order_scrapy<H>_delay<D>``. With ``--fleet N``, N s
 share each crawl on Redis (``OPIC_STORE = "redis"``, its default partitions by host), each
 closing after its share of the pages: ``web_order_scrapy<H>_delay<D>_fleet<N>``. With
 ``--continuous`` the crawl is continuous (``OPIC_CONTINUOUS``, its defaults), the order its
-first fetches: ``..._continuous``.
+first fetches: ``..._continuous``. ``--runs R`` crawls each seed R times and gives the median
+(``..._runs<R>``): which responses come back first moves a crawl's order.
 """
 
 from __future__ import annotations
@@ -651,20 +653,23 @@ def through_scrapy(
     redis_url: str = "",
     concurrency: int = 16,
     continuous: bool = False,
+    runs: int = 1,
 ) -> tuple[list[str], list[list], list[dict]]:
     """The plugin's order through Scrapy, from the server's access log (see the module
     docstring): its ratio to frontier-omniscient's share ``best[seed]``, by seed, beside the
     ``offline`` ratios of breadth-first and partial PageRank; with ``fleet``, that many
     processes share the crawl on the Redis server ``redis_url``; ``concurrency``: each
     process's ``CONCURRENT_REQUESTS``; ``continuous``: a continuous crawl (its defaults), the
-    order its first fetches, stopped after 3 fetches per page of the share measured."""
+    order its first fetches, stopped after 3 fetches per page of the share measured; ``runs``:
+    crawls per seed, the median ratio the figure (which responses come back first moves a
+    crawl's order, so one crawl of a seed is one draw of it)."""
     stop = int(g.n * fraction)
     block = -(-g.n // hosts)
     names = tuple(f"127.0.{h // 250}.{h % 250 + 1}" for h in range(hosts))
     site = Site(g.graph, host_of=lambda i: names[i // block], addresses=names)
     rows, data = [], []
     with tempfile.TemporaryDirectory() as tmp, site:
-        for seed in best:
+        for seed, run in ((seed, run) for seed in best for run in range(runs)):
             site.access_log.clear()
             t0 = time.perf_counter()
             options = {"allowed": list(names), "CONCURRENT_REQUESTS": concurrency}
@@ -675,9 +680,10 @@ def through_scrapy(
                 options["OPIC_CONTINUOUS"] = True
             if fleet:  # (each process's share, and a little more: the first pages count)
                 options["CLOSESPIDER_PAGECOUNT"] = -(-fetches // fleet) + 100
-                fleet_crawl(site.url(seed), Path(tmp) / str(seed), fleet, redis_url, **options)
+                work = Path(tmp) / f"{seed}-{run}"
+                fleet_crawl(site.url(seed), work, fleet, redis_url, **options)
             else:
-                crawl(site.url(seed), "opic", Path(tmp) / str(seed), spider="site", **options)
+                crawl(site.url(seed), "opic", Path(tmp) / f"{seed}-{run}", spider="site", **options)
             seconds = time.perf_counter() - t0
             order: list[int] = []
             seen: set[int] = set()
@@ -690,12 +696,21 @@ def through_scrapy(
             if len(order) < stop:
                 raise RuntimeError(f"seed {seed}: {len(order)} pages fetched, not {stop}")
             ratio = float(g.pr[order[:stop]].sum() / best[seed])
-            data.append({"seed": seed, "opic": ratio, "pages": len(order), "seconds": seconds})
-            rows.append([seed, ratio, *offline[seed], len(order), seconds])
+            data.append(
+                {"seed": seed, "run": run, "opic": ratio, "pages": len(order), "seconds": seconds}
+            )
             print(g.name, seed, "through scrapy", data[-1], flush=True)
-    means = [float(np.mean([r[k] for r in rows])) for k in (1, 2, 3)]
-    rows.append(["mean", *means, "", ""])
-    head = ["seed", "opic", "bfs (offline)", "partial_pr (offline)", "pages fetched", "seconds"]
+    for seed in best:
+        mine = [d for d in data if d["seed"] == seed]
+        ratios = [d["opic"] for d in mine]
+        spread = f"{min(ratios):.3f}-{max(ratios):.3f}"
+        pages = int(np.median([d["pages"] for d in mine]))
+        seconds = float(np.median([d["seconds"] for d in mine]))
+        rows.append([seed, float(np.median(ratios)), spread, *offline[seed], pages, seconds])
+    means = [float(np.mean([r[k] for r in rows])) for k in (1, 3, 4)]
+    rows.append(["mean", means[0], "", *means[1:], "", ""])
+    head = ["seed", "opic (median)", f"opic (range of {runs})", "bfs (offline)"]
+    head += ["partial_pr (offline)", "pages fetched", "seconds"]
     return head, rows, data
 
 
@@ -715,6 +730,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--concurrency", type=int, default=16, help="CONCURRENT_REQUESTS of each")
     p.add_argument("--redis-url", default="redis://127.0.0.1:6379/0", help="the fleet's Redis")
     p.add_argument("--continuous", action="store_true", help="a continuous crawl through Scrapy")
+    p.add_argument("--runs", type=int, default=1, help="crawls through Scrapy per seed: median")
     p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args(argv)
     BETA = args.beta
@@ -762,16 +778,17 @@ def main(argv: list[str] | None = None) -> int:
             offline = {x["seed"]: (x["ratios"]["bfs"], x["ratios"]["partial_pr"]) for x in d}
             head, lines, got = through_scrapy(
                 g, best, offline, args.fraction, args.scrapy, args.delay, args.fleet,
-                args.redis_url, args.concurrency, args.continuous,
+                args.redis_url, args.concurrency, args.continuous, args.runs,
             )  # fmt: skip
             data[f"{g.name} through scrapy"] = got
             fleet = f", {args.fleet} processes on Redis" if args.fleet else ""
             fleet += f", CONCURRENT_REQUESTS {args.concurrency} each"
             fleet += ", continuous (its first fetches)" if args.continuous else ""
+            runs = f" The median of {args.runs} crawls per seed." if args.runs > 1 else ""
             sections.append(
                 f"## {g.name} through Scrapy: {args.scrapy} hosts, DOWNLOAD_DELAY "
                 f"{args.delay}{fleet}\n\nThe plugin's order, ratio to frontier-omniscient's "
-                "share.\n\n" + table(head, lines)
+                f"share.{runs}\n\n" + table(head, lines)
             )
     if args.generated:
         sections.append(trap_section)
@@ -791,6 +808,8 @@ def main(argv: list[str] | None = None) -> int:
         stem += f"_c{args.concurrency}"
     if args.scrapy and args.continuous:
         stem += "_continuous"
+    if args.scrapy and args.runs > 1:
+        stem += f"_runs{args.runs}"
     write_results(stem, data, text, args.out)
     return 0
 

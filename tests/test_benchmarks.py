@@ -229,18 +229,24 @@ def test_export_perf_smoke(tmp_path):
 def test_web_order_smoke(tmp_path):
     mod = load("web_order")
     args = ["--graph", "", "--generated", "3000", "--generated-seeds", "1", "--scrapy", "2"]
-    assert mod.main([*args, "--out", str(tmp_path)]) == 0
-    data = json.loads((tmp_path / "web_order_scrapy2_delay0.json").read_text())
+    assert mod.main([*args, "--runs", "2", "--out", str(tmp_path)]) == 0
+    data = json.loads((tmp_path / "web_order_scrapy2_delay0_runs2.json").read_text())
     (run,) = data["generated-3000"]
-    (crawl,) = data["generated-3000 through scrapy"]
-    assert crawl["pages"] >= 300 and 0 < crawl["opic"] < 2  # (10% of 3,055 pages, from the log)
+    crawls = data["generated-3000 through scrapy"]
+    assert [c["run"] for c in crawls] == [0, 1]
+    for crawl in crawls:  # (10% of 3,055 pages, from the log)
+        assert crawl["pages"] >= 300 and 0 < crawl["opic"] < 2
     ratios = run["ratios"]
     names = ("bfs", "opic_cash", "opic", "opic/its hosts", "partial_pr", "link_rank/its hosts")
     names += ("link_votes/its hosts", "depth_votes/its hosts")
     for name in (*names, "host_bfs/16 hosts"):
         assert 0 < ratios[name] < 2
-    text = (tmp_path / "web_order_scrapy2_delay0.md").read_text()
+    text = (tmp_path / "web_order_scrapy2_delay0_runs2.md").read_text()
     assert "link_rank/its hosts" in text and "## A trap" in text and "site's own calendar" in text
+    median = sorted(c["opic"] for c in crawls)
+    scrapy = text.split("through Scrapy", 1)[1].split("## A trap", 1)[0]
+    (row,) = [ln for ln in scrapy.splitlines() if ln.startswith(f"| {run['seed']:,} | ")]
+    assert f"| {median[0]:.3f}-{median[1]:.3f} |" in row  # (the range beside the median)
 
 
 def test_web_order_fleet_smoke(tmp_path, redis_url):
