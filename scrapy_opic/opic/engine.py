@@ -57,8 +57,10 @@ one-pass crawl follows only after it). Why
 not cash: in one pass, the cash that reaches a visited page never moves on, and what moves on
 shrinks at every link from the seed, so the order drifts to breadth-first; every visited page
 casts the same vote, and a page many visited pages link to comes first. The depth discount
-(:data:`~.constants.DEPTH_DISCOUNT` per link) keeps the crawl out of a site's endless
-calendar, which gets deeper at every visit in it. A page stores its votes discounted,
+(:data:`~.constants.DEPTH_DISCOUNT` per link) bounds how far votes lead a crawl into a site's
+endless calendar, which gets deeper at every visit in it (undiscounted, a calendar's days,
+each linked from several others, would outvote the site: no less a PageRank sink for votes
+than for PageRank). A page stores its votes discounted,
 ``order = votes * DEPTH_DISCOUNT ** depth`` (the key a heap reads), and that key never
 falls between two visits of the page: votes only come in and depth only goes down.
 """
