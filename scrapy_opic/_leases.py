@@ -5,17 +5,27 @@ went out with (a request freed with no outcome is seen: :meth:`Leases.lost`), th
 ``dont_filter`` of its request as filed (its retries and redirects keep them), and, when the
 request in flight is a follow-up, the request to fetch the page with later.
 
-A download slot has room while fewer of its requests than its concurrency are between their pop
-and the end of their download (Scrapy's ``request_left_downloader``), or their outcome if they
-never reach the downloader: the downloader then never holds more of a slot's requests than it
-may send at once. (Scrapy 2.13+ on the asyncio reactor starts every queued request of a slot
-that has a free transfer slot at once: more queued would mean more than its concurrency sent.)
-Counted here, not read from the downloader, whose count lags behind a run of pops, since a
-request reaches it only after the downloader middlewares.
+A download slot has room while fewer of its requests than its *room* are between their pop and
+the end of their download (Scrapy's ``request_left_downloader``), or their outcome if they never
+reach the downloader. Counted here, not read from the downloader, whose count lags behind a run
+of pops, since a request reaches it only after the downloader middlewares. The room:
+
+* a slot without a download delay: its concurrency. The downloader then never holds more of a
+  slot's requests than it may send at once. (Scrapy 2.13+ on the asyncio reactor starts every
+  queued request of a slot that has a free transfer slot at once: more queued would mean more
+  than its concurrency sent.)
+* a slot with a download delay ``d`` (``DOWNLOAD_DELAY``, ``DOWNLOAD_SLOTS``, AutoThrottle's):
+  the downloader sends one of its requests every ``d`` seconds, and each is downloading for its
+  latency ``l`` (the slot's recent ``download_latency``, a moving average): ``ceil(l / d)``
+  requests downloading at once and one waiting for its turn, at least 2, at most its
+  concurrency. A request popped earlier than that would wait in the downloader's queue for its
+  turn, chosen that much earlier than it goes out, on what the crawl knew then: with a
+  concurrency of 8 and a short latency, seven delays ahead.
 """
 
 from __future__ import annotations
 
+import math
 import weakref
 from collections.abc import Callable, Hashable, Iterator
 from typing import TYPE_CHECKING
@@ -28,24 +38,38 @@ if TYPE_CHECKING:  # pragma: no cover
     from scrapy.crawler import Crawler
 
 
-def slot_concurrency(crawler: Crawler) -> Callable[[Hashable], int]:
-    """A download slot's concurrency: the downloader's, or for a slot it has not made yet the
-    settings' (``DOWNLOAD_SLOTS``, ``CONCURRENT_REQUESTS_PER_IP`` or ``_PER_DOMAIN``)."""
+#: The weight of a download's latency in its slot's moving average.
+LATENCY_WEIGHT = 0.2
+#: Slots whose latency is kept beyond those with requests out: past it, the others' are
+#: forgotten (a broad crawl meets hosts without end; a host seen again learns it anew).
+LATENCY_SLOTS = 10_000
+
+
+def slot_room(crawler: Crawler) -> Callable[[Hashable, float | None], int]:
+    """``room(slot, latency)``: how many of a download slot's requests may be between their pop
+    and the end of their download (see the module docstring), from its concurrency and download
+    delay: the downloader's, or for a slot it has not made yet the settings' (``DOWNLOAD_SLOTS``,
+    ``CONCURRENT_REQUESTS_PER_IP`` or ``_PER_DOMAIN``, ``DOWNLOAD_DELAY``); ``latency``: the
+    slot's recent download latency in seconds (``None``: none seen yet)."""
     cs = crawler.settings
     default = cs.getint("CONCURRENT_REQUESTS_PER_IP") or cs.getint("CONCURRENT_REQUESTS_PER_DOMAIN")
-    configured = {
-        key: int(conf["concurrency"])
-        for key, conf in cs.getdict("DOWNLOAD_SLOTS").items()
-        if isinstance(conf, dict) and "concurrency" in conf
-    }
+    default_delay = cs.getfloat("DOWNLOAD_DELAY")
+    slots = {k: conf for k, conf in cs.getdict("DOWNLOAD_SLOTS").items() if isinstance(conf, dict)}
 
-    def concurrency(slot: Hashable) -> int:
+    def room(slot: Hashable, latency: float | None) -> int:
         downloader_slot = crawler.engine.downloader.slots.get(str(slot))
         if downloader_slot is not None:
-            return int(downloader_slot.concurrency)
-        return configured.get(str(slot), default)
+            concurrency, delay = int(downloader_slot.concurrency), float(downloader_slot.delay)
+        else:
+            conf = slots.get(str(slot), {})
+            concurrency = int(conf.get("concurrency", default))
+            delay = float(conf.get("delay", default_delay))
+        if delay <= 0:
+            return concurrency
+        downloading = math.ceil(latency / delay) if latency else 1
+        return max(1, min(concurrency, max(2, downloading + 1)))
 
-    return concurrency
+    return room
 
 
 def quiet_seconds(crawler: Crawler) -> float:
@@ -58,11 +82,12 @@ def quiet_seconds(crawler: Crawler) -> float:
 
 
 class Leases:
-    """The pages in flight here (see the module docstring); ``concurrency(slot)``: a download
-    slot's concurrency, asked once per slot until :meth:`forget_limits`."""
+    """The pages in flight here (see the module docstring); ``room(slot, latency)``: a download
+    slot's room (:func:`slot_room`), asked once per slot until :meth:`forget_limits`."""
 
-    def __init__(self, concurrency: Callable[[Hashable], int]) -> None:
-        self._concurrency = concurrency
+    def __init__(self, room: Callable[[Hashable, float | None], int]) -> None:
+        self._room = room
+        self._latency: dict[Hashable, float] = {}  # download slot -> its latency, averaged
         self._leases: dict[Hashable, Lease] = {}  # page key -> its lease
         self._out: dict[Hashable, weakref.ref] = {}  # page key -> the request handed out
         #: page key -> the priority and dont_filter of its request as filed.
@@ -162,10 +187,17 @@ class Leases:
         return lease, later
 
     def downloaded(self, request: Request) -> None:
-        """``request``'s download is over: its slot has room again."""
+        """``request``'s download is over: its slot has room again (and its latency, if it
+        had a response, goes into the slot's average)."""
         lease = self.of(request)
         if lease is not None and lease.key not in self._downloaded:
             self._downloaded.add(lease.key)
+            latency = request.meta.get("download_latency")
+            if latency is not None:
+                slot, before = lease.slot, self._latency.get(lease.slot)
+                self._latency[slot] = (
+                    latency if before is None else before + LATENCY_WEIGHT * (latency - before)
+                )
             self._unload(lease.slot)
 
     def lost(self) -> list[Lease]:
@@ -174,15 +206,24 @@ class Leases:
         return [lease for key in gone if (lease := self.end(key)[0]) is not None]
 
     def limit(self, slot: Hashable) -> int:
-        """The slot's concurrency (cached until :meth:`forget_limits`)."""
+        """The slot's room (cached until :meth:`forget_limits`)."""
         limit = self._limits.get(slot)
         if limit is None:
-            limit = self._limits[slot] = self._concurrency(slot)
+            limit = self._limits[slot] = self._room(slot, self._latency.get(slot))
         return limit
 
     def forget_limits(self) -> None:
-        """The downloader's slots may have changed: their concurrency is asked again."""
+        """The downloader's slots (their concurrency, their delay) and their latencies may
+        have changed: their room is asked again, and the slots' fullness follows it."""
         self._limits.clear()
+        if len(self._latency) > LATENCY_SLOTS:
+            self._latency = {s: x for s, x in self._latency.items() if s in self._load}
+        for slot in list(self.full):
+            if self._load.get(slot, 0) < self.limit(slot):
+                self.full.discard(slot)
+        for slot, n in self._load.items():
+            if n >= self.limit(slot):
+                self.full.add(slot)
 
     def clear(self) -> list[Lease]:
         """Every lease ends (a closing crawl); the leases, each with the request it went out

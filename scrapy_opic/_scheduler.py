@@ -70,7 +70,7 @@ from twisted.internet import task
 from ._backends import CrawlGone, StoreError, masked_url
 from ._backends.crawl import Crawl
 from ._errors import raise_in_one_line, stop_crawl
-from ._leases import Leases, quiet_seconds, slot_concurrency
+from ._leases import Leases, quiet_seconds, slot_room
 from ._requests import (
     SEEN_META,
     OutcomeErrback,
@@ -219,7 +219,7 @@ class OpicScheduler(BaseScheduler):
         self.codec = RequestCodec(None, self.counts, self._key, settings.store == "redis")
         self.df: Any = None  # a project's DUPEFILTER_CLASS, when it is not Scrapy's default
         self._extra: deque[Request] = deque()  # fetched outside the frontier (dont_filter...)
-        self.leases = Leases(slot_concurrency(crawler))
+        self.leases = Leases(slot_room(crawler))
         #: The code of each request whose page a visit paid (it files the page when it comes).
         self._codes: WeakKeyDictionary[Request, int] = WeakKeyDictionary()
         #: Requests a visit paid that have not reached enqueue_request yet (a request dropped

@@ -365,6 +365,22 @@ def test_a_continuous_crawl_orders_first_fetches_by_priority_and_refetches_by_ca
     assert total_cash(s) == pytest.approx(1.0, abs=1e-12)
 
 
+@pytest.mark.parametrize(("delay", "popped"), [(0.0, 6), (1.0, 2)])
+def test_a_slot_gets_no_more_requests_than_it_can_send_soon(schedulers, delay, popped):
+    """Without a download delay, a host gets as many requests as its concurrency; with one, a
+    request to download and one waiting for its turn (its pages stay here, to be chosen when
+    the slot has room, on what the crawl knows by then)."""
+    s = schedulers.make(DOWNLOAD_DELAY=delay, CONCURRENT_REQUESTS_PER_DOMAIN=6)
+    for n in range(8):
+        s.enqueue_request(Request(f"http://host0.example/many/{n}"))
+    got = []
+    while (r := s.next_request()) is not None:
+        got.append(r)
+    assert len(got) == popped
+    s.leases.downloaded(got[0])  # (Scrapy's request_left_downloader)
+    assert s.next_request() is not None and s.next_request() is None
+
+
 def test_request_priority_comes_before_cash(schedulers):
     s = schedulers.make()
     for i, url in enumerate(URLS[:6]):
