@@ -54,16 +54,18 @@ def slot_room(crawler: Crawler) -> Callable[[Hashable, float | None], int]:
     cs = crawler.settings
     default = cs.getint("CONCURRENT_REQUESTS_PER_IP") or cs.getint("CONCURRENT_REQUESTS_PER_DOMAIN")
     default_delay = cs.getfloat("DOWNLOAD_DELAY")
-    slots = {k: conf for k, conf in cs.getdict("DOWNLOAD_SLOTS").items() if isinstance(conf, dict)}
+    configured = {
+        key: (int(conf.get("concurrency", default)), float(conf.get("delay", default_delay)))
+        for key, conf in cs.getdict("DOWNLOAD_SLOTS").items()
+        if isinstance(conf, dict)
+    }
 
     def room(slot: Hashable, latency: float | None) -> int:
         downloader_slot = crawler.engine.downloader.slots.get(str(slot))
         if downloader_slot is not None:
             concurrency, delay = int(downloader_slot.concurrency), float(downloader_slot.delay)
         else:
-            conf = slots.get(str(slot), {})
-            concurrency = int(conf.get("concurrency", default))
-            delay = float(conf.get("delay", default_delay))
+            concurrency, delay = configured.get(str(slot), (default, default_delay))
         if delay <= 0:
             return concurrency
         downloading = math.ceil(latency / delay) if latency else 1
