@@ -351,6 +351,29 @@ def test_politeness_keeps_every_host_busy(tmp_path, graph):
     assert both["opic"] >= 1.5 * both["blind"], both
 
 
+def test_an_autothrottled_crawl_fetches_every_page_once(tmp_path, graph):
+    """AutoThrottle changes each slot's delay as the crawl goes, and a slot's room follows its
+    delay and latency (see ``scrapy_opic._leases``): the crawl neither stalls nor sends a page
+    twice, and its cash stays 1."""
+    hosts = ("127.0.0.2", "127.0.0.3")
+    with Site(graph, delay=0.01, host_of=lambda i: hosts[i % 2], addresses=hosts) as site:
+        items, stats = crawl(
+            tmp_path,
+            site.url(0),
+            allowed=list(hosts),
+            AUTOTHROTTLE_ENABLED=True,
+            AUTOTHROTTLE_START_DELAY=0.05,
+            AUTOTHROTTLE_MAX_DELAY=0.5,
+            AUTOTHROTTLE_TARGET_CONCURRENCY=2.0,
+            DOWNLOAD_DELAY=0.005,
+        )
+        fetched = [path for _host, path, _start, _end in site.access_log]
+    assert len({r["url"] for r in items}) == graph.n
+    assert len(fetched) == len(set(fetched)) == graph.n
+    assert stats["opic/total_cash"] == pytest.approx(1.0, abs=1e-9)
+    assert stats["opic/in_flight"] == 0
+
+
 def test_a_failure_only_the_errback_sees_still_settles_its_page(tmp_path, graph):
     """RedirectMiddleware gives up on an endless redirect chain from ``process_response``: no
     middleware's ``process_exception`` runs, only the request's errback. The page must still
