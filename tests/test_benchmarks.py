@@ -243,10 +243,14 @@ def test_web_order_smoke(tmp_path):
         assert 0 < ratios[name] < 2
     text = (tmp_path / "web_order_scrapy2_delay0_runs2.md").read_text()
     assert "link_rank/its hosts" in text and "## A trap" in text and "site's own calendar" in text
-    median = sorted(c["opic"] for c in crawls)
+    low, high = sorted(c["opic"] for c in crawls)
     scrapy = text.split("through Scrapy", 1)[1].split("## A trap", 1)[0]
     (row,) = [ln for ln in scrapy.splitlines() if ln.startswith(f"| {run['seed']:,} | ")]
-    assert f"| {median[0]:.3f}-{median[1]:.3f} |" in row  # (the range beside the median)
+    # The median (three significant digits), then the range (three decimals); the JSON's
+    # figures are rounded to four significant digits.
+    median, spread = row.split(" | ")[1:3]
+    assert float(median) == pytest.approx((low + high) / 2, rel=6e-3)
+    assert [float(x) for x in spread.split("-")] == pytest.approx([low, high], abs=1.5e-3)
 
 
 def test_web_order_fleet_smoke(tmp_path, redis_url):
