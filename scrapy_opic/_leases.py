@@ -220,12 +220,11 @@ class Leases:
         self._limits.clear()
         if len(self._latency) > LATENCY_SLOTS:
             self._latency = {s: x for s, x in self._latency.items() if s in self._load}
-        for slot in list(self.full):
-            if self._load.get(slot, 0) < self.limit(slot):
-                self.full.discard(slot)
-        for slot, n in self._load.items():
-            if n >= self.limit(slot):
-                self.full.add(slot)
+        self.full = {
+            slot
+            for slot in self.full | self._load.keys()
+            if self._load.get(slot, 0) >= self.limit(slot)
+        }
 
     def clear(self) -> list[Lease]:
         """Every lease ends (a closing crawl); the leases, each with the request it went out
