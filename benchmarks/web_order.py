@@ -71,6 +71,7 @@ from __future__ import annotations
 
 import argparse
 import heapq
+import itertools
 import tempfile
 import time
 import uuid
@@ -669,8 +670,9 @@ def through_scrapy(
     site = Site(g.graph, host_of=lambda i: names[i // block], addresses=names)
     rows, data = [], []
     with tempfile.TemporaryDirectory() as tmp, site:
-        for seed, run in ((seed, run) for seed in best for run in range(runs)):
+        for seed, run in itertools.product(best, range(runs)):
             site.access_log.clear()
+            work = Path(tmp) / f"{seed}-{run}"
             t0 = time.perf_counter()
             options = {"allowed": list(names), "CONCURRENT_REQUESTS": concurrency}
             # (A continuous crawl refetches too: enough fetches for the first ones measured.)
@@ -680,10 +682,9 @@ def through_scrapy(
                 options["OPIC_CONTINUOUS"] = True
             if fleet:  # (each process's share, and a little more: the first pages count)
                 options["CLOSESPIDER_PAGECOUNT"] = -(-fetches // fleet) + 100
-                work = Path(tmp) / f"{seed}-{run}"
                 fleet_crawl(site.url(seed), work, fleet, redis_url, **options)
             else:
-                crawl(site.url(seed), "opic", Path(tmp) / f"{seed}-{run}", spider="site", **options)
+                crawl(site.url(seed), "opic", work, spider="site", **options)
             seconds = time.perf_counter() - t0
             order: list[int] = []
             seen: set[int] = set()
