@@ -283,8 +283,10 @@ class OpicDownloaderMiddleware:
                     logger.warning("OPIC: the kept verdict on %s's validators is unreadable "
                                    "(%s): they are judged afresh", host, exc)  # fmt: skip
 
-    def _judged(self, host: str, before: tuple[bool, ...]) -> None:
-        """``host``'s verdict changed from ``before``: said once, dated if it lied, kept."""
+    def _judged(self, host: str, before: tuple[bool, ...], dates_before: bool) -> None:
+        """``host``'s verdict changed from ``before`` (:meth:`ValidatorAudit.distrusted`; its
+        ``Last-Modified`` agreed with its content: ``dates_before``): said once, dated if it
+        lied, kept."""
         audit = self.audit
         lied = audit.lie_found(host) is not None
         audit.judge(host, time.time())
@@ -299,10 +301,12 @@ class OpicDownloaderMiddleware:
         scheduler = OpicScheduler.of(self.crawler)
         if scheduler is not None:
             scheduler.judge_validators(host, audit.verdict(host))
-            # A lie found: the time thought unchanged goes; a Last-Modified distrusted (a
-            # lie, or noise): the changes it dated at first looks go.
+            # A lie found: the time thought unchanged goes; a Last-Modified that disagrees
+            # with the content (a lie, or noise): the changes it dated at first looks go. A
+            # server that only answers 304 falsely dates its full responses truly: its dates
+            # stay (without them its pages' rates would be learned low, static ones high).
             unchanged = not lied and audit.lie_found(host) is not None
-            dated = audit.distrusted(host)[1] and not before[1]
+            dated = dates_before and not audit.agrees(host, "last_modified")
             if unchanged or dated:
                 scheduler.forget_lies(host, unchanged=unchanged, dated=dated)
 
@@ -363,7 +367,7 @@ class OpicDownloaderMiddleware:
         modified = response.headers.get(b"Last-Modified")
         host = urlparse_cached(request).hostname
         changed = self._changed(request, host, etag, modified, sig)
-        since = _http_time(modified) if self.audit.trusted(host, "last_modified") else None
+        since = _http_time(modified) if self.audit.agrees(host, "last_modified") else None
         meta[SEEN_META] = Seen(request.url, etag, modified, sig, changed, since)
         if changed is False:
             self._unchanged(request)
@@ -389,11 +393,13 @@ class OpicDownloaderMiddleware:
             return None
         if sig is None or kept[3] is None:
             return True
-        before = self.audit.distrusted(host)
-        self.audit.observe(host, Snapshot(kept[1], kept[2], kept[3]), Snapshot(etag, modified, sig))
+        audit = self.audit
+        before, dates_before = audit.distrusted(host), audit.agrees(host, "last_modified")
+        audit.observe(host, Snapshot(kept[1], kept[2], kept[3]), Snapshot(etag, modified, sig))
         self._refetched(host, bool(request.meta.get(SENT_META)), sig != kept[3])
-        if self.audit.distrusted(host) != before and host is not None:
-            self._judged(host, before)
+        judged = (audit.distrusted(host), audit.agrees(host, "last_modified"))
+        if judged != (before, dates_before) and host is not None:
+            self._judged(host, before, dates_before)
         return sig != kept[3]
 
     def _refetched(self, host: str | None, conditional: bool, changed: bool) -> None:

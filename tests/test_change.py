@@ -312,6 +312,19 @@ def test_a_host_found_to_lie_is_dated_once_and_one_that_never_sends_a_304_is_not
     ]
 
 
+def test_a_host_that_only_lies_in_its_304s_keeps_its_dates_and_one_that_lies_in_them_does_not():
+    """A server whose 304s hide changes is sent no validator, but its ``Last-Modified`` still
+    agrees with its content on full responses: its dates stay evidence. A constant one does
+    not agree, whatever its 304s."""
+    audit = ValidatorAudit()
+    replay(audit, "liar", [Snapshot(None, f"day {k}", k) for k in range(4)])
+    audit.false_304.add("liar")
+    replay(audit, "stale", [Snapshot(None, "same", k) for k in range(4)])
+    assert not audit.trusted("liar", "last_modified") and audit.agrees("liar", "last_modified")
+    assert not audit.trusted("stale", "last_modified")
+    assert not audit.agrees("stale", "last_modified")
+
+
 def test_a_verdict_is_taken_back_when_it_distrusts_what_is_trusted_and_anything_else_refused():
     audit = ValidatorAudit()
     replay(audit, "stale", [Snapshot(None, "same", k) for k in range(3)])

@@ -8,6 +8,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -359,24 +360,41 @@ def timed(period: float, lie: bool) -> Script:
     return script
 
 
+def static(lie: bool) -> Script:
+    """A page that never changes, its ``Last-Modified`` a day old and true; ``lie``: a 304 to
+    every conditional request (else an honest 304)."""
+    modified = formatdate(time.time() - 86400.0, usegmt=True)
+
+    def script(k: int, headers: dict[str, str]) -> tuple[int, int, dict[str, str]]:
+        sent = headers.get("if-none-match")
+        status = 304 if sent is not None and (lie or sent == '"v0"') else 200
+        return status, 0, {"ETag": '"v0"', "Last-Modified": modified}
+
+    return script
+
+
 def test_the_rates_a_liar_taught_are_forgotten_when_it_is_found_out(tmp_path):
     """Two hosts whose pages change alike, one answering 304 to every conditional request:
     once it is found out, what its 304s said ("unchanged") is dropped, and its pages' learned
     change rates come within 2x of the honest host's (judged by the rates in the export).
     (Here the lie lasts about 50 requests, too short for the rates to fall 2x without the
-    forgetting: ``test_refresh`` checks that the lie's evidence is dropped.)"""
+    forgetting: ``test_refresh`` checks that the lie's evidence is dropped.) Its true
+    ``Last-Modified`` on full responses still dates its pages' changes: its static page is
+    learned as static as the honest host's."""
     paths = ["/", "/a", "/b"]
     with (
-        ScriptedSite({p: timed(1.0, False) for p in paths}) as honest_site,
-        ScriptedSite({p: timed(1.0, True) for p in paths}, host="127.0.0.2") as liar,
+        ScriptedSite({p: timed(1.0, False) for p in paths} | {"/s": static(False)}) as honest_site,
+        ScriptedSite(
+            {p: timed(1.0, True) for p in paths} | {"/s": static(True)}, host="127.0.0.2"
+        ) as liar,
     ):
-        honest_site.links = {"/": paths[1:] + [liar.url("/")]}
-        liar.links = {"/": paths[1:]}
+        honest_site.links = {"/": paths[1:] + ["/s", liar.url("/")]}
+        liar.links = {"/": paths[1:] + ["/s"]}
         crawl(
             tmp_path,
             honest_site.url(),
             allowed=["127.0.0.1", "127.0.0.2"],
-            CLOSESPIDER_PAGECOUNT=250,
+            CLOSESPIDER_PAGECOUNT=320,
             DOWNLOAD_DELAY=0.05,
             **CONTINUOUS,
         )
@@ -390,6 +408,8 @@ def test_the_rates_a_liar_taught_are_forgotten_when_it_is_found_out(tmp_path):
     liar_rates = sorted(rates[liar.url(p)] for p in paths)
     median_honest, median_liar = honest_rates[1], liar_rates[1]
     assert median_honest / 2 <= median_liar <= 2 * median_honest, (honest_rates, liar_rates)
+    static_honest, static_liar = rates[honest_site.url("/s")], rates[liar.url("/s")]
+    assert static_honest / 2 <= static_liar <= 2 * static_honest, (static_honest, static_liar)
 
 
 def test_a_304_to_a_request_that_sent_no_validator_is_a_failed_fetch(tmp_path):

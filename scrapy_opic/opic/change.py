@@ -488,8 +488,12 @@ class ValidatorAudit:
 
     def trusted(self, key: Hashable, kind: str) -> bool:
         """Whether ``kind`` of ``key`` may be sent and its 304s believed."""
-        if key in self.false_304:
-            return False
+        return key not in self.false_304 and self.agrees(key, kind)
+
+    def agrees(self, key: Hashable, kind: str) -> bool:
+        """Whether ``kind`` of ``key`` agrees with the content on full responses, whatever
+        its 304s: a ``Last-Modified`` that does dates a page's changes truly, even where the
+        server answers 304 to every conditional request."""
         agree, noisy, stale = self.counts.get((key, kind), (0, 0, 0))
         bad = noisy + stale
         return not (bad >= self.min_evidence and bad > self.max_share * (agree + bad))
