@@ -4,7 +4,7 @@ pages, beside the orders a crawl is judged against.
     python -m benchmarks.web_order [--graph EDGES] [--seeds 247028,263046,162973,265611]
         [--fraction 0.1] [--site-size 1024] [--generated 100000] [--beta 0.8]
         [--scrapy H [--delay D] [--concurrency C] [--fleet N --redis-url URL] [--continuous]
-        [--runs R]]
+        [--runs R]] [--draws N]
         [--out ...]
 
 Every order starts from one seed page and, at each step, fetches one page it has discovered
@@ -65,6 +65,11 @@ closing after its share of the pages: ``web_order_scrapy<H>_delay<D>_fleet<N>``.
 ``--continuous`` the crawl is continuous (``OPIC_CONTINUOUS``, its defaults), the order its
 first fetches: ``..._continuous``. ``--runs R`` crawls each seed R times and gives the median
 (``..._runs<R>``): which responses come back first moves a crawl's order.
+
+``--draws N`` shows how far: the plugin's order offline as a crawl through Scrapy runs it,
+16 requests out at once (8 per host, Scrapy's defaults), the next answer drawn at random
+among them, N draws per seed and hosting beside the order one page at a time
+(``..._draws<N>``).
 """
 
 from __future__ import annotations
@@ -72,10 +77,11 @@ from __future__ import annotations
 import argparse
 import heapq
 import itertools
+import random
 import tempfile
 import time
 import uuid
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from itertools import islice
 from pathlib import Path
@@ -99,6 +105,9 @@ INFLOW_FLOOR = 0.5
 BETA = 0.8
 #: Partial PageRank: fetches between recomputations, damping, power iterations.
 PPR_EVERY, PPR_ALPHA, PPR_ITERATIONS = 1000, 0.85, 30
+#: Requests out at once and per download slot in the draws with concurrency (``--draws``):
+#: Scrapy's defaults, ``CONCURRENT_REQUESTS`` and ``CONCURRENT_REQUESTS_PER_DOMAIN``.
+AT_ONCE, PER_SLOT = 16, 8
 
 Order = Callable[["Crawlable", int, int, "np.ndarray | None"], list[int]]
 
@@ -403,12 +412,16 @@ def opic(
     hosts: np.ndarray | None = None,
     order: str = "web",
     continuous: bool = False,
+    at_once: int = 1,
+    rng: random.Random | None = None,
 ) -> list[int]:
     """The plugin's one-pass order (``OPIC_ORDER``): its crawl code (frontier, engine, virtual
-    page), in memory, each host a download slot (no slot ever full); without ``hosts``, one
-    slot. With ``continuous``, the order of the first fetches of a continuous crawl that
-    refetches by cash, its defaults otherwise (the pages refetched are visited again over
-    their links: the graph does not change)."""
+    page), in memory, each host a download slot; without ``hosts``, one slot. With
+    ``continuous``, the order of the first fetches of a continuous crawl that refetches by
+    cash, its defaults otherwise (the pages refetched are visited again over their links: the
+    graph does not change). ``at_once``: requests out at once (as Scrapy's
+    ``CONCURRENT_REQUESTS``; a slot full at :data:`PER_SLOT`), the one answered next drawn
+    by ``rng`` among them; 1: each page visited before the next pop (no slot ever full)."""
     from scrapy_opic._backends.store import MemoryStore
     from scrapy_opic._state import open_crawl
     from scrapy_opic.opic.config import CrawlConfig
@@ -428,16 +441,28 @@ def opic(
     crawl.schedule([Entry(seed, str(seed), slot=slot(seed), payload="r", seed=True)])
     out: list[int] = []
     seen: set[int] = set()
-    while len(out) < stop and (lease := crawl.pop()) is not None:
-        i = lease.key
-        if i not in seen:
-            seen.add(i)
-            out.append(i)
-        kids = g.kids(i)
+    out_now: list = []  # (leases whose answer has not come yet)
+    load: Counter = Counter()  # (of each slot)
+    while len(out) < stop:
+        while len(out_now) < at_once:
+            full = [h for h, n in load.items() if n >= PER_SLOT] if at_once > 1 else ()
+            lease = crawl.pop(full)
+            if lease is None:
+                break
+            out_now.append(lease)
+            load[lease.slot] += 1
+            if lease.key not in seen:
+                seen.add(lease.key)
+                out.append(lease.key)
+        if not out_now:
+            break
+        lease = out_now.pop(rng.randrange(len(out_now)) if rng is not None else 0)
+        load[lease.slot] -= 1
+        kids = g.kids(lease.key)
         visit = crawl.visit(lease, [Link(j, str(j)) for j in kids])
         wanted = [j for j, code in zip(kids, visit.codes) if code == NEEDS_PAYLOAD]
         crawl.schedule([Entry(j, str(j), slot=slot(j), payload="r") for j in wanted])
-    return out
+    return out[:stop]
 
 
 def opic_cash(g: Crawlable, seed: int, stop: int, hosts: np.ndarray | None = None) -> list[int]:
@@ -626,6 +651,37 @@ def measure(g: Crawlable, seeds: list[int], fraction: float, hostings: dict[str,
     return header, rows, data
 
 
+def concurrent_draws(
+    g: Crawlable, measured: list[dict], fraction: float, hostings: dict[str, np.ndarray], draws: int
+) -> tuple[list[str], list[list], list[dict]]:
+    """The plugin's order (``opic/H``) as a crawl through Scrapy sees it: :data:`AT_ONCE`
+    requests out at once, the next answer drawn at random among them, ``draws`` draws (seeds
+    0, 1, ...) per seed and hosting, beside the order one page at a time (``measured``: what
+    :func:`measure` found). A draw is what a crawl through Scrapy is: which responses come
+    back first moves what the crawl knows when it chooses."""
+    stop = int(g.n * fraction)
+    rows, data = [], []
+    for got in measured:
+        seed, best = got["seed"], got["ratios"]["omniscient_share"]
+        for name, hosts in hostings.items():
+            ratios = [
+                float(g.pr[opic(g, seed, stop, hosts, at_once=AT_ONCE, rng=random.Random(r))]
+                      .sum() / best)
+                for r in range(draws)
+            ]  # fmt: skip
+            data.append({"seed": seed, "hosts": name, "ratios": ratios})
+            one = got["ratios"][f"opic/{name}"]
+            low, high = min(ratios), max(ratios)
+            rows.append([seed, name, one, float(np.median(ratios)), f"{low:.3f}-{high:.3f}"])
+            print(g.name, seed, name, "draws", [round(x, 3) for x in ratios], flush=True)
+    for name in hostings:
+        mine = [r for r in rows if r[1] == name]
+        rows.append(["mean", name, *(float(np.mean([r[k] for r in mine])) for k in (2, 3)), ""])
+    head = ["seed", "hosts", "one at a time", f"{AT_ONCE} at once (median)"]
+    head.append(f"{AT_ONCE} at once (range of {draws})")
+    return head, rows, data
+
+
 def fleet_crawl(start_url: str, workdir: Path, processes: int, redis_url: str, **options) -> None:
     """One crawl by ``processes`` crawl runners at once, sharing it on Redis (a key of its own,
     deleted after), each closing after ``CLOSESPIDER_PAGECOUNT`` pages of its own."""
@@ -732,6 +788,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--redis-url", default="redis://127.0.0.1:6379/0", help="the fleet's Redis")
     p.add_argument("--continuous", action="store_true", help="a continuous crawl through Scrapy")
     p.add_argument("--runs", type=int, default=1, help="crawls through Scrapy per seed: median")
+    p.add_argument("--draws", type=int, default=0, help="draws of the order with concurrency")
     p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args(argv)
     BETA = args.beta
@@ -774,6 +831,15 @@ def main(argv: list[str] | None = None) -> int:
         data[g.name] = d
         sections.append(f"## {g.name}: {g.n:,} pages, {g.graph.n_edges:,} links\n\n"
                         + table(header, rows))  # fmt: skip
+        if args.draws:
+            head, lines, got = concurrent_draws(g, d, args.fraction, hostings, args.draws)
+            data[f"{g.name} draws"] = got
+            sections.append(
+                f"## {g.name}: the plugin's order with {AT_ONCE} requests at once\n\n"
+                f"Ratio to frontier-omniscient's share, one page at a time (as above) and with "
+                f"{AT_ONCE} requests out at once ({PER_SLOT} per host), the next answer drawn at "
+                f"random: {args.draws} draws per seed.\n\n" + table(head, lines)
+            )
         if args.scrapy:
             best = {x["seed"]: x["ratios"]["omniscient_share"] for x in d}
             offline = {x["seed"]: (x["ratios"]["bfs"], x["ratios"]["partial_pr"]) for x in d}
@@ -811,6 +877,8 @@ def main(argv: list[str] | None = None) -> int:
         stem += "_continuous"
     if args.scrapy and args.runs > 1:
         stem += f"_runs{args.runs}"
+    if args.draws:
+        stem += f"_draws{args.draws}"
     write_results(stem, data, text, args.out)
     return 0
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import random
 import re
 
 import numpy as np
@@ -251,6 +252,40 @@ def test_web_order_smoke(tmp_path):
     median, spread = row.split(" | ")[1:3]
     assert float(median) == pytest.approx((low + high) / 2, rel=6e-3)
     assert [float(x) for x in spread.split("-")] == pytest.approx([low, high], abs=1.5e-3)
+
+
+def test_web_order_draws_with_requests_at_once(tmp_path):
+    """The plugin's order with 16 requests out at once: each draw is reproducible from its
+    seed, the draws differ, a page is fetched only after a page linking to it; the page shows
+    each seed's range of draws."""
+    mod = load("web_order")
+    graph, _hosts = mod.host_graph(3000)
+    g = mod.Crawlable(graph, "small")
+    (seed,) = mod.reaching_seeds(g, 1, 300)
+    hosts = np.arange(g.n) // 200
+    draw = [mod.opic(g, seed, 300, hosts, at_once=16, rng=random.Random(r)) for r in range(4)]
+    assert draw[0] == mod.opic(g, seed, 300, hosts, at_once=16, rng=random.Random(0))
+    assert len({tuple(d) for d in draw}) > 1
+    one = mod.opic(g, seed, 300, hosts)
+    for order in (*draw, one):
+        assert len(order) == len(set(order)) == 300 and order[0] == seed
+        for k, i in enumerate(order[1:], 1):  # (a page is known once a parent's answer is)
+            assert set(g.src[g.dst == i].tolist()) & set(order[:k]), i
+    args = ["--graph", "", "--generated", "3000", "--generated-seeds", "1", "--draws", "3"]
+    assert mod.main([*args, "--out", str(tmp_path)]) == 0
+    data = json.loads((tmp_path / "web_order_draws3.json").read_text())
+    got = data["generated-3000 draws"]
+    assert {d["hosts"] for d in got} == {"its hosts", "16 hosts"}
+    text = (tmp_path / "web_order_draws3.md").read_text()
+    section = text.split("16 requests at once", 1)[1]
+    for d in got:
+        low, high = min(d["ratios"]), max(d["ratios"])
+        (row,) = [
+            ln for ln in section.splitlines() if ln.startswith(f"| {d['seed']:,} | {d['hosts']} |")
+        ]
+        assert [float(x) for x in row.strip("| ").split(" | ")[4].split("-")] == pytest.approx(
+            [low, high], abs=1.5e-3
+        )
 
 
 def test_web_order_fleet_smoke(tmp_path, redis_url):
