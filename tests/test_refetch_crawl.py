@@ -394,7 +394,7 @@ def test_the_rates_a_liar_taught_are_forgotten_when_it_is_found_out(tmp_path):
             tmp_path,
             honest_site.url(),
             allowed=["127.0.0.1", "127.0.0.2"],
-            CLOSESPIDER_PAGECOUNT=320,
+            CLOSESPIDER_PAGECOUNT=400,
             DOWNLOAD_DELAY=0.05,
             **CONTINUOUS,
         )
