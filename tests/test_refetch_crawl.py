@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import csv
+import math
 import threading
 import time
 import uuid
@@ -345,32 +346,26 @@ def test_the_distrust_of_a_liar_passes_to_the_next_process_of_a_redis_crawl(tmp_
     assert log.count("127.0.0.9's validators is unreadable") == 1
 
 
-def timed(period: float, lie: bool) -> Script:
-    """A page whose version steps every ``period`` seconds; its ETag honest on full
-    responses; ``lie``: a 304 to every conditional request (else an honest 304)."""
+def timed(period: float, lie: bool, modified: str | None = None) -> Script:
+    """A page whose version steps every ``period`` seconds (``math.inf``: never); its ETag
+    honest on full responses; ``lie``: a 304 to every conditional request (else an honest
+    304); ``modified``: a ``Last-Modified`` sent with each response."""
     start = time.monotonic()
+    extra = {} if modified is None else {"Last-Modified": modified}
 
     def script(k: int, headers: dict[str, str]) -> tuple[int, int, dict[str, str]]:
         v = int((time.monotonic() - start) / period)
         sent = headers.get("if-none-match")
-        if sent is not None and (lie or sent == f'"v{v}"'):
-            return 304, v, {"ETag": f'"v{v}"'}
-        return 200, v, {"ETag": f'"v{v}"'}
+        status = 304 if sent is not None and (lie or sent == f'"v{v}"') else 200
+        return status, v, {"ETag": f'"v{v}"', **extra}
 
     return script
 
 
 def static(lie: bool) -> Script:
-    """A page that never changes, its ``Last-Modified`` a day old and true; ``lie``: a 304 to
-    every conditional request (else an honest 304)."""
-    modified = formatdate(time.time() - 86400.0, usegmt=True)
-
-    def script(k: int, headers: dict[str, str]) -> tuple[int, int, dict[str, str]]:
-        sent = headers.get("if-none-match")
-        status = 304 if sent is not None and (lie or sent == '"v0"') else 200
-        return status, 0, {"ETag": '"v0"', "Last-Modified": modified}
-
-    return script
+    """A page that never changes, its ``Last-Modified`` a day old and true; ``lie`` as
+    :func:`timed`'s."""
+    return timed(math.inf, lie, formatdate(time.time() - 86400.0, usegmt=True))
 
 
 def test_the_rates_a_liar_taught_are_forgotten_when_it_is_found_out(tmp_path):
