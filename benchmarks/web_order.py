@@ -651,6 +651,11 @@ def measure(g: Crawlable, seeds: list[int], fraction: float, hostings: dict[str,
     return header, rows, data
 
 
+def spread(ratios: Sequence[float]) -> str:
+    """The range of a seed's ratios over crawls or draws, as its page shows it."""
+    return f"{min(ratios):.3f}-{max(ratios):.3f}"
+
+
 def concurrent_draws(
     g: Crawlable, measured: list[dict], fraction: float, hostings: dict[str, np.ndarray], draws: int
 ) -> tuple[list[str], list[list], list[dict]]:
@@ -671,8 +676,7 @@ def concurrent_draws(
             ]  # fmt: skip
             data.append({"seed": seed, "hosts": name, "ratios": ratios})
             one = got["ratios"][f"opic/{name}"]
-            low, high = min(ratios), max(ratios)
-            rows.append([seed, name, one, float(np.median(ratios)), f"{low:.3f}-{high:.3f}"])
+            rows.append([seed, name, one, float(np.median(ratios)), spread(ratios)])
             print(g.name, seed, name, "draws", [round(x, 3) for x in ratios], flush=True)
     for name in hostings:
         mine = [r for r in rows if r[1] == name]
@@ -760,10 +764,11 @@ def through_scrapy(
     for seed in best:
         mine = [d for d in data if d["seed"] == seed]
         ratios = [d["opic"] for d in mine]
-        spread = f"{min(ratios):.3f}-{max(ratios):.3f}"
         pages = int(np.median([d["pages"] for d in mine]))
         seconds = float(np.median([d["seconds"] for d in mine]))
-        rows.append([seed, float(np.median(ratios)), spread, *offline[seed], pages, seconds])
+        rows.append(
+            [seed, float(np.median(ratios)), spread(ratios), *offline[seed], pages, seconds]
+        )
     means = [float(np.mean([r[k] for r in rows])) for k in (1, 3, 4)]
     rows.append(["mean", means[0], "", *means[1:], "", ""])
     head = ["seed", "opic (median)", f"opic (range of {runs})", "bfs (offline)"]
