@@ -8,7 +8,11 @@ second fetch of the page, and two processes' requests to one host closer than it
 has no other hook at the moment of sending (its downloader middlewares run before the delay), so
 these handlers ask the scheduler's :meth:`~scrapy_opic._scheduler.OpicScheduler.may_send` there:
 a request it refuses is not sent (it fails with ``IgnoreRequest``, as a request a middleware
-drops) and its page waits again in its partition, wherever that is now.
+drops) and its page waits again in its partition, wherever that is now. A request also waits
+there until the record of its page's lease is durable in the store
+(:meth:`~scrapy_opic._scheduler.OpicScheduler.until_durable`): a process that takes the
+partition over then holds the page in doubt while the sender may still tell its outcome,
+rather than fetch it a second time.
 
 The add-on installs them for ``OPIC_STORE = "redis"``, keeping the handlers they wrap in
 :data:`~scrapy_opic._sending.WRAPPED` (Scrapy's documented way for an add-on to fall back on
@@ -59,12 +63,23 @@ class _Wrapper:
         scheduler = OpicScheduler.of(self.crawler)
         return scheduler is not None and not scheduler.may_send(request)
 
+    def _durable(self, request: Request) -> Any:
+        """None if ``request`` may go out now, else a Deferred firing with whether it may once
+        the record of its lease is durable (:meth:`OpicScheduler.until_durable`)."""
+        scheduler = OpicScheduler.of(self.crawler)
+        return scheduler.until_durable(request) if scheduler is not None else None
+
 
 if _ASYNC or TYPE_CHECKING:
 
     class _Guard(_Wrapper):
         async def download_request(self, request: Request) -> Response:
             if self._refused(request):
+                raise IgnoreRequest(REFUSED)
+            waiting = self._durable(request)
+            if waiting is not None and not (
+                await maybe_deferred_to_future(waiting) and not self._refused(request)
+            ):
                 raise IgnoreRequest(REFUSED)
             send = self.wrapped.download_request
             if inspect.iscoroutinefunction(send):
@@ -86,7 +101,16 @@ else:  # pragma: no cover (Scrapy 2.13)
         def download_request(self, request: Request, spider: Any) -> Any:
             if self._refused(request):
                 return defer.fail(IgnoreRequest(REFUSED))
-            return self.wrapped.download_request(request, spider)
+            waiting = self._durable(request)
+            if waiting is None:
+                return self.wrapped.download_request(request, spider)
+
+            def send(durable: bool) -> Any:
+                if not durable or self._refused(request):
+                    raise IgnoreRequest(REFUSED)
+                return self.wrapped.download_request(request, spider)
+
+            return waiting.addCallback(send)
 
         def close(self) -> Any:
             close = getattr(self.wrapped, "close", None)

@@ -65,7 +65,8 @@ from scrapy.dupefilters import RFPDupeFilter
 from scrapy.exceptions import IgnoreRequest
 from scrapy.spidermiddlewares.httperror import HttpError
 from scrapy.utils.misc import build_from_crawler, load_object
-from twisted.internet import task
+from scrapy.utils.reactor import CallLaterOnce
+from twisted.internet import defer, task
 
 from ._backends import CrawlGone, StoreError, masked_url
 from ._backends.crawl import Crawl
@@ -235,6 +236,11 @@ class OpicScheduler(BaseScheduler):
         self._claimed = False  # a prepared scheduler handed to Scrapy's engine
         self._failed: str | None = None  # why the crawl's store failed (see _stop)
         self._closing = False
+        #: Requests waiting to go out until the records of their leases are durable (see
+        #: until_durable), with what tells their handlers.
+        self._unsent: list[tuple[Lease, defer.Deferred]] = []
+        # (After the reactor's turn: the requests that go out in it, one flush.)
+        self._flush_soon = CallLaterOnce(self._flush_for_unsent)
         self.seeds = SeedIntake(self)
 
     @classmethod
@@ -305,6 +311,7 @@ class OpicScheduler(BaseScheduler):
         crawl`` exits with 1)."""
         if self._failed is None:
             self._failed = str(exc)
+            self._wake_unsent()  # (none goes out: Scrapy's engine waits for them to close)
             kept = not isinstance(exc, CrawlGone)
             stop_crawl(self.crawler, exc, bool(self.settings.jobdir), self._closing, kept)
 
@@ -328,6 +335,7 @@ class OpicScheduler(BaseScheduler):
         self._closing = True
         if self._tick is not None and self._tick.running:
             self._tick.stop()
+        self._wake_unsent()
         self.seeds.stop()
         frontier = self._frontier
         if frontier is None:  # open() failed: nothing was opened but the dupefilter, maybe
@@ -389,6 +397,8 @@ class OpicScheduler(BaseScheduler):
             self._settle_lost()
             self.frontier.quiet = quiet_seconds(self.crawler)
             self.frontier.maintain(list(self.leases))
+            if self._unsent:  # (a flush for them found the links of a visit on their way)
+                self._flush_for_unsent()
             if self._starved and len(self.frontier):
                 self._nudge()
             self.report.update(self.frontier)
@@ -610,6 +620,43 @@ class OpicScheduler(BaseScheduler):
             if code == NEEDS_PAYLOAD:
                 self._unfiled.add(o)
         return visit.importance
+
+    def until_durable(self, request: Request) -> defer.Deferred | None:
+        """For a request about to go out (:mod:`~scrapy_opic._handler`): None if it may go out
+        now as far as the store goes, else a Deferred that fires with whether it may, once the
+        record of its lease is durable (a next owner of its partition would hold the page in
+        doubt, not fetch it again) or the lease is lost. A flush for it comes at once."""
+        lease = self.leases.of(request)
+        state = True if lease is None or self._failed else self.frontier.durable(lease)
+        if state is True:
+            return None
+        waiting: defer.Deferred = defer.Deferred()
+        if state is False or lease is None:
+            waiting.callback(False)
+            return waiting
+        self._unsent.append((lease, waiting))
+        self._flush_soon.schedule()
+        return waiting
+
+    def _flush_for_unsent(self) -> None:
+        if self._failed is None and self._unsent:
+            try:
+                self.frontier.flush_leases()
+            except StoreError as exc:
+                self._stop(exc)
+        self._wake_unsent()
+
+    def _wake_unsent(self) -> None:
+        """Tell the requests waiting for their lease records whether they may go out now."""
+        if not self._unsent:
+            return
+        waiting, self._unsent = self._unsent, []
+        for lease, d in waiting:
+            state = False if self._failed else self.frontier.durable(lease)
+            if state is None and not self._closing:
+                self._unsent.append((lease, d))
+            else:
+                d.callback(bool(state))
 
     @_guarded(True)
     def may_send(self, request: Request) -> bool:

@@ -90,6 +90,8 @@ class CrawlStats:
             self.stats.set_value(prefix + name, value)
         if crawl.shared:
             self.stats.set_value("opic/round_trips", crawl.round_trips)
+            self.stats.set_value("opic/late_outcomes", crawl.fleet.late_outcomes)
+            self.stats.set_value("opic/doubts_ended", crawl.fleet.doubts_ended)
             return figures
         top = self.top_page(crawl, fresh=closing)
         if top is not None:

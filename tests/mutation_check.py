@@ -1,8 +1,8 @@
 """Mutation check of the crawl over partitions: each edit below breaks one rule of the
 distributed path (cash in transit, the once-only apply, the takeover's replay, the virtual
-page's parts, the durability of what a message leaves from, lease timing, ownership changes,
-the routing of a host's pages, the seeds pushed into a crawl, the slots' turns and the votes
-of the web order) and must make a test fail.
+page's parts, the durability of what a message leaves from, lease timing, pages in doubt,
+ownership changes, the routing of a host's pages, the seeds pushed into a crawl, the slots'
+turns and the votes of the web order) and must make a test fail.
 
     python tests/mutation_check.py [--redis-url URL] [--only TEXT]
 
@@ -274,6 +274,31 @@ MUTANTS: list[tuple[str, list[tuple[str, str, str]], list[str] | None]] = [
                 '_RENEW = """\n',
             )
         ],
+        None,
+    ),
+    (
+        "a request goes out before the record of its lease is durable",
+        [(FLEET, "return n is None or self.parts[k].durable >= n or None", "return True")],
+        None,
+    ),
+    (
+        "a page a stalled process sent is not held in doubt by the partition's next owner",
+        [(PART, "            self.doubt[rec.key] = lease\n", "            fr.release([lease])\n")],
+        None,
+    ),
+    (
+        "a checkpoint forgets the pages in doubt",
+        [(PART, "if self.records_leases\n", "if False\n")],
+        None,
+    ),
+    (
+        "the outcomes a stalled process had not written are not sent to its partitions",
+        [(CRAWL, "            if late:\n", "            if False:\n")],
+        None,
+    ),
+    (
+        "a page in doubt waits for ever",
+        [(CRAWL, "if due and (n := self.fleet.end_doubts(due)):", "if False:")],
         None,
     ),
     # -- ownership changes ----------------------------------------------------------------------

@@ -170,6 +170,79 @@ def test_a_process_that_lost_its_partition_cannot_write_it(crawl):
     assert check(b.store.client, crawl.key) == []
 
 
+def test_a_page_sent_before_a_stall_waits_in_doubt_for_the_outcome_its_sender_tells_late(
+    crawl,
+):
+    """A page's request goes out once the record of its lease is durable. Its process stalls
+    past its lease before its outcome is written: the partition's next owner holds the page
+    in doubt (it never pops it), and when the stalled process runs again, its outcome (a
+    visit, with the requests of its links) settles the page there. The page is fetched once,
+    its links are all fetched, and cash is 1."""
+    a = crawl(lease=0.4)
+    a.schedule([Entry(key(url(0)), url(0), 0, "", b"seed")])
+    a.commit()
+    k = partition_of(url(0), key(url(0)), 16)
+    lease = a.pop()
+    assert a.durable(lease) is None  # (its record is not written yet: not sent)
+    a.flush()
+    assert a.durable(lease) is True  # (sent now)
+    time.sleep(0.5)  # a stalls past its lease
+    b = crawl(lease=0.4)
+    assert k in b.held or b._claim(k)  # (b may take it as it joins: a is silent)
+    assert key(url(0)) in b.fleet.parts[k].doubt
+    assert b.pop() is None  # in doubt: not fetched a second time
+    links = [L(key(url(j)), url(j), payload=b"r%d" % j) for j in links_of(0)]
+    assert visit(a, lease, links) is not None  # (a does not know yet)
+    a.flush()  # refused: a lets its partitions go, and tells their owners what it did
+    assert k not in a.fleet.parts
+    a.flush()
+    a.close([])
+    b.flush()  # b reads its inbox
+    assert not b.fleet.parts[k].doubt and b.fleet.late_outcomes == 1
+    b._next_rebalance = 0.0
+    done = run([b])
+    assert 0 not in done
+    assert set(links_of(0)) <= set(done) and len(done) == len(set(done))
+    b.commit()
+    assert check(b.store.client, crawl.key) == []
+
+
+def test_a_page_in_doubt_whose_sender_never_tells_is_fetched_again_after_its_time(crawl):
+    """A process killed after its request went out never tells the outcome: its page stays in
+    doubt (through a checkpoint and a change of owner), then waits again once the partition's
+    owner has held it :data:`DOUBT_LEASES` leases."""
+    from scrapy_opic._backends.crawl import DOUBT_LEASES
+
+    a = crawl(lease=0.3)
+    a.schedule([Entry(key(url(0)), url(0), 0, "", b"seed")])
+    a.commit()
+    k = partition_of(url(0), key(url(0)), 16)
+    a.flush()
+    assert a.durable(a.pop()) is None
+    a.flush()
+    a.store.client.close()  # killed
+    time.sleep(0.4)
+    b = crawl(lease=0.3)
+    assert k in b.held or b._claim(k)
+    assert b.pop() is None
+    b.close([])  # (a checkpoint, the page in flight in it)
+    c = crawl(lease=0.3)
+    assert k in c.held or c._claim(k)
+    assert c.pop() is None
+    c._next_rebalance = 0.0
+    c.maintain([])
+    assert c.pop() is None  # (not yet)
+    c.held[k].claimed_at -= DOUBT_LEASES * 0.3
+    c._next_rebalance = 0.0
+    c.maintain([])
+    assert c.fleet.doubts_ended == 1
+    again = c.pop()
+    assert again is not None and again.url == url(0)
+    assert visit(c, again, []) is not None
+    c.commit()
+    assert check(c.store.client, crawl.key) == []
+
+
 def test_a_process_that_lost_one_partition_lets_all_go(crawl):
     """On a plain Redis a process applies the messages between its partitions at once and
     writes them all in one step: when that write is refused for one partition (the process

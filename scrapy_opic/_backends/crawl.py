@@ -40,8 +40,8 @@ from ..opic.constants import ERROR, FILTERED, FORBIDDEN, IN_FLIGHT, OK
 from ..opic.contract import Entry, Lease, Link, Visit
 from ..opic.fleet import FIGURES, Fleet, finish_figures
 from ..opic.journal import Member
-from ..opic.messages import POOL, Message, in_transit
-from ..opic.partition import Partition
+from ..opic.messages import POOL, LateNote, Message, in_transit
+from ..opic.partition import LATE_RECORDS, Partition
 from ..opic.pool import Pool
 from . import StoreError, masked_url
 from .feed import Feed
@@ -66,6 +66,10 @@ REPORT = 0.5
 #: Cash held back (see :func:`_waiting_cash`) above which a process flushes at every
 #: tick, with its reports: a tenth of the crawl's.
 URGENT = 0.1
+#: Leases a page in doubt waits, from the claim of its partition, for the outcome its sender
+#: may still tell (a process stopped past its lease tells it when it runs again) before it is
+#: fetched again.
+DOUBT_LEASES = 4
 #: The figures that say the crawl has work left.
 _WORK = ("pending", "in_flight", "messages", "unconfirmed")
 
@@ -106,6 +110,7 @@ class Crawl:
             time_fn=time_fn,
             claim=self._claim_alone,
             atomic=store.atomic,
+            record_leases=store.shared and store.journaled,
         )
         self.continuous = config.continuous
         self.shared = store.shared
@@ -195,6 +200,14 @@ class Crawl:
         self._leaving.discard(k)
         if held is None:
             return
+        if k != POOL:
+            # Its records not durable go to its next owner, which applies the outcomes of pages
+            # this process handed out (in doubt there: see Partition.late); the rest, redone.
+            tail = [rec for batch, _ in held.unwritten for rec in batch]
+            tail += held.member.take_journal()
+            late = tuple(rec for rec in tail if type(rec) in LATE_RECORDS)
+            if late:
+                self.fleet.notes.append(LateNote(k, late))
         if release:
             with contextlib.suppress(Exception):  # (it lapses all the same)
                 self.store.release(k, held.token)
@@ -225,6 +238,20 @@ class Crawl:
         k = self.fleet.holder(lease)
         held = self.held.get(k) if k is not None else None
         return held is not None and time.monotonic() + self.quiet < held.valid_until
+
+    def durable(self, lease: Lease) -> bool | None:
+        """Whether the request of ``lease`` may go out as far as the store goes: True once the
+        record of its handing out is durable (a next owner of its partition would hold the
+        page in doubt), None while it is not yet (:meth:`flush_leases`), False if the lease
+        is stale."""
+        return self.fleet.durable(lease)
+
+    def flush_leases(self) -> None:
+        """A flush now, for requests waiting for their lease records (:meth:`durable`), unless
+        the links of a visit are on their way back to be filed (the upkeep tick flushes then)."""
+        if self.store.journaled and self.ready() and not self.patience.waiting:
+            with self.patience.answered():
+                self.flush()
 
     def _lapsing(self) -> set[int]:
         """The members this process may no longer own by the time a request popped now goes
@@ -320,6 +347,7 @@ class Crawl:
             if now >= self._next_rebalance:
                 self._next_rebalance = now + REBALANCE
                 self._rebalance()
+                self._end_doubts(now)
             if self.store.journaled:
                 self._flush_when_due(now)
             elif self._due_since is not None or now - self._last_commit >= self._commit_seconds:
@@ -374,6 +402,7 @@ class Crawl:
             got = self.store.flush(writes, messages, notes, renew, reads, wait)
         except BaseException:  # (no reply: what was sent may have landed, or not)
             self._resend.extend(messages)
+            self.fleet.notes[:0] = notes  # (a note that comes twice changes nothing)
             raise
         self._take(writes, marks, renew, got, now)
         if self._unjudged:
@@ -483,6 +512,8 @@ class Crawl:
             self._resend = []
         else:
             self._resend.extend(got.unsent)
+        # (Notes go again, even from a member lost: each says what this process did.)
+        self.fleet.notes[:0] = got.unsent_notes
         self._received(got, lost)
         if lost:
             logger.warning(
@@ -590,6 +621,24 @@ class Crawl:
             for k in mine[: len(mine) - share]:
                 self.held[k].leaving = True
                 self._leaving.add(k)
+
+    def _end_doubts(self, now: float) -> None:
+        """The pages in doubt of the partitions claimed :data:`DOUBT_LEASES` leases ago or more
+        are pending again: the process that sent their requests had its time to tell."""
+        due = [
+            k
+            for k, held in self.held.items()
+            if now >= held.claimed_at + DOUBT_LEASES * self.lease_seconds
+            and (part := self.fleet.parts.get(k)) is not None
+            and part.doubt
+        ]
+        if due and (n := self.fleet.end_doubts(due)):
+            logger.info(
+                "OPIC: %d pages whose requests a process sent before it lost their partitions "
+                "got no outcome from it in %gs: they are fetched again",
+                n,
+                DOUBT_LEASES * self.lease_seconds,
+            )
 
     def _hand_over(self) -> None:
         """Release the members marked leaving whose pages are all back and whose hosts have

@@ -43,6 +43,8 @@ class Held:
         self.valid_until = float("inf")
         self.leaving = False
         self.last_active = time.monotonic()
+        #: When this process claimed the member (its clock).
+        self.claimed_at = self.last_active
 
     def renewed(self, at: float, lease: float) -> None:
         """The lease was set or renewed by a call made at ``at`` (this process's clock): its

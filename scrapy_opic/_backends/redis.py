@@ -393,7 +393,7 @@ class RedisStore:
             plan.append(("renew", k))
         entries = self._entries(sends, notes)
         # (The partitions that messages make: the crawl's list of partitions gets them.)
-        made = sorted({dst for dst, _, _ in entries} - self._known_parts - {POOL})
+        made = sorted({e[0] for e in entries} - self._known_parts - {POOL})
         self._known_parts.update(made)
         queue = self._queue_all if self.atomic else self._queue_each
         plan += queue(pipe, writes, entries, made)
@@ -403,12 +403,12 @@ class RedisStore:
             )
             plan.append(("read", k))
         if not plan:
-            return Flushed({}, [], [], {})
+            return Flushed({}, [], [], {}, [])
         self.round_trips += 1
         results = pipe.execute(raise_on_error=False)
-        out = Flushed({}, [], [], {})
+        out = Flushed({}, [], [], {}, [])
         for (kind, info), got in zip(plan, results):
-            self._outcome(kind, info, got, writes, sends, out)
+            self._outcome(kind, info, got, writes, sends, notes, out)
         return out
 
     def _outcome(
@@ -418,6 +418,7 @@ class RedisStore:
         got: Any,
         writes: list[Write],
         sends: list[Message],
+        notes: list[Note],
         out: Flushed,
     ) -> None:
         """Read the reply ``got`` to one step of a flush into ``out``."""
@@ -430,16 +431,20 @@ class RedisStore:
         elif kind == "all":
             if not failed and int(got[0]) == -3:
                 raise self._gone_error()
-            self._all_outcome(got, writes, sends, out)
+            self._all_outcome(got, writes, sends, notes, out)
         elif kind == "write":
             out.written[info] = self._write_outcome(info, got)
         elif kind == "send":
-            (out.unsent if failed else out.delivered).extend(info)
+            (out.unsent if failed else out.delivered).extend(info[0])
+            if failed:
+                out.unsent_notes.extend(info[1])
         elif kind == "read" and not failed:
             out.inbox[info] = [(i, *unpack(fields[b"m"])) for i, fields in got]
 
     @staticmethod
-    def _all_outcome(got: Any, writes: list[Write], sends: list[Message], out: Flushed) -> None:
+    def _all_outcome(
+        got: Any, writes: list[Write], sends: list[Message], notes: list[Note], out: Flushed
+    ) -> None:
         """Read the reply ``got`` to the atomic flush (status, journal lengths) into ``out``."""
         status = FAILED if isinstance(got, Exception) else int(got[0])
         for n, w in enumerate(writes):
@@ -450,6 +455,8 @@ class RedisStore:
             else:
                 out.written[w.k] = Outcome(LOST if status == -1 else FAILED)
         (out.delivered if status == 0 else out.unsent).extend(sends)
+        if status != 0:
+            out.unsent_notes.extend(notes)
 
     def _write_outcome(self, k: int, got: Any) -> Outcome:
         """The outcome of member ``k``'s write, whose script replied ``got`` (a Redis Cluster)."""
@@ -487,7 +494,7 @@ class RedisStore:
         self,
         pipe: Any,
         writes: list[Write],
-        entries: list[tuple[int, bytes, list[Message]]],
+        entries: list[tuple[int, bytes, list[Message], list[Note]]],
         made: list[int],
     ) -> list[tuple[str, Any]]:
         """A script per write, an XADD per inbox entry and the partitions ``made`` added (a
@@ -498,15 +505,16 @@ class RedisStore:
             plan.append(("parts", made))
         for w in writes:
             self._queue_write(pipe, w)
-        for dst, blob, _messages in entries:
+        for dst, blob, _messages, _notes in entries:
             pipe.xadd(member_key(self.key, dst, "in"), {"m": blob})
-        return plan + [("write", w.k) for w in writes] + [("send", m) for _, _, m in entries]
+        sent = [("send", (m, n)) for _, _, m, n in entries]
+        return plan + [("write", w.k) for w in writes] + sent
 
     def _queue_all(
         self,
         pipe: Any,
         writes: list[Write],
-        entries: list[tuple[int, bytes, list[Message]]],
+        entries: list[tuple[int, bytes, list[Message], list[Note]]],
         made: list[int],
     ) -> list[tuple[str, Any]]:
         """The atomic flush of a plain Redis (the script ``_FLUSH``): every write, every
@@ -524,7 +532,7 @@ class RedisStore:
             figures = json.dumps(w.figures).encode()
             args += [w.token, w.log, int(checkpoint), count, *items, figures]
             args += [len(w.consumed), *w.consumed]
-        for dst, blob, _messages in entries:
+        for dst, blob, _messages, _notes in entries:
             keys.append(member_key(self.key, dst, "in"))
             args += [len(keys), blob]
         keys += [self.ns + ":meta", self.ns + ":parts"]
@@ -534,14 +542,14 @@ class RedisStore:
     @staticmethod
     def _entries(
         messages: list[Message], notes: list[Note]
-    ) -> list[tuple[int, bytes, list[Message]]]:
+    ) -> list[tuple[int, bytes, list[Message], list[Note]]]:
         """The messages and notes, one inbox entry per destination."""
         by_dst: dict[int, tuple[list, list]] = {}
         for m in messages:
             by_dst.setdefault(m.dst, ([], []))[0].append(m)
         for n in notes:
             by_dst.setdefault(n.dst, ([], []))[1].append(n)
-        return [(dst, pack(both), both[0]) for dst, both in by_dst.items()]
+        return [(dst, pack(both), *both) for dst, both in by_dst.items()]
 
     # -- reading ------------------------------------------------------------------------------
     def figures(self, skip: Collection[int]) -> dict[str, float]:

@@ -830,7 +830,7 @@ class SqliteStore:
         for w in writes:
             if isinstance(w.checkpoint, Partition):
                 self.file.commit(self._checkpoint(w.checkpoint, w.crawl), blocking=wait)
-        return Flushed({w.k: Outcome(WRITTEN) for w in writes}, [], [], {})
+        return Flushed({w.k: Outcome(WRITTEN) for w in writes}, [], [], {}, [])
 
     def _checkpoint(self, part: Partition, kept: dict | None) -> Checkpoint:
         """What a commit of ``part`` writes: the blocks changed since the last one."""

@@ -86,12 +86,14 @@ class Outcome(NamedTuple):
 
 class Flushed(NamedTuple):
     """What a flush did: each write's :class:`Outcome`, the messages known delivered and those
-    to send again, and the inbox entries read, per member ``(entry id, messages, notes)``."""
+    to send again, the inbox entries read, per member ``(entry id, messages, notes)``, and the
+    notes to send again."""
 
     written: dict[int, Outcome]
     delivered: list[Message]
     unsent: list[Message]
     inbox: dict[int, list[tuple[Any, list[Message], list[Note]]]]
+    unsent_notes: list[Note]
 
 
 class Store(Protocol):
@@ -201,7 +203,7 @@ class MemoryStore:
         reads: dict[int, Any],
         wait: bool = False,
     ) -> Flushed:
-        return Flushed({w.k: Outcome(WRITTEN) for w in writes}, list(sends), [], {})
+        return Flushed({w.k: Outcome(WRITTEN) for w in writes}, list(sends), [], {}, [])
 
     def release(self, k: int, token: str) -> None:
         pass

@@ -14,9 +14,10 @@ pool's, and the messages not yet applied, is 1.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from .config import CrawlConfig
 from .constants import (
@@ -34,8 +35,17 @@ from .constants import (
 from .contract import Entry, Lease, Link, Visit, discovery_step, require_payload
 from .heads import Heads
 from .importance import importance_of_parts
-from .journal import Member
-from .messages import POOL, DropNote, FileNote, Message, Note, in_transit
+from .journal import (
+    Failed,
+    Forfeited,
+    Member,
+    Redirected,
+    Released,
+    Retried,
+    Unchanged,
+    Visited,
+)
+from .messages import POOL, DropNote, FileNote, LateNote, Message, Note, in_transit
 from .partition import Partition
 from .pool import Pool
 from .refresh import Planner, pick
@@ -105,6 +115,7 @@ class Fleet:
         time_fn: Callable[[], float] = time.time,
         claim: Callable[[int], Partition | None] | None = None,
         atomic: bool = True,
+        record_leases: bool = False,
     ) -> None:
         if config.strategy != "greedy" and config.partitions != 1:
             raise ValueError(f"the {config.strategy} strategy needs a crawl of one partition")
@@ -120,6 +131,17 @@ class Fleet:
         #: The store writes all the records of this process's members in one atomic step: a
         #: message between two of them is applied at once (else once its record is durable).
         self.atomic = atomic
+        #: Pages handed out are records (:meth:`Partition.leased
+        #: <.partition.Partition.leased>`): a crawl shared by processes, whose next owner of a
+        #: partition holds them in doubt.
+        self.record_leases = record_leases
+        #: The pages handed out on a record here, and not settled: key -> the number of
+        #: records of its partition that must be durable before its request goes out.
+        self._lease_records: dict[Hashable, int] = {}
+        #: Outcomes of pages in doubt applied here from late notes, and pages whose doubt
+        #: ended with none (fetched again).
+        self.late_outcomes = 0
+        self.doubts_ended = 0
         self.parts: dict[int, Partition] = {}
         #: Each partition's adoption number here, in its leases' tokens (older ones are stale).
         self.epochs: dict[int, int] = {}
@@ -152,6 +174,7 @@ class Fleet:
         """Partition ``part`` is this process's from now on (leases of an earlier time it was
         are stale: a lease's token holds the adoption's number), on this process's clock."""
         part.time_fn = self.time_fn
+        part.records_leases = self.record_leases
         r = part.frontier.refresher
         if r is not None:  # (one plan for all: its pages' frequencies come with the next)
             r.planner = self.planner
@@ -281,13 +304,14 @@ class Fleet:
             self.heads.mark(part.k)
             if lease is None:  # (its request was lost: the page was given up)
                 continue
+            leased = self._leased(part, lease)
             fetched = part.frontier.fetched(i)
             if share:
                 self.discovery_debt = discovery_step(self.discovery_debt, share, fetched)
             if self.refetch and fetched:
                 part.relay_after(i)
                 self._touched(part)
-            return self._leased(part, lease)
+            return leased
 
     def _choose(
         self, full_slots: Collection[Hashable], exclude: Collection[int], turn: bool
@@ -314,7 +338,20 @@ class Fleet:
 
     def _leased(self, part: Partition, lease: Lease) -> Lease:
         self.heads.mark(part.k)
+        if self.record_leases:
+            self._lease_records[lease.key] = part.leased(lease)
+            self._touched(part)
         return lease._replace(token=(part.k, self.epochs[part.k], lease.token))
+
+    def durable(self, lease: Lease) -> bool | None:
+        """Whether the request of ``lease`` may go out as far as the records go: True once the
+        record of its handing out is durable (or if there is none), None while it is not yet,
+        False if the lease is stale."""
+        k = self.holder(lease)
+        if k is None:
+            return False
+        n = self._lease_records.get(lease.key)
+        return n is None or self.parts[k].durable >= n or None
 
     def _pop_any(self, exclude: Collection[int]) -> Lease | None:
         """A pop of the random or cycle strategy (one partition)."""
@@ -376,22 +413,44 @@ class Fleet:
         k = self.holder(lease)
         if k is None:
             return None, lease
+        if self._lease_records:
+            self._lease_records.pop(lease.key, None)
         self.heads.mark(k)
         return self.parts[k], lease._replace(token=lease.token[2])
 
-    def _settle(self, lease: Lease, stale: Any, act: Callable[[Partition, Lease], Any]) -> Any:
+    def _settle(
+        self,
+        lease: Lease,
+        stale: Any,
+        act: Callable[[Partition, Lease], Any],
+        late: Callable[[float], NamedTuple] | None = None,
+    ) -> Any:
         """``act(partition, its lease)`` for the partition of ``lease``; ``stale`` if the lease
-        is not of a partition this process owns since it was handed out."""
+        is not of a partition this process owns since it was handed out (then ``late(now)``,
+        the outcome's record, goes to the partition: see :meth:`_late`)."""
         part, own = self._part_of(lease)
         if part is None:
+            self._late(lease, late)
             return stale
         got = act(part, own)
         self._touched(part)
         return got
 
+    def _late(self, lease: Lease, late: Callable[[float], NamedTuple] | None) -> None:
+        """An outcome of a page handed out on a record, whose partition this process lost
+        since: its record to the partition in a :class:`~.messages.LateNote` (its next owner
+        holds the page in doubt, waiting for it)."""
+        if self._lease_records.pop(lease.key, None) is not None and late is not None:
+            self.notes.append(LateNote(lease.token[0], (late(self.time_fn()),)))
+
     def unchanged(self, lease: Lease, payload: Any = None) -> Visit | None:
         data = self._data(payload, lease.url)[0]
-        return self._settle(lease, None, lambda part, own: part.unchanged(own, data))
+        return self._settle(
+            lease,
+            None,
+            lambda part, own: part.unchanged(own, data),
+            lambda at: Unchanged(at, lease.key, data),
+        )
 
     def visit(
         self,
@@ -406,9 +465,15 @@ class Fleet:
     ) -> Visit | None:
         """The partition's visit, each link routed once (:func:`_route`)."""
         part, own = self._part_of(lease)
-        if part is None:
-            return None
         data = self._data(payload, lease.url)[0]
+        if part is None:
+            self._late(
+                lease,
+                lambda at: Visited(
+                    at, lease.key, tuple(links), virtual_weight, data, outcome, changed, modified
+                ),
+            )
+            return None
         if self.P == 1:  # (every page here)
             visit = part.visit(
                 own, links, virtual_weight, importance, data, outcome, changed, modified
@@ -436,10 +501,20 @@ class Fleet:
 
     def fail(self, lease: Lease, outcome: int = ERROR, payload: Any = None) -> bool:
         data = self._data(payload, lease.url)[0]
-        return self._settle(lease, False, lambda part, own: part.fail(own, outcome, data))
+        return self._settle(
+            lease,
+            False,
+            lambda part, own: part.fail(own, outcome, data),
+            lambda at: Failed(at, lease.key, outcome, data),
+        )
 
     def forfeit(self, lease: Lease, outcome: int = FORBIDDEN) -> bool:
-        return self._settle(lease, False, lambda part, own: part.forfeit(own, outcome))
+        return self._settle(
+            lease,
+            False,
+            lambda part, own: part.forfeit(own, outcome),
+            lambda at: Forfeited(at, lease.key, outcome),
+        )
 
     def forget_lies(self, slot: Hashable, *, unchanged: bool = True, dated: bool = False) -> int:
         """:meth:`Partition.forget_lies <.partition.Partition.forget_lies>` in every partition
@@ -469,7 +544,11 @@ class Fleet:
         return done
 
     def _refile(
-        self, lease: Lease, entry: Entry, act: Callable[[Partition, Lease, Entry], int | None]
+        self,
+        lease: Lease,
+        entry: Entry,
+        act: Callable[[Partition, Lease, Entry], int | None],
+        late: Callable[[float, Entry], NamedTuple],
     ) -> int | None:
         """A retry's or redirect's ``act`` with ``entry``'s payload as its partition keeps it;
         :data:`LOCAL` (the page forfeited) if it cannot be kept."""
@@ -481,15 +560,27 @@ class Fleet:
                 part.forfeit(own, ERROR)
                 return LOCAL
 
-            return self._settle(lease, None, forfeit)
+            return self._settle(lease, None, forfeit, lambda at: Forfeited(at, lease.key, ERROR))
         entry = entry._replace(payload=data)
-        return self._settle(lease, None, lambda part, own: act(part, own, entry))
+        return self._settle(
+            lease, None, lambda part, own: act(part, own, entry), lambda at: late(at, entry)
+        )
 
     def retry(self, lease: Lease, entry: Entry) -> int | None:
-        return self._refile(lease, entry, lambda part, own, e: part.retry(own, e))
+        return self._refile(
+            lease,
+            entry,
+            lambda part, own, e: part.retry(own, e),
+            lambda at, e: Retried(at, lease.key, e),
+        )
 
     def redirect(self, lease: Lease, entry: Entry, permanent: bool = False) -> int | None:
-        code = self._refile(lease, entry, lambda part, own, e: part.redirect(own, e, permanent))
+        code = self._refile(
+            lease,
+            entry,
+            lambda part, own, e: part.redirect(own, e, permanent),
+            lambda at, e: Redirected(at, lease.key, e, permanent),
+        )
         if code == FORWARDED:
             seen = self.look(self.route(entry.url, entry.key), entry.key, False)
             code = DUPLICATE if seen is not None and not seen[1] else FORWARDED
@@ -501,6 +592,20 @@ class Fleet:
             part, own = self._part_of(lease)
             if part is not None:
                 n += part.release([own])
+            else:
+                self._late(lease, functools.partial(Released, key=lease.key))
+        return n
+
+    def end_doubts(self, ks: Iterable[int]) -> int:
+        """The pages in doubt of partitions ``ks`` pending again
+        (:meth:`Partition.end_doubt <.partition.Partition.end_doubt>`); how many."""
+        n = 0
+        for k in ks:
+            part = self.parts.get(k)
+            if part is not None and part.doubt:
+                n += part.end_doubt()
+                self._touched(part)
+        self.doubts_ended += n
         return n
 
     # -- messages ------------------------------------------------------------------------------
@@ -603,6 +708,8 @@ class Fleet:
         part = self.parts[n.dst]
         if isinstance(n, FileNote):
             part.schedule(n.entries, n.again)
+        elif isinstance(n, LateNote):
+            self.late_outcomes += part.late(n.records)
         else:
             part.drop(n.key, n.outcome)
         self._touched(part)

@@ -33,6 +33,23 @@ class Visited(NamedTuple):
     modified: float | None
 
 
+class Leased(NamedTuple):
+    """A page handed out: its request may go out once this record is durable. A next owner
+    of the partition holds the page *in doubt* until this one's outcome comes (see
+    :meth:`~.partition.Partition.late`) or its time runs out."""
+
+    at: float
+    key: Hashable
+
+
+class Released(NamedTuple):
+    """A page handed out is pending again: its request was not sent, or no outcome of it
+    will come (a lease given back, a doubt given up)."""
+
+    at: float
+    key: Hashable
+
+
 class Unchanged(NamedTuple):
     at: float
     key: Hashable

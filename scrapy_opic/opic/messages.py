@@ -8,8 +8,10 @@ its destination applies each pair's messages once and in order (:class:`Mailbox`
 message delivered twice (a sender that died before it knew its message arrived, and whose
 successor sends it again) or early (after a later one) changes nothing.
 
-A *note* (:class:`FileNote`, :class:`DropNote`) asks a partition this process does not own to
-file or drop a page: no money, so nothing is lost or made if it is lost or comes twice.
+A *note* (:class:`FileNote`, :class:`DropNote`, :class:`LateNote`) asks a partition this
+process does not own to file or drop a page, or tells it the outcomes of pages it handed out
+before it lost the partition: no money, so nothing is lost or made if it is lost or comes
+twice.
 """
 
 from __future__ import annotations
@@ -113,7 +115,17 @@ class DropNote(NamedTuple):
     outcome: int
 
 
-Note = FileNote | DropNote
+class LateNote(NamedTuple):
+    """The outcomes of pages of partition ``dst`` that a process handed out while it owned the
+    partition and settled after it lost it (its lease lapsed): journal records, applied by the
+    partition's owner to the pages it holds in doubt (:meth:`Partition.late
+    <scrapy_opic.opic.partition.Partition.late>`)."""
+
+    dst: int
+    records: tuple[Any, ...]
+
+
+Note = FileNote | DropNote | LateNote
 
 
 def in_transit(messages: Iterable[Message]) -> float:

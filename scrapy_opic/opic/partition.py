@@ -23,6 +23,14 @@ Durability. Every change is a record of the journal (:mod:`.journal`), made in t
 changes happened; :meth:`Partition.replay` applies records again on the checkpoint they follow,
 through the same frontier. A message may leave only once the record that made it is durable,
 or with it in one atomic write, so no partition ever holds money that a message also carries.
+
+Pages in doubt. A partition shared by processes records each page it hands out
+(:meth:`Partition.leased`; its request goes out only once that record is durable). Its next
+owner replays a page handed out and never settled as *in doubt* (:attr:`Partition.doubt`): in
+flight, its request perhaps fetched by a process that stalled past its lease. It is not
+fetched again while the process that sent it may still tell its outcome
+(:meth:`Partition.late`); :meth:`Partition.end_doubt` makes it pending again when that time is
+over.
 """
 
 from __future__ import annotations
@@ -34,7 +42,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .config import CrawlConfig
-from .constants import FILTERED, FORBIDDEN, FORWARDED, OK, PENDING, STATUSES
+from .constants import FILTERED, FORBIDDEN, FORWARDED, IN_FLIGHT, OK, PENDING, STATUSES
 from .contract import Entry, Lease, Link, Visit, require_payload
 from .engine import Share
 from .frontier import MemoryFrontier, MemoryRows
@@ -49,10 +57,12 @@ from .journal import (
     Filed,
     Forfeited,
     Forgot,
+    Leased,
     Member,
     PaidOut,
     Redirected,
     Relayed,
+    Released,
     Reported,
     Retried,
     Started,
@@ -117,6 +127,11 @@ class Partition(Member):
         #: The clock reported to the pool so far (what this partition absorbed and paid).
         self.reported_g = 0.0
         self._reported: Figures | None = None
+        #: Pages in doubt (see the module docstring): key -> the lease that holds them in
+        #: flight here.
+        self.doubt: dict[Hashable, Lease] = {}
+        #: Pages handed out are recorded (:meth:`leased`): a partition shared by processes.
+        self.records_leases = False
 
     def now(self) -> float:
         """The time of the operation under way."""
@@ -169,6 +184,17 @@ class Partition(Member):
             "urls": rows.urls[:n],
             "keys": keys.listing(n),
             "kept": kept,
+            # (Pages handed out: in doubt for the next owner. None kept by a partition that
+            # is not shared: in flight, they are pending again, as their fetch may not have
+            # happened.)
+            "in_flight": (
+                [
+                    keys.key_of(int(i))
+                    for i in np.flatnonzero(np.frombuffer(fr.status, np.uint8, n) == IN_FLIGHT)
+                ]
+                if self.records_leases
+                else []
+            ),
         }
 
     @classmethod
@@ -181,7 +207,8 @@ class Partition(Member):
         journaled: bool = True,
     ) -> Partition:
         """The partition of a checkpoint (:meth:`state`): pages that were in flight are pending
-        again (their fetch may not have happened)."""
+        again (their fetch may not have happened), or in doubt if handed out by a process that
+        shared the partition."""
         engine = engine_from_header(state["engine"], keys=DictKeys(state["keys"]))
         n = engine.n
         engine.reserve(n)
@@ -209,6 +236,10 @@ class Partition(Member):
         )
         part = cls(state["k"], config.partitions, fr, config.by, time_fn, journaled)
         part.load_own(state)
+        for key in state["in_flight"]:
+            i = engine.id_of(key)
+            if i is not None and (lease := fr.take(i)) is not None:
+                part.doubt[key] = lease
         if refresher is not None:
             for i, (ids, weights, vw) in state["kept"].items():
                 refresher.keep(i, np.frombuffer(ids, np.int32), weights, vw)
@@ -256,8 +287,11 @@ class Partition(Member):
         return self._t
 
     def _held(self, key: Hashable) -> Lease:
-        """During a replay: a lease on the page ``key`` that a record settles (pending again
-        since its checkpoint: its pop is not a record)."""
+        """A lease on the page ``key`` that a replayed (or late) record settles: the page's in
+        doubt, else the page pending again since its checkpoint (a pop not recorded)."""
+        lease = self.doubt.pop(key, None)
+        if lease is not None:
+            return lease
         fr = self.frontier
         i = fr.engine.id_of(key)
         if i is None:
@@ -505,9 +539,83 @@ class Partition(Member):
         self._log(Redirected, at, lease.key, entry, permanent)
         return code
 
-    def release(self, leases: Iterable[Lease]) -> int:
+    def release(self, leases: Iterable[Lease], now: float | None = None) -> int:
         self.version += 1
-        return self.frontier.release(leases)
+        if not self.records_leases:
+            return self.frontier.release(leases)
+        at = self._begin(now)
+        n = 0
+        for lease in leases:
+            if self.frontier.release([lease]):
+                n += 1
+                self._log(Released, at, lease.key)
+        return n
+
+    # -- pages handed out, and in doubt --------------------------------------------------------
+    def leased(self, lease: Lease, now: float | None = None) -> int:
+        """Record that the page of ``lease`` was handed out; the number of records that must be
+        durable before its request goes out."""
+        self._log(Leased, self._begin(now), lease.key)
+        return self.records
+
+    def _doubt(self, rec: Leased) -> None:
+        """A replayed :class:`~.journal.Leased`: the page in doubt."""
+        fr = self.frontier
+        i = fr.engine.id_of(rec.key)
+        if i is None or fr.status[i] != PENDING or rec.key in self.doubt:
+            raise ValueError(f"partition {self.k}: a lease record names no page waiting")
+        lease = fr.take(i)
+        if lease is not None:  # (else its request was lost: given up, as at the pop)
+            self.doubt[rec.key] = lease
+        self._log(Leased, rec.at, rec.key)
+
+    def _undoubt(self, rec: Released) -> None:
+        """A replayed (or late) :class:`~.journal.Released`: a page in doubt pending again."""
+        lease = self.doubt.pop(rec.key, None)
+        if lease is not None:
+            self.frontier.release([lease])
+            self.version += 1
+            self._log(Released, rec.at, rec.key)
+
+    def end_doubt(self, now: float | None = None) -> int:
+        """The pages in doubt pending again (the process that sent their requests had its time
+        to tell their outcomes), recorded; how many."""
+        at = self._begin(now)
+        n = len(self.doubt)
+        for key in list(self.doubt):
+            self._undoubt(Released(at, key))
+        return n
+
+    def late(self, records: Iterable[Any], now: float | None = None) -> int:
+        """Apply the records of another process that handed pages of this partition out and
+        lost the partition before they were durable (a :class:`~.messages.LateNote`): each
+        outcome settles its page if the page is in doubt here, or waits again (fetched once,
+        whatever this process did not fetch yet); an outcome of a page this process fetched
+        or sent meanwhile is dropped, as are records that settle nothing. The requests they
+        filed are filed. Applied now, recorded as this partition's own; how many outcomes."""
+        fr = self.frontier
+        n = 0
+        for rec in records:
+            kind = type(rec)
+            if kind is Filed:
+                self.schedule(rec.entries, rec.again, now)
+                continue
+            if kind is Dropped:
+                self.drop(rec.key, rec.outcome, now)
+                continue
+            if kind not in _LATE:
+                continue
+            key = rec.key
+            if key not in self.doubt:
+                i = fr.engine.id_of(key)
+                if kind in (Released, Retried) or i is None or fr.status[i] != PENDING:
+                    continue
+                if (lease := fr.take(i)) is None:
+                    continue
+                self.doubt[key] = lease
+            _LATE[kind](self, rec._replace(at=self._begin(now)))
+            n += 1
+        return n
 
     # -- messages --------------------------------------------------------------------------
     def _apply(self, m: Message, at: float | None = None) -> None:
@@ -668,4 +776,14 @@ _REPLAY: dict[type, Callable[[Partition, Any], object]] = {
     Started: lambda p, r: p.start(r.teleport),
     Endowed: lambda p, r: p.endow(r.cash),
     Confirmed: _replay_confirmed,
+    Leased: lambda p, r: p._doubt(r),
+    Released: lambda p, r: p._undoubt(r) if r.key in p.doubt else p._log(Released, r.at, r.key),
 }
+
+#: The records that settle a page handed out, as :meth:`Partition.late` applies them.
+_LATE = {
+    kind: _REPLAY[kind]
+    for kind in (Visited, Unchanged, Failed, Forfeited, Retried, Redirected, Released)
+}
+#: The records :meth:`Partition.late` takes.
+LATE_RECORDS = frozenset((*_LATE, Filed, Dropped))
