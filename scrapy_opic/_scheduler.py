@@ -173,6 +173,12 @@ def scrapy_command() -> str | None:
     return None
 
 
+#: Seconds a request of a Redis crawl about to go out waits, at most, for the write of its
+#: lease's record (see ``until_durable``): one write for the requests of that time, as the
+#: store's round trips and CPU per page want, at that much latency.
+LEASE_WRITE_WAIT = 0.05
+
+
 def _guarded(default: Any = None) -> Callable:
     """An entry point of the scheduler (Scrapy's engine, the middlewares and the extension call
     it) that never raises a failure of the frontier's store into Scrapy: a
@@ -239,7 +245,6 @@ class OpicScheduler(BaseScheduler):
         #: Requests waiting to go out until the records of their leases are durable (see
         #: until_durable), with what tells their handlers.
         self._unsent: list[tuple[Lease, defer.Deferred]] = []
-        # (After the reactor's turn: the requests that go out in it, one flush.)
         self._flush_soon = CallLaterOnce(self._flush_for_unsent)
         self.seeds = SeedIntake(self)
 
@@ -625,7 +630,8 @@ class OpicScheduler(BaseScheduler):
         """For a request about to go out (:mod:`~scrapy_opic._handler`): None if it may go out
         now as far as the store goes, else a Deferred that fires with whether it may, once the
         record of its lease is durable (a next owner of its partition would hold the page in
-        doubt, not fetch it again) or the lease is lost. A flush for it comes at once."""
+        doubt, not fetch it again) or the lease is lost. The write for it comes within
+        :data:`LEASE_WRITE_WAIT`."""
         lease = self.leases.of(request)
         state = True if lease is None or self._failed else self.frontier.durable(lease)
         if state is True:
@@ -635,7 +641,7 @@ class OpicScheduler(BaseScheduler):
             waiting.callback(False)
             return waiting
         self._unsent.append((lease, waiting))
-        self._flush_soon.schedule()
+        self._flush_soon.schedule(LEASE_WRITE_WAIT)
         return waiting
 
     def _flush_for_unsent(self) -> None:

@@ -184,7 +184,7 @@ def test_a_page_sent_before_a_stall_waits_in_doubt_for_the_outcome_its_sender_te
     k = partition_of(url(0), key(url(0)), 16)
     lease = a.pop()
     assert a.durable(lease) is None  # (its record is not written yet: not sent)
-    a.flush()
+    a.flush_leases()  # (the write for requests waiting to go out)
     assert a.durable(lease) is True  # (sent now)
     time.sleep(0.5)  # a stalls past its lease
     b = crawl(lease=0.4)

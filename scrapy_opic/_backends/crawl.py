@@ -247,11 +247,12 @@ class Crawl:
         return self.fleet.durable(lease)
 
     def flush_leases(self) -> None:
-        """A flush now, for requests waiting for their lease records (:meth:`durable`), unless
-        the links of a visit are on their way back to be filed (the upkeep tick flushes then)."""
+        """A flush now, for requests waiting for their lease records (:meth:`durable`), without
+        the inbox reads and reports (the periodic flush's); not while the links of a visit are
+        on their way back to be filed (the upkeep tick flushes then)."""
         if self.store.journaled and self.ready() and not self.patience.waiting:
             with self.patience.answered():
-                self.flush()
+                self.flush(light=True)
 
     def _lapsing(self) -> set[int]:
         """The members this process may no longer own by the time a request popped now goes
@@ -378,24 +379,29 @@ class Crawl:
             self.commit(wait=False)
 
     # -- writing -----------------------------------------------------------------------------
-    def flush(self, reports: bool = False, wait: bool = False) -> None:
+    def flush(self, reports: bool = False, wait: bool = False, light: bool = False) -> None:
         """One step of the store: the members' new records (or checkpoints), the messages that
         may leave and the notes, the leases due renewed, the inboxes read; the reports to the
-        pool and its payouts every :data:`REPORT` seconds (or now, with ``reports``)."""
+        pool and its payouts every :data:`REPORT` seconds (or now, with ``reports``).
+        ``light``: no reads, reports or claims (a write for requests waiting to go out). (The
+        notes go with the records: a note files a page that a record paid.)"""
         now = time.monotonic()
-        if reports or now >= self._next_report:
-            self._next_report = now + REPORT
-            self.fleet.reports()
-        self._series_point()
-        self._last_flush = now
-        self._claim_destinations()
+        if not light:
+            if reports or now >= self._next_report:
+                self._next_report = now + REPORT
+                self.fleet.reports()
+            self._series_point()
+            self._last_flush = now
+            self._claim_destinations()
         if self.store.atomic:
             self.fleet.deliver_local()
-        writes, marks, renew = self._writes(now)
+        writes, marks, renew = self._writes(now, light)
         messages, notes = self.fleet.outgoing()
         messages = self._resend + messages
         self._resend = []
-        reads = {k: h.read_from for k, h in self.held.items()} if self.store.shared else {}
+        reads = {}
+        if self.store.shared and not light:
+            reads = {k: h.read_from for k, h in self.held.items()}
         if not any((writes, renew, messages, notes, reads)):
             return
         try:
@@ -459,13 +465,17 @@ class Crawl:
             got = self.store.verdicts()
         return {**got, **self._unjudged}
 
-    def _writes(self, now: float) -> tuple[list[Write], dict[int, int], dict[int, str]]:
-        """The members' writes (of those with anything new), the records each makes durable
-        (every record made so far), and the leases due renewal of the others."""
+    def _writes(
+        self, now: float, light: bool = False
+    ) -> tuple[list[Write], dict[int, int], dict[int, str]]:
+        """The members' writes (of those with anything new; ``light``: with new records), the
+        records each makes durable (every record made so far), and the leases due renewal of
+        the others."""
         writes = [
             w
             for k, h in self.held.items()
-            if (w := h.write(k, self.store.journaled, self._committing, self._kept(k), now))
+            if (not light or h.member.journal or h.unwritten)
+            and (w := h.write(k, self.store.journaled, self._committing, self._kept(k), now))
         ]
         marks = {w.k: self.held[w.k].member.records for w in writes}
         renew = {k: h.token for k, h in self.held.items() if k not in marks and now >= h.renew_at}
