@@ -633,11 +633,13 @@ class OpicScheduler(BaseScheduler):
         doubt, not fetch it again) or the lease is lost. The write for it comes within
         :data:`LEASE_WRITE_WAIT`."""
         lease = self.leases.of(request)
-        state = True if lease is None or self._failed else self.frontier.durable(lease)
-        if state is True:
+        if lease is None or self._failed:
+            return None
+        state = self.frontier.durable(lease)
+        if state:
             return None
         waiting: defer.Deferred = defer.Deferred()
-        if state is False or lease is None:
+        if state is False:
             waiting.callback(False)
             return waiting
         self._unsent.append((lease, waiting))

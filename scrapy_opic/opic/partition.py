@@ -570,12 +570,12 @@ class Partition(Member):
         self._log(Leased, rec.at, rec.key)
 
     def _undoubt(self, rec: Released) -> None:
-        """A replayed (or late) :class:`~.journal.Released`: a page in doubt pending again."""
+        """A replayed (or late) :class:`~.journal.Released`: its page, if in doubt, pending
+        again."""
         lease = self.doubt.pop(rec.key, None)
         if lease is not None:
             self.frontier.release([lease])
-            self.version += 1
-            self._log(Released, rec.at, rec.key)
+        self._log(Released, rec.at, rec.key)
 
     def end_doubt(self, now: float | None = None) -> int:
         """The pages in doubt pending again (the process that sent their requests had its time
@@ -777,7 +777,7 @@ _REPLAY: dict[type, Callable[[Partition, Any], object]] = {
     Endowed: lambda p, r: p.endow(r.cash),
     Confirmed: _replay_confirmed,
     Leased: lambda p, r: p._doubt(r),
-    Released: lambda p, r: p._undoubt(r) if r.key in p.doubt else p._log(Released, r.at, r.key),
+    Released: lambda p, r: p._undoubt(r),
 }
 
 #: The records that settle a page handed out, as :meth:`Partition.late` applies them.
