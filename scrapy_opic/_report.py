@@ -242,7 +242,8 @@ def _freshness(state: OpicState) -> str:
         "<h2>Change</h2><p>Pages by the change rate their refetches showed (a smoothed maximum-"
         "likelihood estimate), with their share of importance. Expected importance-weighted "
         f"freshness of the copies at {when}: <b>{summary['freshness']:.3f}</b> (each page "
-        "fresh with probability e<sup>-rate × age</sup>).</p>"
+        "fresh with probability e<sup>-rate × age</sup>; a page never seen to change, with "
+        "the chance that it is static or changed too slowly for its looks to show).</p>"
         + _table(["change rate", "pages", "importance"], rows, {1, 2})
         + _validators(state)
     )

@@ -61,7 +61,13 @@ from ._backends import StoreError, is_redis_location, masked_url, split_location
 from ._backends.sqlite_state import StateReader
 from ._formats import output_format
 from ._series import Series
-from .opic.change import SUMS, ChangeRates, pool_sums
+from .opic.change import (
+    SUMS,
+    ChangeRates,
+    pool_sums,
+    static_share,
+    unseen_change_freshness,
+)
 from .opic.constants import (
     CLOSED,
     FETCHED,
@@ -426,7 +432,9 @@ class OpicState:
         importance)``, the pages never seen to change first; ``freshness``, the expected
         importance-weighted freshness of the copies at the last observation of the crawl (each
         fetched page's ``e^(-rate * age)``, its age the time since its last fetch that looked
-        at its content: a 200 or a 304), and ``at``, that time (seconds since the epoch)."""
+        at its content: a 200 or a 304; for a page never seen to change, the chance that it
+        did not change, by :func:`~scrapy_opic.opic.change.unseen_change_freshness`), and
+        ``at``, that time (seconds since the epoch)."""
         if not self.changes_kept:
             return {}
         if self._total is None:
@@ -437,6 +445,7 @@ class OpicState:
         pages = np.zeros(len(labels), np.int64)
         weight = np.zeros(len(labels))
         parts = []
+        changed = 0  # pages seen to change
         for _lo, cols, _e, est in self._batches():
             imp = self._mix(est, cols)
             seen = ~np.isnan(cols["r.last"]) & ((cols["flags"] & CLOSED) == 0)  # (open pages)
@@ -445,11 +454,23 @@ class OpicState:
             band = np.where(cols["r.n_c"][rows] > 0, 1 + np.searchsorted(edges, per_second), 0)
             np.add.at(pages, band, 1)
             np.add.at(weight, band, imp[rows])
-            parts.append((imp[rows], per_second, cols["r.last"][rows]))
+            # (A page never seen to change, with no dated change either: see below.)
+            unseen = (cols["r.n_c"][rows] == 0) & ~(cols["r.u_e"][rows] > 0)
+            parts.append((imp[rows], per_second, cols["r.last"][rows], unseen, cols["r.u"][rows]))
+            changed += int((cols["r.n_c"][rows] > 0).sum())
         at = max((float(p[2].max()) for p in parts if len(p[2])), default=float("nan"))
+        # The copies of pages never seen to change are read from the mixture of static pages
+        # and pages of the pooled rate (opic.change: a point rate would call them all fresh).
+        unchanged = np.concatenate([p[4][p[3]] for p in parts]) if parts else np.zeros(0)
+        static = static_share(unchanged, changed, self._pooled_rate)
         num = den = 0.0
-        for imp, per_second, last in parts:
-            num += float((imp * np.exp(-per_second * np.maximum(at - last, 0.0))).sum())
+        for imp, per_second, last, unseen, u in parts:
+            age = np.maximum(at - last, 0.0)
+            fresh = np.exp(-per_second * age)
+            fresh[unseen] = unseen_change_freshness(
+                u[unseen], age[unseen], static, self._pooled_rate
+            )
+            num += float((imp * fresh).sum())
             den += float(imp.sum())
         bands = list(zip(labels, pages.tolist(), weight.tolist()))
         return {"bands": bands, "freshness": num / den if den > 0 else float("nan"), "at": at}

@@ -15,6 +15,8 @@ from scrapy_opic.opic.change import (
     Snapshot,
     ValidatorAudit,
     solve_rates,
+    static_share,
+    unseen_change_freshness,
 )
 
 LN2 = math.log(2.0)
@@ -352,3 +354,62 @@ def test_a_verdict_is_taken_back_when_it_distrusts_what_is_trusted_and_anything_
     ):
         with pytest.raises(ValueError, match="not a verdict on validators"):
             ValidatorAudit().merge("h", bad)
+
+
+def watched_population(rng, n: int, static: float, mean_rate: float):
+    """``n`` pages, a share ``static`` never changing, the others at rates drawn from an
+    exponential law of mean ``mean_rate``, each watched for a time of its own: the rates, the
+    times watched, and which pages were seen to change."""
+    rate = np.where(rng.random(n) < static, 0.0, rng.exponential(mean_rate, n))
+    watched = rng.uniform(0.0, 20.0 / mean_rate, n)
+    seen = rng.random(n) < -np.expm1(-rate * watched)
+    return rate, watched, seen
+
+
+@pytest.mark.parametrize("static", [0.1, 0.4, 0.7])
+def test_the_static_share_is_recovered_from_pages_watched_for_unequal_times(static):
+    rng = np.random.default_rng(int(static * 10))
+    rate, watched, seen = watched_population(rng, 20_000, static, 0.05)
+    got = static_share(watched[~seen], int(seen.sum()), 0.05)
+    assert got == pytest.approx(static, abs=0.02)
+    # Counting the pages never seen to change as static would overstate the share.
+    assert (~seen).mean() > static + 0.04
+
+
+def test_the_freshness_of_pages_never_seen_to_change_is_calibrated():
+    """Of the pages never seen to change, the share whose copy is still current ``age``
+    later (static, or no change within it) is the mean of what the mixture expects; their
+    point rates (the smoothed MLE) would expect far more of the briefly watched ones."""
+    rng = np.random.default_rng(7)
+    mean_rate = 0.05
+    rate, watched, seen = watched_population(rng, 40_000, 0.4, mean_rate)
+    unseen = ~seen
+    age = rng.uniform(0.0, 40.0, unseen.sum())
+    current = rng.random(unseen.sum()) < np.exp(-rate[unseen] * age)
+    p = static_share(watched[unseen], int(seen.sum()), mean_rate)
+    expected = unseen_change_freshness(watched[unseen], age, p, mean_rate)
+    assert expected.mean() == pytest.approx(current.mean(), abs=0.01)
+    brief = watched[unseen] < 2.0 / mean_rate  # (watched for less than two mean periods)
+    assert expected[brief].mean() == pytest.approx(current[brief].mean(), abs=0.02)
+    cr = ChangeRates(prior_rate=mean_rate)
+    for k, u in enumerate(watched[unseen][brief][:200]):
+        cr.observe(k, 0.0, None)
+        cr.observe(k, u, False)
+    point = np.exp(-cr.rates(np.arange(cr.n)) * age[brief][: cr.n])
+    assert point.mean() > current[brief][: cr.n].mean() + 0.05
+
+
+def test_a_page_never_seen_to_change_is_fresher_the_longer_it_was_watched():
+    u = np.array([0.0, 10.0, 100.0, 1000.0])
+    fresh = unseen_change_freshness(u, np.full(4, 20.0), 0.4, 0.05)
+    assert np.all(np.diff(fresh) > 0) and 0 < fresh[0] and fresh[-1] < 1
+    assert fresh[-1] == pytest.approx(1.0, abs=0.01)  # (a page unchanged for long: static)
+    assert unseen_change_freshness(u, np.zeros(4), 0.4, 0.05) == pytest.approx(np.ones(4))
+
+
+def test_with_no_page_seen_to_change_every_page_is_static_and_with_none_unseen_none_is():
+    assert static_share(np.array([5.0, 50.0]), 0, 0.05) == 1.0
+    assert unseen_change_freshness(np.array([5.0]), np.array([100.0]), 1.0, 0.05)[0] == 1.0
+    assert static_share(np.zeros(0), 3, 0.05) == 0.0
+    # Pages never watched (a first look only) tell nothing: they are the slab's.
+    assert static_share(np.zeros(5), 5, 0.05) == pytest.approx(0.0, abs=1e-6)

@@ -7,6 +7,7 @@ import csv
 import hashlib
 import io
 import json
+import math
 import sqlite3
 import subprocess
 import sys
@@ -575,3 +576,49 @@ def test_the_change_columns_are_written_and_read_back_in_both_formats(tmp_path, 
         assert j["pagerank"] == p.pagerank and (p.pagerank is None) is not keep_links
     fast = _fast_page_lines(expected[:2], "jsonl", True, True)
     assert fast is not None and [json.loads(x) for x in fast] == lines[:2]
+
+
+def test_the_report_does_not_call_a_briefly_watched_page_never_seen_to_change_fresh(tmp_path):
+    """A page seen to change at every look beside two never seen to change, watched for a few
+    looks: the report's expected freshness is below what the pages' point rates say (the
+    unchanged pages could change at a rate their few looks could not show), and it comes
+    near that figure once those pages have been watched unchanged for long."""
+
+    def report(rounds: int) -> tuple[float, float]:
+        t = [1_700_000_000.0]
+        path = tmp_path / f"r{rounds}.sqlite"
+        f = sqlite_crawl(
+            path, refresh=1.0, continuous=True, refetch="freshness", time_fn=lambda: t[0]
+        )
+        urls = ["http://a.example/", "http://a.example/b", "http://a.example/c"]
+        f.schedule([Entry(f"k{k}", url, payload="r") for k, url in enumerate(urls)])
+        seen: dict[int, float] = {}  # page -> its last look
+        for r in range(rounds):
+            left = set(range(len(urls)))
+            for _ in range(40):
+                lease = f.pop()
+                t[0] += 60.0
+                k = int(lease.key[1:])
+                if k not in left:
+                    assert f.unchanged(lease) is not None
+                else:
+                    left.discard(k)
+                    changed = None if r == 0 else k == 0
+                    visit(f, lease, [L(f"k{j}", urls[j]) for j in range(3)], changed=changed)
+                seen[k] = t[0]
+                if not left:
+                    break
+        f.close([])
+        with open_state(path) as state:
+            at = max(seen.values())
+            point = [
+                (p.importance, math.exp(-p.change_rate / 86400.0 * (at - seen[int(k)])))
+                for k, p in enumerate(state.pages())
+            ]
+            got = state.change_summary()["freshness"]
+        return got, sum(w * x for w, x in point) / sum(w for w, _ in point)
+
+    brief, brief_point = report(3)
+    assert brief < brief_point - 0.005, (brief, brief_point)
+    long, long_point = report(20)
+    assert long == pytest.approx(long_point, abs=0.005) and long > brief, (long, long_point)

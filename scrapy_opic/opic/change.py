@@ -50,6 +50,19 @@ is finite; about 1 for a page with no evidence of change: its rate is only bound
 Last change: a change seen between fetches at ``p`` and ``s`` (``t = s - p``) happened, given a
 Poisson process of rate ``l``, on average ``1/l - h(t, l)`` before ``s``.
 
+Pages never seen to change: how fresh their copies are expected to be. A page whose looks all
+found it unchanged (over ``U`` in total, and no dated change) may never change, or change at a
+rate its looks were too few to show. Its smoothed rate is a point, near static after a short
+``U`` (the prior's small changed weight), and ``e^(-rate * age)`` of it calls its copy fresh
+when on a site of slow pages it may not be. Its expected freshness is read from a mixture
+instead: static with probability ``p``, else of a rate drawn from an exponential law of mean
+``m`` (the crawl's pooled rate), under which a page stays unchanged for ``t`` with probability
+``S(t) = 1 / (1 + m t)``. Given ``U`` unchanged, its copy is still current after ``age`` more
+with probability ``(p + (1 - p) S(U + age)) / (p + (1 - p) S(U))``. ``p`` is the share of such
+pages that maximises the likelihood of what the crawl saw: pages seen to change (each
+``1 - p``) and pages never seen to (each ``p + (1 - p) S(U)``); pages of a dated change only
+stay out of it (a static page has a date too).
+
 Nothing here does I/O; times are floats in any unit (seconds in a crawl), rates per that unit.
 """
 
@@ -340,6 +353,42 @@ def pool_sums(columns: Mapping[str, np.ndarray]) -> dict[str, float]:
     out["looked"] = float((looks > 0).sum())
     out["crude"] = float(crude.sum())
     return out
+
+
+def static_share(unchanged: np.ndarray, changed: int, mean_rate: float) -> float:
+    """The share ``p`` of pages that never change, by maximum likelihood (see the module
+    docstring: pages never seen to change): ``unchanged``, the time each page never seen to
+    change was watched unchanged; ``changed``, how many pages were seen to change;
+    ``mean_rate``, the mean of the changing pages' rates. 1 when no page was seen to change;
+    0 when none was watched without one."""
+    u = np.asarray(unchanged, float)
+    if changed <= 0:
+        return 1.0
+    if not u.size:
+        return 0.0
+    miss = 1.0 - 1.0 / (1.0 + mean_rate * u)  # 1 - S(U): a changing page would have shown it
+    lo, hi = 0.0, 1.0
+    # The log-likelihood is concave in p: bisection on the sign of its derivative.
+    for _ in range(STEPS):
+        p = (lo + hi) / 2.0
+        slope = float((miss / (p + (1.0 - p) * (1.0 - miss))).sum()) - changed / (1.0 - p)
+        lo, hi = (p, hi) if slope > 0 else (lo, p)
+    return (lo + hi) / 2.0
+
+
+def unseen_change_freshness(
+    unchanged: np.ndarray, age: np.ndarray, static: float, mean_rate: float
+) -> np.ndarray:
+    """The probability that the copy of each page never seen to change is current ``age``
+    after its last look, given it was watched unchanged for ``unchanged``: static with
+    probability ``static`` (:func:`static_share`), else of a rate drawn from an exponential
+    law of mean ``mean_rate`` (see the module docstring)."""
+    u = np.asarray(unchanged, float)
+    a = np.maximum(np.asarray(age, float), 0.0)
+    moving = 1.0 - static
+    return (static + moving / (1.0 + mean_rate * (u + a))) / (
+        static + moving / (1.0 + mean_rate * u)
+    )
 
 
 class Snapshot(NamedTuple):
