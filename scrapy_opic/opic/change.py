@@ -359,8 +359,8 @@ def static_share(unchanged: np.ndarray, changed: int, mean_rate: float) -> float
     """The share ``p`` of pages that never change, by maximum likelihood (see the module
     docstring: pages never seen to change): ``unchanged``, the time each page never seen to
     change was watched unchanged; ``changed``, how many pages were seen to change;
-    ``mean_rate``, the mean of the changing pages' rates. 1 when no page was seen to change;
-    0 when none was watched without one."""
+    ``mean_rate``, the mean ``m`` of the law of the changing pages' rates (a crawl gives its
+    pooled rate). 1 when no page was seen to change; 0 when none was watched without one."""
     u = np.asarray(unchanged, float)
     if changed <= 0:
         return 1.0
