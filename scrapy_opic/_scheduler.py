@@ -54,10 +54,11 @@ import functools
 import logging
 import sys
 import threading
+import weakref
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
-from weakref import WeakKeyDictionary, WeakSet
+from weakref import WeakKeyDictionary
 
 from scrapy import signals
 from scrapy.core.scheduler import BaseScheduler
@@ -209,6 +210,42 @@ def _again(request: Request) -> bool:
     return bool(request.dont_filter and not request.meta.get("is_start_request"))
 
 
+class PaidLinks:
+    """The code of each request a visit paid, until it reaches ``enqueue_request``, and how
+    many of them still need filing. Held by weak references: a request dropped on its way (a
+    ``request_scheduled`` handler, a spider middleware below the add-on's) is collected and
+    leaves by itself. (One dict of references with callbacks: a ``WeakKeyDictionary`` and a
+    ``WeakSet`` cost two Python-level calls and two references per link.)"""
+
+    __slots__ = ("codes", "unfiled", "_gone", "__weakref__")
+
+    def __init__(self) -> None:
+        self.codes: dict[weakref.ref, int] = {}
+        self.unfiled = 0
+        me = weakref.ref(self)
+
+        def gone(r: weakref.ref) -> None:
+            paid = me()
+            if paid is not None and paid.codes.pop(r, None) == NEEDS_PAYLOAD:
+                paid.unfiled -= 1
+
+        self._gone = gone
+
+    def add(self, request: Request, code: int) -> None:
+        r = weakref.ref(request, self._gone)
+        if self.codes.get(r) == NEEDS_PAYLOAD:  # (the same request paid twice)
+            self.unfiled -= 1
+        self.codes[r] = code
+        if code == NEEDS_PAYLOAD:
+            self.unfiled += 1
+
+    def pop(self, request: Request) -> int | None:
+        code = self.codes.pop(weakref.ref(request), None)
+        if code == NEEDS_PAYLOAD:
+            self.unfiled -= 1
+        return code
+
+
 class OpicScheduler(BaseScheduler):
     """Greedy OPIC scheduling with politeness over a crawl's frontier (see the module
     docstring)."""
@@ -228,10 +265,7 @@ class OpicScheduler(BaseScheduler):
         self._extra: deque[Request] = deque()  # fetched outside the frontier (dont_filter...)
         self.leases = Leases(slot_room(crawler))
         #: The code of each request whose page a visit paid (it files the page when it comes).
-        self._codes: WeakKeyDictionary[Request, int] = WeakKeyDictionary()
-        #: Requests a visit paid that have not reached enqueue_request yet (a request dropped
-        #: on its way is collected, and leaves the set by itself).
-        self._unfiled: WeakSet[Request] = WeakSet()
+        self._paid = PaidLinks()
         self._tick: task.LoopingCall | None = None
         self._slot_of: SlotKeys | None = None
         #: A pop found nothing while pages were pending elsewhere (see _nudge); the request
@@ -285,8 +319,8 @@ class OpicScheduler(BaseScheduler):
         in_memory = command in STATELESS_COMMANDS
         encode = self.codec.encode
         self._frontier = open_frontier(self.settings, spider.name, encode, meta, in_memory)
-        unfiled = self._unfiled  # (not self: no cycle through the crawl)
-        self._frontier.ready = lambda: not unfiled  # (writes wait for the links visits paid)
+        paid = self._paid  # (not self: no cycle through the crawl)
+        self._frontier.ready = lambda: not paid.unfiled  # (writes wait for the links visits paid)
         if in_memory:
             logger.info(
                 "OPIC: `scrapy %s` reads and writes no OPIC state (crawl and runspider do): its "
@@ -459,11 +493,9 @@ class OpicScheduler(BaseScheduler):
             self._nudged = None
             self._ready.append(request)
             return True
-        if self._unfiled:
-            self._unfiled.discard(request)
         # A link a visit paid has its code, and settle_visit detached it: neither a follow-up
         # nor a lease to take out (the common case, so asked first).
-        code = self._codes.pop(request, None) if self._codes else None
+        code = self._paid.pop(request) if self._paid.codes else None
         if code is None:
             lease = self.leases.of(request)  # a retry or redirect of a page in flight here?
             detach(request)
@@ -621,9 +653,7 @@ class OpicScheduler(BaseScheduler):
             return None
         self.counts["opic/visits"] += 1
         for o, code in zip(followed, visit.codes):
-            self._codes[o] = code
-            if code == NEEDS_PAYLOAD:
-                self._unfiled.add(o)
+            self._paid.add(o, code)
         return visit.importance
 
     def until_durable(self, request: Request) -> defer.Deferred | None:

@@ -22,7 +22,8 @@ from scrapy.utils.test import get_crawler
 from scrapy_opic._backends import StoreError
 from scrapy_opic._backends.sqlite_state import StateReader
 from scrapy_opic._requests import FOLLOW_UP_META, OutcomeErrback, decode_request, encode_request
-from scrapy_opic._scheduler import OpicScheduler
+from scrapy_opic._scheduler import OpicScheduler, PaidLinks
+from scrapy_opic.opic.constants import DUPLICATE, NEEDS_PAYLOAD
 from tests.support.frontiers import CLUSTER, redis_url_of
 
 URLS = [f"http://host{i % 3}.example/page/{i}" for i in range(12)]
@@ -931,3 +932,25 @@ def test_slot_keys_ask_a_downloader_of_the_projects_own_every_time():
     slots = SlotKeys(SimpleNamespace(get_slot_key=get_slot_key))
     assert [slots(Request(f"http://example.com/{n}")) for n in "abca"] == list("abca")
     assert len(asked) == 4
+
+
+def test_the_links_a_visit_paid_wait_for_their_requests_and_leave_when_dropped():
+    """The codes of the requests a visit paid, until each reaches ``enqueue_request``; a
+    request dropped on its way (collected) leaves by itself, so that the crawl's writes, which
+    wait for the links still to be filed, never wait for it for good."""
+    import gc
+
+    paid = PaidLinks()
+    kept, dropped, known = (Request(f"http://a.example/{k}") for k in range(3))
+    paid.add(kept, NEEDS_PAYLOAD)
+    paid.add(dropped, NEEDS_PAYLOAD)
+    paid.add(known, DUPLICATE)
+    paid.add(kept, NEEDS_PAYLOAD)  # (the same request yielded twice counts once)
+    assert paid.unfiled == 2
+    assert paid.pop(kept) == NEEDS_PAYLOAD and paid.pop(kept) is None
+    assert paid.unfiled == 1
+    del dropped
+    gc.collect()
+    assert paid.unfiled == 0 and len(paid.codes) == 1
+    assert paid.pop(Request("http://a.example/2")) is None  # (an equal URL is another request)
+    assert paid.pop(known) == DUPLICATE and not paid.codes
