@@ -35,7 +35,7 @@ import socket
 import time
 import uuid
 from collections.abc import Collection
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..opic.config import CrawlConfig
 from ..opic.messages import POOL, Message, Note
@@ -186,6 +186,16 @@ def open_client(url: str) -> Any:
         return client
     client.close()
     return redis.RedisCluster.from_url(url, **timeouts)
+
+
+class _Entry(NamedTuple):
+    """An inbox entry a flush adds: its destination member, its packed blob, and the messages
+    and notes it carries (to send again if it does not land)."""
+
+    dst: int
+    blob: bytes
+    messages: list[Message]
+    notes: list[Note]
 
 
 class RedisStore:
@@ -393,7 +403,7 @@ class RedisStore:
             plan.append(("renew", k))
         entries = self._entries(sends, notes)
         # (The partitions that messages make: the crawl's list of partitions gets them.)
-        made = sorted({e[0] for e in entries} - self._known_parts - {POOL})
+        made = sorted({e.dst for e in entries} - self._known_parts - {POOL})
         self._known_parts.update(made)
         queue = self._queue_all if self.atomic else self._queue_each
         plan += queue(pipe, writes, entries, made)
@@ -435,9 +445,9 @@ class RedisStore:
         elif kind == "write":
             out.written[info] = self._write_outcome(info, got)
         elif kind == "send":
-            (out.unsent if failed else out.delivered).extend(info[0])
+            (out.unsent if failed else out.delivered).extend(info.messages)
             if failed:
-                out.unsent_notes.extend(info[1])
+                out.unsent_notes.extend(info.notes)
         elif kind == "read" and not failed:
             out.inbox[info] = [(i, *unpack(fields[b"m"])) for i, fields in got]
 
@@ -494,7 +504,7 @@ class RedisStore:
         self,
         pipe: Any,
         writes: list[Write],
-        entries: list[tuple[int, bytes, list[Message], list[Note]]],
+        entries: list[_Entry],
         made: list[int],
     ) -> list[tuple[str, Any]]:
         """A script per write, an XADD per inbox entry and the partitions ``made`` added (a
@@ -505,16 +515,15 @@ class RedisStore:
             plan.append(("parts", made))
         for w in writes:
             self._queue_write(pipe, w)
-        for dst, blob, _messages, _notes in entries:
-            pipe.xadd(member_key(self.key, dst, "in"), {"m": blob})
-        sent = [("send", (m, n)) for _, _, m, n in entries]
-        return plan + [("write", w.k) for w in writes] + sent
+        for e in entries:
+            pipe.xadd(member_key(self.key, e.dst, "in"), {"m": e.blob})
+        return plan + [("write", w.k) for w in writes] + [("send", e) for e in entries]
 
     def _queue_all(
         self,
         pipe: Any,
         writes: list[Write],
-        entries: list[tuple[int, bytes, list[Message], list[Note]]],
+        entries: list[_Entry],
         made: list[int],
     ) -> list[tuple[str, Any]]:
         """The atomic flush of a plain Redis (the script ``_FLUSH``): every write, every
@@ -532,24 +541,22 @@ class RedisStore:
             figures = json.dumps(w.figures).encode()
             args += [w.token, w.log, int(checkpoint), count, *items, figures]
             args += [len(w.consumed), *w.consumed]
-        for dst, blob, _messages, _notes in entries:
-            keys.append(member_key(self.key, dst, "in"))
-            args += [len(keys), blob]
+        for e in entries:
+            keys.append(member_key(self.key, e.dst, "in"))
+            args += [len(keys), e.blob]
         keys += [self.ns + ":meta", self.ns + ":parts"]
         self._run(pipe, _FLUSH, keys, args)
         return [("all", None)]
 
     @staticmethod
-    def _entries(
-        messages: list[Message], notes: list[Note]
-    ) -> list[tuple[int, bytes, list[Message], list[Note]]]:
+    def _entries(messages: list[Message], notes: list[Note]) -> list[_Entry]:
         """The messages and notes, one inbox entry per destination."""
         by_dst: dict[int, tuple[list, list]] = {}
         for m in messages:
             by_dst.setdefault(m.dst, ([], []))[0].append(m)
         for n in notes:
             by_dst.setdefault(n.dst, ([], []))[1].append(n)
-        return [(dst, pack(both), *both) for dst, both in by_dst.items()]
+        return [_Entry(dst, pack(both), *both) for dst, both in by_dst.items()]
 
     # -- reading ------------------------------------------------------------------------------
     def figures(self, skip: Collection[int]) -> dict[str, float]:
