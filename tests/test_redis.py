@@ -782,3 +782,28 @@ def test_an_inbox_entry_whose_message_waits_for_an_earlier_one_stays(crawl):
     held.read_inbox([("1-0", [early], [])], a.fleet)
     assert held.consumed == [] and held.read_from == ("at", "1-0")
     assert isinstance(held, Held)
+
+
+@pytest.mark.parametrize("how", ["write", "checkpoint"])
+def test_a_write_deletes_every_inbox_entry_it_applied_however_many(crawl, how):
+    """The entries a write deletes go to Redis in chunks (Lua's ``unpack`` gives at most about
+    8,000 values): a member whose applied entries piled up (writes that failed for a while)
+    deletes them all with its next write or checkpoint."""
+    from scrapy_opic._backends.redis_state import pack
+
+    a = crawl()
+    k = partition_of(url(0), key(url(0)), 16)
+    assert a._claim(k)
+    inbox = member_key(crawl.key, k, "in")
+    pipe = a.store.client.pipeline(transaction=False)
+    for _ in range(9000):
+        pipe.xadd(inbox, {"m": pack(([], []))})
+    ids = pipe.execute()
+    a.held[k].consumed = list(ids)
+    a.held[k].read_from = ("after", ids[-1])
+    if how == "write":
+        a.flush()
+        assert a.held[k].consumed == []
+    else:
+        a.close([])
+    assert a.store.client.xlen(inbox) == 0

@@ -62,6 +62,8 @@ READ_COUNT = 500
 #: answer), unless the URL sets ``socket_timeout`` itself.
 SOCKET_TIMEOUT = 10.0
 
+# (The inbox entries a write applied are deleted 1,000 ids to a call: Lua's unpack gives at
+# most about 8,000 values, and entries pile up while writes fail.)
 _APPEND = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
 local n = redis.call('LLEN', KEYS[2])
@@ -70,7 +72,9 @@ redis.call('PEXPIRE', KEYS[1], ARGV[3])
 local blobs = tonumber(ARGV[4])
 for i = 5, 4 + blobs do n = redis.call('RPUSH', KEYS[2], ARGV[i]) end
 redis.call('SET', KEYS[3], ARGV[5 + blobs])
-if #ARGV > 5 + blobs then redis.call('XDEL', KEYS[4], unpack(ARGV, 6 + blobs)) end
+for j = 6 + blobs, #ARGV, 1000 do
+  redis.call('XDEL', KEYS[4], unpack(ARGV, j, math.min(j + 999, #ARGV)))
+end
 return n
 """
 _CHECKPOINT = """
@@ -81,7 +85,9 @@ redis.call('DEL', KEYS[2], KEYS[5])
 local fields = tonumber(ARGV[5])
 for i = 6, 5 + 2 * fields, 2 do redis.call('HSET', KEYS[5], ARGV[i], ARGV[i + 1]) end
 redis.call('SET', KEYS[3], ARGV[4])
-if #ARGV >= 6 + 2 * fields then redis.call('XDEL', KEYS[4], unpack(ARGV, 6 + 2 * fields)) end
+for j = 6 + 2 * fields, #ARGV, 1000 do
+  redis.call('XDEL', KEYS[4], unpack(ARGV, j, math.min(j + 999, #ARGV)))
+end
 return 0
 """
 _FLUSH = """
@@ -114,7 +120,10 @@ for i = 1, members do
     for j = a + 4, a + 3 + items do out[i + 1] = redis.call('RPUSH', KEYS[k + 2], ARGV[j]) end
   end
   redis.call('SET', KEYS[k + 3], ARGV[a + 4 + items])
-  for j = a + 6 + items, a + 5 + items + consumed do redis.call('XDEL', KEYS[k + 4], ARGV[j]) end
+  local last = a + 5 + items + consumed
+  for j = a + 6 + items, last, 1000 do
+    redis.call('XDEL', KEYS[k + 4], unpack(ARGV, j, math.min(j + 999, last)))
+  end
 end
 for j = at, #ARGV, 2 do redis.call('XADD', KEYS[tonumber(ARGV[j])], '*', 'm', ARGV[j + 1]) end
 for j = 4, 3 + made do redis.call('SADD', parts, ARGV[j]) end
