@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import logging
 import pickle
+import re
 import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -122,19 +123,16 @@ class NotModified(IgnoreRequest):
     Scrapy's stats and ``CLOSESPIDER_PAGECOUNT`` count it.)"""
 
 
+#: ``scheme://netloc`` at the start of a URL: no ``/``, ``?`` or ``#`` before the ``://``, the
+#: network location up to the first of them after it (as ``urllib.parse.urlsplit`` reads it).
+_ORIGIN = re.compile(r"[^/?#]*?://[^/?#]*")
+
+
 def origin_of(url: str) -> str:
-    """``scheme://netloc`` of ``url`` (the network location ends at the first ``/``, ``?``
-    or ``#`` after ``://``, as ``urllib.parse.urlsplit`` reads it), of which the host name is
-    a function; ``""`` if ``url`` has no ``://``."""
-    start = url.find("://") + 3
-    if start < 3:
-        return ""
-    end = len(url)
-    for mark in "/?#":
-        i = url.find(mark, start, end)
-        if i >= 0:
-            end = i
-    return url[:end]
+    """``scheme://netloc`` of ``url``, of which the host name is a function; ``""`` if ``url``
+    does not start so (then nothing is remembered by origin)."""
+    m = _ORIGIN.match(url)
+    return m.group() if m is not None else ""
 
 
 class SlotKeys:
