@@ -109,7 +109,8 @@ def _plots(state: OpicState) -> list[tuple[str, str, str]]:
                 "error factor over the crawl",
                 "The error factor 1/G is the paper's upper bound on the error of the importance "
                 "estimate; it falls as history accumulates (twice as fast under Greedy as under "
-                "Random). About 50 points per tenfold growth of the crawl.",
+                "Random). A point every OPIC_COMMIT_SECONDS or when the visits doubled, at "
+                "most 512.",
                 _figure_png(fig),
             )
         )

@@ -236,8 +236,9 @@ class OpicState:
 
     @property
     def page_columns(self) -> tuple[str, ...]:
-        """The columns of this state's pages: :data:`PAGERANK_COLUMNS` if it kept its links,
-        else :data:`PAGE_COLUMNS`."""
+        """The columns of this state's pages: :data:`CHANGE_COLUMNS` if it refetched by
+        freshness, else :data:`PAGERANK_COLUMNS` if it kept its links, else
+        :data:`PAGE_COLUMNS`."""
         if self.changes_kept:
             return CHANGE_COLUMNS
         return PAGERANK_COLUMNS if self.links_kept else PAGE_COLUMNS
