@@ -58,7 +58,6 @@ import weakref
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
-from weakref import WeakKeyDictionary
 
 from scrapy import signals
 from scrapy.core.scheduler import BaseScheduler
@@ -112,11 +111,11 @@ logger = logging.getLogger(__name__)
 TOP_PAGE_SECONDS = 30.0
 
 #: The OPIC scheduler of each running crawler (the middlewares' and the extension's way in).
-_RUNNING: WeakKeyDictionary[Any, OpicScheduler] = WeakKeyDictionary()
+_RUNNING: weakref.WeakKeyDictionary[Any, OpicScheduler] = weakref.WeakKeyDictionary()
 
 
 #: The scheduler that :func:`prepare` built for each crawler, its frontier open.
-_PREPARED: WeakKeyDictionary[Any, OpicScheduler] = WeakKeyDictionary()
+_PREPARED: weakref.WeakKeyDictionary[Any, OpicScheduler] = weakref.WeakKeyDictionary()
 
 
 def prepare(crawler: Crawler) -> OpicSettings:
