@@ -1,6 +1,7 @@
 """What the OPIC scheduler knows of a Scrapy request: the URL its page is known by, how it is
-stored (:func:`encode_request`), what its outcome was (:func:`outcome_of`), what the
-scheduler and the middlewares keep in its meta, and the requests a page is fetched with later.
+kept (:meth:`RequestCodec.pack`) and stored (:func:`encode_request`), what its outcome was
+(:func:`outcome_of`), what the scheduler and the middlewares keep in its meta, and the
+requests a page is fetched with later.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from scrapy import Request
 from scrapy import exceptions as scrapy_exceptions
 from scrapy.core.downloader import Downloader
 from scrapy.exceptions import IgnoreRequest
@@ -24,7 +26,7 @@ from twisted.internet import error as twisted_error
 from .opic.constants import DNS, ERROR, FORBIDDEN, IGNORED, OFFSITE, TIMEOUT
 
 if TYPE_CHECKING:  # pragma: no cover
-    from scrapy import Request, Spider
+    from scrapy import Spider
 
 logger = logging.getLogger("scrapy_opic._scheduler")
 
@@ -229,7 +231,11 @@ def encode_request(request: Request, spider: Spider | None = None, url: str | No
     The URL is left out when it is ``url`` (the URL the frontier hands back with the request:
     :attr:`Lease.url`). :func:`decode_request` rebuilds the request from the same dict.
     Raises what ``to_dict`` or pickle raise for a request that cannot be serialized."""
-    d = request.to_dict(spider=spider)
+    return _stored(request.to_dict(spider=spider), url)
+
+
+def _stored(d: dict[str, Any], url: str | None) -> bytes:
+    """The bytes of :func:`encode_request` for ``d``, a request's ``to_dict()`` (taken apart)."""
     own_url = d.pop("url")
     mask = 0
     values = []
@@ -248,6 +254,36 @@ def encode_request(request: Request, spider: Spider | None = None, url: str | No
         values.append(own_url)
     body = _pickle(tuple(values)) if values else b""
     return bytes([REQUEST_FORMAT]) + mask.to_bytes(2, "little") + body
+
+
+#: Value types a packed request holds as they are (with tuples of them): immutable, and
+#: holding no other object, so that Python's garbage collector does not track them.
+_ATOMS = frozenset({str, bytes, int, float, bool, type(None)})
+
+
+def _atomic(value: Any) -> bool:
+    kind = type(value)
+    return kind in _ATOMS or (kind is tuple and all(type(v) in _ATOMS for v in value))
+
+
+def _flat(d: Any) -> tuple | None:
+    """A meta or ``cb_kwargs`` dict as the flat tuple ``(key, value, key, value...)``
+    (``None`` if empty), or ``()`` if a value is not atomic (the request cannot be packed).
+    Flat, not of pairs: the collector untracks a tuple once every tuple in it is untracked,
+    a level of nesting per collection."""
+    if not d:
+        return None
+    flat = []
+    for key, value in d.items():
+        if not _atomic(value):
+            return ()
+        flat.append(key)
+        flat.append(value)
+    return tuple(flat)
+
+
+def _unflat(flat: tuple | None) -> dict[Any, Any] | None:
+    return dict(zip(flat[::2], flat[1::2])) if flat else None
 
 
 def decode_request(data: bytes, url: str | None = None, spider: Spider | None = None) -> Request:
@@ -336,13 +372,37 @@ class OutcomeErrback:
         return failure if self.original is None else self.original(failure)
 
 
+def _flat_headers(headers: Any) -> tuple | None:
+    """A request's headers as a flat tuple ``(name, value, name, value...)``, a value a tuple
+    only for a header with several (see :func:`_flat`); ``None`` if it has none."""
+    if not headers:
+        return None
+    flat: list[Any] = []
+    for name, values in headers.items():
+        flat.append(name)
+        flat.append(values[0] if len(values) == 1 else tuple(values))
+    return tuple(flat)
+
+
 class RequestCodec:
-    """A spider's requests as a store keeps or shares them (``encode``) and back (``decode``).
+    """A spider's requests as a store keeps them (``pack``) or stores and shares them
+    (``encode``), and back (``decode``).
+
+    A pending request of the crawl's own memory is *packed*: a request of Scrapy's own class
+    whose callback and errback are methods of the spider (or none), with no cookies, and
+    whose meta and ``cb_kwargs`` hold only strings, bytes, numbers, booleans, ``None`` and
+    tuples of those, is kept as a plain tuple of those values, rebuilt into a new request
+    when its page is popped (as a JOBDIR rebuilds every request). Python's garbage collector
+    tracks none of it: a crawl that holds its frontier's requests as objects spends much of its
+    CPU time in full collections over them. Any other request is kept as it is.
 
     A request that cannot be serialized (a lambda callback, a lock in its meta) is said once
     (a warning) and counted (``scheduler/unserializable`` in ``counts``); with a store of one
     process it stays in this process's memory (:attr:`memory_only`, by page key: Scrapy counts
     its pushes and pops as memory ones), with a shared one the crawl fetches it here."""
+
+    #: Callback functions whose method names are remembered at most (then forgotten at once).
+    NAMES = 256
 
     def __init__(self, spider: Any, counts: Any, fingerprint: Any, shared: bool) -> None:
         self.spider = spider
@@ -353,10 +413,112 @@ class RequestCodec:
         #: The last request :meth:`encode` refused (it waits in memory).
         self.refused: Request | None = None
         self._warned = False
+        self._names: dict[Any, str | None] = {}  # a spider method's function -> its name
 
-    def encode(self, request: Request, url: str | None = None) -> bytes | None:
-        """The request as bytes (without its URL if it is ``url``, which the store hands back
-        with it), or ``None`` if it cannot be serialized."""
+    def _name(self, method: Any) -> str | None:
+        """The name ``method``, a callback or errback, is the spider's attribute by (``""`` for
+        none), or ``None`` if it is not one of the spider's methods by its own name."""
+        if method is None:
+            return ""
+        spider = self.spider
+        if spider is None or getattr(method, "__self__", None) is not spider:
+            return None
+        func: Any = method.__func__
+        try:
+            return self._names[func]
+        except KeyError:
+            own: str = func.__name__
+            got = getattr(spider, own, None)
+            name = own if getattr(got, "__func__", None) is func else None
+            if len(self._names) >= self.NAMES:
+                self._names.clear()
+            self._names[func] = name
+            return name
+
+    def pack(self, request: Request) -> Any:
+        """The payload a store keeps for ``request``: packed if it can be (see the class),
+        else the request itself. :meth:`decode` and :meth:`encode` take either."""
+        if type(request) is not Request or request.cookies:
+            return request
+        callback = self._name(request.callback)
+        errback = self._name(request.errback)
+        meta = _flat(request.meta)
+        cb_kwargs = _flat(request.cb_kwargs)
+        if callback is None or errback is None or meta == () or cb_kwargs == ():
+            return request
+        flags = request.flags
+        return (
+            request.url,
+            callback,
+            errback,
+            request.method,
+            _flat_headers(request.headers),
+            request.body,
+            meta,
+            request.encoding,
+            request.priority,
+            request.dont_filter,
+            tuple(flags) if flags else None,
+            cb_kwargs,
+        )
+
+    @staticmethod
+    def _headers(flat: tuple | None) -> list[tuple[bytes, Any]] | None:
+        """Packed headers as ``(name, value or values)`` pairs."""
+        return list(zip(flat[::2], flat[1::2])) if flat else None
+
+    def _unpack(self, packed: tuple) -> Request:
+        """The request :meth:`pack` packed, rebuilt (raises ``AttributeError`` if the spider has
+        lost its callback)."""
+        url, callback, errback, method, headers, body, meta, encoding = packed[:8]
+        priority, dont_filter, flags, cb_kwargs = packed[8:]
+        spider = self.spider
+        return Request(
+            url,
+            callback=getattr(spider, callback) if callback else None,
+            method=method,
+            headers=self._headers(headers),
+            body=body,
+            meta=_unflat(meta),
+            encoding=encoding,
+            priority=priority,
+            dont_filter=dont_filter,
+            errback=getattr(spider, errback) if errback else None,
+            flags=list(flags) if flags else None,
+            cb_kwargs=_unflat(cb_kwargs),
+        )
+
+    @staticmethod
+    def _packed_dict(packed: tuple) -> dict[str, Any]:
+        """What ``to_dict()`` gives for the request :meth:`pack` packed."""
+        url, callback, errback, method, headers, body, meta, encoding = packed[:8]
+        priority, dont_filter, flags, cb_kwargs = packed[8:]
+        return {
+            "url": url,
+            "callback": callback or None,
+            "errback": errback or None,
+            "headers": {
+                k: [v] if type(v) is bytes else list(v)
+                for k, v in RequestCodec._headers(headers) or ()
+            },
+            "body": body,
+            "cookies": {},
+            "meta": _unflat(meta) or {},
+            "encoding": encoding,
+            "flags": list(flags) if flags else [],
+            "cb_kwargs": _unflat(cb_kwargs) or {},
+            "dont_filter": dont_filter,
+            "method": method,
+            "priority": priority,
+        }
+
+    def encode(self, request: Any, url: str | None = None) -> bytes | None:
+        """The request, packed (:meth:`pack`) or not, as bytes (without its URL if it is
+        ``url``, which the store hands back with it), or ``None`` if it cannot be serialized."""
+        if type(request) is tuple:  # (packed: its values pickle)
+            if self.memory_only:  # (a page that waited in memory may wait on disk again)
+                self.memory_only.discard(self.fingerprint(self._unpack(request)))
+            return _stored(self._packed_dict(request), url)
         try:
             data = encode_request(request, self.spider, url)
         except (ValueError, TypeError, AttributeError, pickle.PicklingError) as exc:
@@ -382,13 +544,16 @@ class RequestCodec:
 
     def decode(self, payload: Any, url: str | None, copy: bool) -> Request | None:
         """A lease's payload as a request: as stored (a copy, with ``copy``: the store keeps
-        it for the page's next fetch), or rebuilt from its bytes (with ``url``, the lease's, if
-        they left it out), or ``None``, with an error, if this spider's code cannot rebuild it
-        (written by other spider code)."""
-        if not isinstance(payload, (bytes, dict)):
+        it for the page's next fetch), or rebuilt from its packed values or its bytes (with
+        ``url``, the lease's, if they left it out), or ``None``, with an error, if this spider's
+        code cannot rebuild it (written by other spider code)."""
+        kind = type(payload)
+        if kind is not tuple and kind is not bytes and kind is not dict:
             return payload.replace() if copy else payload
         try:
-            if isinstance(payload, bytes):
+            if kind is tuple:
+                return self._unpack(payload)
+            if kind is bytes:
                 return decode_request(payload, url, self.spider)
             return request_from_dict(payload, spider=self.spider)
         except Exception as exc:

@@ -455,7 +455,12 @@ class OpicScheduler(BaseScheduler):
             self._slot_of = SlotKeys(self.crawler.engine.downloader)
         slot = self._slot_of(request)
         seed = bool(request.meta.get("is_start_request"))
-        return Entry(self._key(request), page_url(request), priority, slot, request, seed)
+        payload = self.codec.pack(request)
+        return Entry(self._key(request), page_url(request), priority, slot, payload, seed)
+
+    def _payload(self, later: Request | None) -> Any:
+        """What the frontier keeps to fetch a page with next (``None``: what it kept)."""
+        return None if later is None else self.codec.pack(later)
 
     def _settle_lost(self) -> None:
         """Give up (outcome ``lost``, cash to the virtual page) the pages whose request was freed
@@ -646,6 +651,7 @@ class OpicScheduler(BaseScheduler):
             later = with_validators(request, later, seen)
             kw.update(changed=seen.changed, modified=seen.modified)
         importance = bool(self.settings.item_field)
+        later = self._payload(later)
         visit = self.frontier.visit(lease, links, virtual_weight, importance, later, **kw)
         if visit is None:  # the lease had expired: another process fetches the page
             self.counts["opic/stale"] += 1
@@ -716,7 +722,7 @@ class OpicScheduler(BaseScheduler):
         lease, later = taken
         if (seen := request.meta.get(SEEN_META)) is not None:
             later = with_validators(request, later, seen)
-        if self.frontier.unchanged(lease, later) is None:
+        if self.frontier.unchanged(lease, self._payload(later)) is None:
             self.counts["opic/stale"] += 1
             return False
         self.counts["opic/visits"] += 1
@@ -747,7 +753,7 @@ class OpicScheduler(BaseScheduler):
             # (Whatever the callback raised, a TimeoutError included, is the spider's error.)
             outcome = exception.response.status if isinstance(exception, HttpError) else None
             outcome = SPIDER_ERROR if outcome is None else int(outcome)
-            if self.frontier.fail(taken[0], outcome, taken[1]):
+            if self.frontier.fail(taken[0], outcome, self._payload(taken[1])):
                 self.counts["opic/failed"] += 1
 
     @_guarded(None)
@@ -762,7 +768,7 @@ class OpicScheduler(BaseScheduler):
         if isinstance(exception, IgnoreRequest) and not isinstance(exception, HttpError):
             if self.frontier.forfeit(lease, outcome):
                 self.counts["opic/ignored"] += 1
-        elif self.frontier.fail(lease, outcome, later):
+        elif self.frontier.fail(lease, outcome, self._payload(later)):
             self.counts["opic/failed"] += 1
 
     # -- stats and logs ------------------------------------------------------------------------

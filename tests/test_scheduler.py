@@ -5,10 +5,12 @@ what only one backend does."""
 
 from __future__ import annotations
 
+import gc
 import pickle
 import threading
 import time
 import uuid
+from collections import Counter
 from types import SimpleNamespace
 
 import pytest
@@ -21,7 +23,13 @@ from scrapy.utils.test import get_crawler
 
 from scrapy_opic._backends import StoreError
 from scrapy_opic._backends.sqlite_state import StateReader
-from scrapy_opic._requests import FOLLOW_UP_META, OutcomeErrback, decode_request, encode_request
+from scrapy_opic._requests import (
+    FOLLOW_UP_META,
+    OutcomeErrback,
+    RequestCodec,
+    decode_request,
+    encode_request,
+)
 from scrapy_opic._scheduler import OpicScheduler, PaidLinks
 from scrapy_opic.opic.constants import DUPLICATE, NEEDS_PAYLOAD
 from tests.support.frontiers import CLUSTER, redis_url_of
@@ -830,6 +838,75 @@ def test_a_typical_request_is_stored_in_a_few_bytes():
         decode_request(data, None, spider)
     with pytest.raises(ValueError, match="not a stored request"):
         decode_request(b"\x07junk", url, spider)
+
+
+def _logged(f):
+    def wrapper(self, response):  # (no functools.wraps: named "wrapper")
+        return f(self, response)
+
+    return wrapper
+
+
+class PackingSpider(StoringSpider):
+    same_parse = StoringSpider.parse  # (another name for parse)
+    decorated = _logged(StoringSpider.parse)
+
+
+def test_a_plain_request_is_packed_untracked_and_rebuilt_equal():
+    """``RequestCodec.pack`` keeps a request of Scrapy's own class whose callbacks are the
+    spider's methods and whose meta and cb_kwargs hold atoms as a tuple that Python's garbage
+    collector does not track; ``decode`` rebuilds it equal in every field (a new request each
+    time), and its bytes are those of the request itself. Anything else is kept as it is."""
+    spider = PackingSpider()
+    codec = RequestCodec(spider, Counter(), lambda r: b"", shared=False)
+    url = "https://www.example.org/a/b?x=1"
+    packable = [
+        Request(url, callback=spider.parse, meta={"depth": 3}, headers={"Referer": "x"}),
+        Request(url),
+        Request(
+            url,
+            callback=spider.parse_item,
+            errback=spider.failed,
+            method="POST",
+            headers={"X-A": "1", "Accept": ["a", "b"]},
+            body=b"payload",
+            meta={"depth": 2, "t": (1, "a", None), "b": b"x", "f": 2.5, "ok": True},
+            encoding="latin-1",
+            priority=-3,
+            dont_filter=True,
+            flags=["flag"],
+            cb_kwargs={"page": 7},
+        ),
+        Request(url + "#section", callback=spider.same_parse, meta={"verbatim_url": True}),
+    ]
+    for request in packable:
+        packed = codec.pack(request)
+        assert type(packed) is tuple
+        for _level in range(3):  # (the collector untracks a level of nested tuples at a time)
+            gc.collect()
+        assert not gc.is_tracked(packed)
+        want = request.to_dict(spider=spider)
+        back = codec.decode(packed, None, copy=False)
+        assert type(back) is Request and back.to_dict(spider=spider) == want
+        assert back.callback == request.callback and back.errback == request.errback
+        assert codec.decode(packed, None, copy=False) is not back
+        for kept in (request.url, None):
+            assert codec.encode(packed, kept) == encode_request(request, spider, kept)
+    other = StoringSpider()
+    kept_as_they_are = [
+        Request(url, cookies={"session": "s"}),
+        Request(url, meta={"nested": {"k": [1]}}),
+        Request(url, meta={"a_list": [1]}),
+        Request(url, cb_kwargs={"item": {}}),
+        Request(url, callback=lambda response: None),
+        Request(url, callback=other.parse),  # (another spider's method)
+        Request(url, callback=spider.decorated),  # (not the spider's attribute by its name)
+        Request(url, errback=spider.decorated),
+        *(r for r in stored_requests(spider) if type(r) is not Request),
+    ]
+    for request in kept_as_they_are:
+        assert codec.pack(request) is request
+        assert codec.decode(request, None, copy=False) is request
 
 
 ORIGINS = [
