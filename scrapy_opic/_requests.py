@@ -416,8 +416,8 @@ class RequestCodec:
         self._names: dict[Any, str | None] = {}  # a spider method's function -> its name
 
     def _name(self, method: Any) -> str | None:
-        """The name ``method``, a callback or errback, is the spider's attribute by (``""`` for
-        none), or ``None`` if it is not one of the spider's methods by its own name."""
+        """The name of ``method`` (a callback or errback) as the spider's attribute: ``""`` for
+        none, ``None`` if it is not a method of the spider under its own name."""
         if method is None:
             return ""
         spider = self.spider
@@ -547,13 +547,13 @@ class RequestCodec:
         it for the page's next fetch), or rebuilt from its packed values or its bytes (with
         ``url``, the lease's, if they left it out), or ``None``, with an error, if this spider's
         code cannot rebuild it (written by other spider code)."""
-        kind = type(payload)
-        if kind is not tuple and kind is not bytes and kind is not dict:
+        packed = type(payload) is tuple
+        if not packed and not isinstance(payload, (bytes, dict)):
             return payload.replace() if copy else payload
         try:
-            if kind is tuple:
+            if packed:
                 return self._unpack(payload)
-            if kind is bytes:
+            if isinstance(payload, bytes):
                 return decode_request(payload, url, self.spider)
             return request_from_dict(payload, spider=self.spider)
         except Exception as exc:
