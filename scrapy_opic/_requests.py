@@ -462,11 +462,6 @@ class RequestCodec:
             cb_kwargs,
         )
 
-    @staticmethod
-    def _headers(flat: tuple | None) -> list[tuple[bytes, Any]] | None:
-        """Packed headers as ``(name, value or values)`` pairs."""
-        return list(zip(flat[::2], flat[1::2])) if flat else None
-
     def _unpack(self, packed: tuple) -> Request:
         """The request :meth:`pack` packed, rebuilt (raises ``AttributeError`` if the spider has
         lost its callback)."""
@@ -477,7 +472,7 @@ class RequestCodec:
             url,
             callback=getattr(spider, callback) if callback else None,
             method=method,
-            headers=self._headers(headers),
+            headers=_unflat(headers),
             body=body,
             meta=_unflat(meta),
             encoding=encoding,
@@ -498,8 +493,7 @@ class RequestCodec:
             "callback": callback or None,
             "errback": errback or None,
             "headers": {
-                k: [v] if type(v) is bytes else list(v)
-                for k, v in RequestCodec._headers(headers) or ()
+                k: [v] if type(v) is bytes else list(v) for k, v in (_unflat(headers) or {}).items()
             },
             "body": body,
             "cookies": {},

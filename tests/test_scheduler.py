@@ -860,22 +860,13 @@ def test_a_plain_request_is_packed_untracked_and_rebuilt_equal():
     spider = PackingSpider()
     codec = RequestCodec(spider, Counter(), lambda r: b"", shared=False)
     url = "https://www.example.org/a/b?x=1"
+    every_field = next(r for r in stored_requests(spider) if r.cookies)
     packable = [
         Request(url, callback=spider.parse, meta={"depth": 3}, headers={"Referer": "x"}),
         Request(url),
-        Request(
-            url,
-            callback=spider.parse_item,
-            errback=spider.failed,
-            method="POST",
-            headers={"X-A": "1", "Accept": ["a", "b"]},
-            body=b"payload",
-            meta={"depth": 2, "t": (1, "a", None), "b": b"x", "f": 2.5, "ok": True},
-            encoding="latin-1",
-            priority=-3,
-            dont_filter=True,
-            flags=["flag"],
-            cb_kwargs={"page": 7},
+        # (every field set, with atoms alone in meta and no cookies)
+        every_field.replace(
+            cookies=None, meta={"depth": 2, "t": (1, "a", None), "b": b"x", "f": 2.5, "ok": True}
         ),
         Request(url + "#section", callback=spider.same_parse, meta={"verbatim_url": True}),
     ]
